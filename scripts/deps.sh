@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian package rlcpp needs to build, test and run. Idempotent: packages already
+# present are not downloaded again, and apt-get update runs only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ccache pkg-config git
+  libtorch-dev libopenblas0-pthread libgloo-dev        # tensors; fast BLAS (≈30× over reference BLAS); c10d headers
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev
+  libpcre2-dev libutf8proc-dev                         # tokenizer regex and NFC
+  libopenmpi-dev openmpi-bin                           # process launch and CPU collectives
+  clang libclang-rt-14-dev                             # libFuzzer targets
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

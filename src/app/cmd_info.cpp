@@ -1,0 +1,74 @@
+// `rlcpp info MODEL_DIR`: what a Hugging Face model directory holds, without loading the weights.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <map>
+
+#include "app/commands.h"
+#include "io/checkpoint.h"
+#include "model/model_config.h"
+#include "model/rope.h"
+
+namespace rlcpp {
+
+namespace {
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, units[unit]);
+}
+
+void run_info(const std::string& dir) {
+  const ModelConfig c = ModelConfig::load(dir);
+  CheckpointReader reader(dir);
+  std::map<std::string, std::pair<int64_t, uint64_t>> by_dtype;  // dtype → (tensors, bytes)
+  int64_t params_on_disk = 0;
+  for (const auto& name : reader.names()) {
+    const auto& info = reader.info(name);
+    auto& entry = by_dtype[std::string(st_dtype_name(info.dtype))];
+    entry.first += 1;
+    entry.second += info.end - info.begin;
+    params_on_disk += info.numel();
+  }
+  std::string eos;
+  for (int64_t id : c.eos_token_ids) eos += (eos.empty() ? "" : ", ") + std::to_string(id);
+  std::cout << fmt::format("model            {}\n", dir);
+  std::cout << fmt::format("architecture     {} (model_type {})\n", c.architecture, c.model_type);
+  std::cout << fmt::format("layers           {}\n", c.num_hidden_layers);
+  std::cout << fmt::format("hidden           {} (intermediate {})\n", c.hidden_size, c.intermediate_size);
+  std::cout << fmt::format("heads            {} query, {} key/value (group {}), head_dim {}\n", c.num_attention_heads,
+                           c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads, c.head_dim);
+  std::cout << fmt::format("vocabulary       {}\n", c.vocab_size);
+  std::cout << fmt::format("parameters       {} on disk ({:.3f} M), {} implied by config\n", params_on_disk,
+                           params_on_disk / 1e6, c.parameter_count());
+  for (const auto& [dtype, entry] : by_dtype) {
+    std::cout << fmt::format("dtype            {}: {} tensors, {}\n", dtype, entry.first, human_bytes(entry.second));
+  }
+  std::cout << fmt::format("bytes on disk    {} in {} file(s) ({})\n", reader.bytes_on_disk(), reader.files().size(),
+                           human_bytes(reader.bytes_on_disk()));
+  std::cout << fmt::format("tied embeddings  {}\n", c.tie_word_embeddings ? "yes" : "no");
+  std::cout << fmt::format("attention        qkv bias {}, o bias {}, q/k norm {}\n", c.qkv_bias ? "yes" : "no",
+                           c.o_bias ? "yes" : "no", c.qk_norm ? "yes" : "no");
+  std::cout << fmt::format("rope             theta {}, scaling {}", c.rope_theta, to_string(c.rope_scaling.type));
+  if (c.rope_scaling.type != RopeScalingType::kNone) std::cout << fmt::format(" (factor {})", c.rope_scaling.factor);
+  std::cout << fmt::format(", max positions {}\n", c.max_position_embeddings);
+  std::cout << fmt::format("rms_norm_eps     {}\n", c.rms_norm_eps);
+  std::cout << fmt::format("tokens           bos {}, eos [{}]\n", c.bos_token_id, eos);
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "describe a Hugging Face model directory (shape, dtypes, size, rope)");
+  auto dir = std::make_shared<std::string>();
+  cmd->add_option("model_dir", *dir, "model directory (config.json + *.safetensors)")->required();
+  cmd->callback([dir] { run_info(*dir); });
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,69 @@
+// `rlcpp parity MODEL_DIR`: forward pass against a reference (`reference.safetensors` with
+// input_ids, logits, token_logprobs), printing the largest differences.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+#include "app/commands.h"
+#include "io/safetensors.h"
+#include "model/transformer.h"
+#include "util/error.h"
+#include "util/torch_format.h"
+
+namespace rlcpp {
+
+namespace {
+
+struct ParityArgs {
+  std::string model_dir;
+  std::string reference;  // default MODEL_DIR/reference.safetensors
+  std::string dtype = "float32";
+  std::string device = "cpu";
+};
+
+void run_parity(const ParityArgs& args) {
+  namespace fs = std::filesystem;
+  const fs::path reference = args.reference.empty() ? fs::path(args.model_dir) / "reference.safetensors"
+                                                     : fs::path(args.reference);
+  if (!fs::exists(reference)) throw_user_error("--reference: '{}' does not exist", reference.string());
+  ModelOptions options;
+  options.dtype = parse_dtype(args.dtype, "--dtype");
+  options.device = torch::Device(args.device);
+  auto start = std::chrono::steady_clock::now();
+  auto model = Transformer::from_pretrained(args.model_dir, options);
+  model->eval();
+  auto ref = SafetensorsFile::open(reference);
+  auto ids = ref->tensor("input_ids");
+  torch::NoGradGuard no_grad;
+  auto logits = model->forward(ids).to(torch::kCPU).to(torch::kFloat32);
+  auto targets = torch::full_like(ids, -1);
+  targets.narrow(1, 0, ids.size(1) - 1).copy_(ids.narrow(1, 1, ids.size(1) - 1));
+  auto logprobs = model->token_logprobs(ids, targets).to(torch::kCPU).to(torch::kFloat32);
+  logprobs = logprobs.narrow(1, 0, ids.size(1) - 1);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double logit_diff = (logits - ref->tensor("logits")).abs().max().item<double>();
+  const double logprob_diff = (logprobs - ref->tensor("token_logprobs")).abs().max().item<double>();
+  std::cout << fmt::format("{}: {} ({} layers, vocab {}), {} on {}, input {}\n", args.model_dir,
+                           model->config().architecture, model->config().num_hidden_layers,
+                           model->config().vocab_size, dtype_name(options.dtype), args.device,
+                           fmt::format("{}", ids.sizes()));
+  std::cout << fmt::format("  max |logits - reference|         = {:.3e}\n", logit_diff);
+  std::cout << fmt::format("  max |token_logprobs - reference| = {:.3e}\n", logprob_diff);
+  std::cout << fmt::format("  load + forward: {:.2f} s\n", seconds);
+}
+
+}  // namespace
+
+void add_parity_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("parity", "compare a model's logits with a reference.safetensors");
+  auto args = std::make_shared<ParityArgs>();
+  cmd->add_option("model_dir", args->model_dir, "model directory")->required();
+  cmd->add_option("--reference", args->reference, "reference file (default MODEL_DIR/reference.safetensors)");
+  cmd->add_option("--dtype", args->dtype, "float32 | bfloat16 | float64")->capture_default_str();
+  cmd->add_option("--device", args->device, "cpu | cuda | cuda:N")->capture_default_str();
+  cmd->callback([args] { run_parity(*args); });
+}
+
+}  // namespace rlcpp

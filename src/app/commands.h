@@ -1,0 +1,12 @@
+// The subcommands of the `rlcpp` binary. Each add_* registers its options on the CLI11 app and
+// the callback that runs it.
+#pragma once
+
+#include <CLI/App.hpp>
+
+namespace rlcpp {
+
+void add_info_command(CLI::App& app);
+void add_parity_command(CLI::App& app);
+
+}  // namespace rlcpp

@@ -1,0 +1,104 @@
+#include "model/logprobs.h"
+
+#include <torch/autograd.h>
+
+#include "util/error.h"
+#include "util/torch_format.h"
+
+namespace rlcpp {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// logits of one chunk in the accumulation dtype, divided by temperature: [n, V]
+torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, double temperature) {
+  auto logits = torch::matmul(h, weight.t()).to(logprob_dtype(h.scalar_type()));
+  if (temperature != 1.0) logits = logits / temperature;
+  return logits;
+}
+
+class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, double temperature, int64_t chunk) {
+    const int64_t n = hidden.size(0);
+    const auto acc = logprob_dtype(hidden.scalar_type());
+    auto out = torch::zeros({n}, hidden.options().dtype(acc));
+    auto lse = torch::zeros({n}, hidden.options().dtype(acc));
+    auto safe_targets = targets.clamp_min(0);
+    for (int64_t start = 0; start < n; start += chunk) {
+      const int64_t len = std::min(chunk, n - start);
+      auto logits = chunk_logits(hidden.narrow(0, start, len), weight, temperature);
+      auto chunk_lse = logits.logsumexp(-1);
+      auto picked = logits.gather(-1, safe_targets.narrow(0, start, len).unsqueeze(-1)).squeeze(-1);
+      lse.narrow(0, start, len).copy_(chunk_lse);
+      out.narrow(0, start, len).copy_(picked - chunk_lse);
+    }
+    auto valid = targets.ge(0);
+    out = out * valid.to(acc);
+    ctx->save_for_backward({hidden, weight, targets, lse});
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["chunk"] = chunk;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const auto& hidden = saved[0];
+    const auto& weight = saved[1];
+    const auto& targets = saved[2];
+    const auto& lse = saved[3];
+    const double temperature = ctx->saved_data["temperature"].toDouble();
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const auto acc = lse.scalar_type();
+    // d out_i / d logit_ij = (1[j = t_i] - p_ij) / temperature, zero for ignored targets.
+    auto grad = (grad_outputs[0].to(acc) * targets.ge(0).to(acc));
+    auto safe_targets = targets.clamp_min(0);
+    const int64_t n = hidden.size(0);
+    torch::Tensor grad_hidden = torch::empty_like(hidden);
+    torch::Tensor grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(acc));
+    for (int64_t start = 0; start < n; start += chunk) {
+      const int64_t len = std::min(chunk, n - start);
+      auto h = hidden.narrow(0, start, len);
+      auto g = grad.narrow(0, start, len).unsqueeze(-1);  // [n, 1]
+      auto logits = chunk_logits(h, weight, temperature);
+      auto grad_logits = logits.sub_(lse.narrow(0, start, len).unsqueeze(-1)).exp_().mul_(-g);
+      grad_logits.scatter_add_(-1, safe_targets.narrow(0, start, len).unsqueeze(-1), g);
+      if (temperature != 1.0) grad_logits.div_(temperature);
+      auto grad_logits_model = grad_logits.to(hidden.scalar_type());
+      grad_hidden.narrow(0, start, len).copy_(torch::matmul(grad_logits_model, weight));
+      grad_weight.add_(torch::matmul(grad_logits_model.t(), h).to(acc));
+    }
+    return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                  double temperature) {
+  RLCPP_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+              "hidden {} and weight {} must be [N, H] and [V, H]", hidden.sizes(), weight.sizes());
+  RLCPP_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "targets {} must be [N] for hidden {}",
+              targets.sizes(), hidden.sizes());
+  RLCPP_CHECK(temperature > 0, "temperature must be positive, got {}", temperature);
+}
+
+}  // namespace
+
+torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                     const torch::Tensor& targets, double temperature, int64_t chunk_tokens) {
+  check_inputs(hidden, weight, targets, temperature);
+  RLCPP_CHECK(chunk_tokens > 0, "chunk_tokens must be positive, got {}", chunk_tokens);
+  return ChunkedLogprobFunction::apply(hidden, weight, targets.to(torch::kInt64), temperature, chunk_tokens);
+}
+
+torch::Tensor token_logprobs_reference(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                       const torch::Tensor& targets, double temperature) {
+  check_inputs(hidden, weight, targets, temperature);
+  auto logits = chunk_logits(hidden, weight, temperature);
+  auto logp = torch::log_softmax(logits, -1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);
+  return logp * targets.ge(0).to(logp.scalar_type());
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,27 @@
+// Log-probabilities of target tokens from final hidden states, without materialising [N, V].
+//
+// token_logprobs_chunked computes log softmax(h W^T / temperature)[target] chunk by chunk in the
+// forward pass, saves only the per-token log-sum-exp, and recomputes each chunk's logits in the
+// backward pass. Peak memory grows with the chunk (chunk × V), not with the number of tokens.
+// token_logprobs_reference is the plain version (full logits, log_softmax, gather) it is tested against.
+#pragma once
+
+#include <torch/types.h>
+
+namespace rlcpp {
+
+// hidden [N, H] (model dtype), weight [V, H], targets [N] int64 (a negative target is ignored:
+// its log-prob is 0 and carries no gradient). Returns [N] in fp32 (fp64 for an fp64 model).
+// Differentiable with respect to hidden and weight.
+torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                     const torch::Tensor& targets, double temperature, int64_t chunk_tokens);
+
+torch::Tensor token_logprobs_reference(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                       const torch::Tensor& targets, double temperature);
+
+// The dtype log-probs are accumulated in for a model of `dtype`: fp64 stays fp64, all else fp32.
+inline torch::ScalarType logprob_dtype(torch::ScalarType dtype) {
+  return dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,137 @@
+// The decoder-only transformer of the Qwen2, Qwen3 and Llama families in LibTorch.
+//
+// Parameters carry their Hugging Face names (`model.layers.3.self_attn.q_proj.weight`, `lm_head.weight`),
+// so loading and saving need no renaming table. Family differences are config switches:
+// q/k/v bias (Qwen2), per-head q/k RMSNorm and explicit head_dim (Qwen3), tied embeddings, rope scaling.
+// The model holds parameters only: caches, optimizer state and RNGs live in their own objects.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "io/safetensors.h"
+#include "model/model_config.h"
+#include "model/rope.h"
+
+namespace rlcpp {
+
+class CheckpointReader;
+
+// Where the model lives and in which dtype: always from config, never hard-coded.
+struct ModelOptions {
+  torch::Device device = torch::kCPU;         // cpu | cuda[:n]
+  torch::ScalarType dtype = torch::kFloat32;  // float32 | bfloat16 | float16 | float64
+  int64_t logprob_chunk_tokens = 512;         // tokens per chunk of the fused log-prob head
+};
+
+// "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16", "float64"/"fp64"; anything else is a UserError naming `flag`.
+torch::ScalarType parse_dtype(const std::string& name, const std::string& flag);
+std::string dtype_name(torch::ScalarType dtype);
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // normalises the last dim in fp32 (or fp64)
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& config);
+  // x [B, T, H]; cos/sin [B, T, D]; mask [B, 1, T, T] additive (0 or -inf). Returns [B, T, H].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  std::shared_ptr<RMSNormImpl> q_norm, k_norm;  // Qwen3 only
+
+ private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+};
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask);
+  std::shared_ptr<AttentionImpl> self_attn;
+  std::shared_ptr<MlpImpl> mlp;
+  std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;
+};
+
+// The body, registered as "model" so parameter names match Hugging Face.
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& config);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  std::shared_ptr<RMSNormImpl> norm;
+};
+
+class Transformer : public torch::nn::Module {
+ public:
+  Transformer(ModelConfig config, ModelOptions options);
+
+  // Loads config.json + weights from a Hugging Face directory into a model of `options`.
+  static std::shared_ptr<Transformer> from_pretrained(const std::filesystem::path& dir, ModelOptions options = {});
+
+  // Final hidden states (after the last norm) [B, T, H]. attention_mask [B, T] (1 = token, 0 = pad,
+  // left padding) may be undefined (no padding); positions then come from the mask.
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});
+
+  // Logits [B, T, V] in fp32 (fp64 for an fp64 model). Materialises the whole tensor: for
+  // training use token_logprobs.
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});
+
+  // log p(targets[b, t] | input_ids[b, ..t]) under softmax(logits / temperature): [B, T] fp32,
+  // differentiable, computed in chunks (see logprobs.h). targets < 0 are ignored (0, no gradient).
+  torch::Tensor token_logprobs(const torch::Tensor& input_ids, const torch::Tensor& targets, double temperature = 1.0,
+                               const torch::Tensor& attention_mask = {});
+
+  // The output projection [V, H]: lm_head, or the embedding when tied.
+  torch::Tensor output_weight() const;
+
+  // Copies weights in (cast to the model's dtype and device). Every parameter must be present with
+  // its exact shape; a missing or misshapen weight is a UserError naming it and `source`.
+  void load_weights(const CheckpointReader& reader, const std::string& source);
+  void load_weights(const NamedTensors& tensors, const std::string& source);
+  // Parameters under their Hugging Face names, tied lm_head omitted (as HF saves it).
+  NamedTensors named_weights() const;
+  // Writes config.json and the weights (optionally sharded) into `dir`.
+  void save_pretrained(const std::filesystem::path& dir, uint64_t max_shard_bytes = 0) const;
+
+  // Random initialisation as Hugging Face does: normal(0, initializer_range), norms 1, biases 0.
+  void init_weights(double stddev, uint64_t seed);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+
+  std::shared_ptr<DecoderImpl> model;
+  torch::nn::Linear lm_head{nullptr};  // null when tied
+
+ private:
+  ModelConfig config_;
+  ModelOptions options_;
+  Rope rope_;
+};
+
+// positions [B, T] from a left-padded attention mask: 0 at the first real token of each row.
+torch::Tensor positions_from_mask(const torch::Tensor& attention_mask);
+
+}  // namespace rlcpp

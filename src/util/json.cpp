@@ -1,0 +1,16 @@
+#include "util/json.h"
+
+#include "util/file.h"
+
+namespace rlcpp {
+
+Json load_json_file(const std::filesystem::path& path) {
+  const std::string text = read_file(path, "JSON file");
+  try {
+    return Json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw_user_error("'{}' is not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+}  // namespace rlcpp
