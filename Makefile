@@ -4,6 +4,7 @@
 BUILD_DIR  ?= build
 BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc)
+FUZZ_SECONDS ?= 300
 RLCPP_FIXTURES ?= $(abspath $(firstword $(wildcard ../shared/fixtures tests/fixtures)))
 
 .PHONY: all deps configure build test demo bench fuzz clean
@@ -33,7 +34,7 @@ bench: build
 	@echo "benchmarks: $(BUILD_DIR)/bench_forward --help"
 
 fuzz:
-	bash fuzz/run.sh
+	bash fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -8,9 +8,11 @@
 #include "app/commands.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/threads.h"
 
 int main(int argc, char** argv) {
   rlcpp::init_logging();
+  rlcpp::configure_threads();
   CLI::App app{"rlcpp: RL fine-tuning (GRPO, DAPO) of Hugging Face language models in C++"};
   app.require_subcommand(0, 1);
   bool show_version = false;

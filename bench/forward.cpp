@@ -1,0 +1,155 @@
+// bench/forward: forward and forward+backward tokens/s and peak RSS of a Qwen2.5-0.5B-shaped model
+// with random weights, and the peak memory of token_logprobs (chunked head vs the plain one) for
+// T = 512, 2048, 8192. Each memory figure is measured in a fresh child process.
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "bench_util.h"
+#include "model/logprobs.h"
+#include "model/transformer.h"
+#include "util/threads.h"
+
+using namespace rlcpp;
+using namespace rlcpp::bench;
+
+namespace {
+
+struct Args {
+  int64_t batch = 1;
+  int64_t length = 256;
+  int64_t layers = 24;
+  int64_t chunk = 512;
+  int64_t repeats = 2;
+  std::string dtype = "float32";
+  std::vector<int64_t> head_lengths = {512, 2048, 8192};
+  int64_t reference_max = 2048;  // the plain head needs 3 × T × 151936 × 4 bytes: skip it above this
+  bool skip_model = false;
+  int threads = 0;     // 0: all cores
+  std::string child;  // internal: "head:<T>:<chunked|plain>"
+};
+
+// One token_logprobs head measurement: hidden [T, 896] → log-probs, then backward. Prints JSON.
+void run_head_child(const Args& args, int64_t length, bool chunked) {
+  torch::manual_seed(0);
+  const auto config = qwen25_05b_config(1);
+  auto weight = (torch::randn({config.vocab_size, config.hidden_size}) * 0.02).requires_grad_();
+  auto hidden = torch::randn({length, config.hidden_size}).requires_grad_();
+  auto targets = torch::randint(0, config.vocab_size, {length}, torch::kInt64);
+  const long before = proc_status_kib("VmRSS");
+  reset_peak_rss();
+  auto start = std::chrono::steady_clock::now();
+  auto logp = chunked ? token_logprobs_chunked(hidden, weight, targets, 1.0, args.chunk)
+                      : token_logprobs_reference(hidden, weight, targets, 1.0);
+  logp.sum().backward();
+  const double secs = seconds_since(start);
+  const long peak = proc_status_kib("VmHWM");
+  std::printf("{\"peak_mib\": %.1f, \"seconds\": %.3f}\n", mib(peak - before), secs);
+}
+
+double measure_head(const std::string& self, const Args& args, int64_t length, bool chunked, double* seconds) {
+  const std::string cmd = fmt::format("'{}' --child head:{}:{} --chunk {} --threads {}", self, length,
+                                      chunked ? "chunked" : "plain", args.chunk, args.threads);
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  char buffer[512] = {0};
+  std::string out;
+  while (pipe && std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+  const int rc = pipe ? ::pclose(pipe) : -1;
+  if (rc != 0 || out.empty()) return -1;
+  auto json = nlohmann::json::parse(out);
+  *seconds = json["seconds"].get<double>();
+  return json["peak_mib"].get<double>();
+}
+
+void run_model(const Args& args) {
+  ModelOptions options;
+  options.dtype = parse_dtype(args.dtype, "--dtype");
+  options.logprob_chunk_tokens = args.chunk;
+  const auto config = qwen25_05b_config(args.layers);
+  auto start = std::chrono::steady_clock::now();
+  auto model = std::make_shared<Transformer>(config, options);
+  model->init_weights(0.02, 0);
+  std::printf("model: Qwen2.5-0.5B shape, %ld layers, %.1f M parameters, %s, %d threads, built in %.1f s\n",
+              static_cast<long>(args.layers), config.parameter_count() / 1e6, args.dtype.c_str(),
+              torch::get_num_threads(), seconds_since(start));
+  const long weights_rss = proc_status_kib("VmRSS");
+  auto ids = torch::randint(0, config.vocab_size, {args.batch, args.length}, torch::kInt64);
+  auto targets = torch::randint(0, config.vocab_size, {args.batch, args.length}, torch::kInt64);
+  const double tokens = static_cast<double>(args.batch * args.length);
+
+  reset_peak_rss();
+  double forward_s = 1e30;
+  {
+    torch::NoGradGuard no_grad;
+    for (int64_t r = 0; r < args.repeats; ++r) {
+      start = std::chrono::steady_clock::now();
+      auto logp = model->token_logprobs(ids, targets);
+      forward_s = std::min(forward_s, seconds_since(start));
+    }
+  }
+  const long forward_peak = proc_status_kib("VmHWM");
+  reset_peak_rss();
+  double train_s = 1e30;
+  for (int64_t r = 0; r < args.repeats; ++r) {
+    model->zero_grad();
+    start = std::chrono::steady_clock::now();
+    model->token_logprobs(ids, targets).sum().backward();
+    train_s = std::min(train_s, seconds_since(start));
+  }
+  const long train_peak = proc_status_kib("VmHWM");
+  std::printf("batch %ld x length %ld (%.0f tokens), best of %ld\n", static_cast<long>(args.batch),
+              static_cast<long>(args.length), tokens, static_cast<long>(args.repeats));
+  std::printf("  forward            %8.1f tokens/s  (%.2f s)  peak RSS %.0f MiB (weights %.0f MiB)\n",
+              tokens / forward_s, forward_s, mib(forward_peak), mib(weights_rss));
+  std::printf("  forward+backward   %8.1f tokens/s  (%.2f s)  peak RSS %.0f MiB\n", tokens / train_s, train_s,
+              mib(train_peak));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"bench/forward: transformer throughput and token_logprobs memory"};
+  app.add_option("--batch", args.batch, "sequences per forward")->capture_default_str();
+  app.add_option("--length", args.length, "tokens per sequence")->capture_default_str();
+  app.add_option("--layers", args.layers, "decoder layers (Qwen2.5-0.5B has 24)")->capture_default_str();
+  app.add_option("--chunk", args.chunk, "tokens per chunk of the log-prob head")->capture_default_str();
+  app.add_option("--repeats", args.repeats, "timed repetitions (best is reported)")->capture_default_str();
+  app.add_option("--dtype", args.dtype, "float32 | bfloat16")->capture_default_str();
+  app.add_option("--head-lengths", args.head_lengths, "T values for the log-prob head memory figures");
+  app.add_option("--reference-max", args.reference_max, "largest T for the plain (unchunked) head")
+      ->capture_default_str();
+  app.add_flag("--skip-model", args.skip_model, "only the head memory figures");
+  app.add_option("--threads", args.threads, "intra-op threads (0: all cores)")->capture_default_str();
+  app.add_option("--child", args.child)->group("");
+  CLI11_PARSE(app, argc, argv);
+  configure_threads(args.threads);
+
+  if (!args.child.empty()) {
+    int64_t length = 0;
+    char mode[32] = {0};
+    std::sscanf(args.child.c_str(), "head:%ld:%31s", &length, mode);
+    run_head_child(args, length, std::string(mode) == "chunked");
+    return 0;
+  }
+  if (!args.skip_model) run_model(args);
+  const std::string self = "/proc/self/exe";
+  std::string exe(4096, '\0');
+  exe.resize(std::max<ssize_t>(0, ::readlink(self.c_str(), exe.data(), exe.size())));
+  std::printf("token_logprobs head (hidden [T, 896] x vocab 151936, fp32, forward+backward), peak RSS above the inputs:\n");
+  std::printf("  %6s  %22s  %22s\n", "T", fmt::format("chunked ({} tokens)", args.chunk).c_str(), "plain (full logits)");
+  for (int64_t t : args.head_lengths) {
+    double chunked_s = 0, plain_s = 0;
+    const double chunked = measure_head(exe, args, t, true, &chunked_s);
+    std::string plain_text = "skipped (too large)";
+    if (t <= args.reference_max) {
+      const double plain = measure_head(exe, args, t, false, &plain_s);
+      plain_text = fmt::format("{:8.0f} MiB {:6.2f} s", plain, plain_s);
+    }
+    std::printf("  %6ld  %12.0f MiB %6.2f s  %22s\n", static_cast<long>(t), chunked, chunked_s, plain_text.c_str());
+  }
+  return 0;
+}

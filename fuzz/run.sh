@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a while.
+#   fuzz/run.sh [SECONDS] [TARGET...]      default: 60 s, every target
+# Seeds come from fuzz/seeds/<target>/ and crashes land in fuzz/crashes/ (reproduce: the binary + the file).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}; shift || true
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(safetensors_header)
+out=${FUZZ_BUILD_DIR:-build-fuzz}; mkdir -p "$out" fuzz/crashes
+declare -A sources=(
+  [safetensors_header]="fuzz/safetensors_header_fuzz.cpp src/io/safetensors_header.cpp"
+)
+for target in "${targets[@]}"; do
+  bin="$out/fuzz_$target"
+  clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc \
+    ${sources[$target]} -lfmt -o "$bin"
+  corpus="$out/corpus-$target"; mkdir -p "$corpus"
+  cp -n fuzz/seeds/"$target"/* "$corpus"/ 2>/dev/null || true
+  echo "fuzz: $target for ${seconds}s"
+  set +e
+  "$bin" "$corpus" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 -max_len=4096 \
+    -artifact_prefix=fuzz/crashes/"$target"- -print_final_stats=1 > "$out/fuzz_$target.log" 2>&1
+  rc=$?
+  set -e
+  grep -E "^stat::(number_of_executed_units|average_exec_per_sec|slowest_unit_time_sec)|^Done|ERROR|SUMMARY" \
+    "$out/fuzz_$target.log" || true
+  if [ $rc -ne 0 ]; then
+    echo "fuzz: $target FAILED (exit $rc); the input is in fuzz/crashes/, the log in $out/fuzz_$target.log"
+    status=1
+  fi
+done
+exit ${status:-0}
