@@ -8,5 +8,7 @@ namespace rlcpp {
 
 void add_info_command(CLI::App& app);
 void add_parity_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 
 }  // namespace rlcpp

