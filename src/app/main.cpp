@@ -3,12 +3,37 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "app/commands.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/threads.h"
+
+namespace {
+
+// The reference system's flags are argparse-style multi-letter single-dash names (-rt, -mpt, -tbs).
+// CLI11 takes one-letter short names only, so each such flag is declared as a long name (--rt) and
+// its single-dash spelling rewritten here. One letter after a dash, and negative numbers, are left alone.
+std::vector<std::string> rewrite_single_dash_long_options(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int k = 1; k < argc; ++k) {
+    std::string a = argv[k];
+    const size_t name_end = a.find('=');
+    const size_t name_len = (name_end == std::string::npos ? a.size() : name_end) - 1;
+    if (a.size() > 2 && a[0] == '-' && a[1] != '-' && std::isalpha(static_cast<unsigned char>(a[1])) && name_len > 1) {
+      a.insert(a.begin(), '-');
+    }
+    args.push_back(a);
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
+  return args;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   rlcpp::init_logging();
@@ -21,8 +46,9 @@ int main(int argc, char** argv) {
   rlcpp::add_parity_command(app);
   rlcpp::add_tokenize_command(app);
   rlcpp::add_template_command(app);
+  rlcpp::add_prompts_command(app);
   try {
-    app.parse(argc, argv);
+    app.parse(rewrite_single_dash_long_options(argc, argv));
     if (show_version) {
       std::cout << "rlcpp " << RLCPP_VERSION << " (LibTorch " << TORCH_VERSION << ")\n";
       return 0;

@@ -1,0 +1,135 @@
+#include "io/prompt_dataset.h"
+
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <random>
+
+#include "util/error.h"
+
+namespace rlcpp {
+
+namespace fs = std::filesystem;
+using OJson = nlohmann::ordered_json;
+
+PromptRecord parse_prompt_record(const std::string& line, const std::string& where) {
+  OJson json;
+  try {
+    json = OJson::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw_user_error("{}: not valid JSON ({})", where, e.what());
+  }
+  if (!json.is_object()) throw_user_error("{}: expected a JSON object, got {}", where, json.type_name());
+  PromptRecord record;
+  auto messages = json.find("messages");
+  if (messages == json.end()) throw_user_error("{}: missing \"messages\"", where);
+  OJson list = messages->is_object() ? OJson::array({*messages}) : *messages;
+  if (!list.is_array() || list.empty()) {
+    throw_user_error("{}: \"messages\" must be an object or a non-empty list of objects, got {}", where,
+                     messages->type_name());
+  }
+  for (size_t k = 0; k < list.size(); ++k) {
+    const auto& m = list[k];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
+      throw_user_error("{}: messages[{}] must be {{\"role\": string, \"content\": string}}, got {}", where, k,
+                       m.dump().substr(0, 200));
+    }
+  }
+  record.messages = std::move(list);
+  auto answer = json.find("gt_answer");
+  if (answer == json.end()) throw_user_error("{}: missing \"gt_answer\"", where);
+  if (answer->is_string()) {
+    record.gt_answer = answer->get<std::string>();
+  } else if (answer->is_number()) {
+    record.gt_answer = answer->dump();
+  } else {
+    throw_user_error("{}: \"gt_answer\" must be a string or a number, got {}", where, answer->type_name());
+  }
+  record.metadata = OJson::object();
+  for (auto it = json.begin(); it != json.end(); ++it) {
+    if (it.key() != "messages" && it.key() != "gt_answer") record.metadata[it.key()] = it.value();
+  }
+  return record;
+}
+
+PromptDataset load_prompt_dataset(const fs::path& path, const DatasetOptions& options) {
+  std::ifstream in(path);
+  if (!in) throw_user_error("cannot open dataset '{}': no such file or not readable", path.string());
+  PromptDataset dataset;
+  dataset.path = path;
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path.string(), line_no);
+    try {
+      PromptRecord record = parse_prompt_record(line, where);
+      record.line = line_no;
+      dataset.records.push_back(std::move(record));
+    } catch (const UserError& e) {
+      if (!options.skip_bad_lines) {
+        throw UserError(std::string(e.what()) + " (fix the line, or pass --skip-bad-lines to skip such lines)");
+      }
+      ++dataset.n_bad_lines;
+      if (dataset.n_bad_lines <= 5) spdlog::warn("skipping bad line: {}", e.what());
+    }
+  }
+  if (dataset.n_bad_lines > 0) {
+    spdlog::warn("{}: skipped {} malformed line(s) of {}", path.string(), dataset.n_bad_lines, line_no);
+  }
+  if (dataset.records.empty()) {
+    throw_user_error("dataset '{}' has no usable records ({} lines read, {} malformed)", path.string(), line_no,
+                     dataset.n_bad_lines);
+  }
+  return dataset;
+}
+
+DatasetCursor::DatasetCursor(int64_t size, uint64_t seed, bool shuffle) : size_(size), seed_(seed), shuffle_(shuffle) {
+  RLCPP_CHECK(size > 0, "dataset cursor over {} records", size);
+  reshuffle();
+}
+
+void DatasetCursor::reshuffle() {
+  order_.resize(static_cast<size_t>(size_));
+  for (int64_t k = 0; k < size_; ++k) order_[static_cast<size_t>(k)] = k;
+  if (!shuffle_) return;
+  std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch_));
+  for (int64_t k = size_ - 1; k > 0; --k) {
+    const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(k + 1));
+    std::swap(order_[static_cast<size_t>(k)], order_[static_cast<size_t>(j)]);
+  }
+}
+
+int64_t DatasetCursor::next() {
+  if (position_ >= size_) {
+    ++epoch_;
+    position_ = 0;
+    reshuffle();
+  }
+  ++consumed_;
+  return order_[static_cast<size_t>(position_++)];
+}
+
+nlohmann::json DatasetCursor::state() const {
+  return {{"size", size_}, {"seed", seed_}, {"shuffle", shuffle_}, {"epoch", epoch_}, {"position", position_},
+          {"consumed", consumed_}};
+}
+
+void DatasetCursor::restore(const nlohmann::json& state) {
+  const int64_t size = state.at("size").get<int64_t>();
+  const uint64_t seed = state.at("seed").get<uint64_t>();
+  const bool shuffle = state.at("shuffle").get<bool>();
+  if (size != size_ || seed != seed_ || shuffle != shuffle_) {
+    throw_user_error("data cursor was saved for a dataset of {} records (seed {}, shuffle {}) but this one has {} "
+                     "(seed {}, shuffle {}): resume with the same dataset and seed", size, seed, shuffle, size_, seed_,
+                     shuffle_);
+  }
+  epoch_ = state.at("epoch").get<int64_t>();
+  position_ = state.at("position").get<int64_t>();
+  consumed_ = state.at("consumed").get<int64_t>();
+  reshuffle();
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,53 @@
+#include "text/prompt_builder.h"
+
+#include "util/error.h"
+
+namespace rlcpp {
+
+PromptOverflow parse_prompt_overflow(const std::string& name, const std::string& flag) {
+  if (name == "truncate_left") return PromptOverflow::kTruncateLeft;
+  if (name == "drop") return PromptOverflow::kDrop;
+  throw_user_error("{}: unknown overflow policy \"{}\" (use truncate_left or drop)", flag, name);
+}
+
+std::string default_system_prompt(const std::string& reward_type) {
+  if (reward_type == "boxed") return "Please reason step by step, and put your final answer within \\boxed{}.";
+  if (reward_type == "think_answer_tags") {
+    return "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and then "
+           "provides the user with the answer. The reasoning process and answer are enclosed within <think> </think> "
+           "and <answer> </answer> tags, respectively, i.e., <think> reasoning process here </think><answer> answer "
+           "here </answer>.";
+  }
+  if (reward_type == "answer_line") {
+    return "Solve the problem step by step. The last line of your response should be of the form Answer: $Answer "
+           "(without quotes) where $Answer is the answer to the problem.";
+  }
+  return "";
+}
+
+PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, PromptOptions options)
+    : tokenizer_(tokenizer), template_(tokenizer), options_(std::move(options)) {}
+
+std::optional<BuiltPrompt> PromptBuilder::build(const PromptRecord& record) {
+  nlohmann::ordered_json messages = record.messages;
+  const bool has_system = !messages.empty() && messages[0].value("role", "") == "system";
+  if (!options_.system_prompt.empty() && !has_system) {
+    messages.insert(messages.begin(), nlohmann::ordered_json{{"role", "system"}, {"content", options_.system_prompt}});
+  }
+  BuiltPrompt prompt;
+  prompt.text = template_.render(messages, true, options_.template_variables);
+  prompt.ids = tokenizer_.encode(prompt.text, false);  // the template already holds BOS where the model wants it
+  const int64_t limit = options_.max_prompt_tokens;
+  if (limit > 0 && static_cast<int64_t>(prompt.ids.size()) > limit) {
+    if (options_.overflow == PromptOverflow::kDrop) {
+      ++n_dropped_;
+      return std::nullopt;
+    }
+    prompt.ids.erase(prompt.ids.begin(), prompt.ids.end() - limit);
+    prompt.truncated = true;
+    ++n_truncated_;
+  }
+  return prompt;
+}
+
+}  // namespace rlcpp

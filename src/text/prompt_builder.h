@@ -1,0 +1,53 @@
+// Prompts as the trainer sees them: optional system prompt, chat template with the generation
+// prompt, tokenisation, and the max_prompt_tokens policy (truncate from the left, or drop).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/prompt_dataset.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace rlcpp {
+
+enum class PromptOverflow { kTruncateLeft, kDrop };
+
+// "truncate_left" | "drop"; anything else is a UserError naming `flag`.
+PromptOverflow parse_prompt_overflow(const std::string& name, const std::string& flag);
+
+// The reference system's system prompt for a reward type ("boxed", "think_answer_tags",
+// "answer_line"); empty for an unknown type.
+std::string default_system_prompt(const std::string& reward_type);
+
+struct PromptOptions {
+  std::string system_prompt;          // prepended as a system message when the record has none; empty: none
+  int64_t max_prompt_tokens = 0;      // 0: unlimited
+  PromptOverflow overflow = PromptOverflow::kTruncateLeft;
+  nlohmann::ordered_json template_variables = nlohmann::ordered_json::object();  // e.g. enable_thinking
+};
+
+struct BuiltPrompt {
+  std::string text;             // the rendered template (before any truncation)
+  std::vector<int32_t> ids;     // what the engine is given
+  bool truncated = false;
+};
+
+class PromptBuilder {
+ public:
+  PromptBuilder(const Tokenizer& tokenizer, PromptOptions options);
+  // nullopt when the prompt is over max_prompt_tokens and the policy is drop.
+  std::optional<BuiltPrompt> build(const PromptRecord& record);
+  int64_t n_truncated() const { return n_truncated_; }
+  int64_t n_dropped() const { return n_dropped_; }
+
+ private:
+  const Tokenizer& tokenizer_;
+  ChatTemplate template_;
+  PromptOptions options_;
+  int64_t n_truncated_ = 0, n_dropped_ = 0;
+};
+
+}  // namespace rlcpp
