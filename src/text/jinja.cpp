@@ -77,11 +77,13 @@ class Lexer {
         piece.resize(end);
       } else if (kind != '{' && marker != '+') {
         // lstrip_blocks: spaces and tabs from the line start to a block or comment tag go.
-        size_t end = piece.size();
-        while (end > 0 && (piece[end - 1] == ' ' || piece[end - 1] == '\t')) --end;
-        const bool line_start = end == 0 ? (text.empty() ? chunks.empty() || ends_line(chunks) : text.back() == '\n')
-                                         : piece[end - 1] == '\n';
-        if (line_start) piece.resize(end);
+        // Whether the tag starts its line is read off the source, before trim_blocks removed anything.
+        size_t blanks = 0;
+        while (blanks < piece.size() && (piece[piece.size() - 1 - blanks] == ' ' || piece[piece.size() - 1 - blanks] == '\t')) {
+          ++blanks;
+        }
+        const size_t before = open - blanks;  // source index of the first blank
+        if (before == 0 || src_[before - 1] == '\n') piece.resize(piece.size() - blanks);
       }
       text += piece;
       const Pos tag_pos = pos_;
@@ -112,10 +114,6 @@ class Lexer {
   }
 
  private:
-  static bool ends_line(const std::vector<Chunk>& chunks) {
-    return chunks.back().type == Chunk::kText && !chunks.back().text.empty() && chunks.back().text.back() == '\n';
-  }
-
   size_t find_open(size_t from) const {
     for (size_t k = from; k + 1 < src_.size(); ++k) {
       if (src_[k] == '{' && (src_[k + 1] == '{' || src_[k + 1] == '%' || src_[k + 1] == '#')) return k;
@@ -610,8 +608,11 @@ class Parser {
       body.push_back(parse_statement(c, kw));
     }
     if (!terminators.empty()) {
-      fail(chunks_.empty() ? Pos{} : chunks_.back().pos,
-           fmt::format("missing {{% {} %}}", *terminators.begin()));
+      std::string closing = *terminators.begin();
+      for (const auto& t : terminators) {
+        if (t.rfind("end", 0) == 0) closing = t;
+      }
+      fail(chunks_.empty() ? Pos{} : chunks_.back().pos, fmt::format("missing {{% {} %}}", closing));
     }
     return body;
   }

@@ -60,17 +60,35 @@ bool utf8_incomplete_tail(std::string_view bytes, size_t from) {
 }
 
 std::string utf8_lossy(std::string_view bytes) {
+  // Each maximal invalid subpart becomes one U+FFFD (Unicode's recommended practice, as Rust's
+  // String::from_utf8_lossy): a valid lead byte followed by fitting continuation bytes that stop
+  // short of a character counts once.
   std::string out;
   out.reserve(bytes.size());
   size_t pos = 0;
   while (pos < bytes.size()) {
-    const size_t start = pos;
-    const char32_t cp = utf8_next(bytes, &pos);
-    if (cp == 0xFFFD && !(pos - start == 3 && bytes.substr(start, 3) == "\xEF\xBF\xBD")) {
-      utf8_append(0xFFFD, &out);
-    } else {
-      out.append(bytes.substr(start, pos - start));
+    const size_t valid = utf8_valid_prefix(bytes.substr(pos));
+    out.append(bytes.substr(pos, valid));
+    pos += valid;
+    if (pos >= bytes.size()) break;
+    const unsigned char lead = static_cast<unsigned char>(bytes[pos]);
+    const size_t need = utf8_char_length(lead);
+    size_t k = 1;
+    if (need > 1 && lead >= 0xC2 && lead <= 0xF4) {
+      // Allowed range of the second byte, which excludes overlongs and surrogates.
+      unsigned char lo = 0x80, hi = 0xBF;
+      if (lead == 0xE0) lo = 0xA0;
+      if (lead == 0xED) hi = 0x9F;
+      if (lead == 0xF0) lo = 0x90;
+      if (lead == 0xF4) hi = 0x8F;
+      while (k < need && pos + k < bytes.size()) {
+        const unsigned char c = static_cast<unsigned char>(bytes[pos + k]);
+        if (k == 1 ? (c < lo || c > hi) : (c & 0xC0) != 0x80) break;
+        ++k;
+      }
     }
+    utf8_append(0xFFFD, &out);
+    pos += k;
   }
   return out;
 }

@@ -1,0 +1,99 @@
+// Prompt datasets: the reference format, errors naming file and line, --skip-bad-lines, the
+// shuffling cursor and its exact save/restore.
+#include <fstream>
+
+#include "io/prompt_dataset.h"
+#include "test_util.h"
+#include "util/error.h"
+
+using namespace rlcpp;
+using rlcpp::testing::TempDir;
+
+namespace {
+std::filesystem::path write_lines(const TempDir& dir, const std::vector<std::string>& lines) {
+  const auto path = dir / "data.jsonl";
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << "\n";
+  return path;
+}
+}  // namespace
+
+TEST(PromptDataset, ReferenceFormatObjectOrList) {
+  TempDir dir;
+  auto path = write_lines(dir, {R"({"messages": {"role": "user", "content": "1+1?"}, "gt_answer": "2", "id": 7})", "",
+                                R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}], "gt_answer": 3})"});
+  auto ds = load_prompt_dataset(path);
+  ASSERT_EQ(ds.records.size(), 2u);
+  EXPECT_EQ(ds.records[0].messages.size(), 1u);
+  EXPECT_EQ(ds.records[0].gt_answer, "2");
+  EXPECT_EQ(ds.records[0].metadata["id"], 7);
+  EXPECT_EQ(ds.records[1].messages.size(), 2u);
+  EXPECT_EQ(ds.records[1].gt_answer, "3");
+  EXPECT_EQ(ds.records[1].line, 3);
+}
+
+TEST(PromptDataset, RealGsm8kLoads) {
+  const auto path = rlcpp::testing::fixtures_root() / ".." / "datasets" / "gsm8k" / "test.jsonl";
+  auto ds = load_prompt_dataset(path);
+  EXPECT_EQ(ds.records.size(), 1319u);
+  EXPECT_EQ(ds.records[0].gt_answer, "18");
+  EXPECT_TRUE(ds.records[0].metadata.contains("solution"));
+}
+
+TEST(PromptDatasetErrors, NameFileAndLine) {
+  TempDir dir;
+  const std::string good = R"({"messages": {"role": "user", "content": "q"}, "gt_answer": "1"})";
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {good, "{oops"})), UserError, "data.jsonl:2", "not valid JSON",
+                   "--skip-bad-lines");
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {R"({"gt_answer": "1"})"})), UserError, "data.jsonl:1",
+                   "missing \"messages\"");
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {R"({"messages": {"role": "user", "content": "q"}})"})),
+                   UserError, "missing \"gt_answer\"");
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {R"({"messages": {"role": "user", "content": 5}, "gt_answer": "1"})"})),
+                   UserError, "messages[0]");
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {R"({"messages": [], "gt_answer": "1"})"})), UserError,
+                   "non-empty list");
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {R"({"messages": {"role": "user", "content": "q"}, "gt_answer": [1]})"})),
+                   UserError, "\"gt_answer\" must be a string or a number");
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {"", "  "})), UserError, "no usable records");
+  EXPECT_THROW_MSG(load_prompt_dataset(dir / "missing.jsonl"), UserError, "missing.jsonl");
+}
+
+TEST(PromptDatasetErrors, SkipBadLinesCounts) {
+  TempDir dir;
+  const std::string good = R"({"messages": {"role": "user", "content": "q"}, "gt_answer": "1"})";
+  DatasetOptions options;
+  options.skip_bad_lines = true;
+  auto ds = load_prompt_dataset(write_lines(dir, {good, "{oops", R"({"gt_answer": 1})", good}), options);
+  EXPECT_EQ(ds.records.size(), 2u);
+  EXPECT_EQ(ds.n_bad_lines, 2);
+  EXPECT_EQ(ds.records[1].line, 4);
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {"{oops"}), options), UserError, "no usable records");
+}
+
+TEST(DatasetCursor, DeterministicShuffleAndExactRestore) {
+  DatasetCursor a(10, 123, true), b(10, 123, true), other_seed(10, 124, true);
+  std::vector<int64_t> first, second, third;
+  for (int k = 0; k < 25; ++k) first.push_back(a.next());
+  for (int k = 0; k < 25; ++k) second.push_back(b.next());
+  for (int k = 0; k < 25; ++k) third.push_back(other_seed.next());
+  EXPECT_EQ(first, second);
+  EXPECT_NE(first, third);
+  // Each epoch is a permutation, and epochs differ.
+  std::vector<int64_t> epoch0(first.begin(), first.begin() + 10), epoch1(first.begin() + 10, first.begin() + 20);
+  EXPECT_NE(epoch0, epoch1);
+  std::sort(epoch0.begin(), epoch0.end());
+  for (int64_t k = 0; k < 10; ++k) EXPECT_EQ(epoch0[k], k);
+  EXPECT_EQ(a.epoch(), 2);
+  // Save mid-epoch, restore into a fresh cursor: the continuation is identical.
+  DatasetCursor c(10, 123, true);
+  for (int k = 0; k < 13; ++k) c.next();
+  const auto state = c.state();
+  DatasetCursor d(10, 123, true);
+  d.restore(state);
+  for (int k = 13; k < 25; ++k) EXPECT_EQ(d.next(), first[k]) << k;
+  DatasetCursor wrong(11, 123, true);
+  EXPECT_THROW_MSG(wrong.restore(state), UserError, "10 records", "11");
+  DatasetCursor ordered(4, 1, false);
+  for (int64_t k = 0; k < 8; ++k) EXPECT_EQ(ordered.next(), k % 4);
+}
