@@ -19,7 +19,7 @@ class Rope {
   // cos and sin for `positions` [B, T] (int64): each [B, T, head_dim] in `dtype`
   // (computed in fp32, or fp64 for an fp64 model, as Hugging Face does).
   std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& positions, torch::ScalarType dtype) const;
-  // x [B, H, T, D] rotated by cos/sin [B, T, D].
+  // x [B, H, T, D] rotated by cos/sin [B, T, D]; or packed x [T, H, D] by cos/sin [T, D].
   static torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
  private:

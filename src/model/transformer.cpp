@@ -108,6 +108,21 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return o_proj->forward(out);
 }
 
+torch::Tensor AttentionImpl::forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                            int64_t layer, AttentionBackend& backend) {
+  const int64_t tokens = x.size(0);
+  auto q = q_proj->forward(x).view({tokens, n_heads_, head_dim_});
+  auto k = k_proj->forward(x).view({tokens, n_kv_heads_, head_dim_});
+  auto v = v_proj->forward(x).view({tokens, n_kv_heads_, head_dim_});
+  if (q_norm) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = Rope::apply(q, cos, sin);  // [T, H, D] with cos [T, 1, D]
+  k = Rope::apply(k, cos, sin);
+  return o_proj->forward(backend.attend(layer, q, k, v));
+}
+
 MlpImpl::MlpImpl(const ModelConfig& c) {
   gate_proj = register_module("gate_proj", make_linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
   up_proj = register_module("up_proj", make_linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
@@ -129,6 +144,12 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                         const torch::Tensor& mask) {
   auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+torch::Tensor DecoderLayerImpl::forward_packed(const torch::Tensor& x, const torch::Tensor& cos,
+                                               const torch::Tensor& sin, int64_t layer, AttentionBackend& backend) {
+  auto h = x + self_attn->forward_packed(input_layernorm->forward(x), cos, sin, layer, backend);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -171,6 +192,19 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
   auto mask = build_attention_mask(attention_mask, batch, length, options_.dtype, options_.device);
   auto h = model->embed_tokens->forward(ids);
   for (const auto& layer : *model->layers) h = layer->as<DecoderLayerImpl>()->forward(h, cos, sin, mask);
+  return model->norm->forward(h);
+}
+
+torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const torch::Tensor& positions,
+                                                AttentionBackend& backend) {
+  RLCPP_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(), "packed ids {} and positions {} must be [T]",
+              ids.sizes(), positions.sizes());
+  auto [cos, sin] = rope_.cos_sin(positions.to(options_.device), options_.dtype);  // [T, D]
+  auto h = model->embed_tokens->forward(ids.to(options_.device));
+  int64_t layer = 0;
+  for (const auto& block : *model->layers) {
+    h = block->as<DecoderLayerImpl>()->forward_packed(h, cos, sin, layer++, backend);
+  }
   return model->norm->forward(h);
 }
 

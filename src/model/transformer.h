@@ -16,6 +16,7 @@
 #include <string>
 
 #include "io/safetensors.h"
+#include "model/attention_backend.h"
 #include "model/model_config.h"
 #include "model/rope.h"
 
@@ -50,6 +51,9 @@ class AttentionImpl : public torch::nn::Module {
   // x [B, T, H]; cos/sin [B, T, D]; mask [B, 1, T, T] additive (0 or -inf). Returns [B, T, H].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
+  // Packed tokens x [T, H] of several sequences; cos/sin [T, D]; keys and values through `backend`.
+  torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                               int64_t layer, AttentionBackend& backend);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   std::shared_ptr<RMSNormImpl> q_norm, k_norm;  // Qwen3 only
@@ -70,6 +74,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   explicit DecoderLayerImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
+  torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                               int64_t layer, AttentionBackend& backend);
   std::shared_ptr<AttentionImpl> self_attn;
   std::shared_ptr<MlpImpl> mlp;
   std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;
@@ -94,6 +100,11 @@ class Transformer : public torch::nn::Module {
   // Final hidden states (after the last norm) [B, T, H]. attention_mask [B, T] (1 = token, 0 = pad,
   // left padding) may be undefined (no padding); positions then come from the mask.
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});
+
+  // Final hidden states [T, H] for packed tokens of several sequences (ids [T], positions [T]),
+  // keys and values kept by `backend` across calls: the generation engine's entry point.
+  torch::Tensor hidden_states_packed(const torch::Tensor& ids, const torch::Tensor& positions,
+                                     AttentionBackend& backend);
 
   // Logits [B, T, V] in fp32 (fp64 for an fp64 model). Materialises the whole tensor: for
   // training use token_logprobs.

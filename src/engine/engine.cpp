@@ -1,0 +1,195 @@
+#include "engine/engine.h"
+
+#include <chrono>
+#include <optional>
+
+#include "engine/model_runner.h"
+#include "model/logprobs.h"
+#include "engine/sampler.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace rlcpp {
+
+namespace {
+
+// Stop checks after a token was appended: stop token, stop string in the decoded text, length.
+// Returns true when the sequence is done; a stop string also sets `cut` (the response text up to it).
+bool check_stop(const Sequence& s, const Tokenizer* tokenizer, std::optional<std::string>* cut, FinishReason* reason) {
+  const SamplingParams& p = *s.params;
+  const int32_t last = s.tokens.back();
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end()) {
+    *reason = FinishReason::kStop;
+    return true;
+  }
+  if (tokenizer != nullptr && !p.stop_strings.empty()) {
+    // A stop string that just appeared ends in the last token, and every token is at least one
+    // byte: decoding the last (longest stop + 4) tokens finds it without re-decoding the response.
+    size_t longest = 0;
+    for (const auto& stop : p.stop_strings) longest = std::max(longest, stop.size());
+    const int64_t tail = std::min<int64_t>(s.n_response(), static_cast<int64_t>(longest) + 4);
+    const std::string tail_text = tokenizer->decode(std::vector<int32_t>(s.tokens.end() - tail, s.tokens.end()));
+    bool seen = false;
+    for (const auto& stop : p.stop_strings) seen = seen || (!stop.empty() && tail_text.find(stop) != std::string::npos);
+    if (seen) {
+      std::string text = tokenizer->decode(std::vector<int32_t>(s.tokens.begin() + s.n_prompt, s.tokens.end()));
+      size_t first = std::string::npos;
+      for (const auto& stop : p.stop_strings) {
+        if (!stop.empty()) first = std::min(first, text.find(stop));
+      }
+      if (first != std::string::npos) {
+        text.resize(first);
+        *cut = std::move(text);
+        *reason = FinishReason::kStop;
+        return true;
+      }
+    }
+  }
+  if (s.n_response() >= p.max_new_tokens) {
+    *reason = FinishReason::kLength;
+    return true;
+  }
+  return false;
+}
+
+// `cut_text`: the response text cut before a stop string, when one stopped it.
+GeneratedSample to_sample(const Sequence& s, const Tokenizer* tokenizer, int64_t version,
+                          const std::optional<std::string>& cut_text) {
+  GeneratedSample out;
+  out.request = s.request;
+  out.sample = s.sample;
+  out.token_ids.assign(s.tokens.begin() + s.n_prompt, s.tokens.end());
+  out.logprobs = s.logprobs;
+  out.finish_reason = s.finish_reason;
+  out.policy_version = version;
+  if (tokenizer != nullptr) out.text = cut_text ? *cut_text : tokenizer->decode(out.token_ids, true);
+  return out;
+}
+
+void validate(const std::vector<GenerationRequest>& requests, int64_t vocab) {
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const auto& p = requests[r].params;
+    if (p.temperature < 0) throw_user_error("request {}: temperature {} must be >= 0", r, p.temperature);
+    if (p.top_p <= 0 || p.top_p > 1) throw_user_error("request {}: top_p {} must be in (0, 1]", r, p.top_p);
+    if (p.min_p < 0 || p.min_p >= 1) throw_user_error("request {}: min_p {} must be in [0, 1)", r, p.min_p);
+    if (p.top_k < 0) throw_user_error("request {}: top_k {} must be >= 0", r, p.top_k);
+    if (p.max_new_tokens < 1) throw_user_error("request {}: max_new_tokens {} must be >= 1", r, p.max_new_tokens);
+    for (int32_t id : requests[r].prompt_ids) {
+      if (id < 0 || id >= vocab) throw_user_error("request {}: prompt token {} is outside the vocabulary (0..{})", r, id, vocab - 1);
+    }
+  }
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer)
+    : model_(std::move(model)), config_(config), tokenizer_(std::move(tokenizer)) {
+  const auto& mc = model_->config();
+  const auto dtype = model_->options().dtype;
+  int64_t n_blocks = config_.n_blocks;
+  if (n_blocks <= 0) n_blocks = KvCache::blocks_for_bytes(mc, config_.block_size, dtype, config_.kv_cache_mb << 20);
+  if (n_blocks < 1) throw_user_error("--kv-cache-mb {}: too small for one KV block of this model", config_.kv_cache_mb);
+  cache_ = std::make_unique<KvCache>(mc, n_blocks, config_.block_size, dtype, model_->options().device);
+}
+
+Engine::~Engine() = default;
+
+std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationRequest>& requests) {
+  validate(requests, model_->config().vocab_size);
+  const auto start = std::chrono::steady_clock::now();
+  SchedulerConfig sc{config_.max_num_seqs, config_.max_prefill_tokens, config_.prefix_sharing};
+  Scheduler scheduler(sc, cache_->n_blocks(), cache_->block_size());
+  stats_ = EngineStats{};
+  for (size_t r = 0; r < requests.size(); ++r) {
+    scheduler.add_request(static_cast<int64_t>(r), requests[r].prompt_ids, requests[r].params, requests[r].n,
+                          requests[r].seed);
+    stats_.n_prompt_tokens += static_cast<int64_t>(requests[r].prompt_ids.size());
+  }
+  ModelRunner runner(*model_, *cache_);
+  std::vector<std::optional<std::string>> cut_text(static_cast<size_t>(scheduler.n_sequences()));
+  while (!scheduler.done()) {
+    ScheduledBatch batch = scheduler.schedule();
+    RLCPP_CHECK(!batch.work.empty(), "scheduler made no progress with work left ({})", scheduler.check_blocks());
+    auto logits = runner.run(batch, scheduler);
+    scheduler.complete(batch);
+    // One logits row per work item, sampled once per sampler (a group's fresh samples share a row).
+    std::vector<int64_t> rows;
+    std::vector<const SamplingParams*> params;
+    std::vector<std::mt19937_64*> rngs;
+    std::vector<int64_t> seqs;
+    for (size_t w = 0; w < batch.work.size(); ++w) {
+      for (int64_t id : batch.work[w].samplers) {
+        Sequence& s = scheduler.sequence(id);
+        rows.push_back(static_cast<int64_t>(w));
+        params.push_back(s.params);
+        rngs.push_back(&s.rng);
+        seqs.push_back(id);
+      }
+    }
+    auto row_index = torch::tensor(rows, torch::kInt64).to(logits.device());
+    const SampleResult sampled = sample_tokens(logits.index_select(0, row_index), params, rngs);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      scheduler.append(seqs[i], sampled.tokens[i], sampled.logprobs[i]);
+      ++stats_.n_generated_tokens;
+      FinishReason reason;
+      if (check_stop(scheduler.sequence(seqs[i]), tokenizer_.get(), &cut_text[static_cast<size_t>(seqs[i])], &reason)) {
+        scheduler.finish(seqs[i], reason);
+      }
+    }
+  }
+  RLCPP_CHECK(scheduler.check_blocks().empty(), "block accounting after generate: {}", scheduler.check_blocks());
+  std::vector<GeneratedSample> out;
+  for (int64_t id = 0; id < scheduler.n_sequences(); ++id) {
+    out.push_back(to_sample(scheduler.sequence(id), tokenizer_.get(), version_, cut_text[static_cast<size_t>(id)]));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.request != b.request ? a.request < b.request : a.sample < b.sample;
+  });
+  stats_.scheduler = scheduler.stats();
+  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.kv_cache_bytes = cache_->bytes();
+  return out;
+}
+
+void Engine::load_weights(const NamedTensors& weights, int64_t version) {
+  model_->load_weights(weights, fmt::format("weight update to version {}", version));
+  version_ = version;
+}
+
+std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& requests,
+                                            const Tokenizer* tokenizer, int64_t version) {
+  validate(requests, model.config().vocab_size);
+  torch::NoGradGuard no_grad;
+  std::vector<GeneratedSample> out;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const auto& request = requests[r];
+    for (int64_t s = 0; s < request.n; ++s) {
+      Sequence seq;
+      seq.request = static_cast<int64_t>(r);
+      seq.sample = s;
+      seq.tokens = request.prompt_ids;
+      seq.n_prompt = static_cast<int64_t>(request.prompt_ids.size());
+      seq.params = &request.params;
+      seq.rng.seed(sample_seed(request.seed, s));
+      std::optional<std::string> cut;
+      while (true) {
+        auto ids = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end()), torch::kInt64).unsqueeze(0);
+        auto hidden = model.hidden_states(ids).select(0, 0);
+        auto last = hidden.narrow(0, hidden.size(0) - 1, 1);
+        auto logits = torch::matmul(last, model.output_weight().t()).to(logprob_dtype(last.scalar_type()));
+        const SampleResult sampled = sample_tokens(logits, {seq.params}, {&seq.rng});
+        seq.tokens.push_back(sampled.tokens[0]);
+        seq.logprobs.push_back(sampled.logprobs[0]);
+        FinishReason reason;
+        if (check_stop(seq, tokenizer, &cut, &reason)) {
+          seq.finish_reason = reason;
+          break;
+        }
+      }
+      out.push_back(to_sample(seq, tokenizer, version, cut));
+    }
+  }
+  return out;
+}
+
+}  // namespace rlcpp

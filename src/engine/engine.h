@@ -1,0 +1,67 @@
+// The generation engine: continuous batching over a paged KV cache with per-group prefix sharing,
+// sampling with log-probs, stop tokens and stop strings, and versioned weight swaps.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/sampling.h"
+#include "engine/scheduler.h"
+#include "io/safetensors.h"
+#include "model/transformer.h"
+
+namespace rlcpp {
+
+class Tokenizer;
+
+struct EngineConfig {
+  int64_t block_size = 16;          // tokens per KV block
+  int64_t kv_cache_mb = 1024;       // KV cache budget (ignored when n_blocks > 0)
+  int64_t n_blocks = 0;             // explicit block count (tests)
+  int64_t max_num_seqs = 256;       // sequences decoding at once
+  int64_t max_prefill_tokens = 4096;
+  bool prefix_sharing = true;       // one prefill per group of samples
+};
+
+struct EngineStats {
+  SchedulerStats scheduler;
+  int64_t n_prompt_tokens = 0, n_generated_tokens = 0;
+  double seconds = 0;
+  int64_t kv_cache_bytes = 0;
+};
+
+class Engine {
+ public:
+  // `tokenizer` is needed for stop strings and response text; it may be null.
+  Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer = nullptr);
+  ~Engine();
+
+  // Generates every request's n samples; results ordered by (request, sample).
+  std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests);
+
+  // Replaces the weights (cast to the model's dtype and device) and records the version every
+  // later output carries. In the colocated mode the trainer updates the shared model in place and
+  // only calls set_version.
+  void load_weights(const NamedTensors& weights, int64_t version);
+  void set_version(int64_t version) { version_ = version; }
+  int64_t version() const { return version_; }
+  const EngineStats& last_stats() const { return stats_; }
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  std::shared_ptr<Transformer> model_;
+  EngineConfig config_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<KvCache> cache_;
+  int64_t version_ = 0;
+  EngineStats stats_;
+};
+
+// The reference path: one sequence at a time, no cache, the full forward pass every step, the same
+// sampler and RNG derivation. Slow; the engine is tested against it.
+std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& requests,
+                                            const Tokenizer* tokenizer, int64_t version = 0);
+
+}  // namespace rlcpp

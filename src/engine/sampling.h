@@ -1,0 +1,43 @@
+// What a generation request asks for and what comes back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rlcpp {
+
+struct SamplingParams {
+  double temperature = 1.0;     // 0: greedy
+  int64_t top_k = 0;            // 0: off
+  double top_p = 1.0;           // 1: off
+  double min_p = 0.0;           // 0: off; keep tokens with p >= min_p * max p
+  int64_t max_new_tokens = 256;
+  std::vector<int32_t> stop_token_ids;  // EOS and friends; the stop token is kept in the response
+  std::vector<std::string> stop_strings;  // checked on decoded text; the response text ends before it
+};
+
+enum class FinishReason { kStop, kLength };
+inline const char* to_string(FinishReason r) { return r == FinishReason::kStop ? "stop" : "length"; }
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  int64_t n = 1;       // samples (a group sharing the prompt)
+  uint64_t seed = 0;   // sample s of this request draws from an RNG seeded by (seed, s)
+};
+
+struct GeneratedSample {
+  int64_t request = 0;  // index into the generate() call's requests
+  int64_t sample = 0;   // 0..n-1 within the request
+  std::vector<int32_t> token_ids;  // response tokens
+  std::vector<float> logprobs;     // log softmax(logits / T) of each response token, before top-k/p
+  std::string text;                // decoded response (stop string excluded) when a tokenizer is set
+  FinishReason finish_reason = FinishReason::kLength;
+  int64_t policy_version = 0;
+};
+
+// The seed of sample `sample` of a request seeded `seed` (splitmix64 of both).
+uint64_t sample_seed(uint64_t seed, int64_t sample);
+
+}  // namespace rlcpp

@@ -1,0 +1,111 @@
+// Continuous batching over a paged KV cache: admits requests, runs prefill and decode steps,
+// retires finished sequences and admits waiting ones in their place. Pure CPU bookkeeping,
+// testable without a model: the runner gets a ScheduledBatch and the engine reports back tokens.
+//
+// Prefix sharing: the n samples of a request are one prefill. The first sample (the leader) runs
+// the prompt; the others are forked at admission, owning the same blocks (reference counts), and
+// sample their first token from the leader's logits. The first write into a shared, partly filled
+// block copies it (copy-on-write). When blocks run out, the newest running sequence is preempted:
+// its blocks are freed and it is later recomputed from its tokens (its RNG carries on).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/sampling.h"
+
+namespace rlcpp {
+
+enum class SeqStatus { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  int64_t id = 0;
+  int64_t request = 0, sample = 0;
+  std::vector<int32_t> tokens;  // prompt then response
+  int64_t n_prompt = 0;
+  int64_t n_cached = 0;         // leading tokens whose keys and values are in the cache
+  std::vector<int32_t> blocks;  // block table: position p lives in blocks[p / block_size]
+  SeqStatus status = SeqStatus::kWaiting;
+  const SamplingParams* params = nullptr;
+  std::mt19937_64 rng;
+  std::vector<float> logprobs;  // one per response token
+  FinishReason finish_reason = FinishReason::kLength;
+  std::vector<int64_t> pending_children;  // forked at admission (prefix sharing), until then waiting with us
+  int64_t n_preemptions = 0;
+  int64_t n_response() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
+};
+
+// One sequence's share of a step: run tokens[start, start + n_tokens) and sample the next token
+// from the last one's logits for every sequence in `samplers` (itself, or a whole group at prefill).
+struct SeqWork {
+  int64_t seq = 0;
+  int64_t start = 0;
+  int64_t n_tokens = 0;
+  std::vector<int64_t> samplers;
+};
+
+struct BlockCopy {
+  int32_t src = 0, dst = 0;
+};
+
+// What the scheduler decided for one step: the one struct the scheduler, runner and model meet at.
+struct ScheduledBatch {
+  bool prefill = false;
+  std::vector<SeqWork> work;
+  std::vector<BlockCopy> copies;  // copy-on-write, to do before this step writes the cache
+  int64_t n_tokens() const;
+};
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 256;         // sequences running at once
+  int64_t max_prefill_tokens = 4096;  // tokens per prefill step (a longer single prompt runs alone)
+  bool prefix_sharing = true;         // fork the n samples of a request from one prefill
+};
+
+struct SchedulerStats {
+  int64_t n_prefill_steps = 0, n_decode_steps = 0, n_preemptions = 0, n_copies = 0, peak_blocks_used = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, int64_t n_blocks, int64_t block_size);
+
+  // Queues a request's n samples; a sample that could never fit the cache (prompt + max_new_tokens
+  // over the whole budget) is a UserError naming the request, the lengths and the budget.
+  void add_request(int64_t request, const std::vector<int32_t>& prompt, const SamplingParams& params, int64_t n,
+                   uint64_t seed);
+  // The next step; an empty batch when nothing is left to do.
+  ScheduledBatch schedule();
+  // After the runner ran `batch`: the cached lengths advance.
+  void complete(const ScheduledBatch& batch);
+  // Appends a sampled token to a running sequence.
+  void append(int64_t seq, int32_t token, float logprob);
+  void finish(int64_t seq, FinishReason reason);
+
+  bool done() const { return waiting_.empty() && running_.empty(); }
+  Sequence& sequence(int64_t id) { return *seqs_[static_cast<size_t>(id)]; }
+  const Sequence& sequence(int64_t id) const { return *seqs_[static_cast<size_t>(id)]; }
+  int64_t n_sequences() const { return static_cast<int64_t>(seqs_.size()); }
+  const BlockManager& blocks() const { return blocks_; }
+  const SchedulerStats& stats() const { return stats_; }
+  // The block accounting invariant over all live sequences; empty when consistent.
+  std::string check_blocks() const;
+
+ private:
+  void preempt(int64_t seq);
+  int64_t seats(const Sequence& s) const { return 1 + static_cast<int64_t>(s.pending_children.size()); }
+
+  SchedulerConfig config_;
+  BlockManager blocks_;
+  std::vector<std::unique_ptr<Sequence>> seqs_;
+  std::deque<int64_t> waiting_;
+  std::vector<int64_t> running_;  // in admission order; the newest is preempted first
+  SchedulerStats stats_;
+};
+
+}  // namespace rlcpp

@@ -1,0 +1,289 @@
+// The generation engine against the eager reference, the RL log-prob invariant, determinism
+// independent of batch composition, block accounting under preemption, and stop conditions.
+#include <torch/torch.h>
+
+#include <random>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "test_util.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
+#include "util/error.h"
+
+using namespace rlcpp;
+
+namespace {
+
+std::vector<GenerationRequest> mixed_requests(int64_t vocab, double temperature, int64_t max_new, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<GenerationRequest> requests;
+  for (int64_t len : {1, 5, 17, 33, 8}) {
+    GenerationRequest r;
+    for (int64_t k = 0; k < len; ++k) r.prompt_ids.push_back(static_cast<int32_t>(rng() % vocab));
+    r.params.temperature = temperature;
+    r.params.max_new_tokens = max_new;
+    r.n = len % 2 == 1 ? 3 : 1;  // groups and singles
+    r.seed = rng();
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+void expect_same(const std::vector<GeneratedSample>& a, const std::vector<GeneratedSample>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t k = 0; k < a.size(); ++k) {
+    EXPECT_EQ(a[k].request, b[k].request) << what;
+    EXPECT_EQ(a[k].sample, b[k].sample) << what;
+    EXPECT_EQ(a[k].token_ids, b[k].token_ids) << what << " sample " << k;
+    EXPECT_EQ(a[k].finish_reason, b[k].finish_reason) << what;
+  }
+}
+
+EngineConfig small_engine(int64_t n_blocks = 256, int64_t block_size = 4) {
+  EngineConfig c;
+  c.n_blocks = n_blocks;
+  c.block_size = block_size;
+  return c;
+}
+
+}  // namespace
+
+TEST(Engine, GreedyMatchesEagerReference) {
+  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
+    SCOPED_TRACE(dir.string());
+    auto model = Transformer::from_pretrained(dir);
+    auto requests = mixed_requests(model->config().vocab_size, 0.0, 12, 1);
+    Engine engine(model, small_engine());
+    auto fast = engine.generate(requests);
+    auto slow = generate_eager(*model, requests, nullptr);
+    expect_same(fast, slow, "greedy engine vs eager");
+    for (size_t k = 0; k < fast.size(); ++k) {
+      for (size_t t = 0; t < fast[k].logprobs.size(); ++t) {
+        EXPECT_NEAR(fast[k].logprobs[t], slow[k].logprobs[t], 1e-5);  // fp32, different matmul shapes
+      }
+    }
+    EXPECT_GT(engine.last_stats().scheduler.n_copies, 0);  // groups forked and wrote into shared blocks
+  }
+}
+
+TEST(Engine, SampledLogprobsEqualTrainerLogprobs) {
+  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
+    SCOPED_TRACE(dir.string());
+    auto model = Transformer::from_pretrained(dir);
+    auto requests = mixed_requests(model->config().vocab_size, 0.8, 16, 2);
+    for (auto& r : requests) r.params.top_k = 40;  // truncation must not change the reported log-prob
+    Engine engine(model, small_engine());
+    auto samples = engine.generate(requests);
+    torch::NoGradGuard no_grad;
+    double worst = 0;
+    for (const auto& s : samples) {
+      const auto& prompt = requests[static_cast<size_t>(s.request)].prompt_ids;
+      std::vector<int64_t> all(prompt.begin(), prompt.end());
+      all.insert(all.end(), s.token_ids.begin(), s.token_ids.end());
+      auto ids = torch::tensor(all, torch::kInt64).unsqueeze(0);
+      auto targets = torch::full_like(ids, -1);
+      targets.narrow(1, 0, ids.size(1) - 1).copy_(ids.narrow(1, 1, ids.size(1) - 1));
+      auto logp = model->token_logprobs(ids, targets, 0.8)[0];
+      for (size_t t = 0; t < s.token_ids.size(); ++t) {
+        const double trainer = logp[static_cast<int64_t>(prompt.size() + t - 1)].item<double>();
+        worst = std::max(worst, std::abs(trainer - s.logprobs[t]));
+      }
+    }
+    // The DESIGN invariant: within 1e-5 in fp32 on CPU.
+    EXPECT_LT(worst, 1e-5);
+  }
+}
+
+TEST(Engine, SamplingIsDeterministicAndIndependentOfBatchComposition) {
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"));
+  auto requests = mixed_requests(model->config().vocab_size, 1.0, 20, 3);
+  for (auto& r : requests) {
+    r.params.top_p = 0.9;
+    r.params.min_p = 0.01;
+  }
+  Engine engine(model, small_engine());
+  auto first = engine.generate(requests);
+  auto second = engine.generate(requests);
+  expect_same(first, second, "same seeds, same batch");
+  // Each request alone, with a one-sequence batch limit, without prefix sharing, and in a cache so
+  // small that sequences are preempted and recomputed: the same tokens.
+  for (size_t r = 0; r < requests.size(); ++r) {
+    auto alone = engine.generate({requests[r]});
+    for (size_t k = 0; k < alone.size(); ++k) alone[k].request = static_cast<int64_t>(r);
+    std::vector<GeneratedSample> expected;
+    for (const auto& s : first) {
+      if (s.request == static_cast<int64_t>(r)) expected.push_back(s);
+    }
+    expect_same(alone, expected, "request alone");
+  }
+  EngineConfig narrow = small_engine();
+  narrow.max_num_seqs = 1;
+  narrow.prefix_sharing = false;
+  expect_same(Engine(model, narrow).generate(requests), first, "one sequence at a time, no sharing");
+  Engine tiny(model, small_engine(/*n_blocks=*/16, /*block_size=*/4));  // 64 slots for 11 sequences of up to 53 tokens
+  expect_same(tiny.generate(requests), first, "tiny cache with preemption");
+  EXPECT_GT(tiny.last_stats().scheduler.n_preemptions, 0);
+  auto eager = generate_eager(*model, requests, nullptr);
+  expect_same(eager, first, "eager reference");
+}
+
+TEST(Engine, RequestThatCanNeverFitIsAnError) {
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"));
+  Engine engine(model, small_engine(/*n_blocks=*/4, /*block_size=*/4));
+  GenerationRequest r;
+  r.prompt_ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  r.params.max_new_tokens = 7;
+  EXPECT_THROW_MSG(engine.generate({r}), UserError, "prompt of 10 tokens", "max_new_tokens 7", "17 tokens",
+                   "holds 4 blocks of 4 tokens (16 tokens");
+  r.prompt_ids = {999999};
+  EXPECT_THROW_MSG(engine.generate({r}), UserError, "outside the vocabulary");
+}
+
+TEST(Engine, StopTokensStopStringsAndVersion) {
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"));
+  // A byte-level tokenizer over ids 0..255 (one token per byte) for the stop-string check.
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string s;
+    utf8_append(byte_to_char()[b], &s);
+    vocab[s] = b;
+  }
+  nlohmann::json tj = {{"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", false}}},
+                       {"decoder", {{"type", "ByteLevel"}}},
+                       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  auto tokenizer = std::make_shared<Tokenizer>(tj.dump(), "", "bytes");
+  Engine engine(model, small_engine(), tokenizer);
+  GenerationRequest r;
+  r.prompt_ids = {65, 66, 67};
+  r.params.temperature = 0;
+  r.params.max_new_tokens = 24;
+  auto free_run = engine.generate({r})[0];
+  ASSERT_EQ(free_run.token_ids.size(), 24u);
+  EXPECT_EQ(free_run.finish_reason, FinishReason::kLength);
+  // Stop token: the 6th generated token.
+  r.params.stop_token_ids = {free_run.token_ids[5]};
+  auto stopped = engine.generate({r})[0];
+  const auto first_hit = std::find(free_run.token_ids.begin(), free_run.token_ids.end(), free_run.token_ids[5]);
+  EXPECT_EQ(stopped.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(stopped.token_ids.size(), static_cast<size_t>(first_hit - free_run.token_ids.begin()) + 1);
+  // Stop string: two bytes made by tokens 8 and 9 (ids < 256 decode to one byte each).
+  std::vector<int32_t> byte_tokens;
+  for (size_t k = 0; k + 1 < free_run.token_ids.size(); ++k) {
+    if (k >= 6 && free_run.token_ids[k] < 128 && free_run.token_ids[k] > 31 && free_run.token_ids[k + 1] < 128 &&
+        free_run.token_ids[k + 1] > 31) {
+      r.params.stop_token_ids.clear();
+      r.params.stop_strings = {std::string{static_cast<char>(free_run.token_ids[k]), static_cast<char>(free_run.token_ids[k + 1])}};
+      auto by_string = engine.generate({r})[0];
+      EXPECT_EQ(by_string.finish_reason, FinishReason::kStop);
+      EXPECT_LE(by_string.token_ids.size(), k + 2);
+      EXPECT_EQ(by_string.text.find(r.params.stop_strings[0]), std::string::npos);  // text ends before it
+      break;
+    }
+  }
+  engine.load_weights(model->named_weights(), 7);
+  EXPECT_EQ(engine.generate({r})[0].policy_version, 7);
+}
+
+TEST(Scheduler, BlockAccountingUnderRandomLoad) {
+  // No model: random prompts and groups through a tiny pool; tokens are appended by hand.
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    SchedulerConfig config{static_cast<int64_t>(1 + rng() % 6), static_cast<int64_t>(8 + rng() % 40),
+                           trial % 3 != 0};
+    Scheduler scheduler(config, /*n_blocks=*/12, /*block_size=*/4);
+    std::vector<SamplingParams> params(8);
+    for (int r = 0; r < 8; ++r) {
+      params[r].max_new_tokens = static_cast<int64_t>(1 + rng() % 20);
+      std::vector<int32_t> prompt(static_cast<size_t>(1 + rng() % 20), 1);
+      scheduler.add_request(r, prompt, params[r], static_cast<int64_t>(1 + rng() % 3), rng());
+    }
+    int steps = 0;
+    while (!scheduler.done()) {
+      auto batch = scheduler.schedule();
+      ASSERT_FALSE(batch.work.empty());
+      ASSERT_EQ(scheduler.check_blocks(), "") << "after schedule, step " << steps;
+      scheduler.complete(batch);
+      for (const auto& w : batch.work) {
+        for (int64_t id : w.samplers) {
+          scheduler.append(id, 2, 0.0f);
+          const auto& s = scheduler.sequence(id);
+          if (s.n_response() >= s.params->max_new_tokens || rng() % 17 == 0) {
+            scheduler.finish(id, FinishReason::kLength);
+          }
+        }
+      }
+      ASSERT_EQ(scheduler.check_blocks(), "") << "after finishing, step " << steps;
+      ASSERT_LT(++steps, 10000);
+    }
+    EXPECT_EQ(scheduler.blocks().n_free(), 12);
+  }
+}
+
+TEST(Sampler, EmpiricalFrequenciesMatchTheTruncatedDistribution) {
+  auto logits = torch::tensor({2.0f, 1.5f, 1.0f, 0.2f, -0.5f, -1.0f, -3.0f});
+  struct Case {
+    SamplingParams params;
+    std::vector<double> expected;  // hand-computed
+  };
+  auto softmax = [](std::vector<double> x, double t) {
+    double z = 0;
+    for (double& v : x) z += (v = std::exp(v / t));
+    for (double& v : x) v /= z;
+    return x;
+  };
+  const std::vector<double> base = {2.0, 1.5, 1.0, 0.2, -0.5, -1.0, -3.0};
+  std::vector<Case> cases;
+  SamplingParams p;
+  p.temperature = 1.0;
+  cases.push_back({p, softmax(base, 1.0)});
+  p.temperature = 0.5;
+  cases.push_back({p, softmax(base, 0.5)});
+  p = SamplingParams{};
+  p.top_k = 3;
+  {
+    auto e = softmax({2.0, 1.5, 1.0}, 1.0);
+    e.resize(7, 0.0);
+    cases.push_back({p, e});
+  }
+  p = SamplingParams{};
+  p.top_p = 0.75;  // masses 0.43, 0.26, 0.16...: cumulative before token 2 is 0.705 < 0.75 → keep 3
+  {
+    auto full = softmax(base, 1.0);
+    ASSERT_LT(full[0] + full[1], 0.75);
+    ASSERT_GT(full[0] + full[1] + full[2], 0.75);
+    auto e = softmax({2.0, 1.5, 1.0}, 1.0);
+    e.resize(7, 0.0);
+    cases.push_back({p, e});
+  }
+  p = SamplingParams{};
+  p.min_p = 0.2;  // keep p >= 0.2 * p_max: exp(x - 2) >= 0.2 → x >= 2 + ln 0.2 = 0.39
+  {
+    auto e = softmax({2.0, 1.5, 1.0}, 1.0);
+    e.resize(7, 0.0);
+    cases.push_back({p, e});
+  }
+  const int draws = 40000;
+  for (const auto& c : cases) {
+    auto dist = sampling_distribution(logits, c.params);
+    for (int k = 0; k < 7; ++k) EXPECT_NEAR(dist[k].item<double>(), c.expected[k], 1e-6) << "distribution " << k;
+    std::vector<int> counts(7, 0);
+    std::mt19937_64 rng(11);
+    for (int d = 0; d < draws; ++d) {
+      auto r = sample_tokens(logits.unsqueeze(0), {&c.params}, {&rng});
+      ++counts[static_cast<size_t>(r.tokens[0])];
+      // The reported log-prob is that of the untruncated tempered softmax.
+      if (d == 0) {
+        const double t = c.params.temperature;
+        EXPECT_NEAR(r.logprobs[0], std::log(softmax(base, t)[static_cast<size_t>(r.tokens[0])]), 1e-5);
+      }
+    }
+    for (int k = 0; k < 7; ++k) {
+      const double expected = c.expected[k];
+      const double sd = std::sqrt(draws * expected * (1 - expected));
+      // 5 standard deviations: a false alarm about once in 3.5 million checks.
+      EXPECT_NEAR(counts[k], draws * expected, 5 * sd + 1e-9) << "token " << k;
+    }
+  }
+}
