@@ -25,4 +25,37 @@ mkdir -p "$tmp/bad"; cp "$fixtures/qwen2-tiny/config.json" "$tmp/bad/"; printf '
 expect info-corrupt 2 'error: .*model.safetensors.*header length' -- "$rlcpp" info "$tmp/bad"
 expect bad-dtype 2 'error: --dtype: unknown dtype "fp8"' -- "$rlcpp" parity "$fixtures/qwen2-tiny" --dtype fp8
 expect bad-flag 109 "nope" -- "$rlcpp" info x --nope
+
+# A tiny chat model: qwen2-tiny's weights with a byte-level tokenizer (ids 0-255) and ChatML tokens.
+model="$tmp/chat-tiny"; mkdir -p "$model"
+cp "$fixtures/qwen2-tiny/config.json" "$fixtures/qwen2-tiny/model.safetensors" "$model/"
+node -e '
+const bytes = []; for (let b = 33; b <= 126; ++b) bytes.push(b); for (let b = 161; b <= 172; ++b) bytes.push(b);
+for (let b = 174; b <= 255; ++b) bytes.push(b);
+const cps = bytes.slice(); let n = 0; for (let b = 0; b < 256; ++b) if (!bytes.includes(b)) { bytes.push(b); cps.push(256 + n++); }
+const vocab = {}; bytes.forEach((b, i) => { vocab[String.fromCodePoint(cps[i])] = b; });
+const added = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map((c, i) => ({id: 256 + i, content: c, special: true,
+  single_word: false, lstrip: false, rstrip: false, normalized: false}));
+const fs = require("fs");
+fs.writeFileSync(process.argv[1] + "/tokenizer.json", JSON.stringify({added_tokens: added, normalizer: null,
+  pre_tokenizer: {type: "ByteLevel", add_prefix_space: false, use_regex: true}, post_processor: null,
+  decoder: {type: "ByteLevel"}, model: {type: "BPE", vocab, merges: []}}));
+fs.writeFileSync(process.argv[1] + "/tokenizer_config.json", JSON.stringify({eos_token: "<|im_end|>"}));
+' "$model"
+printf '%s\n' '{"messages": {"role": "user", "content": "1+1?"}, "gt_answer": "2"}' \
+  '{"messages": [{"role": "user", "content": "2+2?"}], "gt_answer": "4"}' > "$tmp/data.jsonl"
+expect tokenize 0 '<\|im_start\|>' -- "$rlcpp" tokenize --model "$model" --chat "hi"
+expect prompts 0 'gt_answer=4 tokens=[0-9]+' -- "$rlcpp" prompts --model "$model" --dataset "$tmp/data.jsonl"
+expect generate 0 'samples, [0-9]+ prompt' -- "$rlcpp" generate --model "$model" --dataset "$tmp/data.jsonl" -n 3 \
+  --mnt 6 --temperature 0.7 -o "$tmp/out.jsonl"
+if [ "$(wc -l < "$tmp/out.jsonl")" -ne 6 ] || ! grep -q '"finish_reason":"length"' "$tmp/out.jsonl" \
+   || ! grep -q '"logprobs":\[[-0-9]' "$tmp/out.jsonl"; then
+  echo "FAIL generate-output: expected 6 samples with logprobs and finish reasons:"; head -2 "$tmp/out.jsonl"; fail=1
+else
+  echo "ok   generate-output"
+fi
+echo '{"messages": {"role": "user"}, "gt_answer": "2"}' >> "$tmp/data.jsonl"
+expect bad-dataset 2 'data.jsonl:3: messages\[0\]' -- "$rlcpp" prompts --model "$model" --dataset "$tmp/data.jsonl"
+expect skip-bad 0 '1 malformed lines skipped' -- "$rlcpp" prompts --model "$model" --dataset "$tmp/data.jsonl" --skip-bad-lines
+expect generate-args 2 'exactly one of --prompt' -- "$rlcpp" generate --model "$model"
 exit $fail

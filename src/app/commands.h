@@ -11,5 +11,6 @@ void add_parity_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 void add_prompts_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace rlcpp
