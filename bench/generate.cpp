@@ -87,18 +87,19 @@ int main(int argc, char** argv) {
               shape.c_str(), static_cast<long>(config.num_hidden_layers), config.parameter_count() / 1e6,
               torch::get_num_threads(), engine_config.kv_cache_mb * 1.0);
   run(engine, requests_of(1, 1, 8, 4, config.vocab_size, 0));  // warm-up
-  double single = 0;
+  double single_decode = 0;
   std::printf("decode at fixed lengths (prompt %ld, %ld new tokens per sequence):\n", static_cast<long>(prompt_len),
               static_cast<long>(new_tokens));
   for (int64_t c : concurrency) {
     const Run r = run(engine, requests_of(c, 1, prompt_len, new_tokens, config.vocab_size, 1));
-    if (c == concurrency.front()) single = r.decode_tokens_per_s;
     const double kv_mb = r.stats.scheduler.peak_blocks_used * engine.config().block_size * 2.0 *
                          config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4 / 1048576.0;
-    std::printf("  %3ld sequences  %9.1f tokens/s  (%.2f s, %ld steps)  x%.1f vs %ld  KV used %.1f MiB\n",
-                static_cast<long>(c), r.decode_tokens_per_s, r.seconds,
-                static_cast<long>(r.stats.scheduler.n_prefill_steps + r.stats.scheduler.n_decode_steps),
-                r.decode_tokens_per_s / single, static_cast<long>(concurrency.front()), kv_mb);
+    const double decode_only = r.stats.n_decode_tokens / std::max(r.stats.decode_seconds, 1e-9);
+    if (c == concurrency.front()) single_decode = decode_only;
+    std::printf("  %3ld sequences  %8.1f tokens/s overall (%.2f s)  decode steps alone %8.1f tokens/s  x%.1f vs %ld"
+                "  KV used %.1f MiB\n",
+                static_cast<long>(c), r.decode_tokens_per_s, r.seconds, decode_only, decode_only / single_decode,
+                static_cast<long>(concurrency.front()), kv_mb);
   }
   std::printf("groups: %ld prompts x G=%ld samples, prompt %ld tokens, %ld new tokens per sample:\n",
               static_cast<long>(groups), static_cast<long>(group_size), static_cast<long>(group_prompt),

@@ -109,6 +109,7 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
   std::vector<std::optional<std::string>> cut_text(static_cast<size_t>(scheduler.n_sequences()));
   while (!scheduler.done()) {
     ScheduledBatch batch = scheduler.schedule();
+    const auto step_start = std::chrono::steady_clock::now();
     RLCPP_CHECK(!batch.work.empty(), "scheduler made no progress with work left ({})", scheduler.check_blocks());
     auto logits = runner.run(batch, scheduler);
     scheduler.complete(batch);
@@ -136,6 +137,9 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
         scheduler.finish(seqs[i], reason);
       }
     }
+    const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    (batch.prefill ? stats_.prefill_seconds : stats_.decode_seconds) += step_seconds;
+    if (!batch.prefill) stats_.n_decode_tokens += static_cast<int64_t>(seqs.size());
   }
   RLCPP_CHECK(scheduler.check_blocks().empty(), "block accounting after generate: {}", scheduler.check_blocks());
   std::vector<GeneratedSample> out;

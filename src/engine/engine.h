@@ -29,6 +29,8 @@ struct EngineStats {
   SchedulerStats scheduler;
   int64_t n_prompt_tokens = 0, n_generated_tokens = 0;
   double seconds = 0;
+  double prefill_seconds = 0, decode_seconds = 0;  // model + sampling time of each kind of step
+  int64_t n_decode_tokens = 0;                      // tokens sampled in decode steps
   int64_t kv_cache_bytes = 0;
 };
 

@@ -1,0 +1,40 @@
+// Rewards: the built-in reward types (boxed, think_answer_tags, answer_line) as pure functions
+// from (response, ground truth) to a structured result, on a configurable scale.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rlcpp {
+
+enum class RewardType { kBoxed, kThinkAnswerTags, kAnswerLine };
+
+// "boxed" | "think_answer_tags" | "answer_line"; anything else is a UserError naming `flag`.
+RewardType parse_reward_type(const std::string& name, const std::string& flag);
+std::string to_string(RewardType type);
+
+// What each outcome is worth. Defaults: 1 / 0 / 0 / 0; the reference system's scale is 10 / 0.
+struct RewardScale {
+  double correct = 1.0;           // format ok and the answer equals the ground truth
+  double wrong = 0.0;             // format ok, answer wrong
+  double format_violation = 0.0;  // no answer could be extracted
+  double truncated = 0.0;         // cut off at max_new_tokens (whatever it says)
+};
+
+struct RewardResult {
+  std::optional<std::string> extracted;  // the answer found, if any
+  bool format_ok = false;
+  bool correct = false;
+  bool truncated = false;
+  double reward = 0.0;
+  std::map<std::string, double> parts;  // named components (combined and external rewards)
+};
+
+// Grades one response. `truncated`: generation stopped at max_new_tokens.
+RewardResult grade_response(RewardType type, std::string_view response, std::string_view ground_truth,
+                            bool truncated = false, const RewardScale& scale = {});
+
+}  // namespace rlcpp

@@ -1,0 +1,90 @@
+// Rewards: the table-driven corpus (tests/data), scales, and bounds on hostile input.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+
+#include "reward/extract.h"
+#include "reward/math_equal.h"
+#include "reward/reward.h"
+#include "test_util.h"
+#include "util/error.h"
+
+using namespace rlcpp;
+
+namespace {
+std::filesystem::path data_dir() { return std::filesystem::path(RLCPP_SOURCE_DIR) / "tests" / "data"; }
+}  // namespace
+
+TEST(MathEqual, TableOfCases) {
+  std::ifstream in(data_dir() / "math_equal_cases.txt");
+  ASSERT_TRUE(in) << "missing tests/data/math_equal_cases.txt";
+  std::string line;
+  int n = 0, line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t a = line.find(" ||| "), b = line.rfind(" ||| ");
+    ASSERT_NE(a, b) << "line " << line_no;
+    const std::string answer = line.substr(0, a), truth = line.substr(a + 5, b - a - 5);
+    const bool expected = line.substr(b + 5) == "1";
+    EXPECT_EQ(math_equal(answer, truth), expected) << "line " << line_no << ": '" << answer << "' vs '" << truth << "'";
+    ++n;
+  }
+  EXPECT_GE(n, 180);
+}
+
+TEST(Reward, TableOfResponses) {
+  std::ifstream in(data_dir() / "reward_cases.jsonl");
+  ASSERT_TRUE(in);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    auto c = nlohmann::json::parse(line);
+    const auto type = parse_reward_type(c["type"].get<std::string>(), "type");
+    const bool truncated = c.value("truncated", false);
+    const auto r = grade_response(type, c["response"].get<std::string>(), c["gt_answer"].get<std::string>(), truncated);
+    const std::string where = "case " + std::to_string(n + 1) + ": " + line;
+    EXPECT_EQ(r.format_ok, c["format_ok"].get<bool>()) << where;
+    EXPECT_EQ(r.correct, c["correct"].get<bool>()) << where;
+    if (c.contains("extracted")) {
+      ASSERT_TRUE(r.extracted.has_value()) << where;
+      EXPECT_EQ(*r.extracted, c["extracted"].get<std::string>()) << where;
+    }
+    // Default scale 1 / 0 / 0, truncated 0.
+    EXPECT_EQ(r.reward, !truncated && r.correct ? 1.0 : 0.0) << where;
+    ++n;
+  }
+  EXPECT_GE(n, 100);
+}
+
+TEST(Reward, ScalesIncludingTheReferenceTenToZero) {
+  RewardScale reference{10.0, 0.0, 0.0, 0.0};
+  EXPECT_EQ(grade_response(RewardType::kBoxed, "\\boxed{3}", "3", false, reference).reward, 10.0);
+  EXPECT_EQ(grade_response(RewardType::kBoxed, "\\boxed{4}", "3", false, reference).reward, 0.0);
+  RewardScale graded{1.0, -0.5, -1.0, -0.25};
+  EXPECT_EQ(grade_response(RewardType::kBoxed, "\\boxed{4}", "3", false, graded).reward, -0.5);
+  EXPECT_EQ(grade_response(RewardType::kBoxed, "no box", "3", false, graded).reward, -1.0);
+  EXPECT_EQ(grade_response(RewardType::kBoxed, "\\boxed{3}", "3", true, graded).reward, -0.25);
+  EXPECT_THROW_MSG(parse_reward_type("regex", "-rt"), UserError, "-rt", "boxed, think_answer_tags or answer_line");
+}
+
+TEST(MathEqual, HostileInputIsBoundedInTime) {
+  // Long, deeply nested or repetitive inputs must come back quickly (no backtracking, capped depth).
+  const std::vector<std::string> inputs = {
+      std::string(1999, '('), std::string(100000, '1'), std::string(1500, '{') + std::string(1500, '}'),
+      [] { std::string s; for (int k = 0; k < 300; ++k) s += "\\frac{1}{"; return s; }(),
+      [] { std::string s; for (int k = 0; k < 600; ++k) s += "x+"; return s + "1"; }(),
+      [] { std::string s; for (int k = 0; k < 400; ++k) s += "1,"; return s + "1"; }(),
+      [] { std::string s; for (int k = 0; k < 300; ++k) s += "\\pm"; return s; }(),
+  };
+  for (const auto& input : inputs) {
+    const auto start = std::chrono::steady_clock::now();
+    math_equal(input, input + "1");
+    math_equal(input, "5");
+    grade_response(RewardType::kBoxed, "\\boxed{" + input + "}", "5");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Not a speed assertion: a stall (seconds to forever) is the failure this catches.
+    EXPECT_LT(seconds, 2.0) << input.substr(0, 40);
+  }
+}
