@@ -5,10 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}; shift || true
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(safetensors_header)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(safetensors_header reward)
 out=${FUZZ_BUILD_DIR:-build-fuzz}; mkdir -p "$out" fuzz/crashes
 declare -A sources=(
   [safetensors_header]="fuzz/safetensors_header_fuzz.cpp src/io/safetensors_header.cpp"
+  [reward]="fuzz/reward_fuzz.cpp src/reward/reward.cpp src/reward/extract.cpp src/reward/math_equal.cpp src/reward/math_expr.cpp"
 )
 for target in "${targets[@]}"; do
   bin="$out/fuzz_$target"
@@ -18,7 +19,7 @@ for target in "${targets[@]}"; do
   cp -n fuzz/seeds/"$target"/* "$corpus"/ 2>/dev/null || true
   echo "fuzz: $target for ${seconds}s"
   set +e
-  "$bin" "$corpus" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 -max_len=4096 \
+  "$bin" "$corpus" -max_total_time="$seconds" -timeout=2 -rss_limit_mb=2048 -max_len=4096 \
     -artifact_prefix=fuzz/crashes/"$target"- -print_final_stats=1 > "$out/fuzz_$target.log" 2>&1
   rc=$?
   set -e

@@ -11,6 +11,7 @@ PACKAGES=(
   libpcre2-dev libutf8proc-dev                         # tokenizer regex and NFC
   libopenmpi-dev openmpi-bin                           # process launch and CPU collectives
   clang libclang-rt-14-dev                             # libFuzzer targets
+  python3                                              # the example external reward (standard library only)
 )
 
 missing=()

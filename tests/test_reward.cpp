@@ -7,6 +7,7 @@
 #include "reward/extract.h"
 #include "reward/math_equal.h"
 #include "reward/reward.h"
+#include "reward/reward_function.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -87,4 +88,82 @@ TEST(MathEqual, HostileInputIsBoundedInTime) {
     // Not a speed assertion: a stall (seconds to forever) is the failure this catches.
     EXPECT_LT(seconds, 2.0) << input.substr(0, 40);
   }
+}
+
+// ---- external reward processes (children are small /bin/sh loops and the shipped Python example)
+
+namespace {
+std::vector<ExternalRequest> requests_of(const std::vector<std::string>& responses) {
+  std::vector<ExternalRequest> out;
+  for (const auto& r : responses) out.push_back({"p", r, "42", nlohmann::json::object()});
+  return out;
+}
+}  // namespace
+
+TEST(ExternalReward, ShippedExampleServesBatches) {
+  ExternalRewardConfig config;
+  config.command = "python3 " + (std::filesystem::path(RLCPP_SOURCE_DIR) / "examples/rewards/reward_server.py").string();
+  config.batch_size = 16;
+  ExternalReward external(config);
+  std::vector<std::string> responses;
+  for (int k = 0; k < 100; ++k) responses.push_back(k % 2 ? "the answer is 42" : "no idea");
+  const auto replies = external.score(requests_of(responses));
+  ASSERT_EQ(replies.size(), 100u);
+  for (int k = 0; k < 100; ++k) {
+    EXPECT_FALSE(replies[k].failed);
+    EXPECT_EQ(replies[k].parts.at("has_answer"), k % 2 ? 1.0 : 0.0);
+  }
+  EXPECT_EQ(external.n_failures(), 0);
+}
+
+TEST(ExternalReward, HangIsKilledRestartedAndCounted) {
+  ExternalRewardConfig config;
+  config.command = "while read l; do case \"$l\" in *hang*) sleep 100;; esac; echo '{\"reward\": 1, \"parts\": {\"a\": 2}}'; done";
+  config.timeout_s = 0.3;
+  config.failure_reward = -1.0;
+  config.max_restarts = 5;
+  ExternalReward external(config);
+  const auto replies = external.score(requests_of({"ok", "ok", "please hang", "ok", "hang again", "ok"}));
+  const std::vector<double> expected = {1, 1, -1, 1, -1, 1};
+  for (size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(replies[k].reward, expected[k]) << k;
+    EXPECT_EQ(replies[k].failed, expected[k] < 0) << k;
+  }
+  EXPECT_EQ(external.n_failures(), 2);
+  EXPECT_EQ(external.n_restarts(), 2);
+}
+
+TEST(ExternalReward, RestartLimitStopsWithStderrTail) {
+  ExternalRewardConfig config;
+  config.command = "echo 'Traceback: boom in my reward' >&2; exit 3";
+  config.max_restarts = 2;
+  ExternalReward external(config);
+  EXPECT_THROW_MSG(external.score(requests_of({"a", "b", "c", "d"})), UserError, "exited with status 3",
+                   "Traceback: boom in my reward", "limit is 2");
+}
+
+TEST(ExternalReward, MalformedRepliesAreCountedFailures) {
+  ExternalRewardConfig config;
+  config.command = "while read l; do echo 'not json'; done";
+  config.failure_reward = 0.5;
+  ExternalReward external(config);
+  const auto replies = external.score(requests_of({"a", "b"}));
+  EXPECT_TRUE(replies[0].failed && replies[1].failed);
+  EXPECT_EQ(replies[1].reward, 0.5);
+  EXPECT_EQ(external.n_failures(), 2);
+  EXPECT_EQ(external.n_restarts(), 0);
+}
+
+TEST(RewardFunction, WeightedSumOfComponentsWithParts) {
+  ExternalRewardConfig config;
+  config.command = "while read l; do echo '{\"reward\": 0.25}'; done";
+  RewardFunction reward;
+  reward.add_builtin("accuracy", RewardType::kBoxed, 2.0);
+  reward.add_external("style", std::make_shared<ExternalReward>(config), 4.0);
+  const auto results = reward.score({{"p", "\\boxed{3}", "3"}, {"p", "\\boxed{4}", "3"}});
+  EXPECT_DOUBLE_EQ(results[0].reward, 2.0 * 1.0 + 4.0 * 0.25);
+  EXPECT_DOUBLE_EQ(results[1].reward, 4.0 * 0.25);
+  EXPECT_TRUE(results[0].correct);
+  EXPECT_EQ(results[1].parts.at("accuracy"), 0.0);
+  EXPECT_EQ(results[1].parts.at("style"), 0.25);
 }

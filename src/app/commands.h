@@ -12,5 +12,6 @@ void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 void add_prompts_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_grade_command(CLI::App& app);
 
 }  // namespace rlcpp

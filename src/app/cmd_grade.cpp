@@ -1,0 +1,105 @@
+// `rlcpp grade`: grade one response or a JSONL of {"response", "gt_answer"} with a reward type (and
+// optionally an external reward command), printing the structured result(s) as JSON.
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+
+#include "app/commands.h"
+#include "reward/reward_function.h"
+#include "util/error.h"
+
+namespace rlcpp {
+
+namespace {
+
+struct GradeArgs {
+  std::string reward_type = "boxed";
+  std::string gt;
+  std::string response;
+  std::string input;
+  std::string output;
+  bool truncated = false;
+  RewardScale scale;
+  std::string reward_cmd;
+  double reward_cmd_weight = 1.0;
+  double reward_timeout = 30.0;
+};
+
+nlohmann::ordered_json to_json(const RewardResult& r) {
+  nlohmann::ordered_json j;
+  j["extracted"] = r.extracted ? nlohmann::ordered_json(*r.extracted) : nlohmann::ordered_json(nullptr);
+  j["format_ok"] = r.format_ok;
+  j["correct"] = r.correct;
+  j["truncated"] = r.truncated;
+  j["reward"] = r.reward;
+  if (r.parts.size() > 1 || (r.parts.size() == 1 && r.parts.begin()->first != "builtin")) j["parts"] = r.parts;
+  return j;
+}
+
+void run_grade(const GradeArgs& args) {
+  RewardFunction reward;
+  reward.add_builtin("builtin", parse_reward_type(args.reward_type, "--reward-type"), 1.0, args.scale);
+  if (!args.reward_cmd.empty()) {
+    ExternalRewardConfig config;
+    config.command = args.reward_cmd;
+    config.timeout_s = args.reward_timeout;
+    reward.add_external("external", std::make_shared<ExternalReward>(config), args.reward_cmd_weight);
+  }
+  std::vector<RewardInput> inputs;
+  if (!args.input.empty()) {
+    std::ifstream in(args.input);
+    if (!in) throw_user_error("--input: cannot open '{}'", args.input);
+    std::string line;
+    int64_t line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto json = nlohmann::json::parse(line, nullptr, false);
+      if (!json.is_object() || !json.contains("response") || !json["response"].is_string() ||
+          !json.contains("gt_answer") || !(json["gt_answer"].is_string() || json["gt_answer"].is_number())) {
+        throw_user_error("{}:{}: expected {{\"response\": string, \"gt_answer\": string}}", args.input, line_no);
+      }
+      RewardInput input;
+      input.response = json["response"].get<std::string>();
+      input.gt_answer = json["gt_answer"].is_string() ? json["gt_answer"].get<std::string>() : json["gt_answer"].dump();
+      input.truncated = json.value("truncated", false);
+      inputs.push_back(std::move(input));
+    }
+  } else {
+    if (args.response.empty()) throw_user_error("give a RESPONSE to grade, or --input FILE.jsonl");
+    if (args.gt.empty()) throw_user_error("--gt: the ground-truth answer is required with a RESPONSE");
+    inputs.push_back({"", args.response, args.gt, nlohmann::json::object(), args.truncated});
+  }
+  const auto results = reward.score(inputs);
+  std::ofstream file;
+  if (!args.output.empty()) {
+    file.open(args.output);
+    if (!file) throw_user_error("--output: cannot write '{}'", args.output);
+  }
+  std::ostream& out = file.is_open() ? static_cast<std::ostream&>(file) : std::cout;
+  for (const auto& r : results) out << to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+}  // namespace
+
+void add_grade_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("grade", "grade responses against ground-truth answers");
+  auto args = std::make_shared<GradeArgs>();
+  cmd->add_option("--rt,--reward-type", args->reward_type, "boxed | think_answer_tags | answer_line")->capture_default_str();
+  cmd->add_option("--gt", args->gt, "ground-truth answer (with RESPONSE)");
+  cmd->add_option("response", args->response, "the response text");
+  cmd->add_option("--input", args->input, "JSONL of {\"response\", \"gt_answer\"[, \"truncated\"]}");
+  cmd->add_option("-o,--output", args->output, "write the JSON results here (default: stdout)");
+  cmd->add_flag("--truncated", args->truncated, "the response was cut off at max_new_tokens");
+  cmd->add_option("--reward-correct", args->scale.correct, "reward of a correct answer")->capture_default_str();
+  cmd->add_option("--reward-wrong", args->scale.wrong, "reward of a wrong answer")->capture_default_str();
+  cmd->add_option("--reward-format", args->scale.format_violation, "reward of a format violation")->capture_default_str();
+  cmd->add_option("--reward-truncated", args->scale.truncated, "reward of a truncated response")->capture_default_str();
+  cmd->add_option("--reward-cmd", args->reward_cmd, "external reward command (JSON lines; see README)");
+  cmd->add_option("--reward-cmd-weight", args->reward_cmd_weight, "its weight in the sum")->capture_default_str();
+  cmd->add_option("--reward-timeout", args->reward_timeout, "seconds per reply")->capture_default_str();
+  cmd->callback([args] { run_grade(*args); });
+}
+
+}  // namespace rlcpp

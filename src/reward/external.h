@@ -1,0 +1,66 @@
+// External rewards: a long-lived child process (`--reward-cmd "CMD ARGS"`, run by /bin/sh) that
+// speaks JSON lines. rlcpp writes one request per line,
+//   {"id": 0, "prompt": "...", "response": "...", "gt_answer": "...", "metadata": {...}}
+// pipelined in batches, and reads one reply per request, in order,
+//   {"reward": 1.0, "parts": {"name": 0.5, ...}}      ("parts" optional)
+// A reply that does not come within the timeout (or a child that dies) gets the child killed and
+// restarted; that request gets the failure reward and is counted. After max_restarts restarts the
+// run stops with the child's stderr tail in the error. A malformed reply is a counted failure.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace rlcpp {
+
+struct ExternalRewardConfig {
+  std::string command;         // e.g. "python3 examples/rewards/reward_server.py"
+  double timeout_s = 30.0;     // per reply
+  int max_restarts = 3;
+  double failure_reward = 0.0;
+  int64_t batch_size = 64;     // requests in flight before replies are awaited
+};
+
+struct ExternalRequest {
+  std::string prompt, response, gt_answer;
+  nlohmann::json metadata = nlohmann::json::object();
+};
+
+struct ExternalReply {
+  double reward = 0.0;
+  std::map<std::string, double> parts;
+  bool failed = false;
+};
+
+class ExternalReward {
+ public:
+  explicit ExternalReward(ExternalRewardConfig config);
+  ~ExternalReward();
+  ExternalReward(const ExternalReward&) = delete;
+  ExternalReward& operator=(const ExternalReward&) = delete;
+
+  std::vector<ExternalReply> score(const std::vector<ExternalRequest>& requests);
+  int64_t n_failures() const { return n_failures_; }
+  int64_t n_restarts() const { return n_restarts_; }
+  const std::string& stderr_tail() const { return stderr_tail_; }
+
+ private:
+  void start();
+  void stop();
+  void restart(const std::string& why);
+  void drain_stderr();
+  void score_batch(const std::vector<ExternalRequest>& requests, size_t begin, size_t end,
+                   std::vector<ExternalReply>* replies);
+
+  ExternalRewardConfig config_;
+  pid_t pid_ = -1;
+  int to_child_ = -1, from_child_ = -1, child_err_ = -1;
+  std::string stdout_buffer_, stderr_tail_;
+  int64_t n_failures_ = 0, n_restarts_ = 0;
+};
+
+}  // namespace rlcpp
