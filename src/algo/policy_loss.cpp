@@ -1,0 +1,146 @@
+#include "algo/policy_loss.h"
+
+#include "util/error.h"
+#include "util/torch_format.h"
+
+namespace rlcpp {
+
+LossAggregation parse_loss_aggregation(const std::string& name, const std::string& flag) {
+  if (name == "token_level") return LossAggregation::kTokenLevel;
+  if (name == "sample_level") return LossAggregation::kSampleLevel;
+  if (name == "seq_mean_token_sum_norm") return LossAggregation::kSeqMeanTokenSumNorm;
+  throw_user_error("{}: unknown loss aggregation \"{}\" (token_level, sample_level, seq_mean_token_sum_norm)", flag, name);
+}
+
+KlEstimator parse_kl_estimator(const std::string& name, const std::string& flag) {
+  if (name == "k1") return KlEstimator::kK1;
+  if (name == "k2") return KlEstimator::kK2;
+  if (name == "k3") return KlEstimator::kK3;
+  throw_user_error("{}: unknown KL estimator \"{}\" (k1, k2, k3)", flag, name);
+}
+
+std::string to_string(LossAggregation aggregation) {
+  switch (aggregation) {
+    case LossAggregation::kTokenLevel: return "token_level";
+    case LossAggregation::kSampleLevel: return "sample_level";
+    case LossAggregation::kSeqMeanTokenSumNorm: return "seq_mean_token_sum_norm";
+  }
+  return "?";
+}
+
+torch::Tensor kl_penalty(const torch::Tensor& logprobs, const torch::Tensor& ref_logprobs, KlEstimator estimator,
+                         double clamp) {
+  auto diff = logprobs - ref_logprobs;
+  switch (estimator) {
+    case KlEstimator::kK1: return diff;
+    case KlEstimator::kK2: return 0.5 * diff.pow(2);
+    case KlEstimator::kK3: {
+      auto log_ratio = -diff;  // ref - logp
+      return (log_ratio.exp() - log_ratio - 1).clamp(-clamp, clamp);
+    }
+  }
+  return diff;
+}
+
+namespace {
+
+// Aggregates per-token values x [B, T] over `mask` as the configured mode does, with global normalisers.
+torch::Tensor aggregate(const torch::Tensor& x, const torch::Tensor& mask, const PolicyLossInputs& in,
+                        const PolicyLossConfig& config) {
+  switch (config.aggregation) {
+    case LossAggregation::kTokenLevel:
+      return (x * mask).sum() / in.global_tokens;
+    case LossAggregation::kSampleLevel: {
+      auto per_sample = (x * mask).sum(1) / mask.sum(1).clamp_min(1.0);  // a fully masked sample adds 0
+      return per_sample.sum() / in.global_samples;
+    }
+    case LossAggregation::kSeqMeanTokenSumNorm:
+      return ((x * mask).sum(1) / config.norm_constant).sum() / in.global_samples;
+  }
+  return x.sum();
+}
+
+}  // namespace
+
+PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig& config) {
+  RLCPP_CHECK(in.logprobs.dim() == 2 && in.old_logprobs.sizes() == in.logprobs.sizes() &&
+                  in.mask.sizes() == in.logprobs.sizes(),
+              "logprobs {}, old_logprobs {}, mask {} must all be [B, T]", in.logprobs.sizes(),
+              in.old_logprobs.sizes(), in.mask.sizes());
+  RLCPP_CHECK(config.aggregation != LossAggregation::kTokenLevel || in.global_tokens > 0,
+              "token-level loss needs the mini-batch's global token count, got {}", in.global_tokens);
+  RLCPP_CHECK(config.aggregation == LossAggregation::kTokenLevel || in.global_samples > 0,
+              "{} loss needs the mini-batch's global sample count, got {}", to_string(config.aggregation),
+              in.global_samples);
+  const auto dtype = in.logprobs.scalar_type();
+  auto mask = in.mask.to(dtype);
+  auto adv = in.advantages.to(dtype);
+  if (adv.dim() == 1) adv = adv.unsqueeze(1).expand_as(in.logprobs);  // per sample, broadcast to tokens
+  auto old = in.old_logprobs.detach().to(dtype);
+  auto log_ratio = (in.logprobs - old).clamp(-20.0, 20.0);
+  auto ratio = log_ratio.exp();
+
+  // Skip threshold: a sample whose mean ratio over its tokens exceeds it leaves the loss.
+  int64_t n_skipped = 0;
+  if (config.skip_threshold > 0) {
+    torch::NoGradGuard no_grad;
+    auto mean_ratio = (ratio * mask).sum(1) / mask.sum(1).clamp_min(1.0);
+    auto skip = mean_ratio.gt(config.skip_threshold).logical_and(mask.sum(1).gt(0));
+    n_skipped = skip.sum().item<int64_t>();
+    mask = mask * skip.logical_not().to(dtype).unsqueeze(1);
+  }
+
+  // Clipped surrogate: -min(r A, clip(r) A) = max(-r A, -clip(r) A), then the dual-clip cap.
+  auto pg1 = -adv * ratio;
+  auto pg2 = -adv * ratio.clamp(1.0 - config.clip_eps_low, 1.0 + config.clip_eps_high);
+  auto pg = torch::max(pg1, pg2);
+  torch::Tensor dual_clipped;
+  if (config.clip_ratio_c) {
+    RLCPP_CHECK(*config.clip_ratio_c > 1.0, "clip_ratio_c must exceed 1, got {}", *config.clip_ratio_c);
+    auto pg3 = -adv * *config.clip_ratio_c;
+    dual_clipped = adv.lt(0).logical_and(pg3.lt(pg));
+    pg = torch::where(adv.lt(0), torch::min(pg, pg3), pg);
+  }
+  if (config.tis_cap > 0) {
+    RLCPP_CHECK(in.rollout_logprobs.defined(), "truncated importance sampling needs the rollout log-probs");
+    auto weight = (old - in.rollout_logprobs.to(dtype)).exp().clamp_max(config.tis_cap).detach();
+    pg = pg * weight;
+  }
+  auto pg_loss = aggregate(pg, mask, in, config);
+  auto loss = pg_loss;
+  torch::Tensor kl;
+  if (config.kl_coef != 0) {
+    RLCPP_CHECK(in.ref_logprobs.defined(), "kl_coef {} needs reference log-probs", config.kl_coef);
+    kl = kl_penalty(in.logprobs, in.ref_logprobs.detach().to(dtype), config.kl_estimator, config.kl_clamp);
+    loss = loss + config.kl_coef * aggregate(kl, mask, in, config);
+  }
+  if (config.entropy_coef != 0) {
+    RLCPP_CHECK(in.entropy.defined(), "entropy_coef {} needs the entropy", config.entropy_coef);
+    loss = loss - config.entropy_coef * aggregate(in.entropy.to(dtype), mask, in, config);
+  }
+
+  PolicyLossOutput out;
+  out.loss = loss;
+  torch::NoGradGuard no_grad;
+  const double n_tokens = mask.sum().item<double>();
+  auto masked_mean = [&](const torch::Tensor& x) {
+    return n_tokens > 0 ? (x.to(dtype) * mask).sum().item<double>() / n_tokens : 0.0;
+  };
+  auto& m = out.metrics;
+  m["loss"] = loss.item<double>();
+  m["pg_loss"] = pg_loss.item<double>();
+  m["kl"] = kl.defined() ? masked_mean(kl) : 0.0;
+  m["entropy"] = in.entropy.defined() ? masked_mean(in.entropy) : 0.0;
+  m["clip_frac_low"] = masked_mean(ratio.lt(1.0 - config.clip_eps_low).logical_and(adv.lt(0)));
+  m["clip_frac_high"] = masked_mean(ratio.gt(1.0 + config.clip_eps_high).logical_and(adv.gt(0)));
+  m["clip_frac_dual"] = dual_clipped.defined() ? masked_mean(dual_clipped) : 0.0;
+  m["ratio_mean"] = masked_mean(ratio);
+  m["ratio_max"] = n_tokens > 0 ? (ratio * mask).max().item<double>() : 0.0;
+  m["adv_mean"] = masked_mean(adv);
+  m["adv_std"] = n_tokens > 0 ? std::sqrt(std::max(0.0, masked_mean(adv.pow(2)) - std::pow(masked_mean(adv), 2))) : 0.0;
+  m["n_skipped"] = static_cast<double>(n_skipped);
+  m["n_tokens"] = n_tokens;
+  return out;
+}
+
+}  // namespace rlcpp

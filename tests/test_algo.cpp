@@ -1,0 +1,238 @@
+// The RL algorithms against hand-computed values, gradient-accumulation exactness, and the
+// gradient of the clipped loss (zero exactly in the clipped regions).
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "algo/advantages.h"
+#include "algo/dapo.h"
+#include "algo/policy_loss.h"
+#include "algo/presets.h"
+#include "test_util.h"
+#include "util/error.h"
+
+using namespace rlcpp;
+
+namespace {
+torch::Tensor t64(std::vector<double> v) { return torch::tensor(v, torch::kFloat64); }
+void expect_values(const torch::Tensor& got, std::vector<double> expected, double tol = 1e-12) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(expected.size()));
+  for (size_t k = 0; k < expected.size(); ++k) EXPECT_NEAR(got[k].item<double>(), expected[k], tol) << "index " << k;
+}
+PolicyLossInputs inputs(std::vector<double> logp, std::vector<double> old, std::vector<double> adv, int64_t b, int64_t t) {
+  PolicyLossInputs in;
+  in.logprobs = t64(logp).view({b, t}).requires_grad_();
+  in.old_logprobs = t64(old).view({b, t});
+  in.advantages = t64(adv);
+  in.mask = torch::ones({b, t}, torch::kFloat64);
+  in.global_tokens = static_cast<double>(b * t);
+  in.global_samples = static_cast<double>(b);
+  return in;
+}
+}  // namespace
+
+TEST(Advantages, HandComputed) {
+  AdvantageConfig grpo;
+  const double s = std::sqrt(1.0 / 3.0);  // unbiased std of {1, 0, 0, 1}
+  expect_values(compute_advantages(t64({1, 0, 0, 1}), 4, grpo), {0.5 / (s + 1e-4), -0.5 / (s + 1e-4), -0.5 / (s + 1e-4), 0.5 / (s + 1e-4)});
+  grpo.std_unbiased = false;  // population std 0.5
+  expect_values(compute_advantages(t64({1, 0, 0, 1}), 4, grpo), {0.5 / 0.5001, -0.5 / 0.5001, -0.5 / 0.5001, 0.5 / 0.5001});
+  grpo.std_unbiased = true;
+  expect_values(compute_advantages(t64({2, 2, 2, 5, 5, 5}), 3, grpo), {0, 0, 0, 0, 0, 0});  // identical rewards
+  expect_values(compute_advantages(t64({3, -1}), 1, grpo), {0, 0});                          // G = 1
+  AdvantageConfig dr{AdvantageEstimator::kDrGrpo};
+  expect_values(compute_advantages(t64({1, 0, 0, 1, 3, 1}), 3, dr), {2.0 / 3, -1.0 / 3, -1.0 / 3, -2.0 / 3, 4.0 / 3, -2.0 / 3});
+  AdvantageConfig rloo{AdvantageEstimator::kRloo};
+  // Leave-one-out by hand: r_i - mean of the others.
+  expect_values(compute_advantages(t64({1, 0, 0, 1}), 4, rloo), {1 - 1.0 / 3, 0 - 2.0 / 3, 0 - 2.0 / 3, 1 - 1.0 / 3});
+  expect_values(compute_advantages(t64({7}), 1, rloo), {0});
+  AdvantageConfig rpp{AdvantageEstimator::kReinforcePpBaseline};
+  const double batch_std = std::sqrt((0.25 + 0.25) / 3.0);  // of {0.5, -0.5, 0, 0}
+  expect_values(compute_advantages(t64({1, 0, 3, 3}), 2, rpp), {0.5 / (batch_std + 1e-4), -0.5 / (batch_std + 1e-4), 0, 0});
+  EXPECT_THROW_MSG(parse_advantage_estimator("ppo", "--adv"), UserError, "--adv", "grpo, dr_grpo, rloo");
+}
+
+TEST(PolicyLoss, ClippedSurrogateHandComputed) {
+  PolicyLossConfig config;  // clip 0.2 / 0.2, token level
+  // Ratios 1.3 and 0.5, advantage +1: token 1 clipped to 1.2, token 2 unclipped → (-1.2 - 0.5) / 2.
+  auto pos = policy_loss(inputs({std::log(1.3), std::log(0.5)}, {0, 0}, {1.0}, 1, 2), config);
+  EXPECT_NEAR(pos.loss.item<double>(), -0.85, 1e-12);
+  EXPECT_DOUBLE_EQ(pos.metrics["clip_frac_high"], 0.5);
+  EXPECT_DOUBLE_EQ(pos.metrics["clip_frac_low"], 0.0);
+  EXPECT_NEAR(pos.metrics["ratio_max"], 1.3, 1e-12);
+  // Advantage -1: token 1 unclipped (1.3), token 2 clipped at 0.8 → (1.3 + 0.8) / 2.
+  auto neg = policy_loss(inputs({std::log(1.3), std::log(0.5)}, {0, 0}, {-1.0}, 1, 2), config);
+  EXPECT_NEAR(neg.loss.item<double>(), 1.05, 1e-12);
+  EXPECT_DOUBLE_EQ(neg.metrics["clip_frac_low"], 0.5);
+  // Dual clip c = 1.25 caps the negative-advantage loss at 1.25.
+  config.clip_ratio_c = 1.25;
+  auto dual = policy_loss(inputs({std::log(1.3), std::log(0.5)}, {0, 0}, {-1.0}, 1, 2), config);
+  EXPECT_NEAR(dual.loss.item<double>(), (1.25 + 0.8) / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(dual.metrics["clip_frac_dual"], 0.5);
+  // Asymmetric clip (DAPO 0.28): ratio 1.3 with A = +1 is clipped at 1.28.
+  PolicyLossConfig dapo;
+  dapo.clip_eps_high = 0.28;
+  EXPECT_NEAR(policy_loss(inputs({std::log(1.3)}, {0}, {1.0}, 1, 1), dapo).loss.item<double>(), -1.28, 1e-12);
+  // Ratio exactly at 1 ± eps: both branches agree, so the clip changes nothing there.
+  EXPECT_NEAR(policy_loss(inputs({std::log(1.2)}, {0}, {1.0}, 1, 1), config).loss.item<double>(), -1.2, 1e-12);
+  EXPECT_NEAR(policy_loss(inputs({std::log(0.8)}, {0}, {-1.0}, 1, 1), config).loss.item<double>(), 0.8, 1e-12);
+  // Ratio exactly 1: loss -A, in every mode.
+  EXPECT_NEAR(policy_loss(inputs({-0.7}, {-0.7}, {2.0}, 1, 1), config).loss.item<double>(), -2.0, 1e-12);
+}
+
+TEST(PolicyLoss, AggregationModesHandComputed) {
+  // Sample 0: ratios 1, 1 (A = 1) → token losses -1, -1. Sample 1: ratio 1 (A = -2), second token masked.
+  auto in = inputs({0, 0, 0, 0}, {0, 0, 0, 0}, {1.0, -2.0}, 2, 2);
+  in.mask = t64({1, 1, 1, 0}).view({2, 2});
+  in.global_tokens = 3;
+  PolicyLossConfig config;
+  EXPECT_NEAR(policy_loss(in, config).loss.item<double>(), (-1 - 1 + 2) / 3.0, 1e-12);
+  config.aggregation = LossAggregation::kSampleLevel;
+  EXPECT_NEAR(policy_loss(in, config).loss.item<double>(), (-1.0 + 2.0) / 2, 1e-12);
+  config.aggregation = LossAggregation::kSeqMeanTokenSumNorm;
+  config.norm_constant = 8;
+  EXPECT_NEAR(policy_loss(in, config).loss.item<double>(), (-2.0 / 8 + 2.0 / 8) / 2, 1e-12);
+  // All responses masked: a zero loss, no NaN, in every mode.
+  in.mask = torch::zeros({2, 2}, torch::kFloat64);
+  for (auto mode : {LossAggregation::kTokenLevel, LossAggregation::kSampleLevel, LossAggregation::kSeqMeanTokenSumNorm}) {
+    config.aggregation = mode;
+    auto out = policy_loss(in, config);
+    EXPECT_EQ(out.loss.item<double>(), 0.0);
+    EXPECT_EQ(out.metrics["n_tokens"], 0.0);
+  }
+}
+
+TEST(PolicyLoss, KlEstimatorsAndEntropy) {
+  auto logp = t64({std::log(0.5)}), ref = t64({std::log(0.25)});
+  const double d = std::log(2.0);  // logp - ref
+  EXPECT_NEAR(kl_penalty(logp, ref, KlEstimator::kK1, 10)[0].item<double>(), d, 1e-12);
+  EXPECT_NEAR(kl_penalty(logp, ref, KlEstimator::kK2, 10)[0].item<double>(), 0.5 * d * d, 1e-12);
+  EXPECT_NEAR(kl_penalty(logp, ref, KlEstimator::kK3, 10)[0].item<double>(), 0.5 + d - 1, 1e-12);
+  EXPECT_NEAR(kl_penalty(t64({0}), t64({30}), KlEstimator::kK3, 10)[0].item<double>(), 10.0, 1e-12);  // clamped
+  auto in = inputs({std::log(0.5)}, {std::log(0.5)}, {0.0}, 1, 1);
+  in.ref_logprobs = ref.view({1, 1});
+  in.entropy = t64({1.5}).view({1, 1});
+  PolicyLossConfig config;
+  config.kl_coef = 0.1;
+  config.entropy_coef = 0.01;
+  auto out = policy_loss(in, config);
+  EXPECT_NEAR(out.loss.item<double>(), 0.1 * (0.5 + d - 1) - 0.01 * 1.5, 1e-12);
+  EXPECT_NEAR(out.metrics["kl"], 0.5 + d - 1, 1e-12);
+  EXPECT_NEAR(out.metrics["entropy"], 1.5, 1e-12);
+  config.kl_coef = 0.1;
+  in.ref_logprobs = torch::Tensor();
+  EXPECT_THROW(policy_loss(in, config), InternalError);  // β > 0 without a reference is a bug
+}
+
+TEST(PolicyLoss, SkipThresholdAndTruncatedImportanceSampling) {
+  // Sample 1's mean ratio is e^3.5 ≈ 33 > 20: it leaves the loss, the normaliser stays global.
+  auto in = inputs({0, 0, 3.5, 3.5}, {0, 0, 0, 0}, {1.0, 1.0}, 2, 2);
+  PolicyLossConfig config;
+  config.skip_threshold = 20;
+  auto out = policy_loss(in, config);
+  EXPECT_EQ(out.metrics["n_skipped"], 1.0);
+  EXPECT_NEAR(out.loss.item<double>(), (-1 - 1) / 4.0, 1e-12);
+  // TIS: weight min(exp(old - rollout), cap) on each token's loss.
+  auto tis = inputs({0, 0}, {0, 0}, {1.0}, 1, 2);
+  tis.rollout_logprobs = t64({-1.0, 0.5}).view({1, 2});  // weights e^1 = 2.72 → capped at 2, e^-0.5
+  PolicyLossConfig capped;
+  capped.tis_cap = 2.0;
+  EXPECT_NEAR(policy_loss(tis, capped).loss.item<double>(), (-2.0 - std::exp(-0.5)) / 2, 1e-12);
+}
+
+TEST(PolicyLoss, GradientAccumulationIsExactInEveryMode) {
+  torch::manual_seed(3);
+  const int64_t b = 6, t = 5;
+  auto logp = (torch::randn({b, t}, torch::kFloat64) * 0.3 - 1).detach();
+  auto old = (logp + torch::randn({b, t}, torch::kFloat64) * 0.2).detach();
+  auto ref = (logp + torch::randn({b, t}, torch::kFloat64) * 0.1).detach();
+  auto adv = torch::randn({b}, torch::kFloat64);
+  auto mask = (torch::rand({b, t}) > 0.3).to(torch::kFloat64);
+  mask[2].zero_();  // one sample fully masked
+  const double tokens = mask.sum().item<double>();
+  for (auto mode : {LossAggregation::kTokenLevel, LossAggregation::kSampleLevel, LossAggregation::kSeqMeanTokenSumNorm}) {
+    PolicyLossConfig config;
+    config.aggregation = mode;
+    config.norm_constant = 7;
+    config.kl_coef = 0.05;
+    config.clip_ratio_c = 3.0;
+    auto grad_of = [&](int64_t begin, int64_t end) {
+      auto lp = logp.narrow(0, begin, end - begin).clone().requires_grad_();
+      PolicyLossInputs in;
+      in.logprobs = lp;
+      in.old_logprobs = old.narrow(0, begin, end - begin);
+      in.ref_logprobs = ref.narrow(0, begin, end - begin);
+      in.advantages = adv.narrow(0, begin, end - begin);
+      in.mask = mask.narrow(0, begin, end - begin);
+      in.global_tokens = tokens;           // the whole mini-batch's counts, as the trainer passes them
+      in.global_samples = static_cast<double>(b);
+      policy_loss(in, config).loss.backward();
+      return lp.grad();
+    };
+    auto full = grad_of(0, b);
+    auto accumulated = torch::cat({grad_of(0, 2), grad_of(2, 5), grad_of(5, 6)});
+    EXPECT_LT((full - accumulated).abs().max().item<double>(), 1e-12) << to_string(mode);  // issue bound: 1e-6
+  }
+}
+
+TEST(PolicyLoss, GradientIsZeroExactlyInTheClippedRegions) {
+  // Ratios below, inside and above [0.8, 1.2] (and above the dual cap 3), for A = +1 and A = -1.
+  const std::vector<double> ratios = {0.5, 0.9, 1.0, 1.1, 1.5, 4.0};
+  for (double a : {1.0, -1.0}) {
+    std::vector<double> logp;
+    for (double r : ratios) logp.push_back(std::log(r));
+    auto in = inputs(logp, std::vector<double>(ratios.size(), 0.0), {a}, 1, static_cast<int64_t>(ratios.size()));
+    PolicyLossConfig config;
+    config.clip_ratio_c = 3.0;
+    policy_loss(in, config).loss.backward();
+    auto grad = in.logprobs.grad()[0];
+    for (size_t k = 0; k < ratios.size(); ++k) {
+      const double r = ratios[k];
+      // PPO: A > 0 stops above 1 + eps; A < 0 stops below 1 - eps; dual clip stops A < 0 above c.
+      const bool clipped = (a > 0 && r > 1.2) || (a < 0 && r < 0.8) || (a < 0 && r > 3.0);
+      const double g = grad[static_cast<int64_t>(k)].item<double>();
+      if (clipped) {
+        EXPECT_EQ(g, 0.0) << "A " << a << " ratio " << r;
+      } else {
+        EXPECT_NEAR(g, -a * r / ratios.size(), 1e-12) << "A " << a << " ratio " << r;  // d(-A r)/dlogp = -A r
+      }
+    }
+  }
+}
+
+TEST(Dapo, FilterOverlongAndTruncation) {
+  auto correct = torch::tensor({true, true, false, true, false, false});
+  auto keep = filter_groups_by_accuracy(correct, 2, 0.01, 0.99);
+  EXPECT_EQ(keep[0].item<bool>(), false);  // all right
+  EXPECT_EQ(keep[1].item<bool>(), true);
+  EXPECT_EQ(keep[2].item<bool>(), false);  // all wrong
+  EXPECT_EQ(overlong_penalty(80, 100, 20), 0.0);
+  EXPECT_DOUBLE_EQ(overlong_penalty(90, 100, 20), -0.5);
+  EXPECT_DOUBLE_EQ(overlong_penalty(100, 100, 20), -1.0);
+  EXPECT_DOUBLE_EQ(overlong_penalty(150, 100, 20), -1.0);
+  EXPECT_DOUBLE_EQ(overlong_penalty(90, 100, 20, 10.0), -5.0);  // on the 10/0 scale
+  EXPECT_EQ(default_overlong_cache(3584), 896);
+  EXPECT_EQ(default_overlong_cache(8192), 1024);
+  auto mask = mask_truncated(torch::ones({3, 2}), torch::tensor({false, true, false}));
+  EXPECT_EQ(mask.sum().item<double>(), 4.0);
+  EXPECT_EQ(mask[1].sum().item<double>(), 0.0);
+}
+
+TEST(Presets, ReferenceDefaultsAndOverrides) {
+  auto grpo = algo_preset("GRPO", "-a");
+  EXPECT_DOUBLE_EQ(grpo.loss.kl_coef, 0.01);
+  EXPECT_DOUBLE_EQ(grpo.loss.clip_eps_high, 0.2);
+  EXPECT_EQ(grpo.loss.aggregation, LossAggregation::kSampleLevel);
+  EXPECT_FALSE(grpo.filter_range.has_value());
+  auto dapo = algo_preset("dapo", "-a");
+  EXPECT_DOUBLE_EQ(dapo.loss.kl_coef, 0.0);
+  EXPECT_DOUBLE_EQ(dapo.loss.clip_eps_high, 0.28);
+  EXPECT_EQ(dapo.loss.aggregation, LossAggregation::kTokenLevel);
+  ASSERT_TRUE(dapo.filter_range.has_value());
+  EXPECT_DOUBLE_EQ(dapo.filter_range->first, 0.01);
+  EXPECT_TRUE(dapo.dynamic_batching && dapo.overlong_shaping && dapo.filter_truncated);
+  EXPECT_EQ(algo_preset("DR_GRPO", "-a").advantage.estimator, AdvantageEstimator::kDrGrpo);
+  EXPECT_EQ(algo_preset("rloo", "-a").advantage.estimator, AdvantageEstimator::kRloo);
+  EXPECT_EQ(algo_preset("REINFORCE_PP", "-a").advantage.estimator, AdvantageEstimator::kReinforcePpBaseline);
+  EXPECT_THROW_MSG(algo_preset("PPO", "-a"), UserError, "-a", "unknown algorithm \"PPO\"");
+}
