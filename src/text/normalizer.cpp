@@ -95,13 +95,6 @@ class SequenceNormalizer : public Normalizer {
   std::vector<std::unique_ptr<Normalizer>> parts_;
 };
 
-// {"String": "..."} or {"Regex": "..."} as a PCRE2 pattern.
-std::string pattern_of(const nlohmann::json& json, const std::string& where) {
-  if (json.contains("Regex")) return json["Regex"].get<std::string>();
-  if (json.contains("String")) return regex_escape(json["String"].get<std::string>());
-  throw_user_error("{}: pattern must be {{\"String\": ...}} or {{\"Regex\": ...}}, got {}", where, json.dump());
-}
-
 }  // namespace
 
 std::unique_ptr<Normalizer> Normalizer::from_json(const nlohmann::json& json, const std::string& where) {
@@ -114,7 +107,7 @@ std::unique_ptr<Normalizer> Normalizer::from_json(const nlohmann::json& json, co
   if (type == "NFKD") return std::make_unique<FormNormalizer>(NormalForm::kNFKD);
   if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
   if (type == "Replace") {
-    return std::make_unique<ReplaceNormalizer>(pattern_of(json.at("pattern"), here), json.value("content", ""), here);
+    return std::make_unique<ReplaceNormalizer>(pattern_from_json(json.at("pattern"), here), json.value("content", ""), here);
   }
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(json.value("prepend", ""));
   if (type == "Strip") return std::make_unique<StripNormalizer>(json.value("strip_left", true), json.value("strip_right", true));

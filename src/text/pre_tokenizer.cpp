@@ -158,15 +158,7 @@ std::unique_ptr<PreTokenizer> PreTokenizer::from_json(const nlohmann::json& json
   const std::string type = json.value("type", "");
   const std::string here = where + " pre_tokenizer " + type;
   if (type == "Split") {
-    const auto& pattern = json.at("pattern");
-    std::string regex;
-    if (pattern.contains("Regex")) {
-      regex = pattern["Regex"].get<std::string>();
-    } else if (pattern.contains("String")) {
-      regex = regex_escape(pattern["String"].get<std::string>());
-    } else {
-      throw_user_error("{}: pattern must be {{\"String\": ...}} or {{\"Regex\": ...}}", here);
-    }
+    const std::string regex = pattern_from_json(json.at("pattern"), here);
     return std::make_unique<SplitPreTokenizer>(regex, parse_behavior(json.value("behavior", "Isolated"), here),
                                                json.value("invert", false), here);
   }

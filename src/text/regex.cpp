@@ -64,3 +64,15 @@ std::string regex_escape(std::string_view literal) {
 }
 
 }  // namespace rlcpp
+
+namespace rlcpp {
+
+std::string pattern_from_json(const nlohmann::json& json, const std::string& where) {
+  if (json.is_object() && json.contains("Regex") && json["Regex"].is_string()) return json["Regex"].get<std::string>();
+  if (json.is_object() && json.contains("String") && json["String"].is_string()) {
+    return regex_escape(json["String"].get<std::string>());
+  }
+  throw_user_error("{}: pattern must be {{\"String\": ...}} or {{\"Regex\": ...}}, got {}", where, json.dump());
+}
+
+}  // namespace rlcpp

@@ -2,6 +2,8 @@
 // use Oniguruma: `\p{L}`, `\s`, look-ahead, inline flags. Thread-safe after construction.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,5 +32,9 @@ class Regex {
 
 // Escapes `literal` for use inside a pattern.
 std::string regex_escape(std::string_view literal);
+
+// tokenizer.json's pattern object, {"String": literal} or {"Regex": pattern}, as a PCRE2 pattern;
+// anything else is a UserError naming `where`.
+std::string pattern_from_json(const nlohmann::json& json, const std::string& where);
 
 }  // namespace rlcpp
