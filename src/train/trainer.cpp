@@ -1,0 +1,191 @@
+#include "train/trainer.h"
+
+#include <cmath>
+
+#include "util/error.h"
+#include "util/torch_format.h"
+
+namespace rlcpp {
+
+PackedBatch pack_samples(const std::vector<TrainSample>& samples, size_t begin, size_t end) {
+  RLCPP_CHECK(begin < end && end <= samples.size(), "pack [{}, {}) of {} samples", begin, end, samples.size());
+  int64_t length = 0;
+  for (size_t k = begin; k < end; ++k) {
+    const auto& s = samples[k];
+    RLCPP_CHECK(!s.prompt_ids.empty(), "sample {} has an empty prompt", k);
+    length = std::max<int64_t>(length, static_cast<int64_t>(s.prompt_ids.size() + s.response_ids.size()));
+  }
+  const int64_t b = static_cast<int64_t>(end - begin);
+  PackedBatch p;
+  p.ids = torch::zeros({b, length}, torch::kInt64);
+  p.attention_mask = torch::zeros({b, length}, torch::kInt64);
+  p.targets = torch::full({b, length}, -1, torch::kInt64);
+  p.response_mask = torch::zeros({b, length}, torch::kFloat32);
+  auto ids = p.ids.accessor<int64_t, 2>();
+  auto mask = p.attention_mask.accessor<int64_t, 2>();
+  auto targets = p.targets.accessor<int64_t, 2>();
+  auto response = p.response_mask.accessor<float, 2>();
+  for (int64_t row = 0; row < b; ++row) {
+    const auto& s = samples[begin + static_cast<size_t>(row)];
+    const int64_t n_prompt = static_cast<int64_t>(s.prompt_ids.size());
+    const int64_t n_total = n_prompt + static_cast<int64_t>(s.response_ids.size());
+    for (int64_t t = 0; t < n_total; ++t) {
+      ids[row][t] = t < n_prompt ? s.prompt_ids[static_cast<size_t>(t)] : s.response_ids[static_cast<size_t>(t - n_prompt)];
+      mask[row][t] = 1;
+    }
+    // Position t predicts token t + 1: response token j is predicted at n_prompt - 1 + j.
+    for (int64_t j = 0; j < static_cast<int64_t>(s.response_ids.size()); ++j) {
+      targets[row][n_prompt - 1 + j] = s.response_ids[static_cast<size_t>(j)];
+      response[row][n_prompt - 1 + j] = 1.0f;
+    }
+    p.response_start.push_back(n_prompt - 1);
+  }
+  return p;
+}
+
+Trainer::Trainer(std::shared_ptr<Transformer> policy, std::shared_ptr<Transformer> reference, TrainerConfig config)
+    : policy_(std::move(policy)), reference_(std::move(reference)), config_(std::move(config)) {
+  RLCPP_CHECK(policy_ != nullptr, "trainer without a policy");
+  if (config_.loss.kl_coef != 0 && reference_ == nullptr) {
+    throw_user_error("kl_coef {} needs a reference model (or set the KL coefficient to 0)", config_.loss.kl_coef);
+  }
+  if (config_.train_microbatch_size < 1) {
+    throw_user_error("--train-microbatch-size {}: must be at least 1", config_.train_microbatch_size);
+  }
+  const auto& o = config_.optimizer;
+  torch::optim::AdamWOptions options(o.lr);
+  options.betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay);
+  optimizer_ = std::make_unique<torch::optim::AdamW>(policy_->parameters(), options);
+  if (reference_) {
+    for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+  }
+}
+
+double Trainer::current_lr() const {
+  const auto& o = config_.optimizer;
+  const int64_t step = n_steps_;  // the step about to be taken, 0-based
+  if (o.warmup_steps > 0 && step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / o.warmup_steps;
+  if (o.lr_schedule == "constant" || o.total_steps <= o.warmup_steps) return o.lr;
+  const double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / (o.total_steps - o.warmup_steps));
+  const double floor = o.min_lr_ratio * o.lr;
+  if (o.lr_schedule == "linear") return floor + (o.lr - floor) * (1.0 - progress);
+  if (o.lr_schedule == "cosine") return floor + (o.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
+  throw_user_error("--lr-schedule \"{}\": use constant, linear or cosine", o.lr_schedule);
+}
+
+std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, const std::vector<TrainSample>& samples) const {
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<float>> out;
+  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
+  for (size_t begin = 0; begin < samples.size(); begin += micro) {
+    const size_t end = std::min(samples.size(), begin + micro);
+    const PackedBatch batch = pack_samples(samples, begin, end);
+    auto logp = model.token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask)
+                    .to(torch::kCPU)
+                    .to(torch::kFloat32);
+    for (size_t k = begin; k < end; ++k) {
+      const int64_t row = static_cast<int64_t>(k - begin);
+      const int64_t n = static_cast<int64_t>(samples[k].response_ids.size());
+      auto values = logp[row].narrow(0, batch.response_start[static_cast<size_t>(row)], n).contiguous();
+      out.emplace_back(values.data_ptr<float>(), values.data_ptr<float>() + n);
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> Trainer::policy_logprobs(const std::vector<TrainSample>& samples) const {
+  return response_logprobs(*policy_, samples);
+}
+
+std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<TrainSample>& samples) const {
+  RLCPP_CHECK(reference_ != nullptr, "reference log-probs without a reference model");
+  return response_logprobs(*reference_, samples);
+}
+
+namespace {
+
+// Per-sample vectors laid onto the packed batch's response positions: [B, L] fp32.
+torch::Tensor lay_out(const std::vector<std::vector<float>>& values, const PackedBatch& batch, size_t begin) {
+  auto out = torch::zeros(batch.targets.sizes(), torch::kFloat32);
+  for (int64_t row = 0; row < out.size(0); ++row) {
+    const auto& v = values[begin + static_cast<size_t>(row)];
+    if (v.empty()) continue;
+    out[row].narrow(0, batch.response_start[static_cast<size_t>(row)], static_cast<int64_t>(v.size()))
+        .copy_(torch::tensor(v, torch::kFloat32));
+  }
+  return out;
+}
+
+}  // namespace
+
+TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const std::vector<std::vector<float>>& old_logprobs,
+                               const std::vector<std::vector<float>>& ref_logprobs, double global_tokens,
+                               double global_samples) {
+  RLCPP_CHECK(old_logprobs.size() == minibatch.size(), "{} old log-prob rows for {} samples", old_logprobs.size(),
+              minibatch.size());
+  RLCPP_CHECK(config_.loss.kl_coef == 0 || ref_logprobs.size() == minibatch.size(), "{} ref rows for {} samples",
+              ref_logprobs.size(), minibatch.size());
+  double tokens = 0;
+  for (const auto& s : minibatch) tokens += static_cast<double>(s.response_ids.size());
+  if (global_tokens <= 0) global_tokens = std::max(1.0, tokens);
+  if (global_samples <= 0) global_samples = static_cast<double>(minibatch.size());
+  const double lr = current_lr();
+  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  optimizer_->zero_grad();
+  policy_->train();
+  TrainStepMetrics metrics;
+  const auto device = policy_->options().device;
+  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
+  double counted_tokens = 0;
+  for (size_t begin = 0; begin < minibatch.size(); begin += micro) {
+    const size_t end = std::min(minibatch.size(), begin + micro);
+    const PackedBatch batch = pack_samples(minibatch, begin, end);
+    PolicyLossInputs in;
+    in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
+    in.old_logprobs = lay_out(old_logprobs, batch, begin).to(device);
+    if (config_.loss.kl_coef != 0) in.ref_logprobs = lay_out(ref_logprobs, batch, begin).to(device);
+    std::vector<double> advantages;
+    for (size_t k = begin; k < end; ++k) advantages.push_back(minibatch[k].advantage);
+    in.advantages = torch::tensor(advantages, torch::kFloat64).to(device);
+    in.mask = batch.response_mask.to(device);
+    if (config_.loss.tis_cap > 0) {
+      std::vector<std::vector<float>> rollout;
+      for (const auto& s : minibatch) rollout.push_back(s.rollout_logprobs);
+      in.rollout_logprobs = lay_out(rollout, batch, begin).to(device);
+    }
+    in.global_tokens = global_tokens;
+    in.global_samples = global_samples;
+    auto out = policy_loss(in, config_.loss);
+    out.loss.backward();
+    const double n = out.metrics["n_tokens"];
+    counted_tokens += n;
+    for (const auto& [key, value] : out.metrics) {
+      // Sums for losses and counts; token-weighted for per-token means; max for the max.
+      if (key == "ratio_max") metrics.values[key] = std::max(metrics.values[key], value);
+      else if (key == "loss" || key == "pg_loss" || key == "n_skipped" || key == "n_tokens") metrics.values[key] += value;
+      else metrics.values[key] += value * n;
+    }
+  }
+  for (auto& [key, value] : metrics.values) {
+    if (key != "ratio_max" && key != "loss" && key != "pg_loss" && key != "n_skipped" && key != "n_tokens") {
+      value = counted_tokens > 0 ? value / counted_tokens : 0.0;
+    }
+  }
+  double grad_norm = 0;
+  if (config_.optimizer.max_grad_norm > 0) {
+    grad_norm = torch::nn::utils::clip_grad_norm_(policy_->parameters(), config_.optimizer.max_grad_norm);
+  } else {
+    for (const auto& p : policy_->parameters()) {
+      if (p.grad().defined()) grad_norm += p.grad().pow(2).sum().item<double>();
+    }
+    grad_norm = std::sqrt(grad_norm);
+  }
+  optimizer_->step();
+  ++n_steps_;
+  policy_->eval();
+  metrics.values["grad_norm"] = grad_norm;
+  metrics.values["lr"] = lr;
+  return metrics;
+}
+
+}  // namespace rlcpp

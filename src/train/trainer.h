@@ -1,0 +1,87 @@
+// The trainer: policy (and optional frozen reference) log-probs for rollout samples, and one
+// optimizer step over a mini-batch — micro-batches with gradient accumulation (normalised by the
+// mini-batch's global token and sample counts, so accumulation is exact), gradient clipping,
+// AdamW and the learning-rate schedule. Optimizer state lives here, never in the model.
+#pragma once
+
+#include <torch/optim/adamw.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algo/policy_loss.h"
+#include "model/transformer.h"
+
+namespace rlcpp {
+
+// One rollout sample as the trainer needs it.
+struct TrainSample {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> response_ids;
+  double advantage = 0.0;
+  bool truncated = false;
+  std::vector<float> rollout_logprobs;  // the sampler's own (for TIS and diagnostics)
+};
+
+struct OptimizerConfig {
+  double lr = 1e-6;
+  double weight_decay = 0.01;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double max_grad_norm = 1.0;    // 0: no clipping
+  std::string lr_schedule = "constant";  // constant | cosine | linear
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;       // for cosine/linear decay
+  double min_lr_ratio = 0.0;     // floor of the decay, as a fraction of lr
+};
+
+struct TrainerConfig {
+  PolicyLossConfig loss;
+  OptimizerConfig optimizer;
+  int64_t train_microbatch_size = 2;  // samples per forward/backward
+  double temperature = 1.0;           // log-probs under softmax(logits / T), as the sampler used
+};
+
+struct TrainStepMetrics {
+  std::map<std::string, double> values;  // loss metrics summed over micro-batches (means token-weighted), grad_norm, lr
+};
+
+class Trainer {
+ public:
+  Trainer(std::shared_ptr<Transformer> policy, std::shared_ptr<Transformer> reference, TrainerConfig config);
+
+  // Per-sample response-token log-probs under `model` (no grad), [n_samples][response length].
+  std::vector<std::vector<float>> response_logprobs(Transformer& model, const std::vector<TrainSample>& samples) const;
+  // Convenience: under the policy / the reference.
+  std::vector<std::vector<float>> policy_logprobs(const std::vector<TrainSample>& samples) const;
+  std::vector<std::vector<float>> reference_logprobs(const std::vector<TrainSample>& samples) const;
+
+  // One optimizer step on `minibatch` (old and ref log-probs aligned with it; ref may be empty
+  // when kl_coef is 0). `global_tokens`/`global_samples`: counts over the whole mini-batch across
+  // trainer ranks (the colocated trainer passes its own); 0 means "this mini-batch's".
+  TrainStepMetrics step(const std::vector<TrainSample>& minibatch, const std::vector<std::vector<float>>& old_logprobs,
+                        const std::vector<std::vector<float>>& ref_logprobs, double global_tokens = 0,
+                        double global_samples = 0);
+
+  double current_lr() const;
+  int64_t n_steps() const { return n_steps_; }
+  torch::optim::AdamW& optimizer() { return *optimizer_; }
+  const TrainerConfig& config() const { return config_; }
+
+ private:
+  std::shared_ptr<Transformer> policy_, reference_;
+  TrainerConfig config_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int64_t n_steps_ = 0;
+};
+
+// Right-padded token batch for samples [begin, end): ids and attention mask [B, L], targets [B, L]
+// (-1 except at positions predicting a response token), and the response-token mask [B, L].
+struct PackedBatch {
+  torch::Tensor ids, attention_mask, targets, response_mask;
+  std::vector<int64_t> response_start;  // position in the row of the first predicted response token
+};
+PackedBatch pack_samples(const std::vector<TrainSample>& samples, size_t begin, size_t end);
+
+}  // namespace rlcpp
