@@ -58,4 +58,18 @@ echo '{"messages": {"role": "user"}, "gt_answer": "2"}' >> "$tmp/data.jsonl"
 expect bad-dataset 2 'data.jsonl:3: messages\[0\]' -- "$rlcpp" prompts --model "$model" --dataset "$tmp/data.jsonl"
 expect skip-bad 0 '1 malformed lines skipped' -- "$rlcpp" prompts --model "$model" --dataset "$tmp/data.jsonl" --skip-bad-lines
 expect generate-args 2 'exactly one of --prompt' -- "$rlcpp" generate --model "$model"
+
+# The colocated training loop end to end: steps, metrics.jsonl, a checkpoint rlcpp info accepts.
+head -2 "$tmp/data.jsonl" > "$tmp/train.jsonl"
+expect train 0 'step 2/2 reward' -- "$rlcpp" train -m "$model" -d "$tmp/train.jsonl" -g 4 -tbs 2 -tMbs 1 -tmbs 4 \
+  -mnt 6 -temp 2 --max-steps 2 -lr 1e-3 -sd "$tmp/runs" -p cli
+if [ "$(wc -l < "$tmp/runs/cli/metrics.jsonl")" -ne 2 ] || [ "$(cat "$tmp/runs/cli/latest")" != "step-2" ]; then
+  echo "FAIL train-outputs: expected 2 metrics lines and latest = step-2"; fail=1
+else
+  echo "ok   train-outputs"
+fi
+expect train-checkpoint 0 'Qwen2ForCausalLM' -- "$rlcpp" info "$tmp/runs/cli/step-2"
+expect train-distributed 2 't 2 -i 2: distributed training .* not implemented yet' -- "$rlcpp" train -m "$model" \
+  -d "$tmp/train.jsonl" -t 2 -i 2
+expect train-batch 2 'tMbs.* 3 must be between 1 and -tbs 2' -- "$rlcpp" train -m "$model" -d "$tmp/train.jsonl" -tbs 2 -tMbs 3
 exit $fail

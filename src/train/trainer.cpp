@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "algo/dapo.h"
 #include "util/error.h"
 #include "util/torch_format.h"
 
@@ -126,7 +127,9 @@ TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const 
   RLCPP_CHECK(config_.loss.kl_coef == 0 || ref_logprobs.size() == minibatch.size(), "{} ref rows for {} samples",
               ref_logprobs.size(), minibatch.size());
   double tokens = 0;
-  for (const auto& s : minibatch) tokens += static_cast<double>(s.response_ids.size());
+  for (const auto& s : minibatch) {
+    if (!(config_.filter_truncated && s.truncated)) tokens += static_cast<double>(s.response_ids.size());
+  }
   if (global_tokens <= 0) global_tokens = std::max(1.0, tokens);
   if (global_samples <= 0) global_samples = static_cast<double>(minibatch.size());
   const double lr = current_lr();
@@ -148,6 +151,11 @@ TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const 
     for (size_t k = begin; k < end; ++k) advantages.push_back(minibatch[k].advantage);
     in.advantages = torch::tensor(advantages, torch::kFloat64).to(device);
     in.mask = batch.response_mask.to(device);
+    if (config_.filter_truncated) {
+      std::vector<int64_t> truncated;
+      for (size_t k = begin; k < end; ++k) truncated.push_back(minibatch[k].truncated);
+      in.mask = mask_truncated(in.mask, torch::tensor(truncated).to(torch::kBool).to(device));
+    }
     if (config_.loss.tis_cap > 0) {
       std::vector<std::vector<float>> rollout;
       for (const auto& s : minibatch) rollout.push_back(s.rollout_logprobs);

@@ -41,6 +41,7 @@ struct TrainerConfig {
   OptimizerConfig optimizer;
   int64_t train_microbatch_size = 2;  // samples per forward/backward
   double temperature = 1.0;           // log-probs under softmax(logits / T), as the sampler used
+  bool filter_truncated = false;      // truncated samples leave the loss (DAPO's filter_truncated_response)
 };
 
 struct TrainStepMetrics {
