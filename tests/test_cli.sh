@@ -63,8 +63,9 @@ expect generate-args 2 'exactly one of --prompt' -- "$rlcpp" generate --model "$
 head -2 "$tmp/data.jsonl" > "$tmp/train.jsonl"
 expect train 0 'step 2/2 reward' -- "$rlcpp" train -m "$model" -d "$tmp/train.jsonl" -g 4 -tbs 2 -tMbs 1 -tmbs 4 \
   -mnt 6 -temp 2 --max-steps 2 -lr 1e-3 -sd "$tmp/runs" -p cli
-if [ "$(wc -l < "$tmp/runs/cli/metrics.jsonl")" -ne 2 ] || [ "$(cat "$tmp/runs/cli/latest")" != "step-2" ]; then
-  echo "FAIL train-outputs: expected 2 metrics lines and latest = step-2"; fail=1
+if [ "$(wc -l < "$tmp/runs/cli/metrics.jsonl")" -ne 2 ] || [ "$(cat "$tmp/runs/cli/latest")" != "step-2" ] \
+   || [ ! -s "$tmp/runs/cli/step-2/trainer_state/optimizer.pt" ] || ! grep -q '"step": 2' "$tmp/runs/cli/step-2/trainer_state/state.json"; then
+  echo "FAIL train-outputs: expected 2 metrics lines, latest = step-2 and trainer_state/"; fail=1
 else
   echo "ok   train-outputs"
 fi

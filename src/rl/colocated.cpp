@@ -39,9 +39,10 @@ void validate(const RunConfig& c) {
   if (c.train_microbatch_size < 1) throw_user_error("-tmbs/--train-microbatch-size {}: must be at least 1", c.train_microbatch_size);
 }
 
-// Writes the policy as a Hugging Face directory at save_dir/project/step-N (temp dir, then rename).
-void save_checkpoint_dir(const Transformer& policy, const fs::path& model_dir, const fs::path& run_dir, int64_t step,
-                         const nlohmann::json& state) {
+// Writes save_dir/project/step-N: the policy as a Hugging Face directory plus trainer_state/
+// (state.json, optimizer.pt with the AdamW moments), into a temp dir renamed at the end, then `latest`.
+void save_checkpoint_dir(const Transformer& policy, Trainer& trainer, const fs::path& model_dir, const fs::path& run_dir,
+                         int64_t step, const nlohmann::json& state) {
   const fs::path final_dir = run_dir / fmt::format("step-{}", step);
   const fs::path tmp = run_dir / fmt::format(".step-{}.tmp", step);
   fs::remove_all(tmp);
@@ -49,7 +50,9 @@ void save_checkpoint_dir(const Transformer& policy, const fs::path& model_dir, c
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"}) {
     if (fs::exists(model_dir / name)) fs::copy_file(model_dir / name, tmp / name, fs::copy_options::overwrite_existing);
   }
-  write_file_atomic(tmp / "trainer_state.json", state.dump(2) + "\n");
+  fs::create_directories(tmp / "trainer_state");
+  write_file_atomic(tmp / "trainer_state" / "state.json", state.dump(2) + "\n");
+  torch::save(trainer.optimizer(), (tmp / "trainer_state" / "optimizer.pt").string());
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   write_file_atomic(run_dir / "latest", fmt::format("step-{}\n", step));
@@ -230,8 +233,9 @@ fs::path run_colocated(const RunConfig& c) {
                  line["loss"].get<double>(), line["kl"].get<double>(), line["clip_frac_high"].get<double>(),
                  line["grad_norm"].get<double>(), line["lr"].get<double>(), t_generate, t_reward, t_logprobs, t_train);
     if ((c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps) {
-      nlohmann::json state = {{"step", step}, {"policy_version", engine.version()}, {"data_cursor", cursor.state()}};
-      save_checkpoint_dir(*policy, c.model, run_dir, step, state);
+      nlohmann::json state = {{"step", step}, {"policy_version", engine.version()}, {"data_cursor", cursor.state()},
+                              {"optimizer_steps", trainer.n_steps()}};
+      save_checkpoint_dir(*policy, trainer, c.model, run_dir, step, state);
     }
   }
   spdlog::info("done in {:.1f} s; run directory {}", seconds_since(run_start), run_dir.string());
