@@ -24,6 +24,7 @@ expect info-missing 2 "error: .*$tmp/none.*config.json" -- "$rlcpp" info "$tmp/n
 mkdir -p "$tmp/bad"; cp "$fixtures/qwen2-tiny/config.json" "$tmp/bad/"; printf 'garbage!' > "$tmp/bad/model.safetensors"
 expect info-corrupt 2 'error: .*model.safetensors.*header length' -- "$rlcpp" info "$tmp/bad"
 expect bad-dtype 2 'error: --dtype: unknown dtype "fp8"' -- "$rlcpp" parity "$fixtures/qwen2-tiny" --dtype fp8
+expect bad-device 2 'error: --device: unknown device "tpu"' -- "$rlcpp" parity "$fixtures/qwen2-tiny" --device tpu
 expect bad-flag 109 "nope" -- "$rlcpp" info x --nope
 
 # A tiny chat model: qwen2-tiny's weights with a byte-level tokenizer (ids 0-255) and ChatML tokens.

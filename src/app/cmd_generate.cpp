@@ -35,23 +35,12 @@ struct GenerateArgs {
   int64_t max_prompt_tokens = 0;
 };
 
-// Stop tokens: the model's EOS ids (config.json, generation_config.json) and the tokenizer's eos_token.
-std::vector<int32_t> stop_tokens(const ModelConfig& config, const Tokenizer& tokenizer) {
-  std::vector<int32_t> ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  if (auto eos = tokenizer.special_id(tokenizer.config().eos_token)) {
-    if (std::find(ids.begin(), ids.end(), *eos) == ids.end()) ids.push_back(*eos);
-  }
-  return ids;
-}
-
 void run_generate(GenerateArgs args) {
   if (args.prompt.empty() == args.dataset.empty()) {
     throw_user_error("give exactly one of --prompt TEXT or --dataset FILE.jsonl");
   }
   if (args.n < 1) throw_user_error("-n {}: the number of samples per prompt must be at least 1", args.n);
-  ModelOptions options;
-  options.dtype = parse_dtype(args.dtype, "--dtype");
-  options.device = torch::Device(args.device);
+  const ModelOptions options = model_options_from_flags(args.dtype, args.device);
   auto tokenizer = Tokenizer::from_dir(args.model);
   auto model = Transformer::from_pretrained(args.model, options);
   model->eval();
@@ -64,7 +53,7 @@ void run_generate(GenerateArgs args) {
     record.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", args.prompt}}});
     records.push_back(record);
   }
-  args.sampling.stop_token_ids = stop_tokens(model->config(), *tokenizer);
+  args.sampling.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
   args.sampling.stop_strings = args.stop;
   PromptOptions prompt_options;
   prompt_options.system_prompt = args.system_prompt;

@@ -28,9 +28,7 @@ void run_parity(const ParityArgs& args) {
   const fs::path reference = args.reference.empty() ? fs::path(args.model_dir) / "reference.safetensors"
                                                      : fs::path(args.reference);
   if (!fs::exists(reference)) throw_user_error("--reference: '{}' does not exist", reference.string());
-  ModelOptions options;
-  options.dtype = parse_dtype(args.dtype, "--dtype");
-  options.device = torch::Device(args.device);
+  const ModelOptions options = model_options_from_flags(args.dtype, args.device);
   auto start = std::chrono::steady_clock::now();
   auto model = Transformer::from_pretrained(args.model_dir, options);
   model->eval();

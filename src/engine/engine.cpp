@@ -155,6 +155,14 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
   return out;
 }
 
+std::vector<int32_t> default_stop_tokens(const ModelConfig& config, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
+  if (auto eos = tokenizer.special_id(tokenizer.config().eos_token)) {
+    if (std::find(ids.begin(), ids.end(), *eos) == ids.end()) ids.push_back(*eos);
+  }
+  return ids;
+}
+
 void Engine::load_weights(const NamedTensors& weights, int64_t version) {
   model_->load_weights(weights, fmt::format("weight update to version {}", version));
   version_ = version;

@@ -61,6 +61,10 @@ class Engine {
   EngineStats stats_;
 };
 
+// The stop tokens a model ends its turn with: the EOS ids of config.json and generation_config.json
+// and the tokenizer's eos_token, without repeats.
+std::vector<int32_t> default_stop_tokens(const ModelConfig& config, const Tokenizer& tokenizer);
+
 // The reference path: one sequence at a time, no cache, the full forward pass every step, the same
 // sampler and RNG derivation. Slow; the engine is tested against it.
 std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& requests,

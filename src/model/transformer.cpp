@@ -57,6 +57,20 @@ std::string dtype_name(torch::ScalarType dtype) {
   }
 }
 
+ModelOptions model_options_from_flags(const std::string& dtype, const std::string& device) {
+  ModelOptions options;
+  options.dtype = parse_dtype(dtype, "--dtype");
+  try {
+    options.device = torch::Device(device);
+  } catch (const c10::Error&) {
+    throw_user_error("--device: unknown device \"{}\" (use cpu, cuda or cuda:N)", device);
+  }
+  if (options.device.is_cuda() && !torch::cuda::is_available()) {
+    throw_user_error("--device {}: this LibTorch build or machine has no CUDA device; use --device cpu", device);
+  }
+  return options;
+}
+
 torch::Tensor positions_from_mask(const torch::Tensor& attention_mask) {
   return (attention_mask.to(torch::kInt64).cumsum(1) - 1).clamp_min(0);
 }

@@ -34,6 +34,8 @@ struct ModelOptions {
 // "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16", "float64"/"fp64"; anything else is a UserError naming `flag`.
 torch::ScalarType parse_dtype(const std::string& name, const std::string& flag);
 std::string dtype_name(torch::ScalarType dtype);
+// ModelOptions from the --dtype and --device flags; bad values are UserErrors naming the flag.
+ModelOptions model_options_from_flags(const std::string& dtype, const std::string& device);
 
 class RMSNormImpl : public torch::nn::Module {
  public:

@@ -63,9 +63,7 @@ void save_checkpoint_dir(const Transformer& policy, Trainer& trainer, const fs::
 fs::path run_colocated(const RunConfig& c) {
   validate(c);
   const auto run_start = std::chrono::steady_clock::now();
-  ModelOptions options;
-  options.dtype = parse_dtype(c.dtype, "--dtype");
-  options.device = torch::Device(c.device);
+  const ModelOptions options = model_options_from_flags(c.dtype, c.device);
   auto tokenizer = Tokenizer::from_dir(c.model);
   auto policy = Transformer::from_pretrained(c.model, options);
   policy->eval();
@@ -82,8 +80,7 @@ fs::path run_colocated(const RunConfig& c) {
   prompt_options.max_prompt_tokens = c.max_prompt_tokens;
   PromptBuilder prompts(*tokenizer, prompt_options);
   SamplingParams sampling = c.sampling;
-  for (int64_t id : policy->config().eos_token_ids) sampling.stop_token_ids.push_back(static_cast<int32_t>(id));
-  if (auto eos = tokenizer->special_id(tokenizer->config().eos_token)) sampling.stop_token_ids.push_back(*eos);
+  sampling.stop_token_ids = default_stop_tokens(policy->config(), *tokenizer);
   EngineConfig engine_config;
   engine_config.kv_cache_mb = c.kv_cache_mb;
   Engine engine(policy, engine_config, tokenizer);
