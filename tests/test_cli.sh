@@ -28,21 +28,8 @@ expect bad-device 2 'error: --device: unknown device "tpu"' -- "$rlcpp" parity "
 expect bad-flag 109 "nope" -- "$rlcpp" info x --nope
 
 # A tiny chat model: qwen2-tiny's weights with a byte-level tokenizer (ids 0-255) and ChatML tokens.
-model="$tmp/chat-tiny"; mkdir -p "$model"
-cp "$fixtures/qwen2-tiny/config.json" "$fixtures/qwen2-tiny/model.safetensors" "$model/"
-node -e '
-const bytes = []; for (let b = 33; b <= 126; ++b) bytes.push(b); for (let b = 161; b <= 172; ++b) bytes.push(b);
-for (let b = 174; b <= 255; ++b) bytes.push(b);
-const cps = bytes.slice(); let n = 0; for (let b = 0; b < 256; ++b) if (!bytes.includes(b)) { bytes.push(b); cps.push(256 + n++); }
-const vocab = {}; bytes.forEach((b, i) => { vocab[String.fromCodePoint(cps[i])] = b; });
-const added = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map((c, i) => ({id: 256 + i, content: c, special: true,
-  single_word: false, lstrip: false, rstrip: false, normalized: false}));
-const fs = require("fs");
-fs.writeFileSync(process.argv[1] + "/tokenizer.json", JSON.stringify({added_tokens: added, normalizer: null,
-  pre_tokenizer: {type: "ByteLevel", add_prefix_space: false, use_regex: true}, post_processor: null,
-  decoder: {type: "ByteLevel"}, model: {type: "BPE", vocab, merges: []}}));
-fs.writeFileSync(process.argv[1] + "/tokenizer_config.json", JSON.stringify({eos_token: "<|im_end|>"}));
-' "$model"
+model="$tmp/chat-tiny"
+"$(dirname "$0")/make_chat_model.sh" "$fixtures/qwen2-tiny" "$model"
 printf '%s\n' '{"messages": {"role": "user", "content": "1+1?"}, "gt_answer": "2"}' \
   '{"messages": [{"role": "user", "content": "2+2?"}], "gt_answer": "4"}' > "$tmp/data.jsonl"
 expect tokenize 0 '<\|im_start\|>' -- "$rlcpp" tokenize --model "$model" --chat "hi"

@@ -14,5 +14,6 @@ void add_prompts_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_grade_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_init_command(CLI::App& app);
 
 }  // namespace rlcpp

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   rlcpp::add_generate_command(app);
   rlcpp::add_grade_command(app);
   rlcpp::add_train_command(app);
+  rlcpp::add_init_command(app);
   try {
     app.parse(rewrite_single_dash_long_options(argc, argv));
     if (show_version) {

@@ -101,4 +101,26 @@ torch::Tensor token_logprobs_reference(const torch::Tensor& hidden, const torch:
   return logp * targets.ge(0).to(logp.scalar_type());
 }
 
+LogprobsEntropy token_logprobs_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                       const torch::Tensor& targets, double temperature, int64_t chunk_tokens) {
+  check_inputs(hidden, weight, targets, temperature);
+  RLCPP_CHECK(chunk_tokens > 0, "chunk_tokens must be positive, got {}", chunk_tokens);
+  torch::NoGradGuard no_grad;
+  const auto dtype = logprob_dtype(hidden.scalar_type());
+  LogprobsEntropy out{torch::zeros({hidden.size(0)}, hidden.options().dtype(dtype)),
+                      torch::zeros({hidden.size(0)}, hidden.options().dtype(dtype))};
+  // Only rows with a target need the vocabulary projection: prompts are skipped entirely.
+  const auto rows = targets.ge(0).nonzero().squeeze(-1);
+  const int64_t n = rows.size(0);
+  for (int64_t start = 0; start < n; start += chunk_tokens) {
+    const auto index = rows.narrow(0, start, std::min(chunk_tokens, n - start));
+    auto logits = chunk_logits(hidden.index_select(0, index), weight, temperature);
+    auto lse = logits.logsumexp(-1);
+    auto picked = logits.gather(-1, targets.index_select(0, index).unsqueeze(-1)).squeeze(-1);
+    out.logprobs.index_copy_(0, index, picked - lse);
+    out.entropy.index_copy_(0, index, lse - (torch::softmax(logits, -1) * logits).sum(-1));
+  }
+  return out;
+}
+
 }  // namespace rlcpp

@@ -19,6 +19,15 @@ torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::T
 torch::Tensor token_logprobs_reference(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& targets, double temperature);
 
+// Without autograd: the log-probs as above and the entropy of softmax(logits / temperature) per
+// token ([N] each, 0 where the target is negative). Rows without a target skip the vocabulary
+// projection, so prompt tokens cost nothing here.
+struct LogprobsEntropy {
+  torch::Tensor logprobs, entropy;
+};
+LogprobsEntropy token_logprobs_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                       const torch::Tensor& targets, double temperature, int64_t chunk_tokens);
+
 // The dtype log-probs are accumulated in for a model of `dtype`: fp64 stays fp64, all else fp32.
 inline torch::ScalarType logprob_dtype(torch::ScalarType dtype) {
   return dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;

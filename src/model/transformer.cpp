@@ -243,6 +243,19 @@ torch::Tensor Transformer::token_logprobs(const torch::Tensor& input_ids, const 
   return flat.view({batch, length});
 }
 
+LogprobsEntropy Transformer::token_logprobs_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
+                                                   double temperature, const torch::Tensor& attention_mask) {
+  RLCPP_CHECK(targets.sizes() == input_ids.sizes(), "targets {} must match input_ids {}", targets.sizes(),
+              input_ids.sizes());
+  torch::NoGradGuard no_grad;
+  auto h = hidden_states(input_ids, attention_mask);
+  const int64_t batch = h.size(0), length = h.size(1);
+  auto out = rlcpp::token_logprobs_entropy(h.reshape({batch * length, h.size(2)}), output_weight(),
+                                           targets.to(options_.device).reshape({-1}), temperature,
+                                           options_.logprob_chunk_tokens);
+  return {out.logprobs.view({batch, length}), out.entropy.view({batch, length})};
+}
+
 void Transformer::load_weights(const CheckpointReader& reader, const std::string& source) {
   NamedTensors tensors;
   for (const auto& item : named_parameters()) {

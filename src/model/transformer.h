@@ -17,6 +17,7 @@
 
 #include "io/safetensors.h"
 #include "model/attention_backend.h"
+#include "model/logprobs.h"
 #include "model/model_config.h"
 #include "model/rope.h"
 
@@ -116,6 +117,10 @@ class Transformer : public torch::nn::Module {
   // differentiable, computed in chunks (see logprobs.h). targets < 0 are ignored (0, no gradient).
   torch::Tensor token_logprobs(const torch::Tensor& input_ids, const torch::Tensor& targets, double temperature = 1.0,
                                const torch::Tensor& attention_mask = {});
+
+  // No grad: log-probs of targets and per-token entropies, both [B, T] (0 where targets < 0).
+  LogprobsEntropy token_logprobs_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
+                                         double temperature = 1.0, const torch::Tensor& attention_mask = {});
 
   // The output projection [V, H]: lm_head, or the embedding when tied.
   torch::Tensor output_weight() const;

@@ -5,12 +5,16 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <deque>
 #include <fstream>
+#include <numeric>
 
 #include "algo/advantages.h"
 #include "algo/dapo.h"
+#include "engine/engine.h"
 #include "io/prompt_dataset.h"
 #include "reward/reward_function.h"
+#include "rl/run_checkpoint.h"
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -19,224 +23,442 @@
 namespace rlcpp {
 
 namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// One prompt's G rollouts, graded, with the advantages filled in.
+struct GroupRollout {
+  std::vector<TrainSample> samples;
+  std::vector<double> rewards;
+  std::vector<uint8_t> correct;
+  std::vector<std::string> responses;
+  std::string prompt, gt_answer;
+  int64_t line = 0;  // of the record in the dataset
+  int64_t policy_version = 0;
+};
+
+nlohmann::json to_json(const GroupRollout& g) {
+  nlohmann::json samples = nlohmann::json::array();
+  for (size_t k = 0; k < g.samples.size(); ++k) {
+    const auto& s = g.samples[k];
+    samples.push_back({{"response_ids", s.response_ids}, {"advantage", s.advantage}, {"truncated", s.truncated},
+                       {"rollout_logprobs", s.rollout_logprobs}, {"reward", g.rewards[k]},
+                       {"correct", g.correct[k] != 0}, {"response", g.responses[k]}});
+  }
+  return {{"prompt_ids", g.samples.empty() ? std::vector<int32_t>{} : g.samples[0].prompt_ids},
+          {"prompt", g.prompt}, {"gt_answer", g.gt_answer}, {"line", g.line},
+          {"policy_version", g.policy_version}, {"samples", samples}};
 }
 
-void validate(const RunConfig& c) {
-  if (c.num_generations < 1) throw_user_error("-g/--num-generations {}: must be at least 1", c.num_generations);
-  if (c.train_batch_size < 1) throw_user_error("-tbs/--train-batch-size {}: must be at least 1", c.train_batch_size);
-  if (c.train_minibatch_size < 1 || c.train_minibatch_size > c.train_batch_size) {
-    throw_user_error("-tMbs/--train-minibatch-size {} must be between 1 and -tbs {} (train_batch_size >= "
-                     "train_minibatch_size >= ...)", c.train_minibatch_size, c.train_batch_size);
+GroupRollout group_from_json(const nlohmann::json& j) {
+  GroupRollout g;
+  g.prompt = j.at("prompt").get<std::string>();
+  g.gt_answer = j.at("gt_answer").get<std::string>();
+  g.line = j.at("line").get<int64_t>();
+  g.policy_version = j.at("policy_version").get<int64_t>();
+  const auto prompt_ids = j.at("prompt_ids").get<std::vector<int32_t>>();
+  for (const auto& s : j.at("samples")) {
+    g.samples.push_back({prompt_ids, s.at("response_ids").get<std::vector<int32_t>>(), s.at("advantage").get<double>(),
+                         s.at("truncated").get<bool>(), s.at("rollout_logprobs").get<std::vector<float>>()});
+    g.rewards.push_back(s.at("reward").get<double>());
+    g.correct.push_back(s.at("correct").get<bool>());
+    g.responses.push_back(s.at("response").get<std::string>());
   }
-  if (c.train_batch_size % c.train_minibatch_size != 0) {
-    throw_user_error("-tbs {} must be a multiple of -tMbs {}", c.train_batch_size, c.train_minibatch_size);
-  }
-  if (c.train_microbatch_size < 1) throw_user_error("-tmbs/--train-microbatch-size {}: must be at least 1", c.train_microbatch_size);
+  return g;
 }
 
-// Writes save_dir/project/step-N: the policy as a Hugging Face directory plus trainer_state/
-// (state.json, optimizer.pt with the AdamW moments), into a temp dir renamed at the end, then `latest`.
-void save_checkpoint_dir(const Transformer& policy, Trainer& trainer, const fs::path& model_dir, const fs::path& run_dir,
-                         int64_t step, const nlohmann::json& state) {
-  const fs::path final_dir = run_dir / fmt::format("step-{}", step);
-  const fs::path tmp = run_dir / fmt::format(".step-{}.tmp", step);
-  fs::remove_all(tmp);
-  policy.save_pretrained(tmp);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"}) {
-    if (fs::exists(model_dir / name)) fs::copy_file(model_dir / name, tmp / name, fs::copy_options::overwrite_existing);
+// Rollout figures of the groups a step looked at (trained on, or filtered out).
+struct RolloutStats {
+  int64_t samples = 0, correct = 0, truncated = 0, max_len = 0;
+  double reward_sum = 0, len_sum = 0;
+  void add(const GroupRollout& g) {
+    for (size_t k = 0; k < g.samples.size(); ++k) {
+      const int64_t len = static_cast<int64_t>(g.samples[k].response_ids.size());
+      ++samples;
+      correct += g.correct[k];
+      truncated += g.samples[k].truncated;
+      reward_sum += g.rewards[k];
+      len_sum += static_cast<double>(len);
+      max_len = std::max(max_len, len);
+    }
   }
-  fs::create_directories(tmp / "trainer_state");
-  write_file_atomic(tmp / "trainer_state" / "state.json", state.dump(2) + "\n");
-  torch::save(trainer.optimizer(), (tmp / "trainer_state" / "optimizer.pt").string());
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
-  write_file_atomic(run_dir / "latest", fmt::format("step-{}\n", step));
+  double mean(double sum) const { return samples > 0 ? sum / static_cast<double>(samples) : 0.0; }
+};
+
+class ColocatedRun {
+ public:
+  explicit ColocatedRun(const RunConfig& c);
+  fs::path run();
+
+ private:
+  // Generates one rollout round (inference_batch_size prompts); kept groups join the buffer,
+  // filtered ones go to `discarded`.
+  void generate_round(std::vector<GroupRollout>& discarded);
+  // Steps of the run: --max-steps, or the episodes' worth of -tbs prompt batches.
+  int64_t total_steps() const {
+    const int64_t steps_per_episode = std::max<int64_t>(1, static_cast<int64_t>(dataset_.records.size()) / c_.train_batch_size);
+    return c_.max_steps > 0 ? c_.max_steps : steps_per_episode * c_.num_episodes;
+  }
+  void train_on(const std::vector<GroupRollout>& groups, std::map<std::string, double>& metrics);
+  void save_checkpoint(int64_t step);
+  void save_rollouts(int64_t step, const std::vector<GroupRollout>& trained, const std::vector<GroupRollout>& discarded);
+
+  const RunConfig& c_;
+  fs::path run_dir_;
+  std::optional<fs::path> resume_from_;
+  nlohmann::json resume_state_;
+  std::shared_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<Transformer> policy_, reference_;
+  PromptDataset dataset_;
+  std::unique_ptr<DatasetCursor> cursor_;
+  std::unique_ptr<PromptBuilder> prompts_;
+  SamplingParams sampling_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Trainer> trainer_;
+  RewardFunction reward_;
+  std::deque<GroupRollout> buffer_;  // kept groups not yet trained on
+  int64_t inference_batch_size_ = 0;
+  int64_t skipped_long_ = 0, skipped_short_ = 0;
+  // this step's counters
+  int64_t generated_groups_ = 0, kept_groups_ = 0;
+  double t_generate_ = 0, t_reward_ = 0, t_logprobs_ = 0, t_train_ = 0, t_sync_ = 0;
+};
+
+ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_dir_(fs::path(c.save_dir) / c.project) {
+  fs::create_directories(run_dir_);
+  resume_from_ = find_resume_checkpoint(c, run_dir_);
+  if (resume_from_) resume_state_ = read_checkpoint_state(*resume_from_, c);  // refuses an incompatible one first
+  const ModelOptions options = model_options_from_flags(c.dtype, c.device);
+  tokenizer_ = Tokenizer::from_dir(c.model);
+  policy_ = Transformer::from_pretrained(resume_from_ ? *resume_from_ : fs::path(c.model), options);
+  policy_->eval();
+  if (c.algo.loss.kl_coef != 0) {
+    reference_ = Transformer::from_pretrained(c.model, options);
+    reference_->eval();
+  }
+  dataset_ = load_prompt_dataset(c.dataset);
+  cursor_ = std::make_unique<DatasetCursor>(static_cast<int64_t>(dataset_.records.size()), c.seed, /*shuffle=*/true);
+  PromptOptions prompt_options;
+  prompt_options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(to_string(c.reward_type));
+  prompt_options.max_prompt_tokens = c.max_prompt_tokens;
+  prompts_ = std::make_unique<PromptBuilder>(*tokenizer_, prompt_options);
+  sampling_ = c.sampling;
+  sampling_.stop_token_ids = default_stop_tokens(policy_->config(), *tokenizer_);
+  EngineConfig engine_config;
+  engine_config.kv_cache_mb = c.kv_cache_mb;
+  engine_ = std::make_unique<Engine>(policy_, engine_config, tokenizer_);
+  TrainerConfig trainer_config;
+  trainer_config.loss = c.algo.loss;
+  if (trainer_config.loss.aggregation == LossAggregation::kSeqMeanTokenSumNorm) {
+    trainer_config.loss.norm_constant = static_cast<double>(sampling_.max_new_tokens);
+  }
+  trainer_config.optimizer = c.optimizer;
+  if (trainer_config.optimizer.total_steps == 0) {  // the schedule spans the run's optimizer steps
+    trainer_config.optimizer.total_steps = total_steps() * (c.train_batch_size / c.train_minibatch_size) * c.num_training_epoch;
+  }
+  trainer_config.train_microbatch_size = c.train_microbatch_size;
+  trainer_config.temperature = sampling_.temperature > 0 ? sampling_.temperature : 1.0;
+  trainer_config.filter_truncated = c.algo.filter_truncated;
+  trainer_ = std::make_unique<Trainer>(policy_, reference_, trainer_config);
+  reward_.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
+  if (!c.reward_cmd.empty()) {
+    ExternalRewardConfig external;
+    external.command = c.reward_cmd;
+    reward_.add_external("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
+  }
+  inference_batch_size_ = c.inference_batch_size > 0 ? c.inference_batch_size : c.train_batch_size;
+  if (resume_from_) {
+    load_checkpoint_optimizer(*resume_from_, trainer_->optimizer());
+    trainer_->restore_steps(json_get<int64_t>(resume_state_, "optimizer_steps", "state.json"));
+    cursor_->restore(resume_state_.at("data_cursor"));
+    engine_->set_version(json_get<int64_t>(resume_state_, "policy_version", "state.json"));
+    for (const auto& g : resume_state_.at("rollout_buffer")) buffer_.push_back(group_from_json(g));
+    skipped_long_ = json_get_or<int64_t>(resume_state_, "skipped_long_prompts", 0, "state.json");
+    skipped_short_ = json_get_or<int64_t>(resume_state_, "skipped_short_prompts", 0, "state.json");
+  }
+}
+
+void ColocatedRun::generate_round(std::vector<GroupRollout>& discarded) {
+  std::vector<GenerationRequest> requests;
+  std::vector<GroupRollout> groups;
+  const int64_t n_records = static_cast<int64_t>(dataset_.records.size());
+  int64_t draws = 0;
+  while (static_cast<int64_t>(requests.size()) < inference_batch_size_) {
+    if (++draws > 2 * n_records + inference_batch_size_ && requests.empty()) {
+      throw_user_error("{}: every prompt is left out by the prompt-length limits (-mpt {}, min_prompt_length {})",
+                       c_.dataset, c_.max_prompt_tokens, c_.min_prompt_length);
+    }
+    const PromptRecord& record = dataset_.records[static_cast<size_t>(cursor_->next())];
+    auto built = prompts_->build(record);
+    if (!built) {
+      ++skipped_long_;
+      continue;
+    }
+    if (static_cast<int64_t>(built->ids.size()) < c_.min_prompt_length) {
+      ++skipped_short_;
+      continue;
+    }
+    GenerationRequest request;
+    request.prompt_ids = built->ids;
+    request.params = sampling_;
+    request.n = c_.num_generations;
+    request.seed = c_.seed * 1000003ULL + static_cast<uint64_t>(cursor_->consumed());
+    requests.push_back(std::move(request));
+    GroupRollout group;
+    group.prompt = built->text;
+    group.gt_answer = record.gt_answer;
+    group.line = record.line;
+    group.policy_version = engine_->version();
+    groups.push_back(std::move(group));
+  }
+  // Generation, in calls of inference_microbatch_size prompts; ranking sorts them by length first.
+  std::vector<size_t> order(requests.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (c_.ranking) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return requests[a].prompt_ids.size() < requests[b].prompt_ids.size(); });
+  }
+  const size_t per_call = c_.inference_microbatch_size > 0 ? static_cast<size_t>(c_.inference_microbatch_size) : order.size();
+  const int64_t G = c_.num_generations;
+  std::vector<std::vector<GeneratedSample>> by_request(requests.size(), std::vector<GeneratedSample>(static_cast<size_t>(G)));
+  auto t0 = Clock::now();
+  for (size_t begin = 0; begin < order.size(); begin += per_call) {
+    std::vector<GenerationRequest> call;
+    for (size_t k = begin; k < std::min(order.size(), begin + per_call); ++k) call.push_back(requests[order[k]]);
+    for (auto& s : engine_->generate(call)) {
+      const size_t r = order[begin + static_cast<size_t>(s.request)];
+      by_request[r][static_cast<size_t>(s.sample)] = std::move(s);
+    }
+  }
+  t_generate_ += seconds_since(t0);
+  // Rewards (with DAPO's over-length shaping), advantages over the round, the group filter.
+  t0 = Clock::now();
+  std::vector<RewardInput> inputs;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    for (const auto& s : by_request[r]) {
+      inputs.push_back({groups[r].prompt, s.text, groups[r].gt_answer, nlohmann::json::object(),
+                        s.finish_reason == FinishReason::kLength});
+    }
+  }
+  const auto graded = reward_.score(inputs);
+  t_reward_ += seconds_since(t0);
+  std::vector<double> rewards(graded.size());
+  std::vector<int64_t> correct(graded.size());
+  const int64_t cache = c_.algo.overlong_cache > 0 ? c_.algo.overlong_cache : default_overlong_cache(sampling_.max_new_tokens);
+  for (size_t k = 0; k < graded.size(); ++k) {
+    const auto& s = by_request[k / static_cast<size_t>(G)][k % static_cast<size_t>(G)];
+    rewards[k] = graded[k].reward;
+    if (c_.algo.overlong_shaping) {
+      rewards[k] += overlong_penalty(static_cast<int64_t>(s.token_ids.size()), sampling_.max_new_tokens, cache,
+                                     c_.reward_scale.correct);
+    }
+    correct[k] = graded[k].correct;
+  }
+  const auto advantages = compute_advantages(torch::tensor(rewards, torch::kFloat64), G, c_.algo.advantage);
+  const auto* adv = advantages.data_ptr<double>();
+  torch::Tensor keep;
+  if (c_.algo.filter_range) {
+    keep = filter_groups_by_accuracy(torch::tensor(correct).to(torch::kBool), G, c_.algo.filter_range->first,
+                                     c_.algo.filter_range->second);
+  }
+  for (size_t r = 0; r < requests.size(); ++r) {
+    GroupRollout& g = groups[r];
+    for (int64_t s = 0; s < G; ++s) {
+      const size_t k = r * static_cast<size_t>(G) + static_cast<size_t>(s);
+      auto& sample = by_request[r][static_cast<size_t>(s)];
+      g.samples.push_back({requests[r].prompt_ids, std::move(sample.token_ids), adv[k],
+                           sample.finish_reason == FinishReason::kLength, std::move(sample.logprobs)});
+      g.rewards.push_back(rewards[k]);
+      g.correct.push_back(static_cast<uint8_t>(correct[k]));
+      g.responses.push_back(std::move(sample.text));
+    }
+    ++generated_groups_;
+    if (keep.defined() && !keep[static_cast<int64_t>(r)].item<bool>()) {
+      discarded.push_back(std::move(g));
+    } else {
+      ++kept_groups_;
+      buffer_.push_back(std::move(g));
+    }
+  }
+}
+
+void ColocatedRun::train_on(const std::vector<GroupRollout>& groups, std::map<std::string, double>& metrics) {
+  std::vector<TrainSample> samples;
+  for (const auto& g : groups) {
+    for (const auto& s : g.samples) {
+      if (!s.response_ids.empty()) samples.push_back(s);
+    }
+  }
+  if (samples.empty()) return;
+  auto t0 = Clock::now();
+  double entropy = 0;
+  const auto old_logprobs = trainer_->policy_logprobs(samples, &entropy);
+  const auto ref_logprobs = reference_ ? trainer_->reference_logprobs(samples) : std::vector<std::vector<float>>{};
+  t_logprobs_ += seconds_since(t0);
+  t0 = Clock::now();
+  // Mini-batches of train_minibatch_size prompts' samples, each one optimizer step; the whole set
+  // num_training_epoch times (old log-probs stay those of the policy that generated... before any update).
+  const size_t per_minibatch = static_cast<size_t>(c_.train_minibatch_size * c_.num_generations);
+  int64_t n_updates = 0;
+  std::map<std::string, double> sums;
+  for (int64_t epoch = 0; epoch < c_.num_training_epoch; ++epoch) {
+    for (size_t begin = 0; begin < samples.size(); begin += per_minibatch) {
+      const auto first = static_cast<long>(begin), last = static_cast<long>(std::min(samples.size(), begin + per_minibatch));
+      std::vector<TrainSample> mb(samples.begin() + first, samples.begin() + last);
+      std::vector<std::vector<float>> old_mb(old_logprobs.begin() + first, old_logprobs.begin() + last);
+      std::vector<std::vector<float>> ref_mb;
+      if (reference_) ref_mb.assign(ref_logprobs.begin() + first, ref_logprobs.begin() + last);
+      for (const auto& [k, v] : trainer_->step(mb, old_mb, ref_mb).values) sums[k] += v;
+      ++n_updates;
+    }
+  }
+  for (const auto& [k, v] : sums) metrics[k] = v / static_cast<double>(n_updates);
+  metrics["entropy"] = entropy;
+  metrics["optimizer_updates"] = static_cast<double>(n_updates);
+  t_train_ += seconds_since(t0);
+  t0 = Clock::now();
+  engine_->set_version(engine_->version() + 1);  // colocated: the engine already holds the new weights
+  t_sync_ += seconds_since(t0);
+}
+
+void ColocatedRun::save_checkpoint(int64_t step) {
+  nlohmann::json buffer = nlohmann::json::array();
+  for (const auto& g : buffer_) buffer.push_back(to_json(g));
+  CheckpointContents contents;
+  contents.policy = policy_.get();
+  contents.optimizer = &trainer_->optimizer();
+  contents.state = {{"step", step},
+                    {"policy_version", engine_->version()},
+                    {"data_cursor", cursor_->state()},
+                    {"optimizer_steps", trainer_->n_steps()},
+                    {"rollout_buffer", buffer},
+                    {"skipped_long_prompts", skipped_long_},
+                    {"skipped_short_prompts", skipped_short_}};
+  contents.config = run_config_json(c_);
+  contents.tokenizer_from = c_.model;
+  const auto dir = save_run_checkpoint(run_dir_, step, contents, c_.max_checkpoints);
+  spdlog::info("checkpoint {}", dir.string());
+}
+
+void ColocatedRun::save_rollouts(int64_t step, const std::vector<GroupRollout>& trained,
+                                 const std::vector<GroupRollout>& discarded) {
+  const fs::path dir = fs::path(c_.rollout_save_dir) / c_.project;
+  fs::create_directories(dir);
+  std::string text;
+  for (const auto* list : {&trained, &discarded}) {
+    for (const auto& g : *list) {
+      for (size_t k = 0; k < g.samples.size(); ++k) {
+        nlohmann::ordered_json line;
+        line["step"] = step;
+        line["prompt"] = g.prompt;
+        line["response"] = g.responses[k];
+        line["reward"] = g.rewards[k];
+        line["correct"] = g.correct[k] != 0;
+        line["gt_answer"] = g.gt_answer;
+        line["advantage"] = g.samples[k].advantage;
+        line["truncated"] = g.samples[k].truncated;
+        line["response_tokens"] = g.samples[k].response_ids.size();
+        line["trained"] = list == &trained;
+        line["policy_version"] = g.policy_version;
+        line["dataset_line"] = g.line;
+        text += line.dump() + "\n";
+      }
+    }
+  }
+  write_file_atomic(dir / fmt::format("step-{}.jsonl", step), text);
+}
+
+fs::path ColocatedRun::run() {
+  const auto run_start = Clock::now();
+  const int64_t n_records = static_cast<int64_t>(dataset_.records.size());
+  const int64_t total_steps = this->total_steps();
+  const int64_t first_step = resume_from_ ? json_get<int64_t>(resume_state_, "step", "state.json") + 1 : 1;
+  write_file_atomic(run_dir_ / "config.yaml", run_config_yaml(c_));
+  const fs::path metrics_path = run_dir_ / "metrics.jsonl";
+  if (resume_from_) {
+    spdlog::info("resuming from {} (step {}, policy version {})", resume_from_->string(), first_step - 1, engine_->version());
+    rewind_metrics(metrics_path, first_step - 1);
+  } else if (c_.resume == "auto") {
+    rewind_metrics(metrics_path, 0);  // killed before its first checkpoint: start over, keeping the old lines aside
+  } else if (fs::exists(metrics_path) && fs::file_size(metrics_path) > 0) {
+    throw_user_error("{} already holds a run (metrics.jsonl); continue it with --resume auto, or choose another -p/--project "
+                     "or -sd/--save-dir", run_dir_.string());
+  }
+  std::ofstream metrics_file(metrics_path, std::ios::app);
+  spdlog::info("training {} on {} ({} prompts): steps {}..{} of {} prompts x {} samples, {}", c_.model, c_.dataset, n_records,
+               first_step, total_steps, c_.train_batch_size, c_.num_generations, c_.algo.name);
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    const auto step_start = Clock::now();
+    generated_groups_ = kept_groups_ = 0;
+    t_generate_ = t_reward_ = t_logprobs_ = t_train_ = t_sync_ = 0;
+    std::vector<GroupRollout> discarded;
+    if (c_.algo.dynamic_batching) {
+      for (int64_t round = 0; static_cast<int64_t>(buffer_.size()) < c_.train_batch_size && round <= c_.max_dynamic_rounds; ++round) {
+        generate_round(discarded);
+      }
+    } else if (buffer_.empty()) {
+      generate_round(discarded);
+    }
+    std::vector<GroupRollout> batch;
+    while (!buffer_.empty() && static_cast<int64_t>(batch.size()) < c_.train_batch_size) {
+      batch.push_back(std::move(buffer_.front()));
+      buffer_.pop_front();
+    }
+    std::map<std::string, double> train_metrics;
+    train_on(batch, train_metrics);
+    RolloutStats stats;
+    for (const auto& g : batch) stats.add(g);
+    for (const auto& g : discarded) stats.add(g);
+    const double step_seconds = seconds_since(step_start);
+    auto metric = [&](const char* key) { return train_metrics.count(key) ? train_metrics[key] : 0.0; };
+    nlohmann::ordered_json line;
+    line["step"] = step;
+    line["episode"] = cursor_->epoch();
+    line["reward_mean"] = stats.mean(stats.reward_sum);
+    line["accuracy"] = stats.mean(static_cast<double>(stats.correct));
+    line["kept_groups"] = static_cast<int64_t>(batch.size());
+    line["generated_groups"] = generated_groups_;
+    line["sample_utilization"] = generated_groups_ > 0 ? static_cast<double>(kept_groups_) / generated_groups_ : 1.0;
+    line["buffered_groups"] = static_cast<int64_t>(buffer_.size());
+    line["response_length_mean"] = stats.mean(stats.len_sum);
+    line["response_length_max"] = stats.max_len;
+    line["truncated_fraction"] = stats.mean(static_cast<double>(stats.truncated));
+    for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "grad_norm", "lr"}) {
+      line[key] = metric(key);
+    }
+    line["optimizer_steps"] = trainer_->n_steps();
+    line["policy_version"] = engine_->version();
+    line["tokens_per_s"] = stats.len_sum / std::max(step_seconds, 1e-9);
+    line["time"] = {{"generate", t_generate_}, {"reward", t_reward_}, {"logprobs", t_logprobs_},
+                    {"train", t_train_},       {"sync", t_sync_},     {"total", step_seconds}};
+    metrics_file << line.dump() << "\n";
+    metrics_file.flush();
+    if (step % c_.log_interval == 0 || step == total_steps) {
+      spdlog::info("step {}/{} reward {:.3f} acc {:.3f} kept {} len {:.0f}/{} trunc {:.2f} loss {:.4f} kl {:.4f} ent {:.3f} "
+                   "clip {:.3f} gnorm {:.3f} lr {:.2e} {:.0f} tok/s | gen {:.1f}s reward {:.2f}s logp {:.1f}s train {:.1f}s "
+                   "sync {:.3f}s",
+                   step, total_steps, line["reward_mean"].get<double>(), line["accuracy"].get<double>(), batch.size(),
+                   line["response_length_mean"].get<double>(), stats.max_len, line["truncated_fraction"].get<double>(),
+                   metric("loss"), metric("kl"), metric("entropy"), metric("clip_frac_low") + metric("clip_frac_high"),
+                   metric("grad_norm"), metric("lr"), line["tokens_per_s"].get<double>(), t_generate_, t_reward_,
+                   t_logprobs_, t_train_, t_sync_);
+    }
+    if (!c_.rollout_save_dir.empty() && step % c_.rollout_save_interval == 0) save_rollouts(step, batch, discarded);
+    if ((c_.save_interval > 0 && step % c_.save_interval == 0) || step == total_steps) save_checkpoint(step);
+  }
+  if (skipped_long_ + skipped_short_ > 0) {
+    spdlog::info("prompts left out: {} over -mpt {}, {} under min_prompt_length {}", skipped_long_, c_.max_prompt_tokens,
+                 skipped_short_, c_.min_prompt_length);
+  }
+  spdlog::info("done in {:.1f} s; run directory {}", seconds_since(run_start), run_dir_.string());
+  return run_dir_;
 }
 
 }  // namespace
 
-fs::path run_colocated(const RunConfig& c) {
-  validate(c);
-  const auto run_start = std::chrono::steady_clock::now();
-  const ModelOptions options = model_options_from_flags(c.dtype, c.device);
-  auto tokenizer = Tokenizer::from_dir(c.model);
-  auto policy = Transformer::from_pretrained(c.model, options);
-  policy->eval();
-  std::shared_ptr<Transformer> reference;
-  if (c.algo.loss.kl_coef != 0) {
-    reference = Transformer::from_pretrained(c.model, options);
-    reference->eval();
-  }
-  const PromptDataset dataset = load_prompt_dataset(c.dataset);
-  const int64_t n_records = static_cast<int64_t>(dataset.records.size());
-  DatasetCursor cursor(n_records, c.seed, /*shuffle=*/true);
-  PromptOptions prompt_options;
-  prompt_options.system_prompt = c.system_prompt_set ? c.system_prompt : default_system_prompt(to_string(c.reward_type));
-  prompt_options.max_prompt_tokens = c.max_prompt_tokens;
-  PromptBuilder prompts(*tokenizer, prompt_options);
-  SamplingParams sampling = c.sampling;
-  sampling.stop_token_ids = default_stop_tokens(policy->config(), *tokenizer);
-  EngineConfig engine_config;
-  engine_config.kv_cache_mb = c.kv_cache_mb;
-  Engine engine(policy, engine_config, tokenizer);
-  TrainerConfig trainer_config;
-  trainer_config.loss = c.algo.loss;
-  if (trainer_config.loss.aggregation == LossAggregation::kSeqMeanTokenSumNorm) {
-    trainer_config.loss.norm_constant = static_cast<double>(sampling.max_new_tokens);
-  }
-  trainer_config.optimizer = c.optimizer;
-  trainer_config.train_microbatch_size = c.train_microbatch_size;
-  trainer_config.temperature = sampling.temperature > 0 ? sampling.temperature : 1.0;
-  trainer_config.filter_truncated = c.algo.filter_truncated;
-  Trainer trainer(policy, reference, trainer_config);
-  RewardFunction reward;
-  reward.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
-
-  const fs::path run_dir = fs::path(c.save_dir) / c.project;
-  fs::create_directories(run_dir);
-  std::ofstream metrics_file(run_dir / "metrics.jsonl", std::ios::app);
-  const int64_t steps_per_episode = std::max<int64_t>(1, n_records / c.train_batch_size);
-  const int64_t total_steps = c.max_steps > 0 ? c.max_steps : steps_per_episode * c.num_episodes;
-  const int64_t G = c.num_generations;
-  spdlog::info("training {} on {} ({} prompts): {} steps of {} prompts x {} samples, {}", c.model, c.dataset, n_records,
-               total_steps, c.train_batch_size, G, c.algo.name);
-
-  for (int64_t step = 1; step <= total_steps; ++step) {
-    const auto step_start = std::chrono::steady_clock::now();
-    double t_generate = 0, t_reward = 0, t_logprobs = 0, t_train = 0;
-    // Rollouts: groups kept by the filter until train_batch_size of them (dynamic batching), or one round.
-    std::vector<TrainSample> kept;
-    std::vector<double> rewards_all;
-    int64_t n_correct = 0, n_generated = 0, n_truncated = 0, n_kept_groups = 0, n_groups = 0, max_len = 0;
-    double sum_len = 0;
-    const int64_t rounds = c.algo.dynamic_batching ? 1 + c.max_dynamic_rounds : 1;
-    for (int64_t round = 0; round < rounds && n_kept_groups < c.train_batch_size; ++round) {
-      std::vector<GenerationRequest> requests;
-      std::vector<const PromptRecord*> records;
-      while (static_cast<int64_t>(requests.size()) < c.train_batch_size - n_kept_groups) {
-        const PromptRecord& record = dataset.records[static_cast<size_t>(cursor.next())];
-        auto built = prompts.build(record);
-        if (!built) continue;  // dropped by the prompt-length policy
-        GenerationRequest request;
-        request.prompt_ids = built->ids;
-        request.params = sampling;
-        request.n = G;
-        request.seed = c.seed * 1000003ULL + static_cast<uint64_t>(cursor.consumed());
-        requests.push_back(std::move(request));
-        records.push_back(&record);
-      }
-      auto t0 = std::chrono::steady_clock::now();
-      const auto samples = engine.generate(requests);
-      t_generate += seconds_since(t0);
-      t0 = std::chrono::steady_clock::now();
-      std::vector<RewardInput> inputs;
-      for (const auto& s : samples) {
-        inputs.push_back({"", s.text, records[static_cast<size_t>(s.request)]->gt_answer, nlohmann::json::object(),
-                          s.finish_reason == FinishReason::kLength});
-      }
-      const auto graded = reward.score(inputs);
-      t_reward += seconds_since(t0);
-      std::vector<double> rewards(samples.size());
-      std::vector<uint8_t> correct(samples.size());
-      for (size_t k = 0; k < samples.size(); ++k) {
-        double r = graded[k].reward;
-        const int64_t len = static_cast<int64_t>(samples[k].token_ids.size());
-        if (c.algo.overlong_shaping) {
-          const int64_t cache = c.algo.overlong_cache > 0 ? c.algo.overlong_cache : default_overlong_cache(sampling.max_new_tokens);
-          r += overlong_penalty(len, sampling.max_new_tokens, cache, c.reward_scale.correct);
-        }
-        rewards[k] = r;
-        correct[k] = graded[k].correct;
-        n_correct += graded[k].correct;
-        n_truncated += inputs[k].truncated;
-        sum_len += static_cast<double>(len);
-        max_len = std::max(max_len, len);
-        rewards_all.push_back(r);
-      }
-      n_generated += static_cast<int64_t>(samples.size());
-      auto advantages = compute_advantages(torch::tensor(rewards, torch::kFloat64), G, c.algo.advantage);
-      torch::Tensor keep;
-      if (c.algo.filter_range) {
-        auto correct_t = torch::tensor(std::vector<int64_t>(correct.begin(), correct.end())).to(torch::kBool);
-        keep = filter_groups_by_accuracy(correct_t, G, c.algo.filter_range->first, c.algo.filter_range->second);
-      }
-      for (int64_t group = 0; group < static_cast<int64_t>(requests.size()); ++group) {
-        ++n_groups;
-        if (keep.defined() && !keep[group].item<bool>()) continue;
-        if (n_kept_groups >= c.train_batch_size) break;
-        ++n_kept_groups;
-        for (int64_t s = 0; s < G; ++s) {
-          const auto& sample = samples[static_cast<size_t>(group * G + s)];
-          TrainSample t{requests[static_cast<size_t>(group)].prompt_ids, sample.token_ids,
-                        advantages[group * G + s].item<double>(), sample.finish_reason == FinishReason::kLength,
-                        sample.logprobs};
-          if (!t.response_ids.empty()) kept.push_back(std::move(t));
-        }
-      }
-    }
-    std::map<std::string, double> train_metrics;
-    if (!kept.empty()) {
-      auto t0 = std::chrono::steady_clock::now();
-      const auto old_logprobs = trainer.policy_logprobs(kept);
-      const auto ref_logprobs = reference ? trainer.reference_logprobs(kept) : std::vector<std::vector<float>>{};
-      t_logprobs = seconds_since(t0);
-      t0 = std::chrono::steady_clock::now();
-      const size_t per_minibatch = static_cast<size_t>(c.train_minibatch_size * G);
-      int64_t n_updates = 0;
-      for (size_t begin = 0; begin < kept.size(); begin += per_minibatch) {
-        const size_t end = std::min(kept.size(), begin + per_minibatch);
-        std::vector<TrainSample> mb(kept.begin() + static_cast<long>(begin), kept.begin() + static_cast<long>(end));
-        std::vector<std::vector<float>> old_mb(old_logprobs.begin() + static_cast<long>(begin), old_logprobs.begin() + static_cast<long>(end));
-        std::vector<std::vector<float>> ref_mb;
-        if (reference) ref_mb.assign(ref_logprobs.begin() + static_cast<long>(begin), ref_logprobs.begin() + static_cast<long>(end));
-        const auto m = trainer.step(mb, old_mb, ref_mb).values;
-        for (const auto& [k, v] : m) train_metrics[k] += v;
-        ++n_updates;
-      }
-      for (auto& [k, v] : train_metrics) v /= static_cast<double>(n_updates);
-      t_train = seconds_since(t0);
-      engine.set_version(engine.version() + 1);
-    }
-    const double step_seconds = seconds_since(step_start);
-    double reward_mean = 0;
-    for (double r : rewards_all) reward_mean += r;
-    reward_mean /= std::max<size_t>(1, rewards_all.size());
-    nlohmann::ordered_json line;
-    line["step"] = step;
-    line["reward_mean"] = reward_mean;
-    line["accuracy"] = static_cast<double>(n_correct) / std::max<int64_t>(1, n_generated);
-    line["kept_groups"] = n_kept_groups;
-    line["sample_utilization"] = static_cast<double>(n_kept_groups) / std::max<int64_t>(1, n_groups);
-    line["response_length_mean"] = sum_len / std::max<int64_t>(1, n_generated);
-    line["response_length_max"] = max_len;
-    line["truncated_fraction"] = static_cast<double>(n_truncated) / std::max<int64_t>(1, n_generated);
-    for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "grad_norm", "lr"}) {
-      line[key] = train_metrics.count(key) ? train_metrics[key] : 0.0;
-    }
-    line["tokens_per_s"] = sum_len / std::max(step_seconds, 1e-9);
-    line["time"] = {{"generate", t_generate}, {"reward", t_reward}, {"logprobs", t_logprobs}, {"train", t_train}, {"total", step_seconds}};
-    line["policy_version"] = engine.version();
-    metrics_file << line.dump() << "\n";
-    metrics_file.flush();
-    spdlog::info("step {}/{} reward {:.3f} acc {:.3f} kept {} len {:.0f}/{} trunc {:.2f} loss {:.4f} kl {:.4f} "
-                 "clip {:.3f} gnorm {:.3f} lr {:.2e} | gen {:.1f}s reward {:.2f}s logp {:.1f}s train {:.1f}s",
-                 step, total_steps, reward_mean, line["accuracy"].get<double>(), n_kept_groups,
-                 line["response_length_mean"].get<double>(), max_len, line["truncated_fraction"].get<double>(),
-                 line["loss"].get<double>(), line["kl"].get<double>(), line["clip_frac_high"].get<double>(),
-                 line["grad_norm"].get<double>(), line["lr"].get<double>(), t_generate, t_reward, t_logprobs, t_train);
-    if ((c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps) {
-      nlohmann::json state = {{"step", step}, {"policy_version", engine.version()}, {"data_cursor", cursor.state()},
-                              {"optimizer_steps", trainer.n_steps()}};
-      save_checkpoint_dir(*policy, trainer, c.model, run_dir, step, state);
-    }
-  }
-  spdlog::info("done in {:.1f} s; run directory {}", seconds_since(run_start), run_dir.string());
-  return run_dir;
-}
+fs::path run_colocated(const RunConfig& config) { return ColocatedRun(config).run(); }
 
 }  // namespace rlcpp

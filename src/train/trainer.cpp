@@ -74,16 +74,21 @@ double Trainer::current_lr() const {
   throw_user_error("--lr-schedule \"{}\": use constant, linear or cosine", o.lr_schedule);
 }
 
-std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, const std::vector<TrainSample>& samples) const {
+std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, const std::vector<TrainSample>& samples,
+                                                           double* mean_entropy) const {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<float>> out;
+  double entropy_sum = 0, entropy_tokens = 0;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   for (size_t begin = 0; begin < samples.size(); begin += micro) {
     const size_t end = std::min(samples.size(), begin + micro);
     const PackedBatch batch = pack_samples(samples, begin, end);
-    auto logp = model.token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask)
-                    .to(torch::kCPU)
-                    .to(torch::kFloat32);
+    auto head = model.token_logprobs_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
+    auto logp = head.logprobs.to(torch::kCPU).to(torch::kFloat32);
+    if (mean_entropy != nullptr) {
+      entropy_sum += head.entropy.sum().item<double>();
+      entropy_tokens += batch.targets.ge(0).sum().item<double>();
+    }
     for (size_t k = begin; k < end; ++k) {
       const int64_t row = static_cast<int64_t>(k - begin);
       const int64_t n = static_cast<int64_t>(samples[k].response_ids.size());
@@ -91,11 +96,13 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
       out.emplace_back(values.data_ptr<float>(), values.data_ptr<float>() + n);
     }
   }
+  if (mean_entropy != nullptr) *mean_entropy = entropy_tokens > 0 ? entropy_sum / entropy_tokens : 0.0;
   return out;
 }
 
-std::vector<std::vector<float>> Trainer::policy_logprobs(const std::vector<TrainSample>& samples) const {
-  return response_logprobs(*policy_, samples);
+std::vector<std::vector<float>> Trainer::policy_logprobs(const std::vector<TrainSample>& samples,
+                                                         double* mean_entropy) const {
+  return response_logprobs(*policy_, samples, mean_entropy);
 }
 
 std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<TrainSample>& samples) const {

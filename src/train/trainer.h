@@ -52,10 +52,13 @@ class Trainer {
  public:
   Trainer(std::shared_ptr<Transformer> policy, std::shared_ptr<Transformer> reference, TrainerConfig config);
 
-  // Per-sample response-token log-probs under `model` (no grad), [n_samples][response length].
-  std::vector<std::vector<float>> response_logprobs(Transformer& model, const std::vector<TrainSample>& samples) const;
+  // Per-sample response-token log-probs under `model` (no grad), [n_samples][response length];
+  // with `mean_entropy`, also the policy's mean entropy over those tokens.
+  std::vector<std::vector<float>> response_logprobs(Transformer& model, const std::vector<TrainSample>& samples,
+                                                    double* mean_entropy = nullptr) const;
   // Convenience: under the policy / the reference.
-  std::vector<std::vector<float>> policy_logprobs(const std::vector<TrainSample>& samples) const;
+  std::vector<std::vector<float>> policy_logprobs(const std::vector<TrainSample>& samples,
+                                                  double* mean_entropy = nullptr) const;
   std::vector<std::vector<float>> reference_logprobs(const std::vector<TrainSample>& samples) const;
 
   // One optimizer step on `minibatch` (old and ref log-probs aligned with it; ref may be empty
@@ -66,6 +69,8 @@ class Trainer {
                         double global_samples = 0);
 
   double current_lr() const;
+  // Continues a run: the optimizer steps already taken (the schedule's position).
+  void restore_steps(int64_t n_steps) { n_steps_ = n_steps; }
   int64_t n_steps() const { return n_steps_; }
   torch::optim::AdamW& optimizer() { return *optimizer_; }
   const TrainerConfig& config() const { return config_; }

@@ -1,0 +1,154 @@
+#include "rl/run_checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/serialize.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "util/error.h"
+#include "util/file.h"
+#include "util/json.h"
+
+namespace rlcpp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// step-<n> directories of a run, oldest first.
+std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  if (!fs::is_directory(run_dir)) return out;
+  for (const auto& entry : fs::directory_iterator(run_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.rfind("step-", 0) != 0) continue;
+    try {
+      size_t used = 0;
+      const int64_t n = std::stoll(name.substr(5), &used);
+      if (used == name.size() - 5) out.emplace_back(n, entry.path());
+    } catch (const std::exception&) {
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& c, int64_t max_checkpoints) {
+  const fs::path final_dir = run_dir / fmt::format("step-{}", step);
+  const fs::path tmp = run_dir / fmt::format(".step-{}.tmp", step);
+  fs::remove_all(tmp);
+  c.policy->save_pretrained(tmp);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+                           "vocab.json", "merges.txt"}) {
+    if (fs::exists(c.tokenizer_from / name)) fs::copy_file(c.tokenizer_from / name, tmp / name, fs::copy_options::overwrite_existing);
+  }
+  const fs::path state_dir = tmp / "trainer_state";
+  fs::create_directories(state_dir);
+  write_file_atomic(state_dir / "state.json", c.state.dump(1) + "\n");
+  write_file_atomic(state_dir / "config.json", c.config.dump(2) + "\n");
+  torch::save(*c.optimizer, (state_dir / "optimizer.pt").string());
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    torch::save(generator.get_state(), (state_dir / "rng.pt").string());
+  }
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  write_file_atomic(run_dir / "latest", fmt::format("step-{}\n", step));
+  if (max_checkpoints > 0) {
+    auto dirs = step_dirs(run_dir);
+    for (size_t k = 0; k + static_cast<size_t>(max_checkpoints) < dirs.size(); ++k) {
+      if (dirs[k].second == final_dir) continue;
+      spdlog::info("removing {} (--max-checkpoints {})", dirs[k].second.string(), max_checkpoints);
+      fs::remove_all(dirs[k].second);
+    }
+  }
+  return final_dir;
+}
+
+std::optional<fs::path> find_resume_checkpoint(const RunConfig& config, const fs::path& run_dir) {
+  auto latest_of = [](const fs::path& dir) -> std::optional<fs::path> {
+    if (!fs::exists(dir / "latest")) return std::nullopt;
+    std::string name = read_file(dir / "latest");
+    name.erase(name.find_last_not_of(" \n\r\t") + 1);
+    const fs::path step = dir / name;
+    if (!fs::is_directory(step / "trainer_state")) {
+      throw_user_error("{}: names {}, which is not a checkpoint (no trainer_state/); give -cp a step-N directory",
+                       (dir / "latest").string(), step.string());
+    }
+    return step;
+  };
+  if (config.resume == "auto") {
+    auto step = latest_of(run_dir);
+    if (!step) spdlog::info("--resume auto: no checkpoint in {} yet, starting a fresh run", run_dir.string());
+    return step;
+  }
+  if (config.checkpoint_path.empty() || !config.enable_resume_training) return std::nullopt;
+  const fs::path path = config.checkpoint_path;
+  if (fs::is_directory(path / "trainer_state")) return path;
+  if (auto step = latest_of(path)) return step;
+  throw_user_error("-cp/--checkpoint-path {}: neither a checkpoint (step-N with trainer_state/) nor a run directory "
+                   "with a `latest` file", path.string());
+}
+
+nlohmann::json read_checkpoint_state(const fs::path& step_dir, const RunConfig& config) {
+  const fs::path state_dir = step_dir / "trainer_state";
+  for (const char* name : {"state.json", "config.json", "optimizer.pt"}) {
+    if (!fs::exists(state_dir / name)) {
+      throw_user_error("{}: missing {}; the checkpoint is incomplete (or from an older rlcpp) and cannot be resumed",
+                       state_dir.string(), name);
+    }
+  }
+  const auto recorded = nlohmann::ordered_json::parse(read_file(state_dir / "config.json"), nullptr, false);
+  if (recorded.is_discarded()) throw_user_error("{}: not valid JSON", (state_dir / "config.json").string());
+  const auto differing = incompatible_settings(recorded, config);
+  if (!differing.empty()) {
+    std::string list;
+    for (const auto& d : differing) list += "\n  " + d;
+    throw_user_error("{} was written by a run with other settings; resuming it with these would not continue the same "
+                     "run. Differing (checkpoint -> now):{}\nUse the checkpoint's settings (its trainer_state/config.json"
+                     " is a run file for --config), or start a fresh run.",
+                     step_dir.string(), list);
+  }
+  return load_json_file(state_dir / "state.json");
+}
+
+void load_checkpoint_optimizer(const fs::path& step_dir, torch::optim::Optimizer& optimizer) {
+  const fs::path state_dir = step_dir / "trainer_state";
+  try {
+    torch::load(optimizer, (state_dir / "optimizer.pt").string());
+  } catch (const c10::Error& e) {
+    throw_user_error("{}: cannot load the optimizer state ({})", (state_dir / "optimizer.pt").string(), e.what_without_backtrace());
+  }
+  if (fs::exists(state_dir / "rng.pt")) {
+    torch::Tensor state;
+    torch::load(state, (state_dir / "rng.pt").string());
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  }
+}
+
+void rewind_metrics(const fs::path& metrics_path, int64_t step) {
+  if (!fs::exists(metrics_path)) return;
+  std::istringstream in(read_file(metrics_path));
+  std::string kept, discarded, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const bool later = !j.is_discarded() && j.contains("step") && j["step"].is_number() && j["step"].get<int64_t>() > step;
+    (later ? discarded : kept) += line + "\n";
+  }
+  if (discarded.empty()) return;
+  std::ofstream(metrics_path.parent_path() / "metrics.discarded.jsonl", std::ios::app) << discarded;
+  write_file_atomic(metrics_path, kept);
+  spdlog::info("{}: steps after {} moved to metrics.discarded.jsonl (they are run again)", metrics_path.string(), step);
+}
+
+}  // namespace rlcpp

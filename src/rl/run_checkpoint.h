@@ -1,0 +1,45 @@
+// A run's checkpoints: save_dir/<project>/step-<n>/ holds a complete Hugging Face model directory
+// plus trainer_state/ — state.json (step, policy version, data cursor, rollout buffer, ...),
+// config.json (the resolved run configuration), optimizer.pt (AdamW moments and steps) and rng.pt
+// (LibTorch's generator state). Each is written to a temporary directory and renamed, `latest` is
+// updated last, and old ones are pruned to --max-checkpoints.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "model/transformer.h"
+#include "rl/run_config.h"
+
+namespace rlcpp {
+
+struct CheckpointContents {
+  const Transformer* policy = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  nlohmann::json state;                  // trainer_state/state.json
+  nlohmann::ordered_json config;         // trainer_state/config.json
+  std::filesystem::path tokenizer_from;  // tokenizer and generation files are copied from here
+};
+
+// Writes run_dir/step-<step>, updates `latest`, prunes to `max_checkpoints` (0: keep all).
+std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,
+                                          const CheckpointContents& contents, int64_t max_checkpoints);
+
+// The checkpoint a run continues from, or nothing for a fresh run: --resume auto takes run_dir's
+// `latest` (nothing when there is none yet); -cp takes a step directory or a run directory's latest.
+std::optional<std::filesystem::path> find_resume_checkpoint(const RunConfig& config, const std::filesystem::path& run_dir);
+
+// Reads step_dir/trainer_state/state.json, refusing a checkpoint whose recorded configuration is
+// incompatible with `config` (the differing settings are named).
+nlohmann::json read_checkpoint_state(const std::filesystem::path& step_dir, const RunConfig& config);
+
+// Restores the optimizer and the RNG state saved next to state.json.
+void load_checkpoint_optimizer(const std::filesystem::path& step_dir, torch::optim::Optimizer& optimizer);
+
+// Keeps metrics.jsonl lines of steps <= `step`; later lines (from a run that went past its last
+// checkpoint) move to metrics.discarded.jsonl, so nothing written is lost.
+void rewind_metrics(const std::filesystem::path& metrics_path, int64_t step);
+
+}  // namespace rlcpp

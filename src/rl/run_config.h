@@ -1,0 +1,118 @@
+// The configuration of a training run, and the one table of settings it is read from.
+//
+// Every setting has a place in the YAML file (`group.key`; groups runtime, model, rollout,
+// algorithm, train, logging), optional command-line flags with the reference system's names, and
+// optional other names (ChatLearn's) accepted in the file. Sources are merged as raw values —
+// defaults, then the file, then flags — and applied to a RunConfig in table order, so an
+// algorithm preset is always applied before the single settings that override it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "algo/presets.h"
+#include "engine/sampling.h"
+#include "reward/reward.h"
+#include "train/trainer.h"
+#include "util/json.h"
+
+namespace rlcpp {
+
+struct RunConfig {
+  // runtime
+  std::string dataset;                 // training JSONL
+  std::string eval_dataset;            // {"name": "path.jsonl"} (evaluation: not yet)
+  int64_t num_episodes = 1;            // passes over the dataset
+  int64_t max_steps = 0;               // stop after this many steps (0: the episodes decide)
+  uint64_t seed = 42;
+  int64_t num_trainers = 0, num_inferencers = 0;  // distributed mode (not yet)
+  std::string backend = "native";
+  int64_t tp = 1, pp = 1, zero = 0, ptp = 1;
+  int64_t n_behind = 0;
+  std::string master_address;
+  int64_t master_port = 0;
+  std::string device = "cpu";
+  std::string dtype = "float32";
+  std::string resume;                  // "" (fresh run unless -cp), "auto": the newest checkpoint of the run
+  std::string checkpoint_path;         // a step-N directory or a run directory to resume from
+  bool enable_resume_training = true;  // ChatLearn: resume when a checkpoint path is set
+  // model
+  std::string model;                   // Hugging Face model directory
+  int64_t kv_cache_mb = 1024;
+  // rollout
+  int64_t num_generations = 8;         // G
+  int64_t inference_batch_size = 0;    // prompts per rollout round (0: train_batch_size)
+  int64_t inference_microbatch_size = 0;  // prompts per generate call (0: the whole round)
+  SamplingParams sampling;             // temperature, top-k/p, max_new_tokens
+  int64_t max_prompt_tokens = 0;
+  std::optional<std::string> system_prompt;  // unset: the reward type's default
+  RewardType reward_type = RewardType::kBoxed;
+  RewardScale reward_scale;
+  std::string reward_cmd;              // external reward command (JSON lines), added to the built-in one
+  double reward_cmd_weight = 1.0;
+  bool ranking = false;                // generate each round's prompts shortest first
+  int64_t min_prompt_length = 0;       // prompts with fewer tokens are skipped
+  // algorithm
+  AlgoConfig algo = algo_preset("GRPO", "algorithm.algo");
+  int64_t max_dynamic_rounds = 3;      // extra rounds to fill a step under dynamic batching
+  // train
+  int64_t train_batch_size = 4;        // prompts (groups) per step
+  int64_t train_minibatch_size = 4;    // prompts per optimizer step
+  int64_t train_microbatch_size = 8;   // samples per forward/backward
+  int64_t num_training_epoch = 1;      // passes over each step's rollouts
+  OptimizerConfig optimizer;
+  // logging
+  std::string project = "rlcpp";
+  std::string save_dir = "runs";
+  int64_t save_interval = 0;           // steps between checkpoints (0: only at the end)
+  int64_t max_checkpoints = 0;         // keep only the newest N step directories (0: all)
+  int64_t eval_interval = 0;
+  std::string eval_save_dir;
+  std::string rollout_save_dir;        // rollouts JSONL (prompts, responses, rewards), "" = off
+  int64_t rollout_save_interval = 1;
+  int64_t log_interval = 1;            // console line every N steps (metrics.jsonl: every step)
+};
+
+// Raw values by setting name ("train.learning_rate"), each with where it came from for errors.
+struct RawSettings {
+  Json values = Json::object();
+  std::map<std::string, std::string> source;
+  void set(const std::string& name, Json value, std::string where);
+};
+
+struct Setting {
+  std::string name;                  // group.key
+  std::string flags;                 // CLI11 names ("-m,--model"; multi-letter short names as --xx)
+  std::vector<std::string> aliases;  // other names accepted in the file (ChatLearn's), dotted if nested
+  std::string help;
+  std::function<void(RunConfig&, const Json&, const std::string& where, const RawSettings&)> apply;
+  std::function<Json(const RunConfig&)> get;
+  bool resume_may_differ = false;    // may change when a run is resumed (logging, limits, placement)
+};
+
+const std::vector<Setting>& run_settings();
+
+// Reads a YAML run file into `raw`: groups of settings by name or by an accepted other name.
+// Unknown names and ChatLearn features that do not exist here are UserErrors naming the key.
+void read_run_file(const std::filesystem::path& path, RawSettings& raw);
+
+// Applies `raw` over the defaults and checks the result (batch relations, files, flags of features
+// that do not exist yet); every failure names the settings and values involved. Without
+// `check_files` the model and dataset paths are not looked at (for --print-config).
+RunConfig resolve_run_config(const RawSettings& raw, bool check_files = true);
+
+// The resolved configuration, grouped, every setting present: what --print-config prints (as YAML
+// that --config reads back) and what a checkpoint records.
+nlohmann::ordered_json run_config_json(const RunConfig& config);
+std::string run_config_yaml(const RunConfig& config);
+
+// Settings that differ between a checkpoint's recorded configuration and this one and may not
+// (resume_may_differ false), as "name: recorded -> now".
+std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& recorded, const RunConfig& config);
+
+}  // namespace rlcpp
