@@ -38,7 +38,7 @@ void run_train(const TrainArgs& args) {
   for (const auto& setting : run_settings()) {
     auto it = args.options.find(setting.name);
     if (it == args.options.end() || it->second->count() == 0) continue;
-    raw.set(setting.name, args.values.at(setting.name), display_flags(setting.flags));
+    raw.set_override(setting.name, args.values.at(setting.name), display_flags(setting.flags));
   }
   if (args.print_config) {
     // Print what the sources say even before the files exist: resolve without the file checks.

@@ -19,6 +19,16 @@ void RawSettings::set(const std::string& name, Json value, std::string where) {
   source[name] = std::move(where);
 }
 
+void RawSettings::set_override(const std::string& name, Json value, std::string where) {
+  for (const auto& s : run_settings()) {
+    if (s.converts_to == name && values.contains(s.name)) {
+      values.erase(s.name);
+      source.erase(s.name);
+    }
+  }
+  set(name, std::move(value), std::move(where));
+}
+
 namespace {
 
 // ---- typed readers: a value is a JSON scalar, or (from YAML and flags) a string to be parsed ----
@@ -142,7 +152,7 @@ Setting samples_setting(std::string name, std::string help, int64_t RunConfig::*
             }
             c.*prompts = value;
           },
-          [prompts](const RunConfig& c) { return Json(c.*prompts * c.num_generations); }, false};
+          [prompts](const RunConfig& c) { return Json(c.*prompts * c.num_generations); }, false, prompts_name};
 }
 
 // A ChatLearn-only feature: accepted at its "off" value, otherwise refused with `why`.
@@ -235,7 +245,10 @@ std::vector<Setting> make_settings() {
   s.push_back(int_setting("rollout.max_prompt_tokens", "--mpt,--max-prompt-tokens", "prompt length cap (0: none)",
                           [](C& c) -> int64_t& { return c.max_prompt_tokens; }, 0));
   s.push_back({"rollout.system_prompt", "-s,--system-prompt", {}, "system prompt (default: the reward type's)",
-               [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.system_prompt = read_string(v, where); },
+               [](C& c, const Json& v, const std::string& where, const RawSettings&) {
+                 if (v.is_null()) c.system_prompt.reset();
+                 else c.system_prompt = read_string(v, where);
+               },
                [](const C& c) { return c.system_prompt ? Json(*c.system_prompt) : Json(nullptr); }, false});
   s.push_back({"rollout.reward_type", "--rt,--reward-type", {}, "boxed | think_answer_tags | answer_line",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) {
@@ -351,6 +364,11 @@ const Setting* lookup(const std::string& group, const std::string& key) {
     for (const auto& alias : s.aliases) {
       if (alias == key) return &s;
     }
+  }
+  // Keys are unique across groups, so one written under another group (ChatLearn keeps most
+  // under runtime:) is still found.
+  for (const auto& s : run_settings()) {
+    if (s.name.substr(s.name.find('.') + 1) == key) return &s;
   }
   return nullptr;
 }
@@ -504,6 +522,7 @@ RunConfig resolve_run_config(const RawSettings& raw, bool with_files) {
 nlohmann::ordered_json run_config_json(const RunConfig& config) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const auto& setting : run_settings()) {
+    if (!setting.converts_to.empty()) continue;
     const size_t dot = setting.name.find('.');
     out[setting.name.substr(0, dot)][setting.name.substr(dot + 1)] = setting.get(config);
   }
@@ -524,7 +543,7 @@ std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& rec
   const auto now = run_config_json(config);
   std::vector<std::string> out;
   for (const auto& setting : run_settings()) {
-    if (setting.resume_may_differ) continue;
+    if (setting.resume_may_differ || !setting.converts_to.empty()) continue;
     const size_t dot = setting.name.find('.');
     const std::string group = setting.name.substr(0, dot), key = setting.name.substr(dot + 1);
     const auto& current = now[group][key];

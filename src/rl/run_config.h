@@ -83,6 +83,8 @@ struct RawSettings {
   Json values = Json::object();
   std::map<std::string, std::string> source;
   void set(const std::string& name, Json value, std::string where);
+  // A flag overrides the file: sets `name` and drops file values given in another unit of it.
+  void set_override(const std::string& name, Json value, std::string where);
 };
 
 struct Setting {
@@ -93,6 +95,8 @@ struct Setting {
   std::function<void(RunConfig&, const Json&, const std::string& where, const RawSettings&)> apply;
   std::function<Json(const RunConfig&)> get;
   bool resume_may_differ = false;    // may change when a run is resumed (logging, limits, placement)
+  std::string converts_to;           // another unit of this setting (ChatLearn's samples for prompts): not
+                                     // printed, and a flag for that setting replaces it
 };
 
 const std::vector<Setting>& run_settings();

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# `rlcpp train` end to end on a tiny model: every algorithm preset with loadable checkpoints, an
+# exact resume after kill -9, an incompatible resume refused, --max-checkpoints, a run file with
+# ChatLearn's names, and a toy task whose reward must rise. Usage: test_train.sh RLCPP_BINARY
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_train.sh RLCPP_BINARY}")
+here=$(cd "$(dirname "$0")" && pwd)
+fixtures=${RLCPP_FIXTURES:-$RLCPP_DEFAULT_FIXTURES}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+failed=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; failed=1; }
+lines() { if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi; }
+# metrics.jsonl without the wall-clock fields, for comparing runs
+metrics_of() { python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l); d.pop("time"); d.pop("tokens_per_s"); print(json.dumps(d, sort_keys=True))' "$1"; }
+
+# A random model over a byte vocabulary (near-uniform next-token distribution) and 8 prompts.
+"$here/make_chat_model.sh" "$fixtures/qwen2-tiny" chat
+python3 -c 'import json; c = json.load(open("'"$fixtures"'/qwen2-tiny/config.json")); c["vocab_size"] = 259
+json.dump(c, open("toy.json", "w"))'
+"$rlcpp" init --config toy.json --tokenizer chat --out toy --seed 1 >/dev/null || bad init
+for k in 1 2 3 4 5 6 7 8; do
+  echo "{\"messages\": [{\"role\": \"user\", \"content\": \"What is $k + $k?\"}], \"gt_answer\": \"$((k + k))\"}"
+done > data.jsonl
+reward=(--reward-cmd "python3 $here/data/digits_reward.py")
+base=(-m toy -d data.jsonl -g 4 -tbs 2 -tMbs 1 -tmbs 4 --mnt 12 -lr 3e-3 -sd runs "${reward[@]}")
+
+# Every preset: 3 steps, checkpoints at 2 and 3 that `info` and the model loader accept.
+for algo in GRPO DAPO DR_GRPO RLOO REINFORCE_PP; do
+  extra=(); [ "$algo" = DAPO ] && extra=(--filter-range none)  # the toy reward has no "correct" answers to filter on
+  if "$rlcpp" train "${base[@]}" -a "$algo" "${extra[@]}" --max-steps 3 --si 2 -p "$algo" > "$algo.log" 2>&1 \
+     && [ "$(lines "runs/$algo/metrics.jsonl")" -eq 3 ] && [ "$(cat "runs/$algo/latest")" = step-3 ] \
+     && [ -d "runs/$algo/step-2/trainer_state" ] && grep -q '"optimizer_steps":6' "runs/$algo/metrics.jsonl" \
+     && "$rlcpp" info "runs/$algo/step-3" | grep -q Qwen2ForCausalLM \
+     && "$rlcpp" generate --model "runs/$algo/step-3" --prompt hi --mnt 2 > /dev/null 2>&1; then
+    ok "preset-$algo"
+  else
+    bad "preset-$algo"; tail -5 "$algo.log"
+  fi
+done
+# DAPO's default filter on the toy task: no group has a correct answer, so every round is filtered
+# out; dynamic batching tries 1 + 3 rounds and the step trains on nothing.
+if "$rlcpp" train "${base[@]}" -a DAPO --max-steps 1 -p dapo-filter > dapo-filter.log 2>&1 \
+   && grep -q '"kept_groups":0,"generated_groups":8,"sample_utilization":0.0' runs/dapo-filter/metrics.jsonl; then
+  ok dapo-dynamic-filter
+else
+  bad dapo-dynamic-filter; tail -3 dapo-filter.log; cat runs/dapo-filter/metrics.jsonl
+fi
+
+# Exact resume: a run of 8 steps, and the same run killed (-9) after its 3rd step and resumed with
+# --resume auto, end with the same bytes of weights and the same metrics. KL (a reference model)
+# and -ibs 2×-tbs (rollouts carried over a checkpoint) are part of what must be restored.
+resume=("${base[@]}" -ibs 4 --kl 0.05 --max-steps 8 --si 1)
+"$rlcpp" train "${resume[@]}" -p full > full.log 2>&1 || bad "resume-reference-run"
+"$rlcpp" train "${resume[@]}" -p killed > killed.log 2>&1 &
+pid=$!
+while kill -0 "$pid" 2>/dev/null && [ "$(lines runs/killed/metrics.jsonl)" -lt 3 ]; do sleep 0.01; done
+kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+killed_at=$(lines runs/killed/metrics.jsonl)
+if [ "$killed_at" -ge 8 ]; then
+  bad "resume-kill: the run finished before it could be killed"
+else
+  "$rlcpp" train "${resume[@]}" -p killed --resume auto > resumed.log 2>&1 || { bad resume-run; tail -5 resumed.log; }
+  if cmp -s runs/full/step-8/model.safetensors runs/killed/step-8/model.safetensors \
+     && [ "$(metrics_of runs/full/metrics.jsonl)" = "$(metrics_of runs/killed/metrics.jsonl)" ]; then
+    ok "resume-exact (killed after $killed_at steps)"
+  else
+    bad "resume-exact (killed after $killed_at steps): weights or metrics differ"
+    diff <(metrics_of runs/full/metrics.jsonl) <(metrics_of runs/killed/metrics.jsonl) | head -6
+  fi
+fi
+# A checkpoint continued with other settings is refused, naming them.
+other=(-m toy -d data.jsonl -g 2 -tbs 2 -tMbs 1 -tmbs 2 --mnt 12 -lr 1e-3 -sd runs "${reward[@]}" -ibs 4 --kl 0.05)
+out=$("$rlcpp" train "${other[@]}" --max-steps 8 -p other -cp runs/full/step-4 2>&1)
+if [ $? -eq 2 ] && grep -q 'train.learning_rate: 0.003 -> 0.001' <<<"$out" && grep -q 'rollout.num_generations: 4 -> 2' <<<"$out"; then
+  ok resume-incompatible
+else
+  bad resume-incompatible; echo "$out" | head -5
+fi
+# A fresh run over an existing one is refused; --max-checkpoints prunes.
+out=$("$rlcpp" train "${resume[@]}" -p full 2>&1)
+[ $? -eq 2 ] && grep -q 'already holds a run' <<<"$out" && ok fresh-over-existing || { bad fresh-over-existing; echo "$out"; }
+"$rlcpp" train "${base[@]}" --max-steps 4 --si 1 --max-checkpoints 2 -p pruned > pruned.log 2>&1
+[ "$(ls -d runs/pruned/step-* | xargs -n1 basename | sort | tr '\n' ' ')" = "step-3 step-4 " ] && ok max-checkpoints \
+  || { bad max-checkpoints; ls runs/pruned; }
+
+# The run file: ChatLearn's names are mapped (samples → prompts), flags override the file, and
+# --print-config writes what --config reads back.
+cat > run.yaml <<YAML
+runtime:
+  data_path: data.jsonl
+  num_episode: 2
+  exp_name: from-yaml
+  output_dir: runs
+  max_data_ckpt_nums: 1
+  save_episode_interval: 2
+model:
+  path: toy
+rollout:
+  num_generations: 4
+  max_new_tokens: 8
+  generation_batch_size: 1
+  batch_generation:
+    ranking: true
+train:
+  sample_per_episode: 8
+  train_global_batch_size: 4
+  train_micro_batch_size: 4
+  num_training_epoch: 2
+YAML
+"$rlcpp" train --config run.yaml --seed 7 --print-config > printed.yaml
+if grep -q '  train_batch_size: 2' printed.yaml && grep -q '  train_minibatch_size: 1' printed.yaml \
+   && grep -q '  seed: 7' printed.yaml && grep -q '  project: "from-yaml"' printed.yaml \
+   && "$rlcpp" train --config printed.yaml --print-config | cmp -s - printed.yaml; then
+  ok run-file-print-config
+else
+  bad run-file-print-config; cat printed.yaml | head -20
+fi
+# 8 prompts / 2 per step × 2 episodes = 8 steps; 2 mini-batches × 2 epochs = 4 updates per step.
+if "$rlcpp" train --config run.yaml > yaml.log 2>&1 && [ "$(lines runs/from-yaml/metrics.jsonl)" -eq 8 ] \
+   && grep -q '"optimizer_steps":32' runs/from-yaml/metrics.jsonl && [ "$(ls -d runs/from-yaml/step-* | wc -l)" -eq 1 ]; then
+  ok run-file-train
+else
+  bad run-file-train; tail -3 yaml.log
+fi
+printf 'runtime:\n  offload_weights: true\n' > offload.yaml
+out=$("$rlcpp" train --config offload.yaml -m toy -d data.jsonl 2>&1)
+[ $? -eq 2 ] && grep -q 'offload.yaml: runtime.offload_weights.*not implemented' <<<"$out" && ok run-file-unsupported \
+  || { bad run-file-unsupported; echo "$out"; }
+
+# Learning: on the toy task the mean reward of the last 5 of 30 steps is far above the first 5.
+"$rlcpp" train -m toy -d data.jsonl -g 8 -tbs 4 -tMbs 2 -tmbs 16 --mnt 8 -lr 3e-3 --kl 0 --max-steps 30 -sd runs \
+  -p learn "${reward[@]}" > learn.log 2>&1 || bad learn-run
+if python3 - runs/learn/metrics.jsonl <<'PY'
+import json, sys
+r = [json.loads(l)["reward_mean"] for l in open(sys.argv[1])]
+first, last = sum(r[:5]) / 5, sum(r[-5:]) / 5
+print(f"     reward: first 5 steps {first:.3f}, last 5 steps {last:.3f}")
+sys.exit(0 if len(r) == 30 and first < 0.2 and last > 0.6 else 1)
+PY
+then ok learning; else bad learning; fi
+
+exit $failed
