@@ -12,7 +12,7 @@ namespace rlcpp {
 namespace fs = std::filesystem;
 using OJson = nlohmann::ordered_json;
 
-PromptRecord parse_prompt_record(const std::string& line, const std::string& where) {
+PromptRecord parse_prompt_record(const std::string& line, const std::string& where, DatasetKind kind) {
   OJson json;
   try {
     json = OJson::parse(line);
@@ -37,9 +37,15 @@ PromptRecord parse_prompt_record(const std::string& line, const std::string& whe
     }
   }
   record.messages = std::move(list);
+  if (kind == DatasetKind::kChats) {
+    bool has_assistant = false;
+    for (const auto& m : record.messages) has_assistant |= m["role"] == "assistant";
+    if (!has_assistant) throw_user_error("{}: no assistant message to learn from (SFT needs {{\"role\": \"assistant\"}})", where);
+  }
   auto answer = json.find("gt_answer");
-  if (answer == json.end()) throw_user_error("{}: missing \"gt_answer\"", where);
-  if (answer->is_string()) {
+  if (answer == json.end()) {
+    if (kind == DatasetKind::kPrompts) throw_user_error("{}: missing \"gt_answer\"", where);
+  } else if (answer->is_string()) {
     record.gt_answer = answer->get<std::string>();
   } else if (answer->is_number()) {
     record.gt_answer = answer->dump();
@@ -65,7 +71,7 @@ PromptDataset load_prompt_dataset(const fs::path& path, const DatasetOptions& op
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = fmt::format("{}:{}", path.string(), line_no);
     try {
-      PromptRecord record = parse_prompt_record(line, where);
+      PromptRecord record = parse_prompt_record(line, where, options.kind);
       record.line = line_no;
       dataset.records.push_back(std::move(record));
     } catch (const UserError& e) {

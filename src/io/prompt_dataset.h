@@ -20,8 +20,12 @@ struct PromptRecord {
   int64_t line = 0;                 // 1-based line number in the file
 };
 
+// Prompts (RL, evaluation) need "gt_answer"; chats (SFT) need an assistant message instead.
+enum class DatasetKind { kPrompts, kChats };
+
 struct DatasetOptions {
   bool skip_bad_lines = false;  // count and warn about malformed lines instead of failing
+  DatasetKind kind = DatasetKind::kPrompts;
 };
 
 struct PromptDataset {
@@ -37,7 +41,8 @@ struct PromptDataset {
 PromptDataset load_prompt_dataset(const std::filesystem::path& path, const DatasetOptions& options = {});
 
 // Parses one line; throws UserError naming `where` on a malformed record.
-PromptRecord parse_prompt_record(const std::string& line, const std::string& where);
+PromptRecord parse_prompt_record(const std::string& line, const std::string& where,
+                                 DatasetKind kind = DatasetKind::kPrompts);
 
 // Walks indices [0, size) in a shuffled order per epoch, seeded by (seed, epoch), deterministic on
 // every platform (mt19937_64 + Fisher-Yates). shuffle = false walks in file order.

@@ -377,17 +377,11 @@ fs::path ColocatedRun::run() {
   const int64_t total_steps = this->total_steps();
   const int64_t first_step = resume_from_ ? json_get<int64_t>(resume_state_, "step", "state.json") + 1 : 1;
   write_file_atomic(run_dir_ / "config.yaml", run_config_yaml(c_));
-  const fs::path metrics_path = run_dir_ / "metrics.jsonl";
   if (resume_from_) {
     spdlog::info("resuming from {} (step {}, policy version {})", resume_from_->string(), first_step - 1, engine_->version());
-    rewind_metrics(metrics_path, first_step - 1);
-  } else if (c_.resume == "auto") {
-    rewind_metrics(metrics_path, 0);  // killed before its first checkpoint: start over, keeping the old lines aside
-  } else if (fs::exists(metrics_path) && fs::file_size(metrics_path) > 0) {
-    throw_user_error("{} already holds a run (metrics.jsonl); continue it with --resume auto, or choose another -p/--project "
-                     "or -sd/--save-dir", run_dir_.string());
   }
-  std::ofstream metrics_file(metrics_path, std::ios::app);
+  std::ofstream metrics_file(prepare_metrics_file(run_dir_, c_, resume_from_ ? std::optional(first_step - 1) : std::nullopt),
+                             std::ios::app);
   spdlog::info("training {} on {} ({} prompts): steps {}..{} of {} prompts x {} samples, {}", c_.model, c_.dataset, n_records,
                first_step, total_steps, c_.train_batch_size, c_.num_generations, c_.algo.name);
   for (int64_t step = first_step; step <= total_steps; ++step) {

@@ -135,6 +135,19 @@ void load_checkpoint_optimizer(const fs::path& step_dir, torch::optim::Optimizer
   }
 }
 
+fs::path prepare_metrics_file(const fs::path& run_dir, const RunConfig& config, std::optional<int64_t> resumed_step) {
+  const fs::path path = run_dir / "metrics.jsonl";
+  if (resumed_step) {
+    rewind_metrics(path, *resumed_step);
+  } else if (config.resume == "auto") {
+    rewind_metrics(path, 0);  // killed before its first checkpoint: start over, keeping the old lines aside
+  } else if (fs::exists(path) && fs::file_size(path) > 0) {
+    throw_user_error("{} already holds a run (metrics.jsonl); continue it with --resume auto, or choose another "
+                     "-p/--project or -sd/--save-dir", run_dir.string());
+  }
+  return path;
+}
+
 void rewind_metrics(const fs::path& metrics_path, int64_t step) {
   if (!fs::exists(metrics_path)) return;
   std::istringstream in(read_file(metrics_path));

@@ -38,6 +38,12 @@ nlohmann::json read_checkpoint_state(const std::filesystem::path& step_dir, cons
 // Restores the optimizer and the RNG state saved next to state.json.
 void load_checkpoint_optimizer(const std::filesystem::path& step_dir, torch::optim::Optimizer& optimizer);
 
+// run_dir/metrics.jsonl made ready for a run continuing after `resumed_step` (rewound), or for a
+// fresh one: refused when the directory already holds a run, unless --resume auto found no
+// checkpoint there (then the old lines are set aside as in a rewind to step 0).
+std::filesystem::path prepare_metrics_file(const std::filesystem::path& run_dir, const RunConfig& config,
+                                           std::optional<int64_t> resumed_step);
+
 // Keeps metrics.jsonl lines of steps <= `step`; later lines (from a run that went past its last
 // checkpoint) move to metrics.discarded.jsonl, so nothing written is lost.
 void rewind_metrics(const std::filesystem::path& metrics_path, int64_t step);

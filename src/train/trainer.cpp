@@ -139,10 +139,7 @@ TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const 
   }
   if (global_tokens <= 0) global_tokens = std::max(1.0, tokens);
   if (global_samples <= 0) global_samples = static_cast<double>(minibatch.size());
-  const double lr = current_lr();
-  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  optimizer_->zero_grad();
-  policy_->train();
+  const double lr = begin_update();
   TrainStepMetrics metrics;
   const auto device = policy_->options().device;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
@@ -186,6 +183,19 @@ TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const 
       value = counted_tokens > 0 ? value / counted_tokens : 0.0;
     }
   }
+  finish_update(metrics, lr);
+  return metrics;
+}
+
+double Trainer::begin_update() {
+  const double lr = current_lr();
+  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  optimizer_->zero_grad();
+  policy_->train();
+  return lr;
+}
+
+void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
   double grad_norm = 0;
   if (config_.optimizer.max_grad_norm > 0) {
     grad_norm = torch::nn::utils::clip_grad_norm_(policy_->parameters(), config_.optimizer.max_grad_norm);
@@ -200,6 +210,47 @@ TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const 
   policy_->eval();
   metrics.values["grad_norm"] = grad_norm;
   metrics.values["lr"] = lr;
+}
+
+TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch) {
+  RLCPP_CHECK(!batch.empty(), "an SFT step without examples");
+  double total = 0;
+  for (const auto& s : batch) {
+    RLCPP_CHECK(s.ids.size() == s.loss_mask.size() && !s.ids.empty(), "SFT example of {} ids and {} mask entries",
+                s.ids.size(), s.loss_mask.size());
+    for (size_t t = 1; t < s.ids.size(); ++t) total += s.loss_mask[t];
+  }
+  const double lr = begin_update();
+  TrainStepMetrics metrics;
+  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
+  double nll = 0;
+  for (size_t begin = 0; begin < batch.size(); begin += micro) {
+    const size_t end = std::min(batch.size(), begin + micro);
+    int64_t length = 0;
+    for (size_t k = begin; k < end; ++k) length = std::max<int64_t>(length, static_cast<int64_t>(batch[k].ids.size()));
+    const int64_t rows = static_cast<int64_t>(end - begin);
+    auto ids = torch::zeros({rows, length}, torch::kInt64);
+    auto mask = torch::zeros({rows, length}, torch::kInt64);
+    auto targets = torch::full({rows, length}, -1, torch::kInt64);
+    auto ids_a = ids.accessor<int64_t, 2>();
+    auto mask_a = mask.accessor<int64_t, 2>();
+    auto targets_a = targets.accessor<int64_t, 2>();
+    for (int64_t row = 0; row < rows; ++row) {
+      const auto& s = batch[begin + static_cast<size_t>(row)];
+      for (size_t t = 0; t < s.ids.size(); ++t) {
+        ids_a[row][static_cast<int64_t>(t)] = s.ids[t];
+        mask_a[row][static_cast<int64_t>(t)] = 1;
+        if (t > 0 && s.loss_mask[t]) targets_a[row][static_cast<int64_t>(t) - 1] = s.ids[t];  // t-1 predicts t
+      }
+    }
+    auto logp = policy_->token_logprobs(ids, targets, 1.0, mask);
+    auto loss = -logp.sum() / std::max(1.0, total);
+    loss.backward();
+    nll += loss.item<double>();
+  }
+  metrics.values["loss"] = nll;
+  metrics.values["n_tokens"] = total;
+  finish_update(metrics, lr);
   return metrics;
 }
 

@@ -25,6 +25,12 @@ struct TrainSample {
   std::vector<float> rollout_logprobs;  // the sampler's own (for TIS and diagnostics)
 };
 
+// One supervised example: token ids and which of them are learned (1: predicted with loss).
+struct SftSample {
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> loss_mask;  // same length as ids; loss_mask[0] is ignored (nothing predicts it)
+};
+
 struct OptimizerConfig {
   double lr = 1e-6;
   double weight_decay = 0.01;
@@ -68,6 +74,10 @@ class Trainer {
                         const std::vector<std::vector<float>>& ref_logprobs, double global_tokens = 0,
                         double global_samples = 0);
 
+  // One optimizer step of supervised fine-tuning on `batch`: the mean negative log-likelihood of
+  // the learned tokens of the whole batch (micro-batches normalised by the batch's token count).
+  TrainStepMetrics sft_step(const std::vector<SftSample>& batch);
+
   double current_lr() const;
   // Continues a run: the optimizer steps already taken (the schedule's position).
   void restore_steps(int64_t n_steps) { n_steps_ = n_steps; }
@@ -76,6 +86,9 @@ class Trainer {
   const TrainerConfig& config() const { return config_; }
 
  private:
+  double begin_update();                                  // sets the LR of this step, zeroes grads; returns the LR
+  void finish_update(TrainStepMetrics& metrics, double lr);  // clips, steps AdamW, records grad_norm and lr
+
   std::shared_ptr<Transformer> policy_, reference_;
   TrainerConfig config_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;

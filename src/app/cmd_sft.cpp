@@ -1,0 +1,36 @@
+// `rlcpp sft`: supervised fine-tuning on chat JSONL, loss on assistant tokens only, with the run
+// settings, checkpoints and resume of `rlcpp train`.
+#include <iostream>
+
+#include "app/commands.h"
+#include "app/run_flags.h"
+#include "rl/sft.h"
+
+namespace rlcpp {
+
+void add_sft_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("sft", "supervised fine-tuning on chat JSONL (loss on assistant turns)");
+  auto flags = std::make_shared<RunFlags>();
+  add_run_flags(cmd, *flags,
+                {"runtime.dataset", "runtime.num_episodes", "runtime.max_steps", "runtime.seed", "runtime.device",
+                 "runtime.dtype", "runtime.resume", "runtime.checkpoint_path", "runtime.enable_resume_training",
+                 "model.path", "rollout.system_prompt", "train.train_batch_size", "train.train_microbatch_size",
+                 "train.learning_rate", "train.weight_decay", "train.max_grad_norm", "train.lr_schedule",
+                 "train.warmup_steps", "train.min_lr_ratio", "logging.project", "logging.save_dir",
+                 "logging.save_interval", "logging.max_checkpoints", "logging.log_interval"});
+  cmd->callback([flags] {
+    RawSettings raw = collect_run_settings(*flags);
+    // One chat per "group": a step's chats form one mini-batch, micro-batches of -tmbs chats.
+    raw.set("rollout.num_generations", 1, "sft");
+    const Json batch = raw.values.contains("train.train_batch_size") ? raw.values["train.train_batch_size"] : Json(4);
+    raw.set("train.train_minibatch_size", batch, "-tbs/--train-batch-size");
+    if (!raw.values.contains("train.train_microbatch_size")) raw.set("train.train_microbatch_size", batch, "-tbs/--train-batch-size");
+    if (flags->print_config) {
+      std::cout << run_config_yaml(resolve_run_config(raw, /*check_files=*/false));
+      return;
+    }
+    run_sft(resolve_run_config(raw));
+  });
+}
+
+}  // namespace rlcpp

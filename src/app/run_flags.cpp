@@ -1,0 +1,49 @@
+#include "app/run_flags.h"
+
+#include <fmt/format.h>
+
+namespace rlcpp {
+
+namespace {
+
+// "-lr/--learning-rate" for "--lr,--learning-rate": how users type the reference's flags.
+std::string display_flags(const std::string& flags) {
+  const size_t comma = flags.find(',');
+  if (comma == std::string::npos) return flags;
+  std::string first = flags.substr(0, comma);
+  if (first.rfind("--", 0) == 0) first = first.substr(1);
+  return first + "/" + flags.substr(comma + 1);
+}
+
+}  // namespace
+
+void add_run_flags(CLI::App* cmd, RunFlags& flags, const std::set<std::string>& only) {
+  cmd->add_option("--config", flags.config_file, "YAML run file (groups runtime/model/rollout/algorithm/train/logging; "
+                                                 "ChatLearn names accepted); flags override it")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--print-config", flags.print_config, "print the resolved configuration as YAML and exit");
+  const RunConfig defaults;
+  for (const auto& setting : run_settings()) {
+    if (setting.flags.empty() || (!only.empty() && only.count(setting.name) == 0)) continue;
+    const auto value = setting.get(defaults);
+    std::string help = setting.help;
+    if (!value.is_null() && !(value.is_string() && value.get<std::string>().empty())) {
+      help += fmt::format(" [{}]", value.is_string() ? value.get<std::string>() : value.dump());
+    }
+    help += fmt::format(" ({})", setting.name);
+    flags.options[setting.name] = cmd->add_option(setting.flags, flags.values[setting.name], help);
+  }
+}
+
+RawSettings collect_run_settings(const RunFlags& flags) {
+  RawSettings raw;
+  if (!flags.config_file.empty()) read_run_file(flags.config_file, raw);
+  for (const auto& setting : run_settings()) {
+    auto it = flags.options.find(setting.name);
+    if (it == flags.options.end() || it->second->count() == 0) continue;
+    raw.set_override(setting.name, flags.values.at(setting.name), display_flags(setting.flags));
+  }
+  return raw;
+}
+
+}  // namespace rlcpp

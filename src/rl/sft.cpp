@@ -1,0 +1,111 @@
+#include "rl/sft.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "io/prompt_dataset.h"
+#include "rl/run_checkpoint.h"
+#include "text/chat_example.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace rlcpp {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+fs::path run_sft(const RunConfig& c) {
+  const auto run_start = Clock::now();
+  const fs::path run_dir = fs::path(c.save_dir) / c.project;
+  fs::create_directories(run_dir);
+  const auto resume_from = find_resume_checkpoint(c, run_dir);
+  nlohmann::json state;
+  if (resume_from) state = read_checkpoint_state(*resume_from, c);
+  auto tokenizer = Tokenizer::from_dir(c.model);
+  auto policy = Transformer::from_pretrained(resume_from ? *resume_from : fs::path(c.model),
+                                             model_options_from_flags(c.dtype, c.device));
+  policy->eval();
+  const int64_t max_positions = policy->config().max_position_embeddings;
+
+  DatasetOptions dataset_options;
+  dataset_options.kind = DatasetKind::kChats;
+  const PromptDataset dataset = load_prompt_dataset(c.dataset, dataset_options);
+  const ChatTemplate chat_template(*tokenizer);
+  std::vector<SftSample> examples;
+  int64_t n_long = 0, n_learned = 0;
+  for (const auto& record : dataset.records) {
+    auto example = build_chat_example(*tokenizer, chat_template, record.messages, c.system_prompt.value_or(""),
+                                      fmt::format("{}:{}", c.dataset, record.line));
+    if (max_positions > 0 && static_cast<int64_t>(example.ids.size()) > max_positions) {
+      ++n_long;
+      continue;
+    }
+    n_learned += example.n_learned;
+    examples.push_back({std::move(example.ids), std::move(example.loss_mask)});
+  }
+  if (examples.empty()) throw_user_error("{}: every chat is longer than the model's {} positions", c.dataset, max_positions);
+  if (n_long > 0) spdlog::warn("{}: {} chats longer than {} positions left out", c.dataset, n_long, max_positions);
+
+  const int64_t n = static_cast<int64_t>(examples.size());
+  const int64_t total_steps = c.max_steps > 0 ? c.max_steps : std::max<int64_t>(1, n / c.train_batch_size) * c.num_episodes;
+  TrainerConfig trainer_config;
+  trainer_config.loss.kl_coef = 0;
+  trainer_config.optimizer = c.optimizer;
+  if (trainer_config.optimizer.total_steps == 0) trainer_config.optimizer.total_steps = total_steps;
+  trainer_config.train_microbatch_size = c.train_microbatch_size;
+  Trainer trainer(policy, nullptr, trainer_config);
+  DatasetCursor cursor(n, c.seed, /*shuffle=*/true);
+  int64_t first_step = 1;
+  if (resume_from) {
+    load_checkpoint_optimizer(*resume_from, trainer.optimizer());
+    trainer.restore_steps(json_get<int64_t>(state, "optimizer_steps", "state.json"));
+    cursor.restore(state.at("data_cursor"));
+    first_step = json_get<int64_t>(state, "step", "state.json") + 1;
+    spdlog::info("resuming from {} (step {})", resume_from->string(), first_step - 1);
+  }
+  write_file_atomic(run_dir / "config.yaml", run_config_yaml(c));
+  std::ofstream metrics_file(prepare_metrics_file(run_dir, c, resume_from ? std::optional(first_step - 1) : std::nullopt),
+                             std::ios::app);
+  spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model, c.dataset, n, n_learned,
+               first_step, total_steps, c.train_batch_size);
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    const auto step_start = Clock::now();
+    std::vector<SftSample> batch;
+    for (int64_t k = 0; k < c.train_batch_size; ++k) batch.push_back(examples[static_cast<size_t>(cursor.next())]);
+    auto m = trainer.sft_step(batch).values;
+    const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+    nlohmann::ordered_json line;
+    line["step"] = step;
+    line["episode"] = cursor.epoch();
+    line["loss"] = m["loss"];
+    line["tokens"] = m["n_tokens"];
+    line["grad_norm"] = m["grad_norm"];
+    line["lr"] = m["lr"];
+    line["optimizer_steps"] = trainer.n_steps();
+    line["time"] = {{"train", seconds}, {"total", seconds}};
+    metrics_file << line.dump() << "\n";
+    metrics_file.flush();
+    if (step % c.log_interval == 0 || step == total_steps) {
+      spdlog::info("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps, cursor.epoch(),
+                   m["loss"], m["grad_norm"], m["lr"], seconds);
+    }
+    if ((c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps) {
+      CheckpointContents contents;
+      contents.policy = policy.get();
+      contents.optimizer = &trainer.optimizer();
+      contents.state = {{"step", step}, {"data_cursor", cursor.state()}, {"optimizer_steps", trainer.n_steps()}};
+      contents.config = run_config_json(c);
+      contents.tokenizer_from = c.model;
+      spdlog::info("checkpoint {}", save_run_checkpoint(run_dir, step, contents, c.max_checkpoints).string());
+    }
+  }
+  spdlog::info("done in {:.1f} s; run directory {}",
+               std::chrono::duration<double>(Clock::now() - run_start).count(), run_dir.string());
+  return run_dir;
+}
+
+}  // namespace rlcpp
