@@ -28,7 +28,7 @@ test: deps
 
 demo: deps
 	$(MAKE) build
-	bash scripts/demo.sh $(BUILD_DIR)/rlcpp $(RLCPP_FIXTURES)
+	bash scripts/demo.sh $(BUILD_DIR)/rlcpp
 
 bench: build
 	@echo "benchmarks: $(BUILD_DIR)/bench_forward --help"

@@ -1,34 +1,60 @@
 #!/usr/bin/env python3
-"""The bundled task: two-digit addition and subtraction with \\boxed{} answers, in the reference
-data format. Deterministic from a seed (Python's random.Random, stable across Python 3 versions).
+"""The bundled task: two-digit additions that carry and subtractions that borrow, with \\boxed{}
+answers, in the reference data format. Every record carries a short system message asking for
+\\boxed{}, so prompts are the same in SFT, RL and evaluation without a --system-prompt.
+
+The SFT data comes from a sloppy teacher: its worked solutions go digit by digit, but with
+probability --forget (0.6) it forgets the carry or the borrow, and its answer is then wrong. A
+model fine-tuned on it learns the same habit; RL with a verifiable reward (GRPO on train.jsonl)
+can unlearn it. Deterministic from a seed (Python's random.Random, stable across Python 3 versions).
 
 Writes, into OUT_DIR:
-  train.jsonl  RL prompts   {"messages": [{"role": "user", "content": "What is 47 + 38?"}], "gt_answer": "85"}
+  train.jsonl  RL prompts   {"messages": [system, {"role": "user", "content": "What is 47 + 38?"}], "gt_answer": "85"}
   test.jsonl   held-out prompts, disjoint from train and sft
-  sft.jsonl    chat examples with the assistant's answer, for `rlcpp sft`
-Usage: make_data.py OUT_DIR [--seed 0] [--train 4000] [--test 500] [--sft 4000]
+  sft.jsonl    chats with the teacher's worked answers ("7+8=15 4+3+1=8 \\boxed{85}"), for `rlcpp sft`
+Usage: make_data.py OUT_DIR [--seed 0] [--train 2000] [--test 400] [--sft 2000] [--forget 0.6]
 """
 import argparse
 import json
 import os
 import random
 
+SYSTEM = {"role": "system", "content": "Answer with \\boxed{}."}
 
 def problem(rng):
-    a, b = rng.randint(10, 99), rng.randint(10, 99)
-    if rng.random() < 0.5:
-        return f"What is {a} + {b}?", str(a + b)
-    a, b = max(a, b), min(a, b)
-    return f"What is {a} - {b}?", str(a - b)
+    """A question that needs a carry (addition) or a borrow (subtraction), and its answer."""
+    while True:
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        if rng.random() < 0.5:
+            if a % 10 + b % 10 >= 10:
+                return a, "+", b
+        else:
+            a, b = max(a, b), min(a, b)
+            if a % 10 < b % 10:
+                return a, "-", b
+
+
+def worked(a, op, b, forget):
+    """The teacher's solution, units first then tens; `forget` drops the carry or the borrow."""
+    if op == "+":
+        units = a % 10 + b % 10
+        tens = a // 10 + b // 10 + (0 if forget else 1)
+        carry = "" if forget else "+1"
+        return f"{a % 10}+{b % 10}={units} {a // 10}+{b // 10}{carry}={tens} \\boxed{{{tens * 10 + units % 10}}}"
+    units = 10 + a % 10 - b % 10
+    tens = a // 10 - b // 10 - (0 if forget else 1)
+    borrow = "" if forget else "-1"
+    return f"{10 + a % 10}-{b % 10}={units} {a // 10}{borrow}-{b // 10}={tens} \\boxed{{{tens * 10 + units}}}"
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train", type=int, default=4000)
-    parser.add_argument("--test", type=int, default=500)
-    parser.add_argument("--sft", type=int, default=4000)
+    parser.add_argument("--train", type=int, default=2000)
+    parser.add_argument("--test", type=int, default=400)
+    parser.add_argument("--sft", type=int, default=2000)
+    parser.add_argument("--forget", type=float, default=0.6)
     args = parser.parse_args()
     rng = random.Random(args.seed)
     seen = set()
@@ -36,11 +62,11 @@ def main():
     def fresh(n):
         out = []
         while len(out) < n:
-            question, answer = problem(rng)
-            if question in seen:
+            a, op, b = problem(rng)
+            if (a, op, b) in seen:
                 continue
-            seen.add(question)
-            out.append((question, answer))
+            seen.add((a, op, b))
+            out.append((f"What is {a} {op} {b}?", str(a + b if op == "+" else a - b), (a, op, b)))
         return out
 
     test, train, sft = fresh(args.test), fresh(args.train), fresh(args.sft)
@@ -51,10 +77,11 @@ def main():
             for row in rows:
                 f.write(json.dumps(row) + "\n")
 
-    write("test.jsonl", [{"messages": [{"role": "user", "content": q}], "gt_answer": a} for q, a in test])
-    write("train.jsonl", [{"messages": [{"role": "user", "content": q}], "gt_answer": a} for q, a in train])
-    write("sft.jsonl", [{"messages": [{"role": "user", "content": q},
-                                      {"role": "assistant", "content": f"\\boxed{{{a}}}"}]} for q, a in sft])
+    write("test.jsonl", [{"messages": [SYSTEM, {"role": "user", "content": q}], "gt_answer": a} for q, a, _ in test])
+    write("train.jsonl", [{"messages": [SYSTEM, {"role": "user", "content": q}], "gt_answer": a} for q, a, _ in train])
+    write("sft.jsonl", [{"messages": [SYSTEM, {"role": "user", "content": q},
+                                      {"role": "assistant", "content": worked(*w, rng.random() < args.forget)}]}
+                        for q, a, w in sft])
 
 
 if __name__ == "__main__":
