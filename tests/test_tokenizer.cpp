@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "text/chat_example.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 #include "util/error.h"
@@ -181,4 +182,28 @@ TEST(Utf8, LossyReplacesEachMaximalInvalidSubpartOnce) {
   EXPECT_EQ(utf8_lossy("a\xFF" "b"), "a\xEF\xBF\xBD" "b");             // invalid byte
   EXPECT_EQ(utf8_lossy("\xE0\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: each byte
   EXPECT_EQ(utf8_lossy("ok \xE4\xBD\xA0"), "ok \xE4\xBD\xA0");          // valid stays
+}
+
+TEST(ChatExample, LearnsExactlyTheAssistantTurns) {
+  const auto dir = std::filesystem::path(RLCPP_SOURCE_DIR) / "models" / "arith-tiny";
+  auto tokenizer = rlcpp::Tokenizer::from_dir(dir);
+  rlcpp::ChatTemplate chat_template(*tokenizer);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": "What is 1 + 2?"}, {"role": "assistant", "content": "\\boxed{3}"},
+          {"role": "user", "content": "And 2 + 2?"}, {"role": "assistant", "content": "\\boxed{4}"}])");
+  const auto example = rlcpp::build_chat_example(*tokenizer, chat_template, messages, "Be brief.", "test");
+  ASSERT_EQ(example.ids.size(), example.loss_mask.size());
+  // The whole conversation (with the system prompt) tokenises to the same ids, and the learned
+  // tokens decode to the two assistant turns with their end-of-turn tokens.
+  auto all = messages;
+  all.insert(all.begin(), nlohmann::ordered_json{{"role", "system"}, {"content", "Be brief."}});
+  EXPECT_EQ(example.ids, tokenizer->encode(chat_template.render(all, false)));
+  std::vector<int32_t> learned;
+  for (size_t k = 0; k < example.ids.size(); ++k) {
+    if (example.loss_mask[k]) learned.push_back(example.ids[k]);
+  }
+  EXPECT_EQ(tokenizer->decode(learned, false), "\\boxed{3}<|im_end|>\n\\boxed{4}<|im_end|>\n");
+  EXPECT_EQ(example.n_learned, static_cast<int64_t>(learned.size()));
+  nlohmann::ordered_json no_answer = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_THROW(rlcpp::build_chat_example(*tokenizer, chat_template, no_answer, "", "x.jsonl:3"), rlcpp::UserError);
 }

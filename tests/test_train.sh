@@ -15,7 +15,7 @@ lines() { if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi; }
 # metrics.jsonl without the wall-clock fields, for comparing runs
 metrics_of() { python3 -c 'import json,sys
 for l in open(sys.argv[1]):
-    d = json.loads(l); d.pop("time"); d.pop("tokens_per_s"); print(json.dumps(d, sort_keys=True))' "$1"; }
+    d = json.loads(l); d.pop("time"); d.pop("tokens_per_s", None); print(json.dumps(d, sort_keys=True))' "$1"; }
 
 # A random model over a byte vocabulary (near-uniform next-token distribution) and 8 prompts.
 "$here/make_chat_model.sh" "$fixtures/qwen2-tiny" chat
@@ -86,6 +86,26 @@ out=$("$rlcpp" train "${resume[@]}" -p full 2>&1)
 "$rlcpp" train "${base[@]}" --max-steps 4 --si 1 --max-checkpoints 2 -p pruned > pruned.log 2>&1
 [ "$(ls -d runs/pruned/step-* | xargs -n1 basename | sort | tr '\n' ' ')" = "step-3 step-4 " ] && ok max-checkpoints \
   || { bad max-checkpoints; ls runs/pruned; }
+
+# SFT: the same run machinery. A run of 6 steps, and the same run rolled back to its step-3
+# checkpoint (as if it had died after step 6 but before saving it) and resumed, end equal.
+for k in 1 2 3 4 5 6; do
+  echo "{\"messages\": [{\"role\": \"user\", \"content\": \"$k + $k?\"}, {\"role\": \"assistant\", \"content\": \"\\\\boxed{$((k + k))}\"}]}"
+done > chats.jsonl
+sft=(-m toy -d chats.jsonl -tbs 2 -lr 1e-3 --max-steps 6 --si 3 -sd runs)
+"$rlcpp" sft "${sft[@]}" -p sft-full > sft-full.log 2>&1 && "$rlcpp" sft "${sft[@]}" -p sft-cut > sft-cut.log 2>&1 \
+  || { bad sft-run; tail -3 sft-full.log sft-cut.log; }
+rm -rf runs/sft-cut/step-6 && echo step-3 > runs/sft-cut/latest
+"$rlcpp" sft "${sft[@]}" -p sft-cut --resume auto > sft-resumed.log 2>&1 || { bad sft-resume-run; tail -3 sft-resumed.log; }
+if cmp -s runs/sft-full/step-6/model.safetensors runs/sft-cut/step-6/model.safetensors \
+   && [ "$(metrics_of runs/sft-full/metrics.jsonl)" = "$(metrics_of runs/sft-cut/metrics.jsonl)" ] \
+   && [ "$(lines runs/sft-cut/metrics.discarded.jsonl)" -eq 3 ] && grep -q '"tokens":' runs/sft-full/metrics.jsonl; then
+  ok sft-resume-exact
+else
+  bad sft-resume-exact; tail -3 sft-resumed.log
+fi
+out=$("$rlcpp" sft -m toy -d data.jsonl -sd runs -p sft-bad 2>&1)
+[ $? -eq 2 ] && grep -q 'data.jsonl:1: no assistant message' <<<"$out" && ok sft-needs-assistant || { bad sft-needs-assistant; echo "$out"; }
 
 # The run file: ChatLearn's names are mapped (samples → prompts), flags override the file, and
 # --print-config writes what --config reads back.

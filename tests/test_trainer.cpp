@@ -135,3 +135,68 @@ TEST(Trainer, ScheduleAndErrors) {
   config.train_microbatch_size = 0;
   EXPECT_THROW_MSG(Trainer(model, nullptr, config), UserError, "--train-microbatch-size 0");
 }
+
+TEST(Trainer, SftStepIsTheMaskedNllAndExactUnderMicrobatching) {
+  ModelOptions options;
+  options.dtype = torch::kFloat64;
+  std::vector<SftSample> batch = {{{5, 6, 7, 8, 9}, {0, 0, 0, 1, 1}},
+                                  {{3, 4}, {0, 1}},
+                                  {{10, 11, 12, 13, 14, 15, 16}, {0, 0, 1, 1, 0, 1, 1}}};
+  // The loss is -Σ log p(learned token) / learned tokens, computed here without the trainer.
+  auto model0 = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
+  double nll = 0, count = 0;
+  for (const auto& s : batch) {
+    auto ids = torch::tensor(std::vector<int64_t>(s.ids.begin(), s.ids.end())).unsqueeze(0);
+    auto logp = torch::log_softmax(model0->forward(ids)[0], -1);
+    for (size_t t = 1; t < s.ids.size(); ++t) {
+      if (!s.loss_mask[t]) continue;
+      nll -= logp[static_cast<int64_t>(t) - 1][s.ids[t]].item<double>();
+      count += 1;
+    }
+  }
+  std::vector<std::vector<torch::Tensor>> results;
+  for (int64_t micro : {1, 2, 3}) {
+    auto model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
+    TrainerConfig config;
+    config.train_microbatch_size = micro;
+    config.optimizer.lr = 1e-2;
+    Trainer trainer(model, nullptr, config);
+    const auto m = trainer.sft_step(batch).values;
+    EXPECT_NEAR(m.at("loss"), nll / count, 1e-9) << "micro-batch " << micro;
+    EXPECT_EQ(m.at("n_tokens"), count);
+    std::vector<torch::Tensor> weights;
+    for (const auto& p : model->parameters()) weights.push_back(p.detach().clone());
+    results.push_back(weights);
+  }
+  for (size_t r = 1; r < results.size(); ++r) {
+    for (size_t k = 0; k < results[0].size(); ++k) {
+      EXPECT_LT((results[r][k] - results[0][k]).abs().max().item<double>(), 1e-9) << "micro-batch run " << r;
+    }
+  }
+}
+
+TEST(Trainer, PolicyEntropyIsTheSoftmaxEntropyOfResponseTokens) {
+  ModelOptions options;
+  options.dtype = torch::kFloat64;
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"), options);
+  TrainerConfig config;
+  config.temperature = 0.7;
+  Trainer trainer(model, nullptr, config);
+  const auto samples = fixed_samples();
+  double entropy = -1;
+  const auto logprobs = trainer.policy_logprobs(samples, &entropy);
+  double sum = 0, count = 0;
+  for (const auto& s : samples) {
+    std::vector<int64_t> ids(s.prompt_ids.begin(), s.prompt_ids.end());
+    ids.insert(ids.end(), s.response_ids.begin(), s.response_ids.end());
+    auto logp = torch::log_softmax(model->forward(torch::tensor(ids).unsqueeze(0))[0] / 0.7, -1);
+    for (size_t j = 0; j < s.response_ids.size(); ++j) {
+      const auto row = logp[static_cast<int64_t>(s.prompt_ids.size() + j) - 1];
+      sum += -(row.exp() * row).sum().item<double>();
+      count += 1;
+    }
+  }
+  EXPECT_NEAR(entropy, sum / count, 1e-6);
+  EXPECT_NEAR(logprobs[0][1], torch::log_softmax(model->forward(torch::tensor(std::vector<int64_t>{5, 6, 7, 8})
+                                                                    .unsqueeze(0))[0][3] / 0.7, -1)[9].item<double>(), 1e-5);
+}
