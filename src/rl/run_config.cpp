@@ -98,46 +98,60 @@ void at_least(int64_t value, int64_t min, const std::string& where) {
 using Apply = std::function<void(RunConfig&, const Json&, const std::string&, const RawSettings&)>;
 using Get = std::function<Json(const RunConfig&)>;
 
+Setting make(std::string name, std::string flags, std::vector<std::string> aliases, std::string help, Apply apply, Get get,
+             bool may_differ, std::string converts_to = "") {
+  Setting s;
+  s.name = std::move(name);
+  s.flags = std::move(flags);
+  s.aliases = std::move(aliases);
+  s.help = std::move(help);
+  s.apply = std::move(apply);
+  s.get = std::move(get);
+  s.resume_may_differ = may_differ;
+  s.converts_to = std::move(converts_to);
+  return s;
+}
+
 template <typename Ref>
 Setting int_setting(std::string name, std::string flags, std::string help, Ref ref, int64_t min,
                     std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return {std::move(name), std::move(flags), std::move(aliases), std::move(help),
+  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
           [ref, min](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) {
             const int64_t x = read_int(v, where);
             at_least(x, min, where);
             ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(x);
           },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ};
+          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
 }
 
 template <typename Ref>
 Setting double_setting(std::string name, std::string flags, std::string help, Ref ref,
                        std::vector<std::string> aliases = {}) {
-  return {std::move(name), std::move(flags), std::move(aliases), std::move(help),
+  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
           [ref](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) { ref(c) = read_double(v, where); },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, false};
+          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, false);
 }
 
 template <typename Ref>
 Setting bool_setting(std::string name, std::string flags, std::string help, Ref ref,
                      std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return {std::move(name), std::move(flags), std::move(aliases), std::move(help),
+  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
           [ref](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) { ref(c) = read_bool(v, where); },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ};
+          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
 }
 
 template <typename Ref>
 Setting string_setting(std::string name, std::string flags, std::string help, Ref ref,
                        std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return {std::move(name), std::move(flags), std::move(aliases), std::move(help),
+  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
           [ref](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) { ref(c) = read_string(v, where); },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ};
+          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
 }
 
 // A setting given in another unit (ChatLearn counts samples, the reference counts prompts):
 // `samples` is converted with G and must agree with `prompts_name` when both are given.
 Setting samples_setting(std::string name, std::string help, int64_t RunConfig::*prompts, std::string prompts_name) {
-  return {name, "", {}, std::move(help),
+  return make(name, "", {}, std::move(help),
           [name, prompts, prompts_name](RunConfig& c, const Json& v, const std::string& where, const RawSettings& raw) {
             const int64_t samples = read_int(v, where);
             at_least(samples, 1, where);
@@ -152,7 +166,7 @@ Setting samples_setting(std::string name, std::string help, int64_t RunConfig::*
             }
             c.*prompts = value;
           },
-          [prompts](const RunConfig& c) { return Json(c.*prompts * c.num_generations); }, false, prompts_name};
+          [prompts](const RunConfig& c) { return Json(c.*prompts * c.num_generations); }, false, prompts_name);
 }
 
 // A ChatLearn-only feature: accepted at its "off" value, otherwise refused with `why`.
@@ -244,17 +258,17 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.sampling.max_new_tokens; }, 1));
   s.push_back(int_setting("rollout.max_prompt_tokens", "--mpt,--max-prompt-tokens", "prompt length cap (0: none)",
                           [](C& c) -> int64_t& { return c.max_prompt_tokens; }, 0));
-  s.push_back({"rollout.system_prompt", "-s,--system-prompt", {}, "system prompt (default: the reward type's)",
+  s.push_back(make("rollout.system_prompt", "-s,--system-prompt", {}, "system prompt (default: the reward type's)",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) {
                  if (v.is_null()) c.system_prompt.reset();
                  else c.system_prompt = read_string(v, where);
                },
-               [](const C& c) { return c.system_prompt ? Json(*c.system_prompt) : Json(nullptr); }, false});
-  s.push_back({"rollout.reward_type", "--rt,--reward-type", {}, "boxed | think_answer_tags | answer_line",
+               [](const C& c) { return c.system_prompt ? Json(*c.system_prompt) : Json(nullptr); }, false));
+  s.push_back(make("rollout.reward_type", "--rt,--reward-type", {}, "boxed | think_answer_tags | answer_line",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) {
                  c.reward_type = parse_reward_type(read_string(v, where), where);
                },
-               [](const C& c) { return Json(to_string(c.reward_type)); }, false});
+               [](const C& c) { return Json(to_string(c.reward_type)); }, false));
   s.push_back(string_setting("rollout.reward_cmd", "--reward-cmd", "external reward command, added to the built-in reward",
                              [](C& c) -> std::string& { return c.reward_cmd; }));
   s.push_back(double_setting("rollout.reward_cmd_weight", "--reward-cmd-weight", "the external reward's weight in the sum",
@@ -264,9 +278,9 @@ std::vector<Setting> make_settings() {
   s.push_back(int_setting("rollout.min_prompt_length", "--min-prompt-length", "skip prompts with fewer tokens",
                           [](C& c) -> int64_t& { return c.min_prompt_length; }, 0, {"batch_generation.min_prompt_length"}));
   // algorithm: the preset first, then single settings over it
-  s.push_back({"algorithm.algo", "-a,--algo", {}, "GRPO | DAPO | DR_GRPO | RLOO | REINFORCE_PP",
+  s.push_back(make("algorithm.algo", "-a,--algo", {}, "GRPO | DAPO | DR_GRPO | RLOO | REINFORCE_PP",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo = algo_preset(read_string(v, where), where); },
-               [](const C& c) { return Json(c.algo.name); }, false});
+               [](const C& c) { return Json(c.algo.name); }, false));
   s.push_back(double_setting("algorithm.kl_coeff", "--kl,--kl-coeff", "KL coefficient β (default: the preset's)",
                              [](C& c) -> double& { return c.algo.loss.kl_coef; }));
   s.push_back(double_setting("algorithm.clip_eps_low", "--clip-eps-low", "ratio floor 1 - eps",
@@ -275,23 +289,23 @@ std::vector<Setting> make_settings() {
                              [](C& c) -> double& { return c.algo.loss.clip_eps_high; }));
   s.push_back(double_setting("algorithm.skip_threshold", "--skip-threshold", "skip samples whose ratio exceeds it (0: off)",
                              [](C& c) -> double& { return c.algo.loss.skip_threshold; }));
-  s.push_back({"algorithm.loss_variation", "--loss-variation", {}, "token_level | sample_level | seq_mean_token_sum_norm",
+  s.push_back(make("algorithm.loss_variation", "--loss-variation", {}, "token_level | sample_level | seq_mean_token_sum_norm",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) {
                  c.algo.loss.aggregation = parse_loss_aggregation(read_string(v, where), where);
                },
-               [](const C& c) { return Json(to_string(c.algo.loss.aggregation)); }, false});
-  s.push_back({"algorithm.advantage_estimator", "--advantage-estimator", {}, "grpo | dr_grpo | rloo | reinforce_pp",
+               [](const C& c) { return Json(to_string(c.algo.loss.aggregation)); }, false));
+  s.push_back(make("algorithm.advantage_estimator", "--advantage-estimator", {}, "grpo | dr_grpo | rloo | reinforce_pp",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) {
                  c.algo.advantage.estimator = parse_advantage_estimator(read_string(v, where), where);
                },
-               [](const C& c) { return Json(to_string(c.algo.advantage.estimator)); }, false});
-  s.push_back({"algorithm.filter_range", "--filter-range", {}, "keep groups whose accuracy is inside [low, high] (none: off)",
+               [](const C& c) { return Json(to_string(c.algo.advantage.estimator)); }, false));
+  s.push_back(make("algorithm.filter_range", "--filter-range", {}, "keep groups whose accuracy is inside [low, high] (none: off)",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo.filter_range = read_range(v, where); },
                [](const C& c) {
                  return c.algo.filter_range ? Json::array({c.algo.filter_range->first, c.algo.filter_range->second})
                                             : Json(nullptr);
                },
-               false});
+               false));
   s.push_back(bool_setting("algorithm.dynamic_batching", "--dynamic-batching", "generate until -tbs groups are kept",
                            [](C& c) -> bool& { return c.algo.dynamic_batching; }));
   s.push_back(int_setting("algorithm.max_dynamic_rounds", "--max-dynamic-rounds", "extra rounds per step under dynamic batching",

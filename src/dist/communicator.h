@@ -1,0 +1,35 @@
+// Moving bytes and tensors between processes. `Communicator` is the interface the rest of rlcpp
+// uses; MpiCommunicator implements it over MPI (CPU tensors; a device tensor goes through host
+// memory), and an NCCL implementation can sit behind the same interface for GPU tensors.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace rlcpp {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void barrier() = 0;
+  // In place, over every rank of this communicator: sum (e.g. gradients, token counts).
+  virtual void all_reduce_sum(torch::Tensor& tensor) = 0;
+  // In place: `tensor` on every rank takes root's values (shapes and dtypes must already agree).
+  virtual void broadcast(torch::Tensor& tensor, int root) = 0;
+  // Bytes of any length from root to all (the length travels first).
+  virtual void broadcast_bytes(std::string& bytes, int root) = 0;
+  virtual void send_bytes(const std::string& bytes, int dest, int tag) = 0;
+  virtual std::string recv_bytes(int source, int tag) = 0;
+  // Ranks with the same color form a new communicator, ordered by `key` (then by rank).
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+  // Ends the whole job (every process, every host) with `code`: for errors, so no rank is left
+  // waiting in a receive.
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+}  // namespace rlcpp

@@ -1,0 +1,179 @@
+#include "dist/mpi.h"
+
+// The C API only (OpenMPI and MPICH would otherwise pull in their deprecated C++ bindings).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "util/error.h"
+
+namespace rlcpp {
+
+namespace {
+
+void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw InternalError(std::string("MPI ") + what + ": " + std::string(text, static_cast<size_t>(length)));
+}
+
+MPI_Datatype mpi_type(torch::ScalarType type) {
+  switch (type) {
+    case torch::kFloat32: return MPI_FLOAT;
+    case torch::kFloat64: return MPI_DOUBLE;
+    case torch::kInt64: return MPI_INT64_T;
+    case torch::kInt32: return MPI_INT32_T;
+    case torch::kUInt8: return MPI_UINT8_T;
+    case torch::kBool: return MPI_C_BOOL;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+// A contiguous host tensor for MPI; `out` is copied back into the original when it is not one.
+struct HostView {
+  torch::Tensor original, host;
+  explicit HostView(torch::Tensor& t) : original(t), host(t.device().is_cpu() && t.is_contiguous() ? t : t.contiguous().cpu()) {}
+  void write_back() {
+    if (!host.is_same(original)) original.copy_(host);
+  }
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    check(MPI_Comm_rank(comm_, &rank_), "Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "Comm_size");
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void barrier() override { check(MPI_Barrier(comm_), "Barrier"); }
+
+  void all_reduce_sum(torch::Tensor& tensor) override {
+    if (tensor.scalar_type() == torch::kBFloat16 || tensor.scalar_type() == torch::kFloat16) {
+      auto wide = tensor.to(torch::kFloat32);  // summed in fp32, then rounded once
+      all_reduce_sum(wide);
+      tensor.copy_(wide);
+      return;
+    }
+    HostView view(tensor);
+    const auto type = mpi_type(view.host.scalar_type());
+    RLCPP_CHECK(type != MPI_DATATYPE_NULL, "all_reduce of {}", c10::toString(view.host.scalar_type()));
+    check(MPI_Allreduce(MPI_IN_PLACE, view.host.data_ptr(), static_cast<int>(view.host.numel()), type, MPI_SUM, comm_),
+          "Allreduce");
+    view.write_back();
+  }
+
+  void broadcast(torch::Tensor& tensor, int root) override {
+    HostView view(tensor);
+    broadcast_raw(view.host.data_ptr(), view.host.nbytes(), root);
+    view.write_back();
+  }
+
+  void broadcast_bytes(std::string& bytes, int root) override {
+    uint64_t length = bytes.size();
+    check(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm_), "Bcast");
+    bytes.resize(length);
+    broadcast_raw(bytes.data(), length, root);
+  }
+
+  void send_bytes(const std::string& bytes, int dest, int tag) override {
+    uint64_t length = bytes.size();
+    check(MPI_Send(&length, 1, MPI_UINT64_T, dest, tag, comm_), "Send");
+    for (uint64_t offset = 0; offset < length; offset += kChunk) {
+      const int n = static_cast<int>(std::min<uint64_t>(kChunk, length - offset));
+      check(MPI_Send(bytes.data() + offset, n, MPI_BYTE, dest, tag, comm_), "Send");
+    }
+  }
+
+  std::string recv_bytes(int source, int tag) override {
+    uint64_t length = 0;
+    check(MPI_Recv(&length, 1, MPI_UINT64_T, source, tag, comm_, MPI_STATUS_IGNORE), "Recv");
+    std::string bytes(length, '\0');
+    for (uint64_t offset = 0; offset < length; offset += kChunk) {
+      const int n = static_cast<int>(std::min<uint64_t>(kChunk, length - offset));
+      check(MPI_Recv(bytes.data() + offset, n, MPI_BYTE, source, tag, comm_, MPI_STATUS_IGNORE), "Recv");
+    }
+    return bytes;
+  }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm out;
+    check(MPI_Comm_split(comm_, color, key, &out), "Comm_split");
+    return std::make_shared<MpiCommunicator>(out);
+  }
+
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(comm_, code);
+    std::_Exit(code);
+  }
+
+ private:
+  static constexpr uint64_t kChunk = 1ULL << 30;  // MPI counts are int: move big buffers in 1 GiB pieces
+
+  void broadcast_raw(void* data, uint64_t bytes, int root) {
+    auto* p = static_cast<char*>(data);
+    for (uint64_t offset = 0; offset < bytes; offset += kChunk) {
+      const int n = static_cast<int>(std::min<uint64_t>(kChunk, bytes - offset));
+      check(MPI_Bcast(p + offset, n, MPI_BYTE, root, comm_), "Bcast");
+    }
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+// The world of a process started without a launcher: one rank, every collective is the identity.
+class SelfCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void barrier() override {}
+  void all_reduce_sum(torch::Tensor&) override {}
+  void broadcast(torch::Tensor&, int) override {}
+  void broadcast_bytes(std::string&, int) override {}
+  void send_bytes(const std::string&, int dest, int) override {
+    throw InternalError(fmt::format("send to rank {} in a world of one process", dest));
+  }
+  std::string recv_bytes(int source, int) override {
+    throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
+  }
+  std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<SelfCommunicator>(); }
+  [[noreturn]] void abort(int code) override { std::_Exit(code); }
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+std::shared_ptr<Communicator> mpi_world() {
+  static std::once_flag once;
+  static std::shared_ptr<Communicator> world;
+  std::call_once(once, [] {
+    if (!launched_by_mpi()) {
+      world = std::make_shared<SelfCommunicator>();
+      return;
+    }
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "Init_thread");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+    world = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
+  });
+  return world;
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,19 @@
+// MPI as rlcpp's process launcher and CPU transport: the runtime (initialised only when the
+// process was started by mpirun/srun, so a plain `rlcpp train` never touches MPI) and the
+// Communicator over MPI communicators.
+#pragma once
+
+#include <memory>
+
+#include "dist/communicator.h"
+
+namespace rlcpp {
+
+// True when this process was started by an MPI launcher (mpirun, mpiexec, srun --mpi=pmix).
+bool launched_by_mpi();
+
+// Initialises MPI once (thread level: funneled) and finalises it at exit. The world communicator;
+// under no launcher, a world of one process that needs no MPI at all.
+std::shared_ptr<Communicator> mpi_world();
+
+}  // namespace rlcpp

@@ -1,0 +1,50 @@
+// Weight synchronisation from trainer rank 0 to the rollout workers: named tensors packed into
+// coalesced buckets of at most `bucket_bytes` (ChatLearn's coalesced_buffer_mb; a tensor larger
+// than a bucket travels alone), sent by broadcast over the sync group or point to point to each
+// worker (param_sync_comm_type p2p). Receivers get each bucket as named CPU tensors to apply.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "io/safetensors.h"
+
+namespace rlcpp {
+
+enum class SyncMode { kBroadcast, kP2p };
+SyncMode parse_sync_mode(const std::string& name, const std::string& flag);
+
+// Tensor indices per bucket, in order; each bucket's bytes ≤ bucket_bytes unless it holds one tensor.
+std::vector<std::vector<size_t>> plan_buckets(const NamedTensors& tensors, uint64_t bucket_bytes);
+
+struct SyncStats {
+  int64_t version = 0;
+  int64_t buckets = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+class WeightSync {
+ public:
+  // `group`: rank 0 sends, every other rank receives.
+  WeightSync(std::shared_ptr<Communicator> group, uint64_t bucket_bytes, SyncMode mode = SyncMode::kBroadcast);
+
+  // On rank 0: sends `tensors` as `version`. Elsewhere: receives, calling `apply` once per bucket
+  // (the tensors are valid during the call). Returns what moved.
+  SyncStats sync(const NamedTensors& tensors, int64_t version,
+                 const std::function<void(const NamedTensors&)>& apply = {});
+
+ private:
+  std::shared_ptr<Communicator> group_;
+  uint64_t bucket_bytes_;
+  SyncMode mode_;
+};
+
+// FNV-1a over names, dtypes, shapes and bytes, in order: equal on two ranks iff the weights are.
+uint64_t weights_hash(const NamedTensors& tensors);
+
+}  // namespace rlcpp
