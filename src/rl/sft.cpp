@@ -9,6 +9,7 @@
 #include "io/prompt_dataset.h"
 #include "rl/run_checkpoint.h"
 #include "text/chat_example.h"
+#include "text/prompt_builder.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -35,10 +36,13 @@ fs::path run_sft(const RunConfig& c) {
   dataset_options.kind = DatasetKind::kChats;
   const PromptDataset dataset = load_prompt_dataset(c.dataset, dataset_options);
   const ChatTemplate chat_template(*tokenizer);
+  // As in RL training: chats without a system message get -s, or the reward type's default, so a
+  // model fine-tuned here sees the prompts `rlcpp train` and `rlcpp eval` will give it.
+  const std::string system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(to_string(c.reward_type));
   std::vector<SftSample> examples;
   int64_t n_long = 0, n_learned = 0;
   for (const auto& record : dataset.records) {
-    auto example = build_chat_example(*tokenizer, chat_template, record.messages, c.system_prompt.value_or(""),
+    auto example = build_chat_example(*tokenizer, chat_template, record.messages, system_prompt,
                                       fmt::format("{}:{}", c.dataset, record.line));
     if (max_positions > 0 && static_cast<int64_t>(example.ids.size()) > max_positions) {
       ++n_long;
