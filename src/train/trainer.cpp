@@ -133,11 +133,7 @@ TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const 
               minibatch.size());
   RLCPP_CHECK(config_.loss.kl_coef == 0 || ref_logprobs.size() == minibatch.size(), "{} ref rows for {} samples",
               ref_logprobs.size(), minibatch.size());
-  double tokens = 0;
-  for (const auto& s : minibatch) {
-    if (!(config_.filter_truncated && s.truncated)) tokens += static_cast<double>(s.response_ids.size());
-  }
-  if (global_tokens <= 0) global_tokens = std::max(1.0, tokens);
+  if (global_tokens <= 0) global_tokens = std::max(1.0, loss_tokens(minibatch));
   if (global_samples <= 0) global_samples = static_cast<double>(minibatch.size());
   const double lr = begin_update();
   TrainStepMetrics metrics;
@@ -195,7 +191,16 @@ double Trainer::begin_update() {
   return lr;
 }
 
+double Trainer::loss_tokens(const std::vector<TrainSample>& samples) const {
+  double tokens = 0;
+  for (const auto& s : samples) {
+    if (!(config_.filter_truncated && s.truncated)) tokens += static_cast<double>(s.response_ids.size());
+  }
+  return tokens;
+}
+
 void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
+  if (gradient_reducer_) gradient_reducer_(policy_->parameters());
   double grad_norm = 0;
   if (config_.optimizer.max_grad_norm > 0) {
     grad_norm = torch::nn::utils::clip_grad_norm_(policy_->parameters(), config_.optimizer.max_grad_norm);

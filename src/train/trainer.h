@@ -6,6 +6,7 @@
 
 #include <torch/optim/adamw.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -78,6 +79,15 @@ class Trainer {
   // the learned tokens of the whole batch (micro-batches normalised by the batch's token count).
   TrainStepMetrics sft_step(const std::vector<SftSample>& batch);
 
+  // Data parallelism: called with the policy's parameters after the backward passes of a step and
+  // before clipping, to sum their gradients over the trainer ranks (each rank's loss is already
+  // normalised by the global token and sample counts, so the sum is the global gradient).
+  void set_gradient_reducer(std::function<void(const std::vector<torch::Tensor>&)> reducer) {
+    gradient_reducer_ = std::move(reducer);
+  }
+  // The response tokens of `samples` that count in the loss (the token-level normaliser).
+  double loss_tokens(const std::vector<TrainSample>& samples) const;
+
   double current_lr() const;
   // Continues a run: the optimizer steps already taken (the schedule's position).
   void restore_steps(int64_t n_steps) { n_steps_ = n_steps; }
@@ -93,6 +103,7 @@ class Trainer {
   TrainerConfig config_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t n_steps_ = 0;
+  std::function<void(const std::vector<torch::Tensor>&)> gradient_reducer_;
 };
 
 // Right-padded token batch for samples [begin, end): ids and attention mask [B, L], targets [B, L]

@@ -1,0 +1,18 @@
+// Data-parallel gradients: the sum over the ranks of a communicator, moved in coalesced buckets
+// (one all-reduce per bucket of flattened gradients, not one per parameter).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "dist/communicator.h"
+
+namespace rlcpp {
+
+// Sums each parameter's .grad() over `comm` in place. Parameters without a gradient take part
+// as zeros, so every rank issues the same collectives whatever its data.
+void all_reduce_gradients(Communicator& comm, const std::vector<torch::Tensor>& params, uint64_t bucket_bytes);
+
+}  // namespace rlcpp
