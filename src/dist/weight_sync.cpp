@@ -82,10 +82,12 @@ SyncStats WeightSync::sync(const NamedTensors& tensors, int64_t version,
   const auto h = nlohmann::json::parse(header);
   SyncStats stats;
   stats.version = h.at("version").get<int64_t>();
-  size_t next = 0;
   for (const auto& entries : h.at("buckets")) {
     std::string bytes;
     if (sender) {
+      uint64_t size = 0;
+      for (size_t k : plan[static_cast<size_t>(stats.buckets)]) size += tensors[k].second.nbytes();
+      bytes.reserve(size);
       for (size_t k = 0; k < entries.size(); ++k) {
         const auto t = host_contiguous(tensors[plan[static_cast<size_t>(stats.buckets)][k]].second);
         bytes.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
@@ -106,7 +108,6 @@ SyncStats WeightSync::sync(const NamedTensors& tensors, int64_t version,
       offset += t.nbytes();
       received.emplace_back(e.at("name").get<std::string>(), std::move(t));
     }
-    next += received.size();
     apply(received);
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
