@@ -20,6 +20,21 @@ std::vector<TrainSample> fixed_samples() {
   return s;
 }
 
+std::vector<torch::Tensor> weights_of(Transformer& model) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// Every run's weights equal the first run's within `tolerance`.
+void expect_same_weights(const std::vector<std::vector<torch::Tensor>>& runs, double tolerance) {
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (size_t k = 0; k < runs[0].size(); ++k) {
+      EXPECT_LT((runs[r][k] - runs[0][k]).abs().max().item<double>(), tolerance) << "run " << r << ", parameter " << k;
+    }
+  }
+}
+
 }  // namespace
 
 TEST(Trainer, PackAlignsTargetsWithResponses) {
@@ -88,15 +103,9 @@ TEST(Trainer, MicrobatchSizeDoesNotChangeTheStep) {
     trainer.step(samples, old, ref);
     auto metrics = trainer.step(samples, old, ref).values;
     EXPECT_GT(metrics["kl"], 0.0);
-    std::vector<torch::Tensor> weights;
-    for (const auto& p : model->parameters()) weights.push_back(p.detach().clone());
-    results.push_back(weights);
+    results.push_back(weights_of(*model));
   }
-  for (size_t r = 1; r < results.size(); ++r) {
-    for (size_t k = 0; k < results[0].size(); ++k) {
-      EXPECT_LT((results[r][k] - results[0][k]).abs().max().item<double>(), 1e-9) << "micro-batch run " << r;
-    }
-  }
+  expect_same_weights(results, 1e-9);
 }
 
 TEST(Trainer, StepRaisesTheLikelihoodOfPositiveAdvantageResponses) {
@@ -164,15 +173,9 @@ TEST(Trainer, SftStepIsTheMaskedNllAndExactUnderMicrobatching) {
     const auto m = trainer.sft_step(batch).values;
     EXPECT_NEAR(m.at("loss"), nll / count, 1e-9) << "micro-batch " << micro;
     EXPECT_EQ(m.at("n_tokens"), count);
-    std::vector<torch::Tensor> weights;
-    for (const auto& p : model->parameters()) weights.push_back(p.detach().clone());
-    results.push_back(weights);
+    results.push_back(weights_of(*model));
   }
-  for (size_t r = 1; r < results.size(); ++r) {
-    for (size_t k = 0; k < results[0].size(); ++k) {
-      EXPECT_LT((results[r][k] - results[0][k]).abs().max().item<double>(), 1e-9) << "micro-batch run " << r;
-    }
-  }
+  expect_same_weights(results, 1e-9);
 }
 
 TEST(Trainer, PolicyEntropyIsTheSoftmaxEntropyOfResponseTokens) {
