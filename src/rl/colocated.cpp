@@ -299,8 +299,8 @@ void ColocatedRun::train_on(const std::vector<GroupRollout>& groups, std::map<st
   const auto ref_logprobs = reference_ ? trainer_->reference_logprobs(samples) : std::vector<std::vector<float>>{};
   t_logprobs_ += seconds_since(t0);
   t0 = Clock::now();
-  // Mini-batches of train_minibatch_size prompts' samples, each one optimizer step; the whole set
-  // num_training_epoch times (old log-probs stay those of the policy that generated... before any update).
+  // Mini-batches of train_minibatch_size prompts' samples, one optimizer step each, over the whole
+  // set num_training_epoch times. The old log-probs stay those computed above, before any update.
   const size_t per_minibatch = static_cast<size_t>(c_.train_minibatch_size * c_.num_generations);
   int64_t n_updates = 0;
   std::map<std::string, double> sums;
