@@ -7,15 +7,12 @@
 #include <chrono>
 #include <deque>
 #include <fstream>
-#include <numeric>
 
-#include "algo/advantages.h"
-#include "algo/dapo.h"
 #include "engine/engine.h"
 #include "io/prompt_dataset.h"
 #include "reward/reward_function.h"
+#include "rl/rollout.h"
 #include "rl/run_checkpoint.h"
-#include "text/prompt_builder.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -28,65 +25,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// One prompt's G rollouts, graded, with the advantages filled in.
-struct GroupRollout {
-  std::vector<TrainSample> samples;
-  std::vector<double> rewards;
-  std::vector<uint8_t> correct;
-  std::vector<std::string> responses;
-  std::string prompt, gt_answer;
-  int64_t line = 0;  // of the record in the dataset
-  int64_t policy_version = 0;
-};
-
-nlohmann::json to_json(const GroupRollout& g) {
-  nlohmann::json samples = nlohmann::json::array();
-  for (size_t k = 0; k < g.samples.size(); ++k) {
-    const auto& s = g.samples[k];
-    samples.push_back({{"response_ids", s.response_ids}, {"advantage", s.advantage}, {"truncated", s.truncated},
-                       {"rollout_logprobs", s.rollout_logprobs}, {"reward", g.rewards[k]},
-                       {"correct", g.correct[k] != 0}, {"response", g.responses[k]}});
-  }
-  return {{"prompt_ids", g.samples.empty() ? std::vector<int32_t>{} : g.samples[0].prompt_ids},
-          {"prompt", g.prompt}, {"gt_answer", g.gt_answer}, {"line", g.line},
-          {"policy_version", g.policy_version}, {"samples", samples}};
-}
-
-GroupRollout group_from_json(const nlohmann::json& j) {
-  GroupRollout g;
-  g.prompt = j.at("prompt").get<std::string>();
-  g.gt_answer = j.at("gt_answer").get<std::string>();
-  g.line = j.at("line").get<int64_t>();
-  g.policy_version = j.at("policy_version").get<int64_t>();
-  const auto prompt_ids = j.at("prompt_ids").get<std::vector<int32_t>>();
-  for (const auto& s : j.at("samples")) {
-    g.samples.push_back({prompt_ids, s.at("response_ids").get<std::vector<int32_t>>(), s.at("advantage").get<double>(),
-                         s.at("truncated").get<bool>(), s.at("rollout_logprobs").get<std::vector<float>>()});
-    g.rewards.push_back(s.at("reward").get<double>());
-    g.correct.push_back(s.at("correct").get<bool>());
-    g.responses.push_back(s.at("response").get<std::string>());
-  }
-  return g;
-}
-
-// Rollout figures of the groups a step looked at (trained on, or filtered out).
-struct RolloutStats {
-  int64_t samples = 0, correct = 0, truncated = 0, max_len = 0;
-  double reward_sum = 0, len_sum = 0;
-  void add(const GroupRollout& g) {
-    for (size_t k = 0; k < g.samples.size(); ++k) {
-      const int64_t len = static_cast<int64_t>(g.samples[k].response_ids.size());
-      ++samples;
-      correct += g.correct[k];
-      truncated += g.samples[k].truncated;
-      reward_sum += g.rewards[k];
-      len_sum += static_cast<double>(len);
-      max_len = std::max(max_len, len);
-    }
-  }
-  double mean(double sum) const { return samples > 0 ? sum / static_cast<double>(samples) : 0.0; }
-};
 
 class ColocatedRun {
  public:
@@ -114,14 +52,12 @@ class ColocatedRun {
   std::shared_ptr<Transformer> policy_, reference_;
   PromptDataset dataset_;
   std::unique_ptr<DatasetCursor> cursor_;
-  std::unique_ptr<PromptBuilder> prompts_;
-  SamplingParams sampling_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Trainer> trainer_;
   RewardFunction reward_;
+  std::unique_ptr<RolloutGenerator> rollouts_;
   std::deque<GroupRollout> buffer_;  // kept groups not yet trained on
   int64_t inference_batch_size_ = 0;
-  int64_t skipped_long_ = 0, skipped_short_ = 0;
   // this step's counters
   int64_t generated_groups_ = 0, kept_groups_ = 0;
   double t_generate_ = 0, t_reward_ = 0, t_logprobs_ = 0, t_train_ = 0, t_sync_ = 0;
@@ -141,26 +77,20 @@ ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_dir_(fs::path(c.save
   }
   dataset_ = load_prompt_dataset(c.dataset);
   cursor_ = std::make_unique<DatasetCursor>(static_cast<int64_t>(dataset_.records.size()), c.seed, /*shuffle=*/true);
-  PromptOptions prompt_options;
-  prompt_options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(to_string(c.reward_type));
-  prompt_options.max_prompt_tokens = c.max_prompt_tokens;
-  prompts_ = std::make_unique<PromptBuilder>(*tokenizer_, prompt_options);
-  sampling_ = c.sampling;
-  sampling_.stop_token_ids = default_stop_tokens(policy_->config(), *tokenizer_);
   EngineConfig engine_config;
   engine_config.kv_cache_mb = c.kv_cache_mb;
   engine_ = std::make_unique<Engine>(policy_, engine_config, tokenizer_);
   TrainerConfig trainer_config;
   trainer_config.loss = c.algo.loss;
   if (trainer_config.loss.aggregation == LossAggregation::kSeqMeanTokenSumNorm) {
-    trainer_config.loss.norm_constant = static_cast<double>(sampling_.max_new_tokens);
+    trainer_config.loss.norm_constant = static_cast<double>(c.sampling.max_new_tokens);
   }
   trainer_config.optimizer = c.optimizer;
   if (trainer_config.optimizer.total_steps == 0) {  // the schedule spans the run's optimizer steps
     trainer_config.optimizer.total_steps = total_steps() * (c.train_batch_size / c.train_minibatch_size) * c.num_training_epoch;
   }
   trainer_config.train_microbatch_size = c.train_microbatch_size;
-  trainer_config.temperature = sampling_.temperature > 0 ? sampling_.temperature : 1.0;
+  trainer_config.temperature = c.sampling.temperature > 0 ? c.sampling.temperature : 1.0;
   trainer_config.filter_truncated = c.algo.filter_truncated;
   trainer_ = std::make_unique<Trainer>(policy_, reference_, trainer_config);
   reward_.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
@@ -169,6 +99,7 @@ ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_dir_(fs::path(c.save
     external.command = c.reward_cmd;
     reward_.add_external("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
   }
+  rollouts_ = std::make_unique<RolloutGenerator>(c, policy_->config(), *tokenizer_, *engine_, dataset_, *cursor_, reward_);
   inference_batch_size_ = c.inference_batch_size > 0 ? c.inference_batch_size : c.train_batch_size;
   if (resume_from_) {
     load_checkpoint_optimizer(*resume_from_, trainer_->optimizer());
@@ -176,113 +107,19 @@ ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_dir_(fs::path(c.save
     cursor_->restore(resume_state_.at("data_cursor"));
     engine_->set_version(json_get<int64_t>(resume_state_, "policy_version", "state.json"));
     for (const auto& g : resume_state_.at("rollout_buffer")) buffer_.push_back(group_from_json(g));
-    skipped_long_ = json_get_or<int64_t>(resume_state_, "skipped_long_prompts", 0, "state.json");
-    skipped_short_ = json_get_or<int64_t>(resume_state_, "skipped_short_prompts", 0, "state.json");
+    rollouts_->restore_skipped(json_get_or<int64_t>(resume_state_, "skipped_long_prompts", 0, "state.json"),
+                               json_get_or<int64_t>(resume_state_, "skipped_short_prompts", 0, "state.json"));
   }
 }
 
 void ColocatedRun::generate_round(std::vector<GroupRollout>& discarded) {
-  std::vector<GenerationRequest> requests;
-  std::vector<GroupRollout> groups;
-  const int64_t n_records = static_cast<int64_t>(dataset_.records.size());
-  int64_t draws = 0;
-  while (static_cast<int64_t>(requests.size()) < inference_batch_size_) {
-    if (++draws > 2 * n_records + inference_batch_size_ && requests.empty()) {
-      throw_user_error("{}: every prompt is left out by the prompt-length limits (-mpt {}, min_prompt_length {})",
-                       c_.dataset, c_.max_prompt_tokens, c_.min_prompt_length);
-    }
-    const PromptRecord& record = dataset_.records[static_cast<size_t>(cursor_->next())];
-    auto built = prompts_->build(record);
-    if (!built) {
-      ++skipped_long_;
-      continue;
-    }
-    if (static_cast<int64_t>(built->ids.size()) < c_.min_prompt_length) {
-      ++skipped_short_;
-      continue;
-    }
-    GenerationRequest request;
-    request.prompt_ids = built->ids;
-    request.params = sampling_;
-    request.n = c_.num_generations;
-    request.seed = c_.seed * 1000003ULL + static_cast<uint64_t>(cursor_->consumed());
-    requests.push_back(std::move(request));
-    GroupRollout group;
-    group.prompt = built->text;
-    group.gt_answer = record.gt_answer;
-    group.line = record.line;
-    group.policy_version = engine_->version();
-    groups.push_back(std::move(group));
-  }
-  // Generation, in calls of inference_microbatch_size prompts; ranking sorts them by length first.
-  std::vector<size_t> order(requests.size());
-  std::iota(order.begin(), order.end(), 0);
-  if (c_.ranking) {
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return requests[a].prompt_ids.size() < requests[b].prompt_ids.size(); });
-  }
-  const size_t per_call = c_.inference_microbatch_size > 0 ? static_cast<size_t>(c_.inference_microbatch_size) : order.size();
-  const int64_t G = c_.num_generations;
-  std::vector<std::vector<GeneratedSample>> by_request(requests.size(), std::vector<GeneratedSample>(static_cast<size_t>(G)));
-  auto t0 = Clock::now();
-  for (size_t begin = 0; begin < order.size(); begin += per_call) {
-    std::vector<GenerationRequest> call;
-    for (size_t k = begin; k < std::min(order.size(), begin + per_call); ++k) call.push_back(requests[order[k]]);
-    for (auto& s : engine_->generate(call)) {
-      const size_t r = order[begin + static_cast<size_t>(s.request)];
-      by_request[r][static_cast<size_t>(s.sample)] = std::move(s);
-    }
-  }
-  t_generate_ += seconds_since(t0);
-  // Rewards (with DAPO's over-length shaping), advantages over the round, the group filter.
-  t0 = Clock::now();
-  std::vector<RewardInput> inputs;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    for (const auto& s : by_request[r]) {
-      inputs.push_back({groups[r].prompt, s.text, groups[r].gt_answer, nlohmann::json::object(),
-                        s.finish_reason == FinishReason::kLength});
-    }
-  }
-  const auto graded = reward_.score(inputs);
-  t_reward_ += seconds_since(t0);
-  std::vector<double> rewards(graded.size());
-  std::vector<int64_t> correct(graded.size());
-  const int64_t cache = c_.algo.overlong_cache > 0 ? c_.algo.overlong_cache : default_overlong_cache(sampling_.max_new_tokens);
-  for (size_t k = 0; k < graded.size(); ++k) {
-    const auto& s = by_request[k / static_cast<size_t>(G)][k % static_cast<size_t>(G)];
-    rewards[k] = graded[k].reward;
-    if (c_.algo.overlong_shaping) {
-      rewards[k] += overlong_penalty(static_cast<int64_t>(s.token_ids.size()), sampling_.max_new_tokens, cache,
-                                     c_.reward_scale.correct);
-    }
-    correct[k] = graded[k].correct;
-  }
-  const auto advantages = compute_advantages(torch::tensor(rewards, torch::kFloat64), G, c_.algo.advantage);
-  const auto* adv = advantages.data_ptr<double>();
-  torch::Tensor keep;
-  if (c_.algo.filter_range) {
-    keep = filter_groups_by_accuracy(torch::tensor(correct).to(torch::kBool), G, c_.algo.filter_range->first,
-                                     c_.algo.filter_range->second);
-  }
-  for (size_t r = 0; r < requests.size(); ++r) {
-    GroupRollout& g = groups[r];
-    for (int64_t s = 0; s < G; ++s) {
-      const size_t k = r * static_cast<size_t>(G) + static_cast<size_t>(s);
-      auto& sample = by_request[r][static_cast<size_t>(s)];
-      g.samples.push_back({requests[r].prompt_ids, std::move(sample.token_ids), adv[k],
-                           sample.finish_reason == FinishReason::kLength, std::move(sample.logprobs)});
-      g.rewards.push_back(rewards[k]);
-      g.correct.push_back(static_cast<uint8_t>(correct[k]));
-      g.responses.push_back(std::move(sample.text));
-    }
-    ++generated_groups_;
-    if (keep.defined() && !keep[static_cast<int64_t>(r)].item<bool>()) {
-      discarded.push_back(std::move(g));
-    } else {
-      ++kept_groups_;
-      buffer_.push_back(std::move(g));
-    }
-  }
+  auto round = rollouts_->generate(inference_batch_size_);
+  t_generate_ += round.generate_seconds;
+  t_reward_ += round.reward_seconds;
+  generated_groups_ += static_cast<int64_t>(round.kept.size() + round.discarded.size());
+  kept_groups_ += static_cast<int64_t>(round.kept.size());
+  for (auto& g : round.kept) buffer_.push_back(std::move(g));
+  for (auto& g : round.discarded) discarded.push_back(std::move(g));
 }
 
 void ColocatedRun::train_on(const std::vector<GroupRollout>& groups, std::map<std::string, double>& metrics) {
@@ -335,8 +172,8 @@ void ColocatedRun::save_checkpoint(int64_t step) {
                     {"data_cursor", cursor_->state()},
                     {"optimizer_steps", trainer_->n_steps()},
                     {"rollout_buffer", buffer},
-                    {"skipped_long_prompts", skipped_long_},
-                    {"skipped_short_prompts", skipped_short_}};
+                    {"skipped_long_prompts", rollouts_->skipped_long()},
+                    {"skipped_short_prompts", rollouts_->skipped_short()}};
   contents.config = run_config_json(c_);
   contents.tokenizer_from = c_.model;
   const auto dir = save_run_checkpoint(run_dir_, step, contents, c_.max_checkpoints);
@@ -443,9 +280,9 @@ fs::path ColocatedRun::run() {
     if (!c_.rollout_save_dir.empty() && step % c_.rollout_save_interval == 0) save_rollouts(step, batch, discarded);
     if ((c_.save_interval > 0 && step % c_.save_interval == 0) || step == total_steps) save_checkpoint(step);
   }
-  if (skipped_long_ + skipped_short_ > 0) {
-    spdlog::info("prompts left out: {} over -mpt {}, {} under min_prompt_length {}", skipped_long_, c_.max_prompt_tokens,
-                 skipped_short_, c_.min_prompt_length);
+  if (rollouts_->skipped_long() + rollouts_->skipped_short() > 0) {
+    spdlog::info("prompts left out: {} over -mpt {}, {} under min_prompt_length {}", rollouts_->skipped_long(),
+                 c_.max_prompt_tokens, rollouts_->skipped_short(), c_.min_prompt_length);
   }
   spdlog::info("done in {:.1f} s; run directory {}", seconds_since(run_start), run_dir_.string());
   return run_dir_;

@@ -1,0 +1,89 @@
+// Rollouts: one prompt's group of G graded samples with advantages (GroupRollout, serialisable
+// for checkpoints and for sending between processes), and the generator of rollout rounds —
+// prompts from the dataset cursor, the engine's samples in calls of inference_microbatch_size,
+// rewards with DAPO's over-length shaping, advantages over the round and the group filter. The
+// colocated loop and (later) the distributed rollout workers use the same generator.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "io/prompt_dataset.h"
+#include "reward/reward_function.h"
+#include "rl/run_config.h"
+#include "text/prompt_builder.h"
+
+namespace rlcpp {
+
+// One prompt's G rollouts, graded, with the advantages filled in.
+struct GroupRollout {
+  std::vector<TrainSample> samples;
+  std::vector<double> rewards;
+  std::vector<uint8_t> correct;
+  std::vector<std::string> responses;
+  std::string prompt, gt_answer;
+  int64_t line = 0;  // of the record in the dataset
+  int64_t policy_version = 0;
+};
+
+nlohmann::json to_json(const GroupRollout& group);
+GroupRollout group_from_json(const nlohmann::json& json);
+
+// Rollout figures of the groups a step looked at (trained on, or filtered out).
+struct RolloutStats {
+  int64_t samples = 0, correct = 0, truncated = 0, max_len = 0;
+  double reward_sum = 0, len_sum = 0;
+  void add(const GroupRollout& g) {
+    for (size_t k = 0; k < g.samples.size(); ++k) {
+      const int64_t len = static_cast<int64_t>(g.samples[k].response_ids.size());
+      ++samples;
+      correct += g.correct[k];
+      truncated += g.samples[k].truncated;
+      reward_sum += g.rewards[k];
+      len_sum += static_cast<double>(len);
+      max_len = std::max(max_len, len);
+    }
+  }
+  double mean(double sum) const { return samples > 0 ? sum / static_cast<double>(samples) : 0.0; }
+};
+
+
+struct RolloutRound {
+  std::vector<GroupRollout> kept, discarded;  // by the group filter (all kept without one)
+  double generate_seconds = 0, reward_seconds = 0;
+};
+
+class RolloutGenerator {
+ public:
+  // `engine`, `dataset`, `cursor` and `reward` must outlive the generator.
+  RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer, Engine& engine,
+                   const PromptDataset& dataset, DatasetCursor& cursor, const RewardFunction& reward);
+
+  // One round of `n_prompts` prompts (those left out by the prompt-length limits are replaced).
+  RolloutRound generate(int64_t n_prompts);
+
+  int64_t skipped_long() const { return skipped_long_; }
+  int64_t skipped_short() const { return skipped_short_; }
+  void restore_skipped(int64_t long_prompts, int64_t short_prompts) {
+    skipped_long_ = long_prompts;
+    skipped_short_ = short_prompts;
+  }
+  const SamplingParams& sampling() const { return sampling_; }
+
+ private:
+  const RunConfig& c_;
+  Engine& engine_;
+  const PromptDataset& dataset_;
+  DatasetCursor& cursor_;
+  const RewardFunction& reward_;
+  std::unique_ptr<PromptBuilder> prompts_;
+  SamplingParams sampling_;
+  int64_t skipped_long_ = 0, skipped_short_ = 0;
+};
+
+}  // namespace rlcpp
