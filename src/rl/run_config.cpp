@@ -124,28 +124,32 @@ Setting int_setting(std::string name, std::string flags, std::string help, Ref r
           [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
 }
 
+// A setting held in one field of RunConfig (`ref` returns it), parsed from its raw value by `read`.
+template <typename Ref, typename Read>
+Setting field_setting(std::string name, std::string flags, std::string help, Ref ref, Read read,
+                      std::vector<std::string> aliases, bool may_differ) {
+  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
+          [ref, read](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) { ref(c) = read(v, where); },
+          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
+}
+
 template <typename Ref>
 Setting double_setting(std::string name, std::string flags, std::string help, Ref ref,
                        std::vector<std::string> aliases = {}) {
-  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
-          [ref](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) { ref(c) = read_double(v, where); },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, false);
+  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_double, std::move(aliases), false);
 }
 
 template <typename Ref>
 Setting bool_setting(std::string name, std::string flags, std::string help, Ref ref,
                      std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
-          [ref](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) { ref(c) = read_bool(v, where); },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
+  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_bool, std::move(aliases), may_differ);
 }
 
 template <typename Ref>
 Setting string_setting(std::string name, std::string flags, std::string help, Ref ref,
                        std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
-          [ref](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) { ref(c) = read_string(v, where); },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
+  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_string, std::move(aliases),
+                       may_differ);
 }
 
 // A setting given in another unit (ChatLearn counts samples, the reference counts prompts):
