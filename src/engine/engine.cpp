@@ -168,6 +168,10 @@ void Engine::load_weights(const NamedTensors& weights, int64_t version) {
   version_ = version;
 }
 
+void Engine::update_weights(const NamedTensors& bucket) {
+  model_->update_weights(bucket, fmt::format("weight update after version {}", version_));
+}
+
 std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& requests,
                                             const Tokenizer* tokenizer, int64_t version) {
   validate(requests, model.config().vocab_size);

@@ -47,6 +47,8 @@ class Engine {
   // later output carries. In the colocated mode the trainer updates the shared model in place and
   // only calls set_version.
   void load_weights(const NamedTensors& weights, int64_t version);
+  // One bucket of a weight update (some of the weights); set_version once the last is in.
+  void update_weights(const NamedTensors& bucket);
   void set_version(int64_t version) { version_ = version; }
   int64_t version() const { return version_; }
   const EngineStats& last_stats() const { return stats_; }

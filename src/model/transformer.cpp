@@ -270,6 +270,13 @@ void Transformer::load_weights(const CheckpointReader& reader, const std::string
 }
 
 void Transformer::load_weights(const NamedTensors& tensors, const std::string& source) {
+  const auto loaded = update_weights(tensors, source);
+  for (const auto& item : named_parameters()) {
+    if (!loaded.count(item.key())) throw_user_error("{}: weight \"{}\" is missing", source, item.key());
+  }
+}
+
+std::set<std::string> Transformer::update_weights(const NamedTensors& tensors, const std::string& source) {
   torch::NoGradGuard no_grad;
   auto params = named_parameters();
   std::set<std::string> loaded;
@@ -288,9 +295,7 @@ void Transformer::load_weights(const NamedTensors& tensors, const std::string& s
     param->copy_(tensor);
     loaded.insert(name);
   }
-  for (const auto& item : params) {
-    if (!loaded.count(item.key())) throw_user_error("{}: weight \"{}\" is missing", source, item.key());
-  }
+  return loaded;
 }
 
 NamedTensors Transformer::named_weights() const {

@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "io/safetensors.h"
@@ -129,6 +130,8 @@ class Transformer : public torch::nn::Module {
   // its exact shape; a missing or misshapen weight is a UserError naming it and `source`.
   void load_weights(const CheckpointReader& reader, const std::string& source);
   void load_weights(const NamedTensors& tensors, const std::string& source);
+  // Copies some of the weights in (a weight-sync bucket); returns the names it set.
+  std::set<std::string> update_weights(const NamedTensors& tensors, const std::string& source);
   // Parameters under their Hugging Face names, tied lm_head omitted (as HF saves it).
   NamedTensors named_weights() const;
   // Writes config.json and the weights (optionally sharded) into `dir`.
