@@ -11,8 +11,10 @@
 #include "engine/engine.h"
 #include "io/prompt_dataset.h"
 #include "reward/reward_function.h"
+#include "rl/policy_update.h"
 #include "rl/rollout.h"
 #include "rl/run_checkpoint.h"
+#include "rl/step_record.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -42,7 +44,6 @@ class ColocatedRun {
   }
   void train_on(const std::vector<GroupRollout>& groups, std::map<std::string, double>& metrics);
   void save_checkpoint(int64_t step);
-  void save_rollouts(int64_t step, const std::vector<GroupRollout>& trained, const std::vector<GroupRollout>& discarded);
 
   const RunConfig& c_;
   fs::path run_dir_;
@@ -60,7 +61,7 @@ class ColocatedRun {
   int64_t inference_batch_size_ = 0;
   // this step's counters
   int64_t generated_groups_ = 0, kept_groups_ = 0;
-  double t_generate_ = 0, t_reward_ = 0, t_logprobs_ = 0, t_train_ = 0, t_sync_ = 0;
+  double t_generate_ = 0, t_reward_ = 0, t_logprobs_ = 0, t_train_ = 0;
 };
 
 ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_dir_(fs::path(c.save_dir) / c.project) {
@@ -99,7 +100,7 @@ ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_dir_(fs::path(c.save
     external.command = c.reward_cmd;
     reward_.add_external("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
   }
-  rollouts_ = std::make_unique<RolloutGenerator>(c, policy_->config(), *tokenizer_, *engine_, dataset_, *cursor_, reward_);
+  rollouts_ = std::make_unique<RolloutGenerator>(c, policy_->config(), *tokenizer_, engine_.get(), &dataset_, cursor_.get(), &reward_);
   inference_batch_size_ = c.inference_batch_size > 0 ? c.inference_batch_size : c.train_batch_size;
   if (resume_from_) {
     load_checkpoint_optimizer(*resume_from_, trainer_->optimizer());
@@ -123,42 +124,12 @@ void ColocatedRun::generate_round(std::vector<GroupRollout>& discarded) {
 }
 
 void ColocatedRun::train_on(const std::vector<GroupRollout>& groups, std::map<std::string, double>& metrics) {
-  std::vector<TrainSample> samples;
-  for (const auto& g : groups) {
-    for (const auto& s : g.samples) {
-      if (!s.response_ids.empty()) samples.push_back(s);
-    }
-  }
-  if (samples.empty()) return;
-  auto t0 = Clock::now();
-  double entropy = 0;
-  const auto old_logprobs = trainer_->policy_logprobs(samples, &entropy);
-  const auto ref_logprobs = reference_ ? trainer_->reference_logprobs(samples) : std::vector<std::vector<float>>{};
-  t_logprobs_ += seconds_since(t0);
-  t0 = Clock::now();
-  // Mini-batches of train_minibatch_size prompts' samples, one optimizer step each, over the whole
-  // set num_training_epoch times. The old log-probs stay those computed above, before any update.
-  const size_t per_minibatch = static_cast<size_t>(c_.train_minibatch_size * c_.num_generations);
-  int64_t n_updates = 0;
-  std::map<std::string, double> sums;
-  for (int64_t epoch = 0; epoch < c_.num_training_epoch; ++epoch) {
-    for (size_t begin = 0; begin < samples.size(); begin += per_minibatch) {
-      const auto first = static_cast<long>(begin), last = static_cast<long>(std::min(samples.size(), begin + per_minibatch));
-      std::vector<TrainSample> mb(samples.begin() + first, samples.begin() + last);
-      std::vector<std::vector<float>> old_mb(old_logprobs.begin() + first, old_logprobs.begin() + last);
-      std::vector<std::vector<float>> ref_mb;
-      if (reference_) ref_mb.assign(ref_logprobs.begin() + first, ref_logprobs.begin() + last);
-      for (const auto& [k, v] : trainer_->step(mb, old_mb, ref_mb).values) sums[k] += v;
-      ++n_updates;
-    }
-  }
-  for (const auto& [k, v] : sums) metrics[k] = v / static_cast<double>(n_updates);
-  metrics["entropy"] = entropy;
-  metrics["optimizer_updates"] = static_cast<double>(n_updates);
-  t_train_ += seconds_since(t0);
-  t0 = Clock::now();
+  const PolicyUpdate update = update_policy(*trainer_, c_, groups);
+  if (!update.trained) return;
+  metrics = update.metrics;
+  t_logprobs_ += update.logprob_seconds;
+  t_train_ += update.train_seconds;
   engine_->set_version(engine_->version() + 1);  // colocated: the engine already holds the new weights
-  t_sync_ += seconds_since(t0);
 }
 
 void ColocatedRun::save_checkpoint(int64_t step) {
@@ -180,34 +151,6 @@ void ColocatedRun::save_checkpoint(int64_t step) {
   spdlog::info("checkpoint {}", dir.string());
 }
 
-void ColocatedRun::save_rollouts(int64_t step, const std::vector<GroupRollout>& trained,
-                                 const std::vector<GroupRollout>& discarded) {
-  const fs::path dir = fs::path(c_.rollout_save_dir) / c_.project;
-  fs::create_directories(dir);
-  std::string text;
-  for (const auto* list : {&trained, &discarded}) {
-    for (const auto& g : *list) {
-      for (size_t k = 0; k < g.samples.size(); ++k) {
-        nlohmann::ordered_json line;
-        line["step"] = step;
-        line["prompt"] = g.prompt;
-        line["response"] = g.responses[k];
-        line["reward"] = g.rewards[k];
-        line["correct"] = g.correct[k] != 0;
-        line["gt_answer"] = g.gt_answer;
-        line["advantage"] = g.samples[k].advantage;
-        line["truncated"] = g.samples[k].truncated;
-        line["response_tokens"] = g.samples[k].response_ids.size();
-        line["trained"] = list == &trained;
-        line["policy_version"] = g.policy_version;
-        line["dataset_line"] = g.line;
-        text += line.dump() + "\n";
-      }
-    }
-  }
-  write_file_atomic(dir / fmt::format("step-{}.jsonl", step), text);
-}
-
 fs::path ColocatedRun::run() {
   const auto run_start = Clock::now();
   const int64_t n_records = static_cast<int64_t>(dataset_.records.size());
@@ -224,7 +167,7 @@ fs::path ColocatedRun::run() {
   for (int64_t step = first_step; step <= total_steps; ++step) {
     const auto step_start = Clock::now();
     generated_groups_ = kept_groups_ = 0;
-    t_generate_ = t_reward_ = t_logprobs_ = t_train_ = t_sync_ = 0;
+    t_generate_ = t_reward_ = t_logprobs_ = t_train_ = 0;
     std::vector<GroupRollout> discarded;
     if (c_.algo.dynamic_batching) {
       for (int64_t round = 0; static_cast<int64_t>(buffer_.size()) < c_.train_batch_size && round <= c_.max_dynamic_rounds; ++round) {
@@ -240,44 +183,25 @@ fs::path ColocatedRun::run() {
     }
     std::map<std::string, double> train_metrics;
     train_on(batch, train_metrics);
-    RolloutStats stats;
-    for (const auto& g : batch) stats.add(g);
-    for (const auto& g : discarded) stats.add(g);
-    const double step_seconds = seconds_since(step_start);
-    auto metric = [&](const char* key) { return train_metrics.count(key) ? train_metrics[key] : 0.0; };
-    nlohmann::ordered_json line;
-    line["step"] = step;
-    line["episode"] = cursor_->epoch();
-    line["reward_mean"] = stats.mean(stats.reward_sum);
-    line["accuracy"] = stats.mean(static_cast<double>(stats.correct));
-    line["kept_groups"] = static_cast<int64_t>(batch.size());
-    line["generated_groups"] = generated_groups_;
-    line["sample_utilization"] = generated_groups_ > 0 ? static_cast<double>(kept_groups_) / generated_groups_ : 1.0;
-    line["buffered_groups"] = static_cast<int64_t>(buffer_.size());
-    line["response_length_mean"] = stats.mean(stats.len_sum);
-    line["response_length_max"] = stats.max_len;
-    line["truncated_fraction"] = stats.mean(static_cast<double>(stats.truncated));
-    for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "grad_norm", "lr"}) {
-      line[key] = metric(key);
-    }
-    line["optimizer_steps"] = trainer_->n_steps();
-    line["policy_version"] = engine_->version();
-    line["tokens_per_s"] = stats.len_sum / std::max(step_seconds, 1e-9);
-    line["time"] = {{"generate", t_generate_}, {"reward", t_reward_}, {"logprobs", t_logprobs_},
-                    {"train", t_train_},       {"sync", t_sync_},     {"total", step_seconds}};
-    metrics_file << line.dump() << "\n";
+    StepRecord record;
+    record.step = step;
+    record.total_steps = total_steps;
+    record.episode = cursor_->epoch();
+    for (const auto& g : batch) record.stats.add(g);
+    for (const auto& g : discarded) record.stats.add(g);
+    record.kept_groups = static_cast<int64_t>(batch.size());
+    record.generated_groups = generated_groups_;
+    record.round_kept_groups = kept_groups_;
+    record.buffered_groups = static_cast<int64_t>(buffer_.size());
+    record.train = train_metrics;
+    record.optimizer_steps = trainer_->n_steps();
+    record.policy_version = engine_->version();
+    record.time = {{"generate", t_generate_}, {"reward", t_reward_}, {"logprobs", t_logprobs_},
+                   {"train", t_train_},       {"total", seconds_since(step_start)}};
+    metrics_file << to_json(record).dump() << "\n";
     metrics_file.flush();
-    if (step % c_.log_interval == 0 || step == total_steps) {
-      spdlog::info("step {}/{} reward {:.3f} acc {:.3f} kept {} len {:.0f}/{} trunc {:.2f} loss {:.4f} kl {:.4f} ent {:.3f} "
-                   "clip {:.3f} gnorm {:.3f} lr {:.2e} {:.0f} tok/s | gen {:.1f}s reward {:.2f}s logp {:.1f}s train {:.1f}s "
-                   "sync {:.3f}s",
-                   step, total_steps, line["reward_mean"].get<double>(), line["accuracy"].get<double>(), batch.size(),
-                   line["response_length_mean"].get<double>(), stats.max_len, line["truncated_fraction"].get<double>(),
-                   metric("loss"), metric("kl"), metric("entropy"), metric("clip_frac_low") + metric("clip_frac_high"),
-                   metric("grad_norm"), metric("lr"), line["tokens_per_s"].get<double>(), t_generate_, t_reward_,
-                   t_logprobs_, t_train_, t_sync_);
-    }
-    if (!c_.rollout_save_dir.empty() && step % c_.rollout_save_interval == 0) save_rollouts(step, batch, discarded);
+    if (step % c_.log_interval == 0 || step == total_steps) spdlog::info("{}", console_line(record));
+    if (!c_.rollout_save_dir.empty() && step % c_.rollout_save_interval == 0) save_rollouts(fs::path(c_.rollout_save_dir) / c_.project, step, batch, discarded);
     if ((c_.save_interval > 0 && step % c_.save_interval == 0) || step == total_steps) save_checkpoint(step);
   }
   if (rollouts_->skipped_long() + rollouts_->skipped_short() > 0) {

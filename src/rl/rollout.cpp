@@ -47,9 +47,18 @@ GroupRollout group_from_json(const nlohmann::json& j) {
   return g;
 }
 
+nlohmann::json to_json(const PromptPick& p) {
+  return {{"ids", p.ids}, {"text", p.text}, {"gt_answer", p.gt_answer}, {"line", p.line}, {"seed", p.seed}};
+}
+
+PromptPick pick_from_json(const nlohmann::json& j) {
+  return {j.at("ids").get<std::vector<int32_t>>(), j.at("text").get<std::string>(), j.at("gt_answer").get<std::string>(),
+          j.at("line").get<int64_t>(), j.at("seed").get<uint64_t>()};
+}
+
 RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer,
-                                   Engine& engine, const PromptDataset& dataset, DatasetCursor& cursor,
-                                   const RewardFunction& reward)
+                                   Engine* engine, const PromptDataset* dataset, DatasetCursor* cursor,
+                                   const RewardFunction* reward)
     : c_(config), engine_(engine), dataset_(dataset), cursor_(cursor), reward_(reward) {
   PromptOptions prompt_options;
   prompt_options.system_prompt =
@@ -60,18 +69,17 @@ RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& m
   sampling_.stop_token_ids = default_stop_tokens(model_config, tokenizer);
 }
 
-RolloutRound RolloutGenerator::generate(int64_t n_prompts) {
-  RolloutRound round;
-  std::vector<GenerationRequest> requests;
-  std::vector<GroupRollout> groups;
-  const int64_t n_records = static_cast<int64_t>(dataset_.records.size());
+std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
+  RLCPP_CHECK(dataset_ != nullptr && cursor_ != nullptr, "picking prompts without a dataset");
+  std::vector<PromptPick> picks;
+  const int64_t n_records = static_cast<int64_t>(dataset_->records.size());
   int64_t draws = 0;
-  while (static_cast<int64_t>(requests.size()) < n_prompts) {
-    if (++draws > 2 * n_records + n_prompts && requests.empty()) {
+  while (static_cast<int64_t>(picks.size()) < n_prompts) {
+    if (++draws > 2 * n_records + n_prompts && picks.empty()) {
       throw_user_error("{}: every prompt is left out by the prompt-length limits (-mpt {}, min_prompt_length {})",
                        c_.dataset, c_.max_prompt_tokens, c_.min_prompt_length);
     }
-    const PromptRecord& record = dataset_.records[static_cast<size_t>(cursor_.next())];
+    const PromptRecord& record = dataset_->records[static_cast<size_t>(cursor_->next())];
     auto built = prompts_->build(record);
     if (!built) {
       ++skipped_long_;
@@ -81,17 +89,29 @@ RolloutRound RolloutGenerator::generate(int64_t n_prompts) {
       ++skipped_short_;
       continue;
     }
+    picks.push_back({built->ids, built->text, record.gt_answer, record.line,
+                     c_.seed * 1000003ULL + static_cast<uint64_t>(cursor_->consumed())});
+  }
+  return picks;
+}
+
+RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
+  RLCPP_CHECK(engine_ != nullptr && reward_ != nullptr, "generating without an engine");
+  RolloutRound round;
+  std::vector<GenerationRequest> requests;
+  std::vector<GroupRollout> groups;
+  for (const auto& pick : picks) {
     GenerationRequest request;
-    request.prompt_ids = built->ids;
+    request.prompt_ids = pick.ids;
     request.params = sampling_;
     request.n = c_.num_generations;
-    request.seed = c_.seed * 1000003ULL + static_cast<uint64_t>(cursor_.consumed());
+    request.seed = pick.seed;
     requests.push_back(std::move(request));
     GroupRollout group;
-    group.prompt = built->text;
-    group.gt_answer = record.gt_answer;
-    group.line = record.line;
-    group.policy_version = engine_.version();
+    group.prompt = pick.text;
+    group.gt_answer = pick.gt_answer;
+    group.line = pick.line;
+    group.policy_version = engine_->version();
     groups.push_back(std::move(group));
   }
   // Generation, in calls of inference_microbatch_size prompts; ranking sorts them by length first.
@@ -108,7 +128,7 @@ RolloutRound RolloutGenerator::generate(int64_t n_prompts) {
   for (size_t begin = 0; begin < order.size(); begin += per_call) {
     std::vector<GenerationRequest> call;
     for (size_t k = begin; k < std::min(order.size(), begin + per_call); ++k) call.push_back(requests[order[k]]);
-    for (auto& s : engine_.generate(call)) {
+    for (auto& s : engine_->generate(call)) {
       const size_t r = order[begin + static_cast<size_t>(s.request)];
       by_request[r][static_cast<size_t>(s.sample)] = std::move(s);
     }
@@ -123,7 +143,7 @@ RolloutRound RolloutGenerator::generate(int64_t n_prompts) {
                         s.finish_reason == FinishReason::kLength});
     }
   }
-  const auto graded = reward_.score(inputs);
+  const auto graded = reward_->score(inputs);
   round.reward_seconds = seconds_since(t0);
   std::vector<double> rewards(graded.size());
   std::vector<int64_t> correct(graded.size());

@@ -2,7 +2,8 @@
 // for checkpoints and for sending between processes), and the generator of rollout rounds —
 // prompts from the dataset cursor, the engine's samples in calls of inference_microbatch_size,
 // rewards with DAPO's over-length shaping, advantages over the round and the group filter. The
-// colocated loop and (later) the distributed rollout workers use the same generator.
+// colocated loop, trainer rank 0 (picking prompts) and the rollout workers (generating them) use
+// the same generator.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -53,6 +54,18 @@ struct RolloutStats {
 };
 
 
+// A prompt chosen for a rollout round: everything the generator needs, so a rollout worker can
+// generate it without the dataset (in the distributed mode trainer rank 0 picks the prompts).
+struct PromptPick {
+  std::vector<int32_t> ids;
+  std::string text, gt_answer;
+  int64_t line = 0;
+  uint64_t seed = 0;  // of the group's sampling
+};
+
+nlohmann::json to_json(const PromptPick& pick);
+PromptPick pick_from_json(const nlohmann::json& json);
+
 struct RolloutRound {
   std::vector<GroupRollout> kept, discarded;  // by the group filter (all kept without one)
   double generate_seconds = 0, reward_seconds = 0;
@@ -60,12 +73,18 @@ struct RolloutRound {
 
 class RolloutGenerator {
  public:
-  // `engine`, `dataset`, `cursor` and `reward` must outlive the generator.
-  RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer, Engine& engine,
-                   const PromptDataset& dataset, DatasetCursor& cursor, const RewardFunction& reward);
+  // `engine`, `dataset`, `cursor` and `reward` must outlive the generator. A generator that only
+  // picks prompts (trainer rank 0) has no engine and no reward; one that only generates (a
+  // rollout worker) has no dataset and no cursor.
+  RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer, Engine* engine,
+                   const PromptDataset* dataset, DatasetCursor* cursor, const RewardFunction* reward);
 
   // One round of `n_prompts` prompts (those left out by the prompt-length limits are replaced).
-  RolloutRound generate(int64_t n_prompts);
+  RolloutRound generate(int64_t n_prompts) { return generate(pick(n_prompts)); }
+  // The two halves: the next `n_prompts` prompts of the dataset cursor within the prompt-length
+  // limits, and a round over given prompts with the engine's current weights.
+  std::vector<PromptPick> pick(int64_t n_prompts);
+  RolloutRound generate(const std::vector<PromptPick>& picks);
 
   int64_t skipped_long() const { return skipped_long_; }
   int64_t skipped_short() const { return skipped_short_; }
@@ -77,10 +96,10 @@ class RolloutGenerator {
 
  private:
   const RunConfig& c_;
-  Engine& engine_;
-  const PromptDataset& dataset_;
-  DatasetCursor& cursor_;
-  const RewardFunction& reward_;
+  Engine* engine_;
+  const PromptDataset* dataset_;
+  DatasetCursor* cursor_;
+  const RewardFunction* reward_;
   std::unique_ptr<PromptBuilder> prompts_;
   SamplingParams sampling_;
   int64_t skipped_long_ = 0, skipped_short_ = 0;

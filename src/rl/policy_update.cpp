@@ -1,0 +1,103 @@
+#include "rl/policy_update.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace rlcpp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Sums `values` over the trainer ranks (in place; identity without a communicator).
+void sum_over(Communicator* trainers, std::vector<double>& values) {
+  if (trainers == nullptr || trainers->size() == 1) return;
+  auto t = torch::tensor(values, torch::kFloat64);
+  trainers->all_reduce_sum(t);
+  std::copy(t.data_ptr<double>(), t.data_ptr<double>() + t.numel(), values.begin());
+}
+
+// Per-token means weighted by each rank's tokens; sums (losses, counts) as they are.
+const std::vector<std::string> kSummed = {"loss", "pg_loss"};
+const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_high", "entropy"};
+
+}  // namespace
+
+PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vector<GroupRollout>& groups,
+                           Communicator* trainers) {
+  PolicyUpdate out;
+  std::vector<TrainSample> samples;
+  for (const auto& g : groups) {
+    for (const auto& s : g.samples) {
+      if (!s.response_ids.empty()) samples.push_back(s);
+    }
+  }
+  const size_t per_minibatch = static_cast<size_t>(c.train_minibatch_size * c.num_generations);
+  const size_t n_minibatches_here = (samples.size() + per_minibatch - 1) / per_minibatch;
+  // The step's shape over every rank: samples, and the most mini-batches any rank has.
+  size_t n_minibatches = n_minibatches_here;
+  double all_samples = static_cast<double>(samples.size());
+  if (trainers != nullptr && trainers->size() > 1) {
+    std::vector<double> shape(static_cast<size_t>(trainers->size()) + 1, 0.0);
+    shape[static_cast<size_t>(trainers->rank())] = static_cast<double>(n_minibatches_here);
+    shape.back() = all_samples;
+    sum_over(trainers, shape);
+    n_minibatches = static_cast<size_t>(*std::max_element(shape.begin(), shape.end() - 1));
+    all_samples = shape.back();
+  }
+  if (all_samples == 0) return out;
+  out.trained = true;
+
+  auto t0 = Clock::now();
+  double entropy = 0;
+  const auto old_logprobs = trainer.policy_logprobs(samples, &entropy);
+  const bool has_reference = c.algo.loss.kl_coef != 0;
+  const auto ref_logprobs = has_reference ? trainer.reference_logprobs(samples) : std::vector<std::vector<float>>{};
+  out.logprob_seconds = seconds_since(t0);
+  t0 = Clock::now();
+  // The old log-probs stay those computed above, before any update, through every epoch.
+  std::map<std::string, double> sums;
+  int64_t n_updates = 0;
+  for (int64_t epoch = 0; epoch < c.num_training_epoch; ++epoch) {
+    for (size_t m = 0; m < n_minibatches; ++m) {
+      const size_t begin = std::min(samples.size(), m * per_minibatch);
+      const size_t end = std::min(samples.size(), begin + per_minibatch);
+      const auto first = static_cast<long>(begin), last = static_cast<long>(end);
+      std::vector<TrainSample> mb(samples.begin() + first, samples.begin() + last);
+      std::vector<std::vector<float>> old_mb(old_logprobs.begin() + first, old_logprobs.begin() + last);
+      std::vector<std::vector<float>> ref_mb;
+      if (has_reference) ref_mb.assign(ref_logprobs.begin() + first, ref_logprobs.begin() + last);
+      double global_tokens = 0, global_samples = 0;  // 0: this mini-batch's own (one rank)
+      if (trainers != nullptr && trainers->size() > 1) {
+        std::vector<double> counts = {trainer.loss_tokens(mb), static_cast<double>(mb.size())};
+        sum_over(trainers, counts);
+        global_tokens = std::max(1.0, counts[0]);
+        global_samples = std::max(1.0, counts[1]);
+      }
+      for (const auto& [k, v] : trainer.step(mb, old_mb, ref_mb, global_tokens, global_samples).values) sums[k] += v;
+      ++n_updates;
+    }
+  }
+  out.train_seconds = seconds_since(t0);
+  for (const auto& [k, v] : sums) out.metrics[k] = v / static_cast<double>(n_updates);
+  out.metrics["entropy"] = entropy;
+  out.metrics["optimizer_updates"] = static_cast<double>(n_updates);
+  if (trainers != nullptr && trainers->size() > 1) {
+    // The whole step's figures: losses summed over ranks, per-token means weighted by tokens.
+    const double tokens = trainer.loss_tokens(samples);
+    std::vector<double> values;
+    for (const auto& k : kSummed) values.push_back(out.metrics[k]);
+    for (const auto& k : kTokenMeans) values.push_back(out.metrics[k] * tokens);
+    values.push_back(tokens);
+    sum_over(trainers, values);
+    size_t i = 0;
+    for (const auto& k : kSummed) out.metrics[k] = values[i++];
+    for (const auto& k : kTokenMeans) out.metrics[k] = values[i++] / std::max(1.0, values.back());
+  }
+  return out;
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,31 @@
+// The policy update of one RL step, shared by the colocated loop and the data-parallel trainers:
+// old (and reference) log-probs of the step's samples, then num_training_epoch passes of
+// mini-batches of train_minibatch_size prompts' samples, one optimizer step each.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "rl/rollout.h"
+#include "rl/run_config.h"
+#include "train/trainer.h"
+
+namespace rlcpp {
+
+struct PolicyUpdate {
+  bool trained = false;  // false: no sample with a response anywhere, nothing changed
+  std::map<std::string, double> metrics;  // loss, pg_loss, kl, entropy, clip fractions, grad_norm, lr, optimizer_updates
+  double logprob_seconds = 0, train_seconds = 0;
+};
+
+// Trains on `groups`, this rank's share of the step. With `trainers` (data parallel; the trainer's
+// gradient reducer sums over the same ranks), the mini-batch count and each mini-batch's token and
+// sample counts are agreed over the trainer ranks, so every rank takes the same optimizer steps and
+// the sum of their losses is the loss of the whole step; the metrics are those of the whole step.
+// A rank with fewer groups than another still takes part in every step.
+PolicyUpdate update_policy(Trainer& trainer, const RunConfig& config, const std::vector<GroupRollout>& groups,
+                           Communicator* trainers = nullptr);
+
+}  // namespace rlcpp

@@ -1,0 +1,89 @@
+#include "rl/step_record.h"
+
+#include <fmt/format.h>
+
+#include "util/file.h"
+
+namespace rlcpp {
+
+namespace {
+
+double value_of(const std::map<std::string, double>& values, const char* key) {
+  const auto it = values.find(key);
+  return it == values.end() ? 0.0 : it->second;
+}
+
+double total_seconds(const StepRecord& r) { return r.time.empty() ? 0.0 : r.time.back().second; }
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const StepRecord& r) {
+  nlohmann::ordered_json line;
+  line["step"] = r.step;
+  line["episode"] = r.episode;
+  line["reward_mean"] = r.stats.mean(r.stats.reward_sum);
+  line["accuracy"] = r.stats.mean(static_cast<double>(r.stats.correct));
+  line["kept_groups"] = r.kept_groups;
+  line["generated_groups"] = r.generated_groups;
+  line["sample_utilization"] =
+      r.generated_groups > 0 ? static_cast<double>(r.round_kept_groups) / static_cast<double>(r.generated_groups) : 1.0;
+  line["buffered_groups"] = r.buffered_groups;
+  line["response_length_mean"] = r.stats.mean(r.stats.len_sum);
+  line["response_length_max"] = r.stats.max_len;
+  line["truncated_fraction"] = r.stats.mean(static_cast<double>(r.stats.truncated));
+  for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "grad_norm", "lr"}) {
+    line[key] = value_of(r.train, key);
+  }
+  line["optimizer_steps"] = r.optimizer_steps;
+  line["policy_version"] = r.policy_version;
+  line["tokens_per_s"] = r.stats.len_sum / std::max(total_seconds(r), 1e-9);
+  for (const auto& [key, value] : r.extra.items()) line[key] = value;
+  nlohmann::ordered_json time;
+  for (const auto& [phase, seconds] : r.time) time[phase] = seconds;
+  line["time"] = time;
+  return line;
+}
+
+std::string console_line(const StepRecord& r) {
+  auto m = [&](const char* key) { return value_of(r.train, key); };
+  std::string text = fmt::format(
+      "step {}/{} reward {:.3f} acc {:.3f} kept {} len {:.0f}/{} trunc {:.2f} loss {:.4f} kl {:.4f} ent {:.3f} "
+      "clip {:.3f} gnorm {:.3f} lr {:.2e} {:.0f} tok/s |",
+      r.step, r.total_steps, r.stats.mean(r.stats.reward_sum), r.stats.mean(static_cast<double>(r.stats.correct)),
+      r.kept_groups, r.stats.mean(r.stats.len_sum), r.stats.max_len, r.stats.mean(static_cast<double>(r.stats.truncated)),
+      m("loss"), m("kl"), m("entropy"), m("clip_frac_low") + m("clip_frac_high"), m("grad_norm"), m("lr"),
+      r.stats.len_sum / std::max(total_seconds(r), 1e-9));
+  for (const auto& [phase, seconds] : r.time) {
+    if (phase != "total") text += fmt::format(" {} {:.2f}s", phase, seconds);
+  }
+  return text;
+}
+
+void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<GroupRollout>& trained,
+                   const std::vector<GroupRollout>& discarded) {
+  std::filesystem::create_directories(dir);
+  std::string text;
+  for (const auto* list : {&trained, &discarded}) {
+    for (const auto& g : *list) {
+      for (size_t k = 0; k < g.samples.size(); ++k) {
+        nlohmann::ordered_json line;
+        line["step"] = step;
+        line["prompt"] = g.prompt;
+        line["response"] = g.responses[k];
+        line["reward"] = g.rewards[k];
+        line["correct"] = g.correct[k] != 0;
+        line["gt_answer"] = g.gt_answer;
+        line["advantage"] = g.samples[k].advantage;
+        line["truncated"] = g.samples[k].truncated;
+        line["response_tokens"] = g.samples[k].response_ids.size();
+        line["trained"] = list == &trained;
+        line["policy_version"] = g.policy_version;
+        line["dataset_line"] = g.line;
+        text += line.dump() + "\n";
+      }
+    }
+  }
+  write_file_atomic(dir / fmt::format("step-{}.jsonl", step), text);
+}
+
+}  // namespace rlcpp
