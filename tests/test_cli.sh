@@ -8,7 +8,7 @@ expect() {  # expect NAME EXPECTED_RC PATTERN -- COMMAND...
   local name=$1 rc_want=$2 pattern=$3; shift 4
   local out rc
   out=$("$@" 2>&1); rc=$?
-  if [ "$rc" -ne "$rc_want" ] || ! grep -qE "$pattern" <<<"$out"; then
+  if [ "$rc" -ne "$rc_want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
     echo "FAIL $name: rc=$rc (want $rc_want), output lacks /$pattern/:"; echo "$out" | head -20; fail=1
   else
     echo "ok   $name"
@@ -58,7 +58,13 @@ else
   echo "ok   train-outputs"
 fi
 expect train-checkpoint 0 'Qwen2ForCausalLM' -- "$rlcpp" info "$tmp/runs/cli/step-2"
-expect train-distributed 2 't 2 -i 2: distributed training .* not implemented yet' -- "$rlcpp" train -m "$model" \
-  -d "$tmp/train.jsonl" -t 2 -i 2
+expect train-distributed-ratio 2 '-i 3 is not a multiple of -t 2' -- "$rlcpp" train -m "$model" -d "$tmp/train.jsonl" -t 2 -i 3
+expect train-distributed-world 2 'asks for 2 processes, but 1 were started; run `mpirun -np 2' -- "$rlcpp" train \
+  -m "$model" -d "$tmp/train.jsonl" -t 1 -i 1
+expect train-nb-colocated 2 'nb/--n-behind 1: the colocated mode' -- "$rlcpp" train -m "$model" -d "$tmp/train.jsonl" -nb 1
+expect train-sync-frequency 2 'sync-frequency 2 lets rollout run 2 rounds behind.*-nb 1' -- "$rlcpp" train -m "$model" \
+  -d "$tmp/train.jsonl" -t 1 -i 1 -nb 1 --sync-frequency 2
+expect train-round-size 2 '-ibs 1 with -i 3: 3 prompts per round are not a multiple of -t 1 × -tbs 2' -- "$rlcpp" train \
+  -m "$model" -d "$tmp/train.jsonl" -t 1 -i 3 -ibs 1 -tbs 2 -tMbs 1
 expect train-batch 2 'tMbs.* 3 must be between 1 and -tbs 2' -- "$rlcpp" train -m "$model" -d "$tmp/train.jsonl" -tbs 2 -tMbs 3
 exit $fail

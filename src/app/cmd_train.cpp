@@ -1,13 +1,57 @@
-// `rlcpp train`: GRPO/DAPO fine-tuning of a Hugging Face model on a JSONL dataset, colocated in
-// one process. Every setting of the run table (rl/run_config.h) with flags is an option, with the
-// reference system's short and long names; `--config run.yaml` gives them in a file.
+// `rlcpp train`: GRPO/DAPO fine-tuning of a Hugging Face model on a JSONL dataset — colocated in
+// one process, or distributed under mpirun (-t trainers, -i rollout workers). Every setting of the
+// run table (rl/run_config.h) with flags is an option, with the reference system's short and long
+// names; `--config run.yaml` gives them in a file.
+#include <torch/torch.h>
+
+#include <cstdlib>
 #include <iostream>
 
 #include "app/commands.h"
 #include "app/run_flags.h"
+#include "dist/mpi.h"
+#include "dist/topology.h"
 #include "rl/colocated.h"
+#include "rl/distributed.h"
+#include "util/error.h"
 
 namespace rlcpp {
+
+namespace {
+
+// The run's configuration and topology, checked on every rank before any work. A failure is
+// reported once — by the lowest rank that failed — and every rank exits with code 2.
+std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, const std::shared_ptr<Communicator>& world) {
+  std::string error;
+  RunConfig config;
+  std::optional<Topology> topology;
+  try {
+    config = resolve_run_config(raw);
+    if (config.distributed()) {
+      topology = Topology::create(world, static_cast<int>(config.trainers()), static_cast<int>(config.inferencers()));
+    } else if (world->size() > 1) {
+      throw_user_error("mpirun started {} processes but -i is not set: give -t T -i I with T + I = {}, or run without "
+                       "mpirun for the colocated mode", world->size(), world->size());
+    }
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  if (world->size() == 1) {
+    if (!error.empty()) throw UserError(error);
+    return {config, topology};
+  }
+  auto failed = torch::zeros({world->size()}, torch::kInt64);
+  failed[world->rank()] = error.empty() ? 0 : 1;
+  world->all_reduce_sum(failed);
+  const auto first = failed.nonzero();
+  if (first.numel() == 0) return {config, topology};
+  if (first[0][0].item<int64_t>() == world->rank()) {
+    throw UserError(world->rank() == 0 ? error : fmt::format("[rank {}] {}", world->rank(), error));
+  }
+  std::exit(2);  // reported by another rank
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "RL fine-tuning (GRPO, DAPO, ...) of a model on a JSONL dataset");
@@ -19,7 +63,20 @@ void add_train_command(CLI::App& app) {
       std::cout << run_config_yaml(resolve_run_config(raw, /*check_files=*/false));
       return;
     }
-    run_colocated(resolve_run_config(raw));
+    auto world = mpi_world();  // a world of one process without mpirun
+    const auto [config, topology] = prepare(raw, world);
+    if (!topology) {
+      run_colocated(config);
+      return;
+    }
+    // From here an error on one rank ends the whole job: no rank is left waiting for it.
+    try {
+      run_distributed(config, *topology);
+    } catch (const std::exception& e) {
+      const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
+      std::cerr << topology->describe() << (user ? " error: " : " internal error: ") << e.what() << std::endl;
+      world->abort(user ? 2 : 3);
+    }
   });
 }
 

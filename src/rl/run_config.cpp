@@ -209,10 +209,22 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.max_steps; }, 0, {}, true));
   s.push_back(int_setting("runtime.seed", "--seed", "data order and sampling seed",
                           [](C& c) -> uint64_t& { return c.seed; }, 0));
-  s.push_back(int_setting("runtime.num_trainers", "-t,--num-trainers", "trainer processes (distributed mode: not yet)",
+  s.push_back(int_setting("runtime.num_trainers", "-t,--num-trainers",
+                          "trainer processes (mpirun -np T+I; ranks [0,T) train data-parallel)",
                           [](C& c) -> int64_t& { return c.num_trainers; }, 0, {}, true));
-  s.push_back(int_setting("runtime.num_inferencers", "-i,--num-inferencer", "rollout processes (distributed mode: not yet)",
+  s.push_back(int_setting("runtime.num_inferencers", "-i,--num-inferencer",
+                          "rollout processes (ranks [T,T+I)); 0: colocated in one process",
                           [](C& c) -> int64_t& { return c.num_inferencers; }, 0, {}, true));
+  s.push_back(int_setting("runtime.sync_bucket_mb", "--sync-bucket-mb", "weight-sync bucket size (MiB)",
+                          [](C& c) -> int64_t& { return c.sync_bucket_mb; }, 1, {"coalesced_buffer_mb"}, true));
+  s.push_back(string_setting("runtime.param_sync_comm_type", "--param-sync-comm-type",
+                             "broadcast | p2p: how trainer rank 0 sends weights to the rollout workers",
+                             [](C& c) -> std::string& { return c.param_sync_comm_type; }, {}, true));
+  s.push_back(int_setting("runtime.sync_frequency", "--sync-frequency", "rollout rounds between weight syncs",
+                          [](C& c) -> int64_t& { return c.sync_frequency; }, 1, {}, true));
+  s.push_back(bool_setting("runtime.verify_sync", "--verify-sync",
+                           "rollout workers hash the weights they applied and trainer rank 0 checks them",
+                           [](C& c) -> bool& { return c.verify_sync; }, {}, true));
   s.push_back(string_setting("runtime.backend", "-b,--backend", "generation backend (native)",
                              [](C& c) -> std::string& { return c.backend; }, {}, true));
   s.push_back(int_setting("runtime.tensor_parallel_size", "--tp,--tensor-parallel-size", "trainer tensor parallelism (not yet)",
@@ -223,8 +235,8 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.zero; }, 0, {}, true));
   s.push_back(int_setting("runtime.producer_tensor_parallel_size", "--ptp,--producer-tensor-parallel-size",
                           "rollout tensor parallelism (not yet)", [](C& c) -> int64_t& { return c.ptp; }, 1, {}, true));
-  s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "policy versions rollout may run ahead (distributed mode)",
-                          [](C& c) -> int64_t& { return c.n_behind; }, 0));
+  s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (distributed mode)",
+                          [](C& c) -> int64_t& { return c.n_behind; }, 0, {}, true));
   s.push_back(string_setting("runtime.master_address", "--master_address,--master-address",
                              "rendezvous address (not used: mpirun provides it)",
                              [](C& c) -> std::string& { return c.master_address; }, {}, true));
@@ -424,23 +436,14 @@ void read_group(const std::filesystem::path& path, const std::string& group, con
 }
 
 void reject_unimplemented(const RunConfig& c) {
-  if (c.num_trainers > 1 || c.num_inferencers > 1) {
-    throw_user_error("-t {} -i {}: distributed training (separate trainer and rollout processes over MPI) is not "
-                     "implemented yet; run without -t/-i for the colocated single-process mode",
-                     c.num_trainers, c.num_inferencers);
-  }
   if (c.backend != "native") throw_user_error("-b/--backend {}: only the native engine exists (no vLLM backend yet)", c.backend);
   if (c.tp != 1 || c.pp != 1 || c.zero != 0 || c.ptp != 1) {
     throw_user_error("-tp {} -pp {} -zero {} -ptp {}: tensor/pipeline parallelism and ZeRO are not implemented yet; "
                      "leave them at 1, 1, 0, 1", c.tp, c.pp, c.zero, c.ptp);
   }
-  if (c.n_behind != 0) {
-    throw_user_error("-nb/--n-behind {}: bounded staleness needs separate rollout processes (distributed mode, not "
-                     "implemented yet); the colocated mode is always on-policy (0)", c.n_behind);
-  }
   if (!c.master_address.empty() || c.master_port != 0) {
-    throw_user_error("--master_address/--master_port: rlcpp has no Ray or torch rendezvous to point at (mpirun will "
-                     "provide it in the distributed mode); remove these flags");
+    throw_user_error("--master_address/--master_port: rlcpp has no Ray or torch rendezvous to point at (mpirun "
+                     "provides it: see the README's multi-node section); remove these flags");
   }
   if (!c.eval_dataset.empty() || c.eval_interval > 0 || !c.eval_save_dir.empty()) {
     throw_user_error("-ed/--eval-dataset, -ei/--eval-interval, -esd/--eval-save-dir: evaluation during training is not "
@@ -472,10 +475,32 @@ void validate(const RunConfig& c) {
                      c.train_microbatch_size, c.train_minibatch_size, c.num_generations,
                      c.train_minibatch_size * c.num_generations);
   }
-  const int64_t ibs = c.inference_batch_size > 0 ? c.inference_batch_size : c.train_batch_size;
-  if (ibs % c.train_batch_size != 0) {
-    throw_user_error("-ibs {} must be a multiple of -tbs {} ((num_inferencer × inference_batch_size) % (num_trainer × "
-                     "train_batch_size) == 0, with one of each in the colocated mode)", ibs, c.train_batch_size);
+  const int64_t ibs = c.round_prompts(), T = c.trainers(), I = c.inferencers();
+  if (!c.distributed()) {
+    if (c.num_trainers > 1) {
+      throw_user_error("-t {} without -i: trainers need rollout workers; give -i (mpirun -np T+I) or drop -t for the "
+                       "colocated mode", c.num_trainers);
+    }
+    if (c.n_behind != 0) {
+      throw_user_error("-nb/--n-behind {}: the colocated mode (no -i) is always on-policy; bounded staleness needs "
+                       "rollout workers (-t T -i I under mpirun)", c.n_behind);
+    }
+  } else if (I % T != 0) {
+    throw_user_error("-i {} is not a multiple of -t {} (num_inferencer % num_trainer == 0)", I, T);
+  }
+  if ((I * ibs) % (T * c.train_batch_size) != 0) {
+    throw_user_error("-ibs {} with -i {}: {} prompts per round are not a multiple of -t {} × -tbs {} = {} "
+                     "((num_inferencer × inference_batch_size) % (num_trainer × train_batch_size) == 0{})",
+                     ibs, I, I * ibs, T, c.train_batch_size, T * c.train_batch_size,
+                     c.distributed() ? "" : ", with one of each in the colocated mode");
+  }
+  if (c.param_sync_comm_type != "broadcast" && c.param_sync_comm_type != "p2p") {
+    throw_user_error("--param-sync-comm-type \"{}\": use broadcast or p2p", c.param_sync_comm_type);
+  }
+  if (c.sync_frequency > std::max<int64_t>(1, c.n_behind)) {
+    throw_user_error("--sync-frequency {} lets rollout run {} rounds behind the trainers, more than -nb {} allows; "
+                     "raise -nb to {} or sync every round", c.sync_frequency, c.sync_frequency, c.n_behind,
+                     c.sync_frequency);
   }
   if (c.inference_microbatch_size > ibs) {
     throw_user_error("-imbs {} exceeds -ibs {} (inference_batch_size >= inference_microbatch_size)",

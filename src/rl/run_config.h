@@ -7,6 +7,7 @@
 // algorithm preset is always applied before the single settings that override it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -30,7 +31,11 @@ struct RunConfig {
   int64_t num_episodes = 1;            // passes over the dataset
   int64_t max_steps = 0;               // stop after this many steps (0: the episodes decide)
   uint64_t seed = 42;
-  int64_t num_trainers = 0, num_inferencers = 0;  // distributed mode (not yet)
+  int64_t num_trainers = 0, num_inferencers = 0;  // distributed mode when num_inferencers >= 1 (trainers: at least 1)
+  int64_t sync_bucket_mb = 100;        // weight-sync buckets (ChatLearn's coalesced_buffer_mb)
+  std::string param_sync_comm_type = "broadcast";  // broadcast | p2p
+  int64_t sync_frequency = 1;          // rollout rounds between weight syncs
+  bool verify_sync = false;            // rollout workers send back a hash of the weights they applied
   std::string backend = "native";
   int64_t tp = 1, pp = 1, zero = 0, ptp = 1;
   int64_t n_behind = 0;
@@ -46,7 +51,7 @@ struct RunConfig {
   int64_t kv_cache_mb = 1024;
   // rollout
   int64_t num_generations = 8;         // G
-  int64_t inference_batch_size = 0;    // prompts per rollout round (0: train_batch_size)
+  int64_t inference_batch_size = 0;    // prompts per rollout round per rollout worker (0: train_batch_size)
   int64_t inference_microbatch_size = 0;  // prompts per generate call (0: the whole round)
   SamplingParams sampling;             // temperature, top-k/p, max_new_tokens
   int64_t max_prompt_tokens = 0;
@@ -61,7 +66,7 @@ struct RunConfig {
   AlgoConfig algo = algo_preset("GRPO", "algorithm.algo");
   int64_t max_dynamic_rounds = 3;      // extra rounds to fill a step under dynamic batching
   // train
-  int64_t train_batch_size = 4;        // prompts (groups) per step
+  int64_t train_batch_size = 4;        // prompts (groups) per step per trainer
   int64_t train_minibatch_size = 4;    // prompts per optimizer step
   int64_t train_microbatch_size = 8;   // samples per forward/backward
   int64_t num_training_epoch = 1;      // passes over each step's rollouts
@@ -76,6 +81,11 @@ struct RunConfig {
   std::string rollout_save_dir;        // rollouts JSONL (prompts, responses, rewards), "" = off
   int64_t rollout_save_interval = 1;
   int64_t log_interval = 1;            // console line every N steps (metrics.jsonl: every step)
+
+  bool distributed() const { return num_inferencers >= 1; }
+  int64_t trainers() const { return std::max<int64_t>(1, num_trainers); }
+  int64_t inferencers() const { return std::max<int64_t>(1, num_inferencers); }
+  int64_t round_prompts() const { return inference_batch_size > 0 ? inference_batch_size : train_batch_size; }
 };
 
 // Raw values by setting name ("train.learning_rate"), each with where it came from for errors.
