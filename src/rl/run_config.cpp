@@ -262,10 +262,11 @@ std::vector<Setting> make_settings() {
   s.push_back(int_setting("rollout.num_generations", "-g,--num-generations", "samples per prompt (G)",
                           [](C& c) -> int64_t& { return c.num_generations; }, 1, {"num_inference_per_prompt"}));
   s.push_back(int_setting("rollout.inference_batch_size", "--ibs,--inference-batch-size",
-                          "prompts per rollout round (0: -tbs)", [](C& c) -> int64_t& { return c.inference_batch_size; }, 0));
+                          "prompts per rollout round per rollout worker (0: -tbs); may change on resume with -i",
+                          [](C& c) -> int64_t& { return c.inference_batch_size; }, 0, {}, true));
   s.push_back(int_setting("rollout.inference_microbatch_size", "--imbs,--inference-microbatch-size",
                           "prompts per generate call (0: the whole round)",
-                          [](C& c) -> int64_t& { return c.inference_microbatch_size; }, 0, {"generation_batch_size"}));
+                          [](C& c) -> int64_t& { return c.inference_microbatch_size; }, 0, {"generation_batch_size"}, true));
   s.push_back(double_setting("rollout.temperature", "--temp,--temperature", "sampling temperature",
                              [](C& c) -> double& { return c.sampling.temperature; }));
   s.push_back(int_setting("rollout.top_k", "--topk,--top-k", "0: off", [](C& c) -> int64_t& { return c.sampling.top_k; }, 0));

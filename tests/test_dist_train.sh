@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# `mpirun ... rlcpp train -t T -i I` end to end on a tiny model and the toy digits reward:
+#   - -t 1 -i 1 takes exactly the colocated run's steps (one thread per process, same bytes);
+#   - -t 1 -i 1, -t 2 -i 2 and -t 1 -i 3 learn, with every weight sync verified by hash on every
+#     rollout worker and no stale sample under -nb 0; -nb 1 overlaps rounds and stays within 1;
+#   - an error on a rollout worker ends the whole job, naming the rank;
+#   - kill -9 of a rank ends the job non-zero within seconds; --resume auto then finishes it with
+#     the same metrics as an uninterrupted run, and a run resumes with another -i;
+#   - two "hosts" (network namespaces joined by a veth pair) run a short training over TCP.
+# Usage: test_dist_train.sh RLCPP_BINARY MPIEXEC
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_dist_train.sh RLCPP_BINARY MPIEXEC}")
+mpiexec=${2:-mpirun}
+here=$(cd "$(dirname "$0")" && pwd)
+fixtures=${RLCPP_FIXTURES:-$RLCPP_DEFAULT_FIXTURES}
+tmp=$(mktemp -d)
+ns_a=rlcpp_a$$ ns_b=rlcpp_b$$
+cleanup() { ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+cd "$tmp"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+failed=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; failed=1; }
+# mpirun with one LibTorch thread per process (ranks share 2 cores; also makes runs comparable)
+run_mpi() { local np=$1; shift; timeout 300 "$mpiexec" --oversubscribe -x OMP_NUM_THREADS=1 -np "$np" "$rlcpp" train "$@"; }
+# metrics.jsonl without wall-clock and mode-specific fields, for comparing runs
+metrics_of() { python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    for k in ("time", "tokens_per_s", "staleness", "weight_sync"): d.pop(k, None)
+    print(json.dumps(d, sort_keys=True))' "$1"; }
+
+# The toy task of test_train.sh: a random model over a byte vocabulary and 8 prompts.
+"$here/make_chat_model.sh" "$fixtures/qwen2-tiny" chat
+python3 -c 'import json; c = json.load(open("'"$fixtures"'/qwen2-tiny/config.json")); c["vocab_size"] = 259
+json.dump(c, open("toy.json", "w"))'
+"$rlcpp" init --config toy.json --tokenizer chat --out toy --seed 1 >/dev/null || bad init
+for k in 1 2 3 4 5 6 7 8; do
+  echo "{\"messages\": [{\"role\": \"user\", \"content\": \"What is $k + $k?\"}], \"gt_answer\": \"$((k + k))\"}"
+done > data.jsonl
+reward=(--reward-cmd "python3 $here/data/digits_reward.py")
+base=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs "${reward[@]}")
+
+# -t 1 -i 1 = colocated: the same prompts, samples, rewards and updates, step for step.
+OMP_NUM_THREADS=1 "$rlcpp" train "${base[@]}" -tbs 2 --max-steps 6 -p colocated > colocated.log 2>&1 || bad colocated-run
+run_mpi 2 "${base[@]}" -tbs 2 --max-steps 6 -t 1 -i 1 -p t1i1 > t1i1.log 2>&1 || bad t1i1-run
+if [ -s runs/colocated/metrics.jsonl ] && cmp -s <(metrics_of runs/colocated/metrics.jsonl) <(metrics_of runs/t1i1/metrics.jsonl); then
+  ok same-steps-as-colocated
+else
+  bad same-steps-as-colocated; diff <(metrics_of runs/colocated/metrics.jsonl) <(metrics_of runs/t1i1/metrics.jsonl) | head -4
+fi
+
+# Learning in three layouts (global batch 2, 3 or 4 prompts); every sync verified on every worker.
+check_learning() {  # NAME METRICS WORKERS MAX_STALENESS
+  python3 - "$@" <<'PY'
+import json, sys
+name, path, workers, max_stale = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+lines = [json.loads(l) for l in open(path)]
+r = [d["reward_mean"] for d in lines]
+first, last = sum(r[:5]) / 5, sum(r[-5:]) / 5
+stale = max(d["staleness"]["max"] for d in lines)
+syncs = sum(d["weight_sync"]["syncs"] for d in lines)
+verified = sum(d["weight_sync"]["verified_workers"] for d in lines)
+print(f"     {name}: reward first 5 steps {first:.3f}, last 5 {last:.3f}; staleness max {stale}; "
+      f"{syncs} syncs, {verified} worker hashes equal to the trainer's")
+ok = len(r) == 30 and first < 0.2 and last > 0.6 and stale <= max_stale and syncs >= 10 and verified == syncs * workers
+sys.exit(0 if ok else 1)
+PY
+}
+layouts=("1 1 -tbs 2" "2 2 -tbs 2 -ibs 2" "1 3 -tbs 3 -ibs 1 --param-sync-comm-type p2p")
+for layout in "${layouts[@]}"; do
+  read -r T I rest <<<"$layout"
+  name="learn-t${T}i${I}"
+  # shellcheck disable=SC2086
+  run_mpi $((T + I)) "${base[@]}" -t "$T" -i "$I" $rest --max-steps 30 --verify-sync true -p "$name" > "$name.log" 2>&1 \
+    && check_learning "$name" "runs/$name/metrics.jsonl" "$I" 0 && ok "$name" || { bad "$name"; tail -3 "$name.log"; }
+done
+
+# -nb 1: the next round is generated while the trainers train; no sample more than 1 version old.
+run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 2 -ibs 2 -nb 1 --max-steps 30 --verify-sync true -p nb1 > nb1.log 2>&1 \
+  && check_learning nb1 runs/nb1/metrics.jsonl 2 1 \
+  && python3 -c 'import json,sys; sys.exit(0 if any(json.loads(l)["staleness"]["max"] == 1 for l in open("runs/nb1/metrics.jsonl")) else 1)' \
+  && ok n-behind-1 || { bad n-behind-1; tail -3 nb1.log; }
+
+# An error on one rank (the workers' reward command dies) ends the job, naming the rank.
+start=$SECONDS
+run_mpi 3 "${base[@]/digits_reward.py/no_such_reward.py}" -t 1 -i 2 -tbs 2 -ibs 1 --max-steps 5 -p broken > broken.log 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $((SECONDS - start)) -lt 60 ] && grep -q '^\[rank [12]/rollout [01]\] error: --reward-cmd' broken.log; then
+  ok error-aborts-job
+else
+  bad error-aborts-job; echo "rc $rc after $((SECONDS - start)) s"; head -5 broken.log
+fi
+
+# kill -9 of a rollout worker mid-run: the job ends non-zero within seconds; --resume auto finishes
+# it with the steps an uninterrupted run takes; a run resumes with another -i as well.
+crash=(-t 1 -i 2 -tbs 2 -ibs 1 --max-steps 24 --si 4)
+run_mpi 3 "${base[@]}" "${crash[@]}" -p whole > whole.log 2>&1 || bad whole-run
+run_mpi 3 "${base[@]}" "${crash[@]}" -p crash > crash.log 2>&1 &
+job=$!
+for _ in $(seq 1 600); do [ -e runs/crash/step-8 ] && break; sleep 0.05; done
+victim=""
+for pid in $(pgrep -f "rlcpp train .*-p crash"); do
+  tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && victim=$pid
+done
+killed_at=$SECONDS
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+rc=$?
+if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $((SECONDS - killed_at)) -lt 30 ]; then
+  ok kill-ends-job
+else
+  bad kill-ends-job; echo "victim '$victim' rc $rc after $((SECONDS - killed_at)) s"
+fi
+run_mpi 3 "${base[@]}" "${crash[@]}" -p crash --resume auto > resume.log 2>&1
+if grep -q 'resuming from runs/crash/step-' resume.log && cmp -s <(metrics_of runs/whole/metrics.jsonl) <(metrics_of runs/crash/metrics.jsonl); then
+  ok kill-then-resume-exact
+else
+  bad kill-then-resume-exact; tail -3 resume.log; diff <(metrics_of runs/whole/metrics.jsonl) <(metrics_of runs/crash/metrics.jsonl) | head -4
+fi
+cp -r runs/whole runs/regrow && rm -rf runs/regrow/step-24 && echo step-20 > runs/regrow/latest
+run_mpi 2 "${base[@]}" -t 1 -i 1 -tbs 2 -ibs 2 --max-steps 30 -p regrow --resume auto > regrow.log 2>&1 \
+  && [ "$(wc -l < runs/regrow/metrics.jsonl)" -eq 30 ] && grep -q 'resuming from runs/regrow/step-20' regrow.log \
+  && ok resume-with-other-i || { bad resume-with-other-i; tail -3 regrow.log; }
+
+# Two hosts: network namespaces joined by a veth pair; mpirun in one starts the other's ranks
+# through an "rsh" agent that enters that namespace, and MPI moves everything over TCP.
+if ip netns add "$ns_a" 2>/dev/null && ip netns add "$ns_b" 2>/dev/null \
+   && ip link add "veth_a$$" type veth peer name "veth_b$$" 2>/dev/null; then
+  ip link set "veth_a$$" netns "$ns_a" && ip link set "veth_b$$" netns "$ns_b"
+  ip -n "$ns_a" addr add 10.77.0.1/24 dev "veth_a$$" && ip -n "$ns_b" addr add 10.77.0.2/24 dev "veth_b$$"
+  for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
+  ip -n "$ns_a" link set "veth_a$$" up && ip -n "$ns_b" link set "veth_b$$" up
+  cat > agent.sh <<EOF
+#!/bin/sh
+# agent.sh HOST COMMAND...: runs COMMAND "on" HOST, i.e. in its network namespace
+host=\$1; shift
+case \$host in 10.77.0.2) exec ip netns exec $ns_b unshare --uts sh -c "hostname hostb; ip -o addr > $tmp/hostb.addr; \$*";;
+                        *) exec ip netns exec $ns_a sh -c "\$*";; esac
+EOF
+  chmod +x agent.sh
+  printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' > hosts
+  timeout 300 ip netns exec "$ns_a" unshare --uts sh -c "hostname hosta; exec $mpiexec --hostfile hosts -np 2 \
+      --mca plm_rsh_agent $tmp/agent.sh --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 \
+      --mca oob_tcp_if_include 10.77.0.0/24 -x OMP_NUM_THREADS=1 --wdir $tmp \
+      $rlcpp train -m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs \
+      --reward-cmd 'python3 $here/data/digits_reward.py' -t 1 -i 1 -tbs 2 --max-steps 4 --verify-sync true -p two-hosts" \
+      > two-hosts.log 2>&1
+  if [ "$(wc -l < runs/two-hosts/metrics.jsonl 2>/dev/null || echo 0)" -eq 4 ] && grep -q "veth_b$$" hostb.addr; then
+    ok two-hosts-over-tcp
+  else
+    bad two-hosts-over-tcp; tail -5 two-hosts.log
+  fi
+else
+  echo "skip two-hosts-over-tcp: cannot create network namespaces and a veth pair here (needs root and iproute2)"
+fi
+exit $failed
