@@ -1,15 +1,20 @@
 // bench/dist: weight-sync throughput between ranks (trainer rank 0 to the others) for a
-// Qwen2.5-0.5B-shaped set of weights, with buckets of 1, 16 and 100 MB, by broadcast and p2p.
+// Qwen2.5-0.5B-shaped set of weights, with buckets of 1, 16 and 100 MB, by broadcast and p2p; and
+// the rollout-transfer rate (rank 1 sends rounds of rollout groups to rank 0, as a rollout worker
+// does a trainer: encoded, sent, decoded).
 //   mpirun --oversubscribe -np 2 build/bench/bench_dist [--dtype bfloat16] [--repeat 3]
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "bench_util.h"
 #include "dist/mpi.h"
 #include "dist/weight_sync.h"
 #include "model/transformer.h"
+#include "rl/rollout_channel.h"
 
 using namespace rlcpp;
 using namespace rlcpp::bench;
@@ -22,6 +27,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "weights dtype")->capture_default_str();
   app.add_option("--repeat", repeat, "syncs per setting (the best is reported)")->capture_default_str();
   app.add_option("--layers", layers, "decoder layers of the 0.5B shape")->capture_default_str();
+  int64_t groups_per_round = 16, group_size = 8, prompt_tokens = 128, response_tokens = 512;
+  app.add_option("--groups", groups_per_round, "rollout groups per round message")->capture_default_str();
+  app.add_option("--response-tokens", response_tokens, "tokens per response")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto world = mpi_world();
   if (world->size() < 2) {
@@ -58,6 +66,54 @@ int main(int argc, char** argv) {
                     static_cast<double>(stats.bytes) / best / 1e9);
       }
     }
+  }
+  // Rollout transfer: rounds of groups (G responses with their log-probs) from rank 1 to rank 0.
+  std::vector<GroupRollout> round;
+  for (int64_t g = 0; g < groups_per_round; ++g) {
+    GroupRollout group;
+    group.prompt = std::string(static_cast<size_t>(prompt_tokens * 4), 'p');
+    group.gt_answer = "42";
+    for (int64_t k = 0; k < group_size; ++k) {
+      std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens), 17), response(static_cast<size_t>(response_tokens));
+      std::vector<float> logprobs(static_cast<size_t>(response_tokens));
+      for (int64_t t = 0; t < response_tokens; ++t) {
+        response[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7919 + k) % 151936);
+        logprobs[static_cast<size_t>(t)] = -0.001f * static_cast<float>(t % 997);
+      }
+      group.samples.push_back({prompt, response, 0.5, false, logprobs});
+      group.rewards.push_back(1.0);
+      group.correct.push_back(1);
+      group.responses.push_back(std::string(static_cast<size_t>(response_tokens * 4), 'r'));
+    }
+    round.push_back(std::move(group));
+  }
+  if (world->rank() <= 1) {
+    const int rounds = 5;
+    uint64_t bytes = 0;
+    world->barrier();
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < rounds; ++r) {
+      if (world->rank() == 1) {
+        const auto message = encode_groups(round);
+        bytes += message.size();
+        world->send_bytes(message, 0, 99);
+      } else {
+        const auto message = world->recv_bytes(1, 99);
+        bytes += message.size();
+        if (decode_groups(message).size() != round.size()) std::abort();
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (world->rank() == 0) {
+      const double samples = static_cast<double>(rounds * groups_per_round * group_size);
+      std::printf("\nrollout transfer (encode, send, decode): %d rounds of %lld groups x %lld samples x %lld tokens, "
+                  "%.1f MB each\n%.0f samples/s, %.0f response tokens/s, %.1f MB/s\n",
+                  rounds, static_cast<long long>(groups_per_round), static_cast<long long>(group_size),
+                  static_cast<long long>(response_tokens), static_cast<double>(bytes) / rounds / 1e6, samples / seconds,
+                  samples * static_cast<double>(response_tokens) / seconds, static_cast<double>(bytes) / seconds / 1e6);
+    }
+  } else {
+    world->barrier();
   }
   return 0;
 }
