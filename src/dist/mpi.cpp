@@ -155,6 +155,13 @@ bool launched_by_mpi() {
   return false;
 }
 
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"}) {
+    if (const char* value = std::getenv(name); value != nullptr) return std::atoi(value);
+  }
+  return 0;
+}
+
 std::shared_ptr<Communicator> mpi_world() {
   static std::once_flag once;
   static std::shared_ptr<Communicator> world;

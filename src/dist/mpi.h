@@ -12,6 +12,9 @@ namespace rlcpp {
 // True when this process was started by an MPI launcher (mpirun, mpiexec, srun --mpi=pmix).
 bool launched_by_mpi();
 
+// This process's index among the ranks on its machine (OpenMPI, Slurm, MPICH), or 0.
+int local_rank();
+
 // Initialises MPI once (thread level: funneled) and finalises it at exit. The world communicator;
 // under no launcher, a world of one process that needs no MPI at all.
 std::shared_ptr<Communicator> mpi_world();

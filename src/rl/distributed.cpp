@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "dist/gradient_sync.h"
+#include "dist/mpi.h"
 #include "dist/weight_sync.h"
 #include "engine/engine.h"
 #include "io/prompt_dataset.h"
@@ -470,7 +471,12 @@ void RolloutWorker::run() {
 
 }  // namespace
 
-fs::path run_distributed(const RunConfig& config, const Topology& topology) {
+fs::path run_distributed(const RunConfig& given, const Topology& topology) {
+  RunConfig config = given;
+  if (config.device == "cuda") {  // one device per rank: the rank's index on its machine
+    const int devices = static_cast<int>(torch::cuda::device_count());
+    if (devices > 0) config.device = fmt::format("cuda:{}", local_rank() % devices);
+  }
   if (topology.role == Role::kTrainer) return TrainerRank(config, topology).run();
   RolloutWorker(config, topology).run();
   return fs::path(config.save_dir) / config.project;
