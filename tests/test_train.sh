@@ -17,14 +17,8 @@ metrics_of() { python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     d = json.loads(l); d.pop("time"); d.pop("tokens_per_s", None); print(json.dumps(d, sort_keys=True))' "$1"; }
 
-# A random model over a byte vocabulary (near-uniform next-token distribution) and 8 prompts.
-"$here/make_chat_model.sh" "$fixtures/qwen2-tiny" chat
-python3 -c 'import json; c = json.load(open("'"$fixtures"'/qwen2-tiny/config.json")); c["vocab_size"] = 259
-json.dump(c, open("toy.json", "w"))'
-"$rlcpp" init --config toy.json --tokenizer chat --out toy --seed 1 >/dev/null || bad init
-for k in 1 2 3 4 5 6 7 8; do
-  echo "{\"messages\": [{\"role\": \"user\", \"content\": \"What is $k + $k?\"}], \"gt_answer\": \"$((k + k))\"}"
-done > data.jsonl
+# A random model over a byte vocabulary (toy/) and 8 prompts (data.jsonl).
+"$here/make_toy_task.sh" "$rlcpp" "$fixtures" || bad toy-task
 reward=(--reward-cmd "python3 $here/data/digits_reward.py")
 base=(-m toy -d data.jsonl -g 4 -tbs 2 -tMbs 1 -tmbs 4 --mnt 12 -lr 3e-3 -sd runs "${reward[@]}")
 

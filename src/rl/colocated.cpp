@@ -58,7 +58,6 @@ class ColocatedRun {
   RewardFunction reward_;
   std::unique_ptr<RolloutGenerator> rollouts_;
   std::deque<GroupRollout> buffer_;  // kept groups not yet trained on
-  int64_t inference_batch_size_ = 0;
   // this step's counters
   int64_t generated_groups_ = 0, kept_groups_ = 0;
   double t_generate_ = 0, t_reward_ = 0, t_logprobs_ = 0, t_train_ = 0;
@@ -81,27 +80,9 @@ ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_dir_(fs::path(c.save
   EngineConfig engine_config;
   engine_config.kv_cache_mb = c.kv_cache_mb;
   engine_ = std::make_unique<Engine>(policy_, engine_config, tokenizer_);
-  TrainerConfig trainer_config;
-  trainer_config.loss = c.algo.loss;
-  if (trainer_config.loss.aggregation == LossAggregation::kSeqMeanTokenSumNorm) {
-    trainer_config.loss.norm_constant = static_cast<double>(c.sampling.max_new_tokens);
-  }
-  trainer_config.optimizer = c.optimizer;
-  if (trainer_config.optimizer.total_steps == 0) {  // the schedule spans the run's optimizer steps
-    trainer_config.optimizer.total_steps = total_steps() * (c.train_batch_size / c.train_minibatch_size) * c.num_training_epoch;
-  }
-  trainer_config.train_microbatch_size = c.train_microbatch_size;
-  trainer_config.temperature = c.sampling.temperature > 0 ? c.sampling.temperature : 1.0;
-  trainer_config.filter_truncated = c.algo.filter_truncated;
-  trainer_ = std::make_unique<Trainer>(policy_, reference_, trainer_config);
-  reward_.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
-  if (!c.reward_cmd.empty()) {
-    ExternalRewardConfig external;
-    external.command = c.reward_cmd;
-    reward_.add_external("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
-  }
+  trainer_ = std::make_unique<Trainer>(policy_, reference_, rl_trainer_config(c, total_steps()));
+  reward_ = run_reward_function(c);
   rollouts_ = std::make_unique<RolloutGenerator>(c, policy_->config(), *tokenizer_, engine_.get(), &dataset_, cursor_.get(), &reward_);
-  inference_batch_size_ = c.inference_batch_size > 0 ? c.inference_batch_size : c.train_batch_size;
   if (resume_from_) {
     load_checkpoint_optimizer(*resume_from_, trainer_->optimizer());
     trainer_->restore_steps(json_get<int64_t>(resume_state_, "optimizer_steps", "state.json"));
@@ -114,7 +95,7 @@ ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_dir_(fs::path(c.save
 }
 
 void ColocatedRun::generate_round(std::vector<GroupRollout>& discarded) {
-  auto round = rollouts_->generate(inference_batch_size_);
+  auto round = rollouts_->generate(c_.round_prompts());
   t_generate_ += round.generate_seconds;
   t_reward_ += round.reward_seconds;
   generated_groups_ += static_cast<int64_t>(round.kept.size() + round.discarded.size());
@@ -135,20 +116,14 @@ void ColocatedRun::train_on(const std::vector<GroupRollout>& groups, std::map<st
 void ColocatedRun::save_checkpoint(int64_t step) {
   nlohmann::json buffer = nlohmann::json::array();
   for (const auto& g : buffer_) buffer.push_back(to_json(g));
-  CheckpointContents contents;
-  contents.policy = policy_.get();
-  contents.optimizer = &trainer_->optimizer();
-  contents.state = {{"step", step},
-                    {"policy_version", engine_->version()},
-                    {"data_cursor", cursor_->state()},
-                    {"optimizer_steps", trainer_->n_steps()},
-                    {"rollout_buffer", buffer},
-                    {"skipped_long_prompts", rollouts_->skipped_long()},
-                    {"skipped_short_prompts", rollouts_->skipped_short()}};
-  contents.config = run_config_json(c_);
-  contents.tokenizer_from = c_.model;
-  const auto dir = save_run_checkpoint(run_dir_, step, contents, c_.max_checkpoints);
-  spdlog::info("checkpoint {}", dir.string());
+  save_run_checkpoint(c_, run_dir_, step, *policy_, trainer_->optimizer(),
+                      {{"step", step},
+                       {"policy_version", engine_->version()},
+                       {"data_cursor", cursor_->state()},
+                       {"optimizer_steps", trainer_->n_steps()},
+                       {"rollout_buffer", buffer},
+                       {"skipped_long_prompts", rollouts_->skipped_long()},
+                       {"skipped_short_prompts", rollouts_->skipped_short()}});
 }
 
 fs::path ColocatedRun::run() {

@@ -38,17 +38,6 @@ constexpr uint64_t kGradientBucketBytes = 25ULL << 20;  // as PyTorch DDP's buck
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-RewardFunction make_reward(const RunConfig& c) {
-  RewardFunction reward;
-  reward.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
-  if (!c.reward_cmd.empty()) {
-    ExternalRewardConfig external;
-    external.command = c.reward_cmd;
-    reward.add_external("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
-  }
-  return reward;
-}
-
 // One trainer's figures of a step, as a row of numbers all trainers sum (maxima by their slot).
 enum Figure : int64_t {
   kSamples, kCorrect, kTruncated, kRewardSum, kLenSum, kMaxLen, kGroups, kBuffered,
@@ -142,20 +131,7 @@ TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
     reference_ = Transformer::from_pretrained(c.model, options);
     reference_->eval();
   }
-  TrainerConfig trainer_config;
-  trainer_config.loss = c.algo.loss;
-  if (trainer_config.loss.aggregation == LossAggregation::kSeqMeanTokenSumNorm) {
-    trainer_config.loss.norm_constant = static_cast<double>(c.sampling.max_new_tokens);
-  }
-  trainer_config.optimizer = c.optimizer;
-  if (trainer_config.optimizer.total_steps == 0) {
-    trainer_config.optimizer.total_steps =
-        plan_["total_steps"].get<int64_t>() * (c.train_batch_size / c.train_minibatch_size) * c.num_training_epoch;
-  }
-  trainer_config.train_microbatch_size = c.train_microbatch_size;
-  trainer_config.temperature = c.sampling.temperature > 0 ? c.sampling.temperature : 1.0;
-  trainer_config.filter_truncated = c.algo.filter_truncated;
-  trainer_ = std::make_unique<Trainer>(policy_, reference_, trainer_config);
+  trainer_ = std::make_unique<Trainer>(policy_, reference_, rl_trainer_config(c, plan_["total_steps"].get<int64_t>()));
   if (T() > 1) {
     auto group = topo_.role_group;
     trainer_->set_gradient_reducer(
@@ -335,23 +311,17 @@ void TrainerRank::save_checkpoint(int64_t step) {
   if (!leader()) return;
   nlohmann::json buffer = nlohmann::json::array();
   for (const auto& g : all) buffer.push_back(to_json(g));
-  CheckpointContents contents;
-  contents.policy = policy_.get();
-  contents.optimizer = &trainer_->optimizer();
-  contents.state = {{"step", step},
-                    {"policy_version", version_},
-                    {"data_cursor", cursor_->state()},
-                    {"optimizer_steps", trainer_->n_steps()},
-                    {"rollout_buffer", buffer},
-                    {"in_flight_prompts", in_flight_},
-                    {"skipped_long_prompts", picker_->skipped_long()},
-                    {"skipped_short_prompts", picker_->skipped_short()},
-                    {"num_trainers", T()},
-                    {"num_inferencers", I()}};
-  contents.config = run_config_json(c_);
-  contents.tokenizer_from = c_.model;
-  const auto dir = save_run_checkpoint(run_dir_, step, contents, c_.max_checkpoints);
-  spdlog::info("checkpoint {}", dir.string());
+  save_run_checkpoint(c_, run_dir_, step, *policy_, trainer_->optimizer(),
+                      {{"step", step},
+                       {"policy_version", version_},
+                       {"data_cursor", cursor_->state()},
+                       {"optimizer_steps", trainer_->n_steps()},
+                       {"rollout_buffer", buffer},
+                       {"in_flight_prompts", in_flight_},
+                       {"skipped_long_prompts", picker_->skipped_long()},
+                       {"skipped_short_prompts", picker_->skipped_short()},
+                       {"num_trainers", T()},
+                       {"num_inferencers", I()}});
 }
 
 fs::path TrainerRank::run() {
@@ -433,7 +403,7 @@ class RolloutWorker {
   std::unique_ptr<WeightSync> weight_sync_;
 };
 
-RolloutWorker::RolloutWorker(const RunConfig& c, const Topology& topo) : c_(c), topo_(topo), reward_(make_reward(c)) {
+RolloutWorker::RolloutWorker(const RunConfig& c, const Topology& topo) : c_(c), topo_(topo), reward_(run_reward_function(c)) {
   tokenizer_ = Tokenizer::from_dir(c.model);
   policy_ = Transformer::from_pretrained(c.model, model_options_from_flags(c.dtype, c.device));
   policy_->eval();

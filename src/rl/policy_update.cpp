@@ -26,6 +26,22 @@ const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_
 
 }  // namespace
 
+TrainerConfig rl_trainer_config(const RunConfig& c, int64_t total_steps) {
+  TrainerConfig t;
+  t.loss = c.algo.loss;
+  if (t.loss.aggregation == LossAggregation::kSeqMeanTokenSumNorm) {
+    t.loss.norm_constant = static_cast<double>(c.sampling.max_new_tokens);
+  }
+  t.optimizer = c.optimizer;
+  if (t.optimizer.total_steps == 0) {  // the schedule spans the run's optimizer steps
+    t.optimizer.total_steps = total_steps * (c.train_batch_size / c.train_minibatch_size) * c.num_training_epoch;
+  }
+  t.train_microbatch_size = c.train_microbatch_size;
+  t.temperature = c.sampling.temperature > 0 ? c.sampling.temperature : 1.0;
+  t.filter_truncated = c.algo.filter_truncated;
+  return t;
+}
+
 PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vector<GroupRollout>& groups,
                            Communicator* trainers) {
   PolicyUpdate out;

@@ -14,6 +14,10 @@
 
 namespace rlcpp {
 
+// The trainer of an RL run: the algorithm's loss, the optimizer with its schedule spanning the
+// optimizer steps of `total_steps` RL steps, micro-batches, the sampling temperature.
+TrainerConfig rl_trainer_config(const RunConfig& config, int64_t total_steps);
+
 struct PolicyUpdate {
   bool trained = false;  // false: no sample with a response anywhere, nothing changed
   std::map<std::string, double> metrics;  // loss, pg_loss, kl, entropy, clip fractions, grad_norm, lr, optimizer_updates

@@ -17,6 +17,17 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+RewardFunction run_reward_function(const RunConfig& c) {
+  RewardFunction reward;
+  reward.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
+  if (!c.reward_cmd.empty()) {
+    ExternalRewardConfig external;
+    external.command = c.reward_cmd;
+    reward.add_external("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
+  }
+  return reward;
+}
+
 nlohmann::json to_json(const GroupRollout& g) {
   nlohmann::json samples = nlohmann::json::array();
   for (size_t k = 0; k < g.samples.size(); ++k) {

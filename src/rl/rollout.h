@@ -21,6 +21,9 @@
 
 namespace rlcpp {
 
+// The run's reward: the built-in grader (-rt, with its scale) plus the external command, if any.
+RewardFunction run_reward_function(const RunConfig& config);
+
 // One prompt's G rollouts, graded, with the advantages filled in.
 struct GroupRollout {
   std::vector<TrainSample> samples;

@@ -72,6 +72,19 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
   return final_dir;
 }
 
+fs::path save_run_checkpoint(const RunConfig& config, const fs::path& run_dir, int64_t step, const Transformer& policy,
+                             torch::optim::Optimizer& optimizer, nlohmann::json state) {
+  CheckpointContents contents;
+  contents.policy = &policy;
+  contents.optimizer = &optimizer;
+  contents.state = std::move(state);
+  contents.config = run_config_json(config);
+  contents.tokenizer_from = config.model;
+  const auto dir = save_run_checkpoint(run_dir, step, contents, config.max_checkpoints);
+  spdlog::info("checkpoint {}", dir.string());
+  return dir;
+}
+
 std::optional<fs::path> find_resume_checkpoint(const RunConfig& config, const fs::path& run_dir) {
   auto latest_of = [](const fs::path& dir) -> std::optional<fs::path> {
     if (!fs::exists(dir / "latest")) return std::nullopt;

@@ -27,6 +27,12 @@ struct CheckpointContents {
 std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,
                                           const CheckpointContents& contents, int64_t max_checkpoints);
 
+// The checkpoint of a run of `config` at `step` (the policy, its optimizer and the run's `state`,
+// with the resolved configuration and the tokenizer files of config.model); logs and returns it.
+std::filesystem::path save_run_checkpoint(const RunConfig& config, const std::filesystem::path& run_dir, int64_t step,
+                                          const Transformer& policy, torch::optim::Optimizer& optimizer,
+                                          nlohmann::json state);
+
 // The checkpoint a run continues from, or nothing for a fresh run: --resume auto takes run_dir's
 // `latest` (nothing when there is none yet); -cp takes a step directory or a run directory's latest.
 std::optional<std::filesystem::path> find_resume_checkpoint(const RunConfig& config, const std::filesystem::path& run_dir);

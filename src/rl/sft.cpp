@@ -98,13 +98,8 @@ fs::path run_sft(const RunConfig& c) {
                    m["loss"], m["grad_norm"], m["lr"], seconds);
     }
     if ((c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps) {
-      CheckpointContents contents;
-      contents.policy = policy.get();
-      contents.optimizer = &trainer.optimizer();
-      contents.state = {{"step", step}, {"data_cursor", cursor.state()}, {"optimizer_steps", trainer.n_steps()}};
-      contents.config = run_config_json(c);
-      contents.tokenizer_from = c.model;
-      spdlog::info("checkpoint {}", save_run_checkpoint(run_dir, step, contents, c.max_checkpoints).string());
+      save_run_checkpoint(c, run_dir, step, *policy, trainer.optimizer(),
+                          {{"step", step}, {"data_cursor", cursor.state()}, {"optimizer_steps", trainer.n_steps()}});
     }
   }
   spdlog::info("done in {:.1f} s; run directory {}",
