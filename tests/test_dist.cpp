@@ -9,6 +9,8 @@
 #include "dist/mpi.h"
 #include "dist/topology.h"
 #include "dist/weight_sync.h"
+#include "rl/policy_update.h"
+#include "rl/rollout_channel.h"
 #include "test_util.h"
 #include "train/trainer.h"
 #include "util/error.h"
@@ -77,6 +79,13 @@ TEST(Dist, CollectivesAndBytes) {
   if (n > 1) {  // a ring of messages
     world->send_bytes("from " + std::to_string(r), (r + 1) % n, 7);
     EXPECT_EQ(world->recv_bytes((r + n - 1) % n, 7), "from " + std::to_string((r + n - 1) % n));
+    const auto sent = torch::arange(12, torch::kFloat32).view({3, 4}).t();  // not contiguous
+    if (r == 0) world->send(sent, 1, 8);
+    if (r == 1) {
+      auto received = torch::zeros({4, 3});
+      world->recv(received, 0, 8);
+      EXPECT_TRUE(torch::equal(received, sent));
+    }
   }
   world->barrier();
 }
@@ -146,4 +155,94 @@ TEST(Dist, TwoTrainersWithHalfTheSamplesEqualOneWithAll) {
   auto fresh = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options)->parameters();
   for (size_t k = 0; k < a.size(); ++k) moved = std::max(moved, (a[k] - fresh[k]).abs().max().item<double>());
   EXPECT_GT(moved, 1e-3);  // the steps did change the weights
+}
+
+// The same through the run's own step (update_policy): a fixed source of 4 groups, one trainer
+// with -tbs 4 -tMbs 2 against two with -tbs 2 -tMbs 1 each (group g on trainer g % 2, so each
+// global mini-batch holds the same groups), 3 steps.
+TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
+  auto world = mpi_world();
+  if (world->size() < 2) GTEST_SKIP() << "needs mpirun -np >= 2";
+  auto trainers = world->split(world->rank() < 2 ? 0 : 1, world->rank());
+  if (world->rank() >= 2) return;
+  std::vector<GroupRollout> source(4);
+  const std::vector<std::vector<int32_t>> responses = {{8, 9, 10, 11}, {13, 14}, {9}, {3, 4, 5, 6, 7}, {1, 2, 3},
+                                                       {4, 4, 4, 4, 4, 4}, {5, 6}, {8, 2, 8}};
+  for (size_t k = 0; k < responses.size(); ++k) {
+    auto& g = source[k / 2];
+    g.samples.push_back({{5, 6, static_cast<int32_t>(k)}, responses[k], k % 2 == 0 ? 1.0 - 0.1 * k : -0.5 + 0.05 * k, false, {}});
+  }
+  ModelOptions options;
+  options.dtype = torch::kFloat64;
+  RunConfig c;
+  c.num_generations = 2;
+  c.train_microbatch_size = 3;
+  c.algo.loss.kl_coef = 0;
+  c.algo.loss.aggregation = LossAggregation::kTokenLevel;
+  c.optimizer.lr = 1e-2;
+  auto make = [&](std::shared_ptr<Transformer>& model, const RunConfig& config) {
+    model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
+    return std::make_unique<Trainer>(model, nullptr, rl_trainer_config(config, 3));
+  };
+  RunConfig whole = c, half = c;
+  whole.train_batch_size = 4;
+  whole.train_minibatch_size = 2;
+  half.train_batch_size = 2;
+  half.train_minibatch_size = 1;
+  std::shared_ptr<Transformer> single_model, dp_model;
+  auto single = make(single_model, whole);
+  auto dp = make(dp_model, half);
+  dp->set_gradient_reducer([&](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*trainers, params, 4096); });
+  const int me = trainers->rank();
+  const std::vector<GroupRollout> mine = {source[static_cast<size_t>(me)], source[static_cast<size_t>(me + 2)]};
+  for (int step = 0; step < 3; ++step) {
+    const auto a = update_policy(*single, whole, source);
+    const auto b = update_policy(*dp, half, mine, trainers.get());
+    EXPECT_EQ(a.metrics.at("optimizer_updates"), 2);
+    EXPECT_EQ(b.metrics.at("optimizer_updates"), 2);
+    EXPECT_NEAR(a.metrics.at("loss"), b.metrics.at("loss"), 1e-9) << "step " << step;  // the whole step's loss on both
+  }
+  const auto a = single_model->parameters(), b = dp_model->parameters();
+  double max_diff = 0, moved = 0;
+  auto fresh = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options)->parameters();
+  for (size_t k = 0; k < a.size(); ++k) {
+    max_diff = std::max(max_diff, (a[k] - b[k]).abs().max().item<double>());
+    moved = std::max(moved, (a[k] - fresh[k]).abs().max().item<double>());
+  }
+  EXPECT_LT(max_diff, 1e-5);
+  EXPECT_GT(moved, 1e-3);
+}
+
+TEST(Dist, GroupsGoToTrainersInEqualCountsWithBalancedTokens) {
+  // 6 groups over 3 trainers that hold nothing: 2 each; the heaviest never share a trainer.
+  const auto to = assign_groups({100, 90, 80, 10, 20, 30}, {0, 0, 0}, {0, 0, 0});
+  std::vector<int64_t> count(3, 0), tokens(3, 0);
+  const std::vector<int64_t> weight = {100, 90, 80, 10, 20, 30};
+  for (size_t g = 0; g < to.size(); ++g) {
+    ++count[static_cast<size_t>(to[g])];
+    tokens[static_cast<size_t>(to[g])] += weight[g];
+  }
+  EXPECT_EQ(count, (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(tokens, (std::vector<int64_t>{110, 110, 110}));
+  // What a trainer already holds counts: the one holding fewer groups is filled first.
+  const auto refill = assign_groups({5, 5}, {3, 1}, {30, 10});
+  EXPECT_EQ(refill, (std::vector<int>{1, 1}));
+  const auto tie = assign_groups({7}, {2, 2}, {50, 20});
+  EXPECT_EQ(tie, (std::vector<int>{1}));
+}
+
+TEST(Dist, GroupsSurviveTheirMessageForm) {
+  GroupRollout g;
+  g.prompt = "2 + 2 = ?";
+  g.gt_answer = "4";
+  g.line = 7;
+  g.policy_version = 3;
+  g.samples.push_back({{1, 2, 3}, {4, 5}, -0.125, true, {-0.5f, -1.25f}});
+  g.rewards.push_back(0.75);
+  g.correct.push_back(1);
+  g.responses.push_back("4");
+  const auto back = decode_groups(encode_groups({g, g}));
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(to_json(back[1]), to_json(g));
+  EXPECT_THROW(decode_groups("\xc1 not msgpack"), InternalError);
 }

@@ -25,6 +25,9 @@ class Communicator {
   virtual void broadcast_bytes(std::string& bytes, int root) = 0;
   virtual void send_bytes(const std::string& bytes, int dest, int tag) = 0;
   virtual std::string recv_bytes(int source, int tag) = 0;
+  // A tensor's values to `dest`, which receives them into a tensor of the same shape and dtype.
+  virtual void send(const torch::Tensor& tensor, int dest, int tag) = 0;
+  virtual void recv(torch::Tensor& tensor, int source, int tag) = 0;
   // Ranks with the same color form a new communicator, ordered by `key` (then by rank).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
   // Ends the whole job (every process, every host) with `code`: for errors, so no rank is left

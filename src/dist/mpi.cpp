@@ -101,6 +101,25 @@ class MpiCommunicator final : public Communicator {
     return bytes;
   }
 
+  void send(const torch::Tensor& tensor, int dest, int tag) override {
+    const auto host = tensor.device().is_cpu() && tensor.is_contiguous() ? tensor : tensor.contiguous().cpu();
+    const auto* p = static_cast<const char*>(host.data_ptr());
+    for (uint64_t offset = 0; offset < host.nbytes(); offset += kChunk) {
+      const int n = static_cast<int>(std::min<uint64_t>(kChunk, host.nbytes() - offset));
+      check(MPI_Send(p + offset, n, MPI_BYTE, dest, tag, comm_), "Send");
+    }
+  }
+
+  void recv(torch::Tensor& tensor, int source, int tag) override {
+    HostView view(tensor);
+    auto* p = static_cast<char*>(view.host.data_ptr());
+    for (uint64_t offset = 0; offset < view.host.nbytes(); offset += kChunk) {
+      const int n = static_cast<int>(std::min<uint64_t>(kChunk, view.host.nbytes() - offset));
+      check(MPI_Recv(p + offset, n, MPI_BYTE, source, tag, comm_, MPI_STATUS_IGNORE), "Recv");
+    }
+    view.write_back();
+  }
+
   std::shared_ptr<Communicator> split(int color, int key) override {
     MPI_Comm out;
     check(MPI_Comm_split(comm_, color, key, &out), "Comm_split");
@@ -140,6 +159,12 @@ class SelfCommunicator final : public Communicator {
     throw InternalError(fmt::format("send to rank {} in a world of one process", dest));
   }
   std::string recv_bytes(int source, int) override {
+    throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
+  }
+  void send(const torch::Tensor&, int dest, int) override {
+    throw InternalError(fmt::format("send to rank {} in a world of one process", dest));
+  }
+  void recv(torch::Tensor&, int source, int) override {
     throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
   }
   std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<SelfCommunicator>(); }
