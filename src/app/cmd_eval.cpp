@@ -1,12 +1,14 @@
 // `rlcpp eval`: a model directory on a prompt dataset with the reference system's eval sampling
 // (temperature 0.6, one sample per prompt), graded with a reward type: accuracy, pass@n, format
-// accuracy, mean response length, truncation; per-sample JSONL with -o.
+// accuracy, mean response length, truncation; per-sample JSONL with -o. --eval-dataset takes
+// several sets as `rlcpp train -ed` does.
 #include <fmt/format.h>
 
 #include <fstream>
 #include <iostream>
 
 #include "app/commands.h"
+#include "rl/run_config.h"
 #include "rl/evaluate.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -14,10 +16,12 @@
 
 namespace rlcpp {
 
+namespace fs = std::filesystem;
+
 namespace {
 
 struct EvalArgs {
-  std::string model, dataset, reward_type = "boxed", output, dtype = "float32", device = "cpu";
+  std::string model, dataset, eval_dataset, reward_type = "boxed", output, dtype = "float32", device = "cpu";
   std::optional<std::string> system_prompt;
   EvalOptions options;
   bool greedy = false, json = false;
@@ -29,7 +33,12 @@ void run_eval(EvalArgs a) {
   auto tokenizer = Tokenizer::from_dir(a.model);
   auto model = Transformer::from_pretrained(a.model, model_options_from_flags(a.dtype, a.device));
   model->eval();
-  const PromptDataset dataset = load_prompt_dataset(a.dataset);
+  if (a.dataset.empty() == a.eval_dataset.empty()) {
+    throw_user_error("give -d/--dataset FILE or --ed/--eval-dataset '{{\"name\": \"path.jsonl\", ...}}' (one of them)");
+  }
+  RunConfig sets_config;  // the eval sets as `rlcpp train -ed` reads them
+  sets_config.eval_dataset = a.eval_dataset;
+  const auto sets = a.dataset.empty() ? eval_sets(sets_config) : std::vector<std::pair<std::string, std::string>>{{"", a.dataset}};
   PromptOptions prompt_options;
   prompt_options.system_prompt = a.system_prompt ? *a.system_prompt : default_system_prompt(a.reward_type);
   prompt_options.max_prompt_tokens = a.max_prompt_tokens;
@@ -41,30 +50,33 @@ void run_eval(EvalArgs a) {
   Engine engine(model, engine_config, tokenizer);
   RewardFunction reward;
   reward.add_builtin("accuracy", type, 1.0);
-  const EvalResult r = evaluate(engine, prompts, dataset, reward, a.options);
-  if (!a.output.empty()) {
-    std::string text;
-    for (const auto& s : r.per_sample) {
-      nlohmann::ordered_json line = {{"line", s.line},         {"prompt", s.prompt},       {"response", s.response},
-                                     {"gt_answer", s.gt_answer}, {"extracted", s.extracted}, {"correct", s.correct},
-                                     {"format_ok", s.format_ok}, {"truncated", s.truncated}, {"tokens", s.tokens},
-                                     {"reward", s.reward}};
-      text += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  nlohmann::ordered_json all = nlohmann::ordered_json::object();
+  for (const auto& [name, path] : sets) {
+    const EvalResult r = evaluate(engine, prompts, load_prompt_dataset(path), reward, a.options);
+    if (!a.output.empty()) {
+      // One set: -o is the file; several: -o is a directory holding <set>.jsonl.
+      fs::path out = a.output;
+      if (!name.empty()) {
+        fs::create_directories(out);
+        out /= name + ".jsonl";
+      }
+      write_file_atomic(out, eval_samples_jsonl(r));
     }
-    write_file_atomic(a.output, text);
+    if (a.json) {
+      all[name.empty() ? "summary" : name] = r.summary();
+      continue;
+    }
+    std::cout << fmt::format("{}: {} prompts x {} ({})\n  accuracy        {:.1f}%\n  pass@{}          {:.1f}%\n"
+                             "  maj@{}           {:.1f}%\n  format accuracy {:.1f}%\n  mean length     {:.1f} tokens\n"
+                             "  truncated       {:.1f}%\n  time            {:.1f} s\n",
+                             name.empty() ? path : name + " (" + path + ")", r.prompts, a.options.n,
+                             a.options.sampling.temperature > 0
+                                 ? fmt::format("temperature {}", a.options.sampling.temperature)
+                                 : std::string("greedy"),
+                             100 * r.accuracy, a.options.n, 100 * r.pass_at_n, a.options.n, 100 * r.maj_at_n,
+                             100 * r.format_accuracy, r.response_length_mean, 100 * r.truncated_fraction, r.seconds);
   }
-  if (a.json) {
-    std::cout << r.summary().dump() << "\n";
-    return;
-  }
-  std::cout << fmt::format("{}: {} prompts x {} ({})\n  accuracy        {:.1f}%\n  pass@{}          {:.1f}%\n"
-                           "  format accuracy {:.1f}%\n  mean length     {:.1f} tokens\n  truncated       {:.1f}%\n"
-                           "  time            {:.1f} s\n",
-                           a.dataset, r.prompts, a.options.n,
-                           a.options.sampling.temperature > 0 ? fmt::format("temperature {}", a.options.sampling.temperature)
-                                                              : std::string("greedy"),
-                           100 * r.accuracy, a.options.n, 100 * r.pass_at_n, 100 * r.format_accuracy,
-                           r.response_length_mean, 100 * r.truncated_fraction, r.seconds);
+  if (a.json) std::cout << (a.dataset.empty() ? all : all["summary"]).dump() << "\n";
 }
 
 }  // namespace
@@ -75,7 +87,8 @@ void add_eval_command(CLI::App& app) {
   a->options.sampling.temperature = 0.6;
   a->options.sampling.max_new_tokens = 1024;
   cmd->add_option("-m,--model", a->model, "Hugging Face model directory")->required();
-  cmd->add_option("-d,--dataset", a->dataset, "JSONL of prompts with gt_answer")->required();
+  cmd->add_option("-d,--dataset", a->dataset, "JSONL of prompts with gt_answer");
+  cmd->add_option("--ed,--eval-dataset", a->eval_dataset, "several sets as a JSON map {\"name\": \"path.jsonl\", ...}");
   cmd->add_option("--rt,--reward-type", a->reward_type, "boxed | think_answer_tags | answer_line")->capture_default_str();
   cmd->add_option("-n,--eval-n", a->options.n, "samples per prompt (pass@n)")->capture_default_str();
   cmd->add_option("--temp,--temperature", a->options.sampling.temperature, "sampling temperature")->capture_default_str();

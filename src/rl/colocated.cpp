@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "io/prompt_dataset.h"
 #include "reward/reward_function.h"
+#include "rl/evaluate.h"
 #include "rl/policy_update.h"
 #include "rl/rollout.h"
 #include "rl/run_checkpoint.h"
@@ -57,6 +58,7 @@ class ColocatedRun {
   std::unique_ptr<Trainer> trainer_;
   RewardFunction reward_;
   std::unique_ptr<RolloutGenerator> rollouts_;
+  std::unique_ptr<RunEvaluator> evaluator_;
   std::deque<GroupRollout> buffer_;  // kept groups not yet trained on
   // this step's counters
   int64_t generated_groups_ = 0, kept_groups_ = 0;
@@ -82,6 +84,7 @@ ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_dir_(fs::path(c.save
   engine_ = std::make_unique<Engine>(policy_, engine_config, tokenizer_);
   trainer_ = std::make_unique<Trainer>(policy_, reference_, rl_trainer_config(c, total_steps()));
   reward_ = run_reward_function(c);
+  evaluator_ = std::make_unique<RunEvaluator>(c, policy_->config(), *tokenizer_, run_dir_);
   rollouts_ = std::make_unique<RolloutGenerator>(c, policy_->config(), *tokenizer_, engine_.get(), &dataset_, cursor_.get(), &reward_);
   if (resume_from_) {
     load_checkpoint_optimizer(*resume_from_, trainer_->optimizer());
@@ -171,8 +174,14 @@ fs::path ColocatedRun::run() {
     record.train = train_metrics;
     record.optimizer_steps = trainer_->n_steps();
     record.policy_version = engine_->version();
+    double t_eval = 0;
+    if (evaluator_->due(step, total_steps)) {
+      const auto t0 = Clock::now();
+      record.extra["eval"] = evaluator_->run(*engine_, step);
+      t_eval = seconds_since(t0);
+    }
     record.time = {{"generate", t_generate_}, {"reward", t_reward_}, {"logprobs", t_logprobs_},
-                   {"train", t_train_},       {"total", seconds_since(step_start)}};
+                   {"train", t_train_},       {"eval", t_eval},       {"total", seconds_since(step_start)}};
     metrics_file << to_json(record).dump() << "\n";
     metrics_file.flush();
     if (step % c_.log_interval == 0 || step == total_steps) spdlog::info("{}", console_line(record));

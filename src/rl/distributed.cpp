@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "io/prompt_dataset.h"
 #include "reward/reward_function.h"
+#include "rl/evaluate.h"
 #include "rl/policy_update.h"
 #include "rl/rollout.h"
 #include "rl/rollout_channel.h"
@@ -91,6 +92,8 @@ class TrainerRank {
   std::unique_ptr<DatasetCursor> cursor_;
   std::unique_ptr<RolloutGenerator> picker_;
   std::unique_ptr<WeightSync> weight_sync_;
+  std::unique_ptr<RunEvaluator> evaluator_;
+  std::unique_ptr<Engine> eval_engine_;  // over the trainer's own weights
   int64_t synced_version_ = -1;
   int64_t rounds_ = 0;  // collected, for sync_frequency
   nlohmann::json in_flight_ = nlohmann::json::array();  // picks of the round the workers are generating
@@ -139,6 +142,12 @@ TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
   }
   channel_ = std::make_unique<RolloutChannel>(topo_.world, topo_.role_group, T(), I());
   if (leader()) {
+    evaluator_ = std::make_unique<RunEvaluator>(c, policy_->config(), *tokenizer_, run_dir_);
+    if (!evaluator_->empty()) {
+      EngineConfig engine_config;
+      engine_config.kv_cache_mb = c.kv_cache_mb;
+      eval_engine_ = std::make_unique<Engine>(policy_, engine_config, tokenizer_);
+    }
     weight_sync_ = std::make_unique<WeightSync>(topo_.sync_group, static_cast<uint64_t>(c.sync_bucket_mb) << 20,
                                                 parse_sync_mode(c.param_sync_comm_type, "--param-sync-comm-type"));
   }
@@ -293,9 +302,15 @@ void TrainerRank::log_step(int64_t step, const torch::Tensor& rows, const Policy
                                                        {">=3", static_cast<int64_t>(sum(kStale3Plus))}}}};
   record.extra["weight_sync"] = {{"syncs", pending_.syncs}, {"bytes", pending_.sync_bytes},
                                  {"verified_workers", pending_.verified}};
+  double t_eval = 0;
+  if (evaluator_->due(step, total_steps)) {
+    const auto t0 = Clock::now();
+    record.extra["eval"] = evaluator_->run(*eval_engine_, step);
+    t_eval = seconds_since(t0);
+  }
   record.time = {{"generate", pending_.generate}, {"reward", pending_.reward},   {"wait", pending_.wait},
                  {"logprobs", update.logprob_seconds}, {"train", update.train_seconds},
-                 {"sync", pending_.sync},         {"total", seconds_since(last_step_end_)}};
+                 {"sync", pending_.sync},         {"eval", t_eval}, {"total", seconds_since(last_step_end_)}};
   metrics_file_ << to_json(record).dump() << "\n";
   metrics_file_.flush();
   if (step % c_.log_interval == 0 || step == total_steps) spdlog::info("{}", console_line(record));

@@ -1,15 +1,19 @@
 // Evaluation of a policy on a prompt dataset: generate n samples per prompt with the eval sampling
 // settings, grade them with the run's reward, and summarise (accuracy, pass@n, format accuracy,
-// mean length, truncation). Used by `rlcpp eval` and by the demo's before/after.
+// mean length, truncation). Used by `rlcpp eval`, the demo's before/after and the evaluation
+// during training.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
 #include "io/prompt_dataset.h"
 #include "reward/reward_function.h"
+#include "rl/run_config.h"
 #include "text/prompt_builder.h"
 
 namespace rlcpp {
@@ -33,6 +37,7 @@ struct EvalResult {
   int64_t prompts = 0, samples = 0;
   double accuracy = 0;          // correct samples / samples
   double pass_at_n = 0;         // prompts with a correct sample / prompts
+  double maj_at_n = 0;          // prompts whose most frequent extracted answer is correct / prompts
   double format_accuracy = 0;   // samples with an extractable answer / samples
   double reward_mean = 0;
   double response_length_mean = 0;
@@ -44,5 +49,31 @@ struct EvalResult {
 
 EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset& dataset, const RewardFunction& reward,
                     const EvalOptions& options);
+
+// One JSON line per sample (prompt, response, answer, correctness, ...).
+std::string eval_samples_jsonl(const EvalResult& result);
+
+// Evaluation during training (-ed, -ei): every eval set with the run's eval sampling settings,
+// graded with the run's reward type.
+class RunEvaluator {
+ public:
+  // Per-sample files go to --eval-save-dir/<project>/<set>/step-<n>.jsonl, by default
+  // run_dir/eval/<set>/step-<n>.jsonl.
+  RunEvaluator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer,
+               const std::filesystem::path& run_dir);
+  bool empty() const { return sets_.empty(); }
+  // Every -ei steps and at the end of the run.
+  bool due(int64_t step, int64_t total_steps) const;
+  // Evaluates every set with the engine's current weights: {"<set>": {accuracy, pass_at_n, ...}}.
+  nlohmann::ordered_json run(Engine& engine, int64_t step);
+
+ private:
+  const RunConfig& c_;
+  std::filesystem::path out_dir_;
+  std::vector<std::pair<std::string, PromptDataset>> sets_;
+  std::unique_ptr<PromptBuilder> prompts_;
+  RewardFunction reward_;
+  EvalOptions options_;
+};
 
 }  // namespace rlcpp

@@ -135,8 +135,8 @@ Setting field_setting(std::string name, std::string flags, std::string help, Ref
 
 template <typename Ref>
 Setting double_setting(std::string name, std::string flags, std::string help, Ref ref,
-                       std::vector<std::string> aliases = {}) {
-  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_double, std::move(aliases), false);
+                       std::vector<std::string> aliases = {}, bool may_differ = false) {
+  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_double, std::move(aliases), may_differ);
 }
 
 template <typename Ref>
@@ -201,7 +201,7 @@ std::vector<Setting> make_settings() {
   s.push_back(string_setting("runtime.dataset", "-d,--dataset", "training JSONL ({\"messages\", \"gt_answer\"})",
                              [](C& c) -> std::string& { return c.dataset; }, {"data_path"}));
   s.push_back(string_setting("runtime.eval_dataset", "--ed,--eval-dataset",
-                             "JSON map of eval sets {\"name\": \"path.jsonl\"} (not implemented yet)",
+                             "held-out sets as a JSON map {\"name\": \"path.jsonl\", ...}, evaluated every -ei steps",
                              [](C& c) -> std::string& { return c.eval_dataset; }, {}, true));
   s.push_back(int_setting("runtime.num_episodes", "-e,--num-episodes", "passes over the dataset",
                           [](C& c) -> int64_t& { return c.num_episodes; }, 1, {"num_episode"}, true));
@@ -367,10 +367,22 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.save_interval; }, 0, {"save_episode_interval"}, true));
   s.push_back(int_setting("logging.max_checkpoints", "--max-checkpoints", "keep the newest N checkpoints (0: all)",
                           [](C& c) -> int64_t& { return c.max_checkpoints; }, 0, {"max_data_ckpt_nums"}, true));
-  s.push_back(int_setting("logging.eval_interval", "--ei,--eval-interval", "steps between evaluations (not implemented yet)",
+  s.push_back(int_setting("logging.eval_interval", "--ei,--eval-interval",
+                          "steps between evaluations of -ed (<= 0: at the end only)",
                           [](C& c) -> int64_t& { return c.eval_interval; }, -1, {"eval_episode_interval"}, true));
-  s.push_back(string_setting("logging.eval_save_dir", "--esd,--eval-save-dir", "evaluation outputs (not implemented yet)",
+  s.push_back(string_setting("logging.eval_save_dir", "--esd,--eval-save-dir",
+                             "per-sample eval JSONL under DIR/<project>/<set>/ (default: the run directory's eval/)",
                              [](C& c) -> std::string& { return c.eval_save_dir; }, {}, true));
+  s.push_back(int_setting("logging.eval_n", "--eval-n", "samples per eval prompt (pass@n)",
+                          [](C& c) -> int64_t& { return c.eval_n; }, 1, {}, true));
+  s.push_back(double_setting("logging.eval_temperature", "--eval-temperature", "eval sampling temperature",
+                             [](C& c) -> double& { return c.eval_temperature; }, {}, true));
+  s.push_back(bool_setting("logging.eval_greedy", "--eval-greedy", "greedy eval decoding",
+                           [](C& c) -> bool& { return c.eval_greedy; }, {}, true));
+  s.push_back(int_setting("logging.eval_max_new_tokens", "--eval-max-new-tokens", "eval response budget (0: -mnt)",
+                          [](C& c) -> int64_t& { return c.eval_max_new_tokens; }, 0, {}, true));
+  s.push_back(int_setting("logging.eval_limit", "--eval-limit", "first N prompts of each eval set (0: all)",
+                          [](C& c) -> int64_t& { return c.eval_limit; }, 0, {}, true));
   s.push_back(string_setting("logging.rollout_save_dir", "--rsd,--rollout-save-dir",
                              "write rollouts (prompt, response, reward, ground truth) as JSONL under DIR/<project>",
                              [](C& c) -> std::string& { return c.rollout_save_dir; }, {}, true));
@@ -446,9 +458,11 @@ void reject_unimplemented(const RunConfig& c) {
     throw_user_error("--master_address/--master_port: rlcpp has no Ray or torch rendezvous to point at (mpirun "
                      "provides it: see the README's multi-node section); remove these flags");
   }
-  if (!c.eval_dataset.empty() || c.eval_interval > 0 || !c.eval_save_dir.empty()) {
-    throw_user_error("-ed/--eval-dataset, -ei/--eval-interval, -esd/--eval-save-dir: evaluation during training is not "
-                     "implemented yet; remove these settings");
+}
+
+void check_eval_sets(const RunConfig& c, bool files) {
+  for (const auto& [name, path] : eval_sets(c)) {
+    if (files && !fs::is_regular_file(path)) throw_user_error("-ed/--eval-dataset: set \"{}\": no such file {}", name, path);
   }
 }
 
@@ -460,10 +474,12 @@ void check_files(const RunConfig& c) {
   }
   ModelConfig::load(c.model);  // names an unsupported architecture
   if (!fs::is_regular_file(c.dataset)) throw_user_error("-d/--dataset {}: no such file", c.dataset);
+  check_eval_sets(c, true);
 }
 
 void validate(const RunConfig& c) {
   reject_unimplemented(c);
+  check_eval_sets(c, false);
   if (c.train_minibatch_size > c.train_batch_size) {
     throw_user_error("-tMbs/--train-minibatch-size {} must be between 1 and -tbs {} (train_batch_size >= "
                      "train_minibatch_size >= train_microbatch_size)", c.train_minibatch_size, c.train_batch_size);
@@ -597,6 +613,29 @@ std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& rec
     }
   }
   return out;
+}
+
+std::vector<std::pair<std::string, std::string>> eval_sets(const RunConfig& c) {
+  std::vector<std::pair<std::string, std::string>> sets;
+  if (c.eval_dataset.empty()) return sets;
+  nlohmann::ordered_json map;
+  try {
+    map = nlohmann::ordered_json::parse(c.eval_dataset);
+  } catch (const nlohmann::json::exception&) {
+    throw_user_error("-ed/--eval-dataset '{}': not a JSON map; give '{{\"name\": \"path.jsonl\", ...}}'", c.eval_dataset);
+  }
+  if (!map.is_object() || map.empty()) {
+    throw_user_error("-ed/--eval-dataset '{}': give a map of set names to JSONL files, e.g. '{{\"gsm8k\": \"test.jsonl\"}}'",
+                     c.eval_dataset);
+  }
+  for (const auto& [name, path] : map.items()) {
+    if (!path.is_string() || name.empty() || name.find_first_of("/\\") != std::string::npos) {
+      throw_user_error("-ed/--eval-dataset: \"{}\": {}; each set is \"name\": \"path.jsonl\" with a name without slashes",
+                       name, path.dump());
+    }
+    sets.emplace_back(name, path.get<std::string>());
+  }
+  return sets;
 }
 
 }  // namespace rlcpp

@@ -27,7 +27,7 @@ namespace rlcpp {
 struct RunConfig {
   // runtime
   std::string dataset;                 // training JSONL
-  std::string eval_dataset;            // {"name": "path.jsonl"} (evaluation: not yet)
+  std::string eval_dataset;            // {"name": "path.jsonl", ...}: held-out sets evaluated during training
   int64_t num_episodes = 1;            // passes over the dataset
   int64_t max_steps = 0;               // stop after this many steps (0: the episodes decide)
   uint64_t seed = 42;
@@ -76,8 +76,13 @@ struct RunConfig {
   std::string save_dir = "runs";
   int64_t save_interval = 0;           // steps between checkpoints (0: only at the end)
   int64_t max_checkpoints = 0;         // keep only the newest N step directories (0: all)
-  int64_t eval_interval = 0;
-  std::string eval_save_dir;
+  int64_t eval_interval = -1;          // steps between evaluations (<= 0: at the end only)
+  std::string eval_save_dir;           // per-sample JSONL under DIR/<project>/<set>/ ("": the run directory's eval/)
+  int64_t eval_n = 1;                  // samples per eval prompt (pass@n)
+  double eval_temperature = 0.6;
+  bool eval_greedy = false;
+  int64_t eval_max_new_tokens = 0;     // 0: -mnt
+  int64_t eval_limit = 0;              // first N prompts of each set (0: all)
   std::string rollout_save_dir;        // rollouts JSONL (prompts, responses, rewards), "" = off
   int64_t rollout_save_interval = 1;
   int64_t log_interval = 1;            // console line every N steps (metrics.jsonl: every step)
@@ -124,6 +129,9 @@ RunConfig resolve_run_config(const RawSettings& raw, bool check_files = true);
 // that --config reads back) and what a checkpoint records.
 nlohmann::ordered_json run_config_json(const RunConfig& config);
 std::string run_config_yaml(const RunConfig& config);
+
+// The eval sets of -ed, in the order given: (name, JSONL path). A malformed map is a UserError.
+std::vector<std::pair<std::string, std::string>> eval_sets(const RunConfig& config);
 
 // Settings that differ between a checkpoint's recorded configuration and this one and may not
 // (resume_may_differ false), as "name: recorded -> now".
