@@ -6,6 +6,7 @@
 
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
+#include "io/tfevents.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -236,4 +237,11 @@ TEST(CheckpointErrors, NoWeights) {
   TempDir dir;
   EXPECT_THROW_MSG(CheckpointReader{dir.path()}, UserError, "no weights in", "model.safetensors");
   EXPECT_THROW_MSG(CheckpointReader{dir / "missing"}, UserError, "does not exist");
+}
+
+// CRC-32C check values (RFC 3720 B.4 and the "123456789" check value of the Castagnoli CRC).
+TEST(TfEvents, Crc32cMatchesKnownValues) {
+  EXPECT_EQ(rlcpp::crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(rlcpp::crc32c(std::string(32, '\0')), 0x8A9136AAu);
+  EXPECT_EQ(rlcpp::crc32c(std::string(32, '\xff')), 0x62A8AB43u);
 }

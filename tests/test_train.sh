@@ -66,6 +66,44 @@ else
     diff <(metrics_of runs/full/metrics.jsonl) <(metrics_of runs/killed/metrics.jsonl) | head -6
   fi
 fi
+# TensorBoard: the killed-and-resumed run's event files, read by an independent reader that checks
+# every checksum, hold every number of metrics.jsonl at its step (float32), once TensorBoard's
+# restart rule (a SessionLog START at step s drops earlier files' events from s on) is applied.
+if python3 - runs/killed "$here/read_tfevents.py" <<'PY'
+import glob, json, subprocess, sys
+run, reader = sys.argv[1], sys.argv[2]
+files = sorted(glob.glob(f"{run}/events.out.tfevents.*"), key=lambda f: int(f.split(".")[3]) * 10**9 + int(f.split(".")[-1]))
+scalars, restarts = {}, 0
+for f in files:
+    for line in subprocess.run([sys.executable, reader, f], check=True, capture_output=True, text=True).stdout.splitlines():
+        e = json.loads(line)
+        if e.get("session_log", {}).get("1") == 1:  # START (field 1 status)
+            restarts += 1
+            scalars = {k: v for k, v in scalars.items() if k[0] < e["step"]}
+        for tag, value in e.get("scalars", {}).items():
+            scalars[(e["step"], tag)] = value
+def flat(prefix, v, out):
+    if isinstance(v, dict):
+        for k, c in v.items(): flat(f"{prefix}/{k}" if prefix else k, c, out)
+    elif isinstance(v, (int, float)) and not isinstance(v, bool) and prefix != "step":
+        out[prefix] = v
+expected = {}
+for line in open(f"{run}/metrics.jsonl"):
+    d = json.loads(line); out = {}; flat("", d, out)
+    for tag, v in out.items(): expected[(d["step"], tag)] = v
+bad = [k for k in expected if k not in scalars or abs(scalars[k] - expected[k]) > 1e-6 * max(1.0, abs(expected[k]))]
+extra = [k for k in scalars if k not in expected]
+print(f"     tensorboard: {len(files)} files, {len(scalars)} scalars, {restarts} restart(s), {len(bad)} wrong, {len(extra)} extra")
+sys.exit(0 if len(files) == 2 and restarts == 1 and not bad and not extra and len(expected) > 100 else 1)
+PY
+then ok tensorboard-events; else bad tensorboard-events; fi
+first_events=$(ls runs/full/events.out.tfevents.* | head -1)
+python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0x20; open("corrupt.tfevents", "wb").write(b)' "$first_events"
+if ! python3 "$here/read_tfevents.py" corrupt.tfevents > /dev/null 2> corrupt.err && grep -q 'checksum' corrupt.err; then
+  ok tensorboard-checksums
+else
+  bad tensorboard-checksums
+fi
 # A checkpoint continued with other settings is refused, naming them.
 other=(-m toy -d data.jsonl -g 2 -tbs 2 -tMbs 1 -tmbs 2 --mnt 12 -lr 1e-3 -sd runs "${reward[@]}" -ibs 4 --kl 0.05)
 out=$("$rlcpp" train "${other[@]}" --max-steps 8 -p other -cp runs/full/step-4 2>&1)

@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <deque>
-#include <fstream>
 
 #include "engine/engine.h"
 #include "io/prompt_dataset.h"
@@ -138,8 +137,7 @@ fs::path ColocatedRun::run() {
   if (resume_from_) {
     spdlog::info("resuming from {} (step {}, policy version {})", resume_from_->string(), first_step - 1, engine_->version());
   }
-  std::ofstream metrics_file(prepare_metrics_file(run_dir_, c_, resume_from_ ? std::optional(first_step - 1) : std::nullopt),
-                             std::ios::app);
+  RunLog log(run_dir_, c_, resume_from_ ? std::optional(first_step - 1) : std::nullopt);
   spdlog::info("training {} on {} ({} prompts): steps {}..{} of {} prompts x {} samples, {}", c_.model, c_.dataset, n_records,
                first_step, total_steps, c_.train_batch_size, c_.num_generations, c_.algo.name);
   for (int64_t step = first_step; step <= total_steps; ++step) {
@@ -182,9 +180,7 @@ fs::path ColocatedRun::run() {
     }
     record.time = {{"generate", t_generate_}, {"reward", t_reward_}, {"logprobs", t_logprobs_},
                    {"train", t_train_},       {"eval", t_eval},       {"total", seconds_since(step_start)}};
-    metrics_file << to_json(record).dump() << "\n";
-    metrics_file.flush();
-    if (step % c_.log_interval == 0 || step == total_steps) spdlog::info("{}", console_line(record));
+    log.write(record);
     if (!c_.rollout_save_dir.empty() && step % c_.rollout_save_interval == 0) save_rollouts(fs::path(c_.rollout_save_dir) / c_.project, step, batch, discarded);
     if ((c_.save_interval > 0 && step % c_.save_interval == 0) || step == total_steps) save_checkpoint(step);
   }

@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <deque>
-#include <fstream>
 
 #include "dist/gradient_sync.h"
 #include "dist/mpi.h"
@@ -97,7 +96,7 @@ class TrainerRank {
   int64_t synced_version_ = -1;
   int64_t rounds_ = 0;  // collected, for sync_frequency
   nlohmann::json in_flight_ = nlohmann::json::array();  // picks of the round the workers are generating
-  std::ofstream metrics_file_;
+  std::unique_ptr<RunLog> log_;
   Pending pending_;
   Clock::time_point last_step_end_;
 };
@@ -311,9 +310,7 @@ void TrainerRank::log_step(int64_t step, const torch::Tensor& rows, const Policy
   record.time = {{"generate", pending_.generate}, {"reward", pending_.reward},   {"wait", pending_.wait},
                  {"logprobs", update.logprob_seconds}, {"train", update.train_seconds},
                  {"sync", pending_.sync},         {"eval", t_eval}, {"total", seconds_since(last_step_end_)}};
-  metrics_file_ << to_json(record).dump() << "\n";
-  metrics_file_.flush();
-  if (step % c_.log_interval == 0 || step == total_steps) spdlog::info("{}", console_line(record));
+  log_->write(record);
   if (!c_.rollout_save_dir.empty() && step % c_.rollout_save_interval == 0) {
     save_rollouts(fs::path(c_.rollout_save_dir) / c_.project, step, trained, pending_.discarded);
   }
@@ -348,8 +345,7 @@ fs::path TrainerRank::run() {
     write_file_atomic(run_dir_ / "config.yaml", run_config_yaml(c_));
     const auto resumed = plan_["resume_from"].get<std::string>();
     if (!resumed.empty()) spdlog::info("resuming from {} (step {}, policy version {})", resumed, first_step - 1, version_);
-    metrics_file_.open(prepare_metrics_file(run_dir_, c_, resumed.empty() ? std::nullopt : std::optional(first_step - 1)),
-                       std::ios::app);
+    log_ = std::make_unique<RunLog>(run_dir_, c_, resumed.empty() ? std::nullopt : std::optional(first_step - 1));
     spdlog::info("training {} on {} ({} prompts): steps {}..{}; {} trainers x {} prompts x {} samples per step, {} "
                  "rollout workers x {} prompts per round, {}, -nb {}",
                  c_.model, c_.dataset, dataset_.records.size(), first_step, total_steps, T(), tbs, c_.num_generations,

@@ -8,6 +8,7 @@
 
 #include "io/prompt_dataset.h"
 #include "rl/run_checkpoint.h"
+#include "rl/step_record.h"
 #include "text/chat_example.h"
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
@@ -72,8 +73,7 @@ fs::path run_sft(const RunConfig& c) {
     spdlog::info("resuming from {} (step {})", resume_from->string(), first_step - 1);
   }
   write_file_atomic(run_dir / "config.yaml", run_config_yaml(c));
-  std::ofstream metrics_file(prepare_metrics_file(run_dir, c, resume_from ? std::optional(first_step - 1) : std::nullopt),
-                             std::ios::app);
+  RunLog log(run_dir, c, resume_from ? std::optional(first_step - 1) : std::nullopt);
   spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model, c.dataset, n, n_learned,
                first_step, total_steps, c.train_batch_size);
   for (int64_t step = first_step; step <= total_steps; ++step) {
@@ -91,12 +91,9 @@ fs::path run_sft(const RunConfig& c) {
     line["lr"] = m["lr"];
     line["optimizer_steps"] = trainer.n_steps();
     line["time"] = {{"train", seconds}, {"total", seconds}};
-    metrics_file << line.dump() << "\n";
-    metrics_file.flush();
-    if (step % c.log_interval == 0 || step == total_steps) {
-      spdlog::info("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps, cursor.epoch(),
-                   m["loss"], m["grad_norm"], m["lr"], seconds);
-    }
+    log.write(line, total_steps,
+              fmt::format("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps,
+                          cursor.epoch(), m["loss"], m["grad_norm"], m["lr"], seconds));
     if ((c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps) {
       save_run_checkpoint(c, run_dir, step, *policy, trainer.optimizer(),
                           {{"step", step}, {"data_cursor", cursor.state()}, {"optimizer_steps", trainer.n_steps()}});

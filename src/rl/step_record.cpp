@@ -1,7 +1,11 @@
 #include "rl/step_record.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include <functional>
+
+#include "rl/run_checkpoint.h"
 #include "util/file.h"
 
 namespace rlcpp {
@@ -57,6 +61,39 @@ std::string console_line(const StepRecord& r) {
     if (phase != "total") text += fmt::format(" {} {:.2f}s", phase, seconds);
   }
   return text;
+}
+
+void write_scalars(EventWriter& events, const nlohmann::ordered_json& line) {
+  std::vector<std::pair<std::string, double>> values;
+  std::function<void(const std::string&, const nlohmann::ordered_json&)> walk = [&](const std::string& tag,
+                                                                                   const nlohmann::ordered_json& v) {
+    if (v.is_object()) {
+      for (const auto& [key, child] : v.items()) walk(tag.empty() ? key : tag + "/" + key, child);
+    } else if (v.is_number() && tag != "step") {
+      values.emplace_back(tag, v.get<double>());
+    }
+  };
+  walk("", line);
+  events.add_scalars(values, line.at("step").get<int64_t>());
+}
+
+RunLog::RunLog(const std::filesystem::path& run_dir, const RunConfig& config, std::optional<int64_t> resumed_step)
+    : c_(config), metrics_(prepare_metrics_file(run_dir, config, resumed_step), std::ios::app),
+      events_(std::make_unique<EventWriter>(run_dir)) {
+  if (resumed_step) events_->restart_at(*resumed_step + 1);
+}
+
+RunLog::~RunLog() = default;
+
+void RunLog::write(const StepRecord& record) { write(to_json(record), record.total_steps, console_line(record)); }
+
+void RunLog::write(const nlohmann::ordered_json& line, int64_t total_steps, const std::string& console) {
+  metrics_ << line.dump() << "\n";
+  metrics_.flush();
+  write_scalars(*events_, line);
+  events_->flush();
+  const int64_t step = line.at("step").get<int64_t>();
+  if (step % c_.log_interval == 0 || step == total_steps) spdlog::info("{}", console);
 }
 
 void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<GroupRollout>& trained,

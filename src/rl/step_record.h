@@ -6,11 +6,16 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "io/tfevents.h"
 #include "rl/rollout.h"
+#include "rl/run_config.h"
 
 namespace rlcpp {
 
@@ -30,6 +35,28 @@ struct StepRecord {
 nlohmann::ordered_json to_json(const StepRecord& record);
 // The console line.
 std::string console_line(const StepRecord& record);
+
+// Where a run's step records go: a line of run_dir/metrics.jsonl each, every number in it as a
+// TensorBoard scalar (run_dir/events.out.tfevents.*, tags by path: "time/train",
+// "eval/gsm8k/accuracy"), and a console line every --log-interval steps and at the last step.
+class RunLog {
+ public:
+  // A fresh run, or one resumed after `resumed_step` (metrics.jsonl is rewound to it, and
+  // TensorBoard told to drop what earlier files hold from the next step on).
+  RunLog(const std::filesystem::path& run_dir, const RunConfig& config, std::optional<int64_t> resumed_step);
+  ~RunLog();
+  void write(const StepRecord& record);
+  // Any other run's line (SFT): metrics.jsonl and TensorBoard; `console` at the log interval.
+  void write(const nlohmann::ordered_json& line, int64_t total_steps, const std::string& console);
+
+ private:
+  const RunConfig& c_;
+  std::ofstream metrics_;
+  std::unique_ptr<EventWriter> events_;
+};
+
+// Every number of a metrics line as a scalar, tagged by its path; "step" is the step.
+void write_scalars(EventWriter& events, const nlohmann::ordered_json& line);
 
 // Writes DIR/step-N.jsonl: one line per sample of the trained and the filtered-out groups.
 void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<GroupRollout>& trained,
