@@ -12,6 +12,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin                           # process launch and CPU collectives
   clang libclang-rt-14-dev                             # libFuzzer targets
   python3                                              # the example external reward (standard library only)
+  chromium                                             # the report test renders the HTML in a real browser
+  iproute2 util-linux                                  # the two-host test: network namespaces and a veth pair
 )
 
 missing=()

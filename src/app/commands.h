@@ -17,5 +17,6 @@ void add_train_command(CLI::App& app);
 void add_init_command(CLI::App& app);
 void add_sft_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace rlcpp

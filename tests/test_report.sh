@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# `rlcpp report` on a real short run (eval set and rollout logs on), rendered by headless Chromium:
+# the page is self-contained (no network, no external scripts), every plot's plotting area holds
+# drawn lines (coloured pixels in the screenshot, where the page's layout block says the plot is),
+# and the gaps between plots hold none. Usage: test_report.sh RLCPP_BINARY
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_report.sh RLCPP_BINARY}")
+here=$(cd "$(dirname "$0")" && pwd)
+fixtures=${RLCPP_FIXTURES:-$RLCPP_DEFAULT_FIXTURES}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+failed=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; failed=1; }
+browser=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$browser" ]; then
+  echo "FAIL no chromium on the PATH: scripts/deps.sh installs Debian's chromium package"; exit 1
+fi
+
+"$here/make_toy_task.sh" "$rlcpp" "$fixtures" || bad toy-task
+"$rlcpp" train -m toy -d data.jsonl -g 4 -tbs 2 -tMbs 1 -tmbs 4 --mnt 8 -lr 3e-3 --max-steps 6 -sd runs -p rep \
+  --reward-cmd "python3 $here/data/digits_reward.py" -rsd rollouts -ed '{"toy": "data.jsonl"}' -ei 2 > train.log 2>&1 \
+  || { bad train; tail -5 train.log; }
+"$rlcpp" report runs/rep -o report.html > /dev/null && [ -s report.html ] && ok report-written || bad report-written
+"$rlcpp" report runs/nothing > missing.log 2>&1
+[ $? -eq 2 ] && grep -q 'runs/nothing: no metrics.jsonl there' missing.log && ok report-missing-run || bad report-missing-run
+
+# Self-contained: no URL but the SVG namespace, no external script, stylesheet or image.
+if ! grep -oE '(https?:)?//[a-zA-Z0-9.-]+' report.html | grep -v '^http://www.w3.org$' | grep -q . \
+   && ! grep -qiE '<(script|img|link|iframe)[^>]+(src|href)=' report.html \
+   && grep -q 'Sample rollouts' report.html && grep -q '<td>best</td>' report.html; then
+  ok report-self-contained
+else
+  bad report-self-contained
+fi
+
+"$browser" --headless --no-sandbox --disable-gpu --force-device-scale-factor=1 --hide-scrollbars \
+  --window-size=1280,1900 --screenshot="$tmp/shot.png" "file://$tmp/report.html" > browser.log 2>&1
+if [ ! -s shot.png ]; then bad screenshot; tail -5 browser.log; exit 1; fi
+if python3 - report.html shot.png <<'PY'
+import json, re, struct, sys, zlib
+
+def read_png(path):
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, width = 8, b"", 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4]); kind = data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]; pos += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and color in (2, 6) and interlace == 0, (depth, color, interlace)
+            channels = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+    raw, stride = zlib.decompress(idat), width * channels
+    rows, prev, p = [], bytearray(stride), 0
+    for _ in range(height):
+        f, line = raw[p], bytearray(raw[p + 1:p + 1 + stride]); p += 1 + stride
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b = prev[i]; c = prev[i - channels] if i >= channels else 0
+            if f == 1: line[i] = (line[i] + a) & 255
+            elif f == 2: line[i] = (line[i] + b) & 255
+            elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(line); prev = line
+    return width, height, channels, rows
+
+html = open(sys.argv[1]).read()
+layout = json.loads(re.search(r'<script type="application/json" id="plot-layout">(.*?)</script>', html, re.S).group(1))
+width, height, channels, rows = read_png(sys.argv[2])
+
+def coloured(x0, y0, w, h):  # pixels of a line's colour (not white, grey or text black)
+    n = 0
+    for y in range(y0, min(y0 + h, height)):
+        row = rows[y]
+        for x in range(x0, min(x0 + w, width)):
+            r, g, b = row[x * channels], row[x * channels + 1], row[x * channels + 2]
+            if max(r, g, b) - min(r, g, b) > 60: n += 1
+    return n
+
+failed = False
+for plot in layout:
+    n = coloured(plot["x"], plot["y"], plot["width"], plot["height"])
+    print(f"     {plot['title']:28s} {n:6d} line pixels")
+    failed |= n < 40
+gap = coloured(layout[0]["x"] + layout[0]["width"] + 30, layout[0]["y"], 8, layout[0]["height"])  # between the columns
+print(f"     {'gap between plots':28s} {gap:6d} line pixels")
+sys.exit(1 if failed or gap != 0 or len(layout) < 10 else 0)
+PY
+then ok plots-drawn-in-browser; else bad plots-drawn-in-browser; fi
+exit $failed
