@@ -38,12 +38,17 @@ base=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs
 
 # -t 1 -i 1 = colocated: the same prompts, samples, rewards and updates, step for step.
 OMP_NUM_THREADS=1 "$rlcpp" train "${base[@]}" -tbs 2 --max-steps 6 -p colocated > colocated.log 2>&1 || bad colocated-run
-run_mpi 2 "${base[@]}" -tbs 2 --max-steps 6 -t 1 -i 1 -p t1i1 > t1i1.log 2>&1 || bad t1i1-run
+run_mpi 2 "${base[@]}" -tbs 2 --max-steps 6 -t 1 -i 1 -p t1i1 --profile-dir prof > t1i1.log 2>&1 || bad t1i1-run
 if [ -s runs/colocated/metrics.jsonl ] && cmp -s <(metrics_of runs/colocated/metrics.jsonl) <(metrics_of runs/t1i1/metrics.jsonl); then
   ok same-steps-as-colocated
 else
   bad same-steps-as-colocated; diff <(metrics_of runs/colocated/metrics.jsonl) <(metrics_of runs/t1i1/metrics.jsonl) | head -4
 fi
+
+# --profile-dir: a Chrome trace per rank, spans nested, with each role's phases.
+python3 "$here/check_trace.py" prof/t1i1/trace.rank-0.json step collect_rollouts logprobs forward_backward optimizer \
+  weight_sync send recv && python3 "$here/check_trace.py" prof/t1i1/trace.rank-1.json round generate reward weight_sync send recv \
+  && ok profile-per-rank || bad profile-per-rank
 
 # Learning in three layouts (global batch 2, 3 or 4 prompts); every sync verified on every worker.
 check_learning() {  # NAME METRICS WORKERS MAX_STALENESS

@@ -183,6 +183,21 @@ out=$("$rlcpp" train --config offload.yaml -m toy -d data.jsonl 2>&1)
 [ $? -eq 2 ] && grep -q 'offload.yaml: runtime.offload_weights.*not implemented' <<<"$out" && ok run-file-unsupported \
   || { bad run-file-unsupported; echo "$out"; }
 
+# Progress: on a terminal (a pty from script(1)) a live line with the step, ETA and the phase's bar;
+# into a pipe, plain lines without a control character. --profile-dir: a Chrome trace whose spans nest.
+script -qfec "$rlcpp train -m toy -d data.jsonl -g 4 -tbs 2 -tMbs 1 -tmbs 4 --mnt 8 --max-steps 3 -sd runs -p tty" \
+  /dev/null > tty.out 2>&1 < /dev/null
+"$rlcpp" train -m toy -d data.jsonl -g 4 -tbs 2 -tMbs 1 -tmbs 4 --mnt 8 --max-steps 3 -sd runs -p pipe --profile-dir prof \
+  2>&1 | cat > pipe.out
+if grep -q $'\r\033\\[K.*step 2/3 ETA' tty.out && grep -q 'generate \[#*\.*\] [0-9]*/8 seqs' tty.out \
+   && grep -q 'train \[' tty.out && grep -q 'step 3/3' pipe.out && ! grep -q $'[\r\033]' pipe.out; then
+  ok progress-terminal-and-pipe
+else
+  bad progress-terminal-and-pipe; tail -c 400 tty.out | od -c | tail -5
+fi
+python3 "$here/check_trace.py" prof/pipe/trace.rank-0.json step generate reward logprobs forward_backward optimizer \
+  && ok profile-trace || bad profile-trace
+
 # Learning: on the toy task the mean reward of the last 5 of 30 steps is far above the first 5.
 "$rlcpp" train -m toy -d data.jsonl -g 8 -tbs 4 -tMbs 2 -tmbs 16 --mnt 8 -lr 3e-3 --kl 0 --max-steps 30 -sd runs \
   -p learn "${reward[@]}" > learn.log 2>&1 || bad learn-run

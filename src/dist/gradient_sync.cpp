@@ -1,10 +1,12 @@
 #include "dist/gradient_sync.h"
+#include "util/trace.h"
 
 #include <torch/torch.h>
 
 namespace rlcpp {
 
 void all_reduce_gradients(Communicator& comm, const std::vector<torch::Tensor>& params, uint64_t bucket_bytes) {
+  trace::Span span("allreduce_gradients");
   if (comm.size() == 1) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> bucket;

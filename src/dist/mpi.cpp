@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "util/error.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -82,6 +83,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void send_bytes(const std::string& bytes, int dest, int tag) override {
+    trace::Span span("send");
     uint64_t length = bytes.size();
     check(MPI_Send(&length, 1, MPI_UINT64_T, dest, tag, comm_), "Send");
     for (uint64_t offset = 0; offset < length; offset += kChunk) {
@@ -91,6 +93,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::string recv_bytes(int source, int tag) override {
+    trace::Span span("recv");
     uint64_t length = 0;
     check(MPI_Recv(&length, 1, MPI_UINT64_T, source, tag, comm_, MPI_STATUS_IGNORE), "Recv");
     std::string bytes(length, '\0');

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -51,6 +52,7 @@ WeightSync::WeightSync(std::shared_ptr<Communicator> group, uint64_t bucket_byte
 
 SyncStats WeightSync::sync(const NamedTensors& tensors, int64_t version,
                            const std::function<void(const NamedTensors&)>& apply) {
+  trace::Span span("weight_sync");
   const auto start = std::chrono::steady_clock::now();
   const bool sender = group_->rank() == 0;
   // The header (names, dtypes, shapes, bucket layout, version) goes first, as JSON.

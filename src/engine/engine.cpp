@@ -8,6 +8,7 @@
 #include "engine/sampler.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace rlcpp {
 
@@ -140,7 +141,11 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
     const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     (batch.prefill ? stats_.prefill_seconds : stats_.decode_seconds) += step_seconds;
     if (!batch.prefill) stats_.n_decode_tokens += static_cast<int64_t>(seqs.size());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    progress::phase("generate", scheduler.n_sequences() - scheduler.n_unfinished(), scheduler.n_sequences(),
+                    fmt::format("seqs {:.0f} tok/s", static_cast<double>(stats_.n_generated_tokens) / std::max(seconds, 1e-9)));
   }
+  progress::end_phase();
   RLCPP_CHECK(scheduler.check_blocks().empty(), "block accounting after generate: {}", scheduler.check_blocks());
   std::vector<GeneratedSample> out;
   for (int64_t id = 0; id < scheduler.n_sequences(); ++id) {

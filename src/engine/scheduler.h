@@ -88,6 +88,7 @@ class Scheduler {
   void finish(int64_t seq, FinishReason reason);
 
   bool done() const { return waiting_.empty() && running_.empty(); }
+  int64_t n_unfinished() const { return static_cast<int64_t>(waiting_.size() + running_.size()); }
   Sequence& sequence(int64_t id) { return *seqs_[static_cast<size_t>(id)]; }
   const Sequence& sequence(int64_t id) const { return *seqs_[static_cast<size_t>(id)]; }
   int64_t n_sequences() const { return static_cast<int64_t>(seqs_.size()); }

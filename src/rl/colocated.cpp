@@ -18,6 +18,8 @@
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/progress.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -116,6 +118,7 @@ void ColocatedRun::train_on(const std::vector<GroupRollout>& groups, std::map<st
 }
 
 void ColocatedRun::save_checkpoint(int64_t step) {
+  trace::write();
   nlohmann::json buffer = nlohmann::json::array();
   for (const auto& g : buffer_) buffer.push_back(to_json(g));
   save_run_checkpoint(c_, run_dir_, step, *policy_, trainer_->optimizer(),
@@ -140,7 +143,10 @@ fs::path ColocatedRun::run() {
   RunLog log(run_dir_, c_, resume_from_ ? std::optional(first_step - 1) : std::nullopt);
   spdlog::info("training {} on {} ({} prompts): steps {}..{} of {} prompts x {} samples, {}", c_.model, c_.dataset, n_records,
                first_step, total_steps, c_.train_batch_size, c_.num_generations, c_.algo.name);
+  start_profile(c_, 0, "rlcpp train");
+  const auto loop_start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
+    trace::Span step_span("step");
     const auto step_start = Clock::now();
     generated_groups_ = kept_groups_ = 0;
     t_generate_ = t_reward_ = t_logprobs_ = t_train_ = 0;
@@ -181,6 +187,7 @@ fs::path ColocatedRun::run() {
     record.time = {{"generate", t_generate_}, {"reward", t_reward_}, {"logprobs", t_logprobs_},
                    {"train", t_train_},       {"eval", t_eval},       {"total", seconds_since(step_start)}};
     log.write(record);
+    progress::run(step, total_steps, eta_seconds(seconds_since(loop_start), step - first_step + 1, total_steps - step));
     if (!c_.rollout_save_dir.empty() && step % c_.rollout_save_interval == 0) save_rollouts(fs::path(c_.rollout_save_dir) / c_.project, step, batch, discarded);
     if ((c_.save_interval > 0 && step % c_.save_interval == 0) || step == total_steps) save_checkpoint(step);
   }
@@ -188,6 +195,7 @@ fs::path ColocatedRun::run() {
     spdlog::info("prompts left out: {} over -mpt {}, {} under min_prompt_length {}", rollouts_->skipped_long(),
                  c_.max_prompt_tokens, rollouts_->skipped_short(), c_.min_prompt_length);
   }
+  trace::write();
   spdlog::info("done in {:.1f} s; run directory {}", seconds_since(run_start), run_dir_.string());
   return run_dir_;
 }

@@ -23,6 +23,8 @@
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/progress.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -98,7 +100,7 @@ class TrainerRank {
   nlohmann::json in_flight_ = nlohmann::json::array();  // picks of the round the workers are generating
   std::unique_ptr<RunLog> log_;
   Pending pending_;
-  Clock::time_point last_step_end_;
+  Clock::time_point last_step_end_, loop_start_;
 };
 
 TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
@@ -230,6 +232,7 @@ std::vector<GroupRollout> TrainerRank::gather(const std::vector<GroupRollout>& m
 }
 
 void TrainerRank::train_step(int64_t step) {
+  trace::Span span("step");
   std::vector<GroupRollout> batch;
   while (!buffer_.empty() && static_cast<int64_t>(batch.size()) < c_.train_batch_size) {
     batch.push_back(std::move(buffer_.front()));
@@ -311,6 +314,8 @@ void TrainerRank::log_step(int64_t step, const torch::Tensor& rows, const Policy
                  {"logprobs", update.logprob_seconds}, {"train", update.train_seconds},
                  {"sync", pending_.sync},         {"eval", t_eval}, {"total", seconds_since(last_step_end_)}};
   log_->write(record);
+  progress::run(step, total_steps, eta_seconds(seconds_since(loop_start_), step - plan_["first_step"].get<int64_t>() + 1,
+                                               total_steps - step));
   if (!c_.rollout_save_dir.empty() && step % c_.rollout_save_interval == 0) {
     save_rollouts(fs::path(c_.rollout_save_dir) / c_.project, step, trained, pending_.discarded);
   }
@@ -319,6 +324,7 @@ void TrainerRank::log_step(int64_t step, const torch::Tensor& rows, const Policy
 }
 
 void TrainerRank::save_checkpoint(int64_t step) {
+  trace::write();
   const auto all = gather(std::vector<GroupRollout>(buffer_.begin(), buffer_.end()));
   if (!leader()) return;
   nlohmann::json buffer = nlohmann::json::array();
@@ -353,12 +359,15 @@ fs::path TrainerRank::run() {
     sync_weights();  // the workers start from the trainers' weights (a resumed run's, too)
     if (first_step <= total_steps) send_round();
   }
-  last_step_end_ = Clock::now();
+  last_step_end_ = loop_start_ = Clock::now();
   int64_t rounds_since_step = 0;
   for (int64_t step = first_step; step <= total_steps;) {
     // One round: this trainer's share of the kept groups joins its buffer.
     const auto wait_start = Clock::now();
-    const RoundReceipt receipt = channel_->collect(buffer_);
+    const RoundReceipt receipt = [&] {
+      trace::Span wait("collect_rollouts");
+      return channel_->collect(buffer_);
+    }();
     if (leader()) {
       pending_.wait += seconds_since(wait_start);
       pending_.generated += receipt.generated;
@@ -393,6 +402,7 @@ fs::path TrainerRank::run() {
     for (int w = 0; w < I(); ++w) control({{"op", "stop"}}, w);
     spdlog::info("done in {:.1f} s; run directory {}", seconds_since(run_start), run_dir_.string());
   }
+  trace::write();
   return run_dir_;
 }
 
@@ -432,7 +442,10 @@ void RolloutWorker::run() {
   for (;;) {
     const auto message = unpack_message(topo_.world->recv_bytes(0, kControl), "control");
     const std::string op = message.at("op").get<std::string>();
-    if (op == "stop") return;
+    if (op == "stop") {
+      trace::write();
+      return;
+    }
     if (op == "sync") {
       const SyncStats stats = weight_sync_->sync({}, 0, [&](const NamedTensors& bucket) { engine_->update_weights(bucket); });
       engine_->set_version(stats.version);
@@ -440,6 +453,7 @@ void RolloutWorker::run() {
         topo_.world->send_bytes(std::to_string(weights_hash(policy_->named_weights())), 0, kHash);
       }
     } else if (op == "round") {
+      trace::Span span("round");
       std::vector<PromptPick> picks;
       for (const auto& p : message.at("picks")) picks.push_back(pick_from_json(p));
       RolloutRound round = generator_->generate(picks);
@@ -454,6 +468,7 @@ void RolloutWorker::run() {
 
 fs::path run_distributed(const RunConfig& given, const Topology& topology) {
   RunConfig config = given;
+  start_profile(config, topology.world->rank(), topology.describe());
   if (config.device == "cuda") {  // one device per rank: the rank's index on its machine
     const int devices = static_cast<int>(torch::cuda::device_count());
     if (devices > 0) config.device = fmt::format("cuda:{}", local_rank() % devices);

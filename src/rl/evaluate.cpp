@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "util/file.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -133,6 +134,7 @@ bool RunEvaluator::due(int64_t step, int64_t total_steps) const {
 
 nlohmann::ordered_json RunEvaluator::run(Engine& engine, int64_t step) {
   nlohmann::ordered_json figures = nlohmann::ordered_json::object();
+  trace::Span span("eval");
   for (const auto& [name, dataset] : sets_) {
     const EvalResult r = evaluate(engine, *prompts_, dataset, reward_, options_);
     auto summary = r.summary();

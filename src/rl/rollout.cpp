@@ -1,11 +1,13 @@
 #include "rl/rollout.h"
 
 #include <chrono>
+#include <optional>
 #include <numeric>
 
 #include "algo/advantages.h"
 #include "algo/dapo.h"
 #include "util/error.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -136,6 +138,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   const int64_t G = c_.num_generations;
   std::vector<std::vector<GeneratedSample>> by_request(requests.size(), std::vector<GeneratedSample>(static_cast<size_t>(G)));
   auto t0 = std::chrono::steady_clock::now();
+  std::optional<trace::Span> span(std::in_place, "generate");
   for (size_t begin = 0; begin < order.size(); begin += per_call) {
     std::vector<GenerationRequest> call;
     for (size_t k = begin; k < std::min(order.size(), begin + per_call); ++k) call.push_back(requests[order[k]]);
@@ -145,6 +148,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
     }
   }
   round.generate_seconds = seconds_since(t0);
+  span.emplace("reward");
   // Rewards (with DAPO's over-length shaping), advantages over the round, the group filter.
   t0 = std::chrono::steady_clock::now();
   std::vector<RewardInput> inputs;
@@ -156,6 +160,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   }
   const auto graded = reward_->score(inputs);
   round.reward_seconds = seconds_since(t0);
+  span.reset();
   std::vector<double> rewards(graded.size());
   std::vector<int64_t> correct(graded.size());
   const int64_t cache = c_.algo.overlong_cache > 0 ? c_.algo.overlong_cache : default_overlong_cache(sampling_.max_new_tokens);

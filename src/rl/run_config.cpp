@@ -390,6 +390,9 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.rollout_save_interval; }, 1, {}, true));
   s.push_back(int_setting("logging.log_interval", "--log-interval", "console line every N steps",
                           [](C& c) -> int64_t& { return c.log_interval; }, 1, {}, true));
+  s.push_back(string_setting("logging.profile_dir", "--profile-dir",
+                             "write a Chrome trace (Perfetto) of every phase per rank to DIR/<project>/trace.rank-<r>.json",
+                             [](C& c) -> std::string& { return c.profile_dir; }, {"profiler_dir"}, true));
   return s;
 }
 

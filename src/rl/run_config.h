@@ -86,6 +86,7 @@ struct RunConfig {
   std::string rollout_save_dir;        // rollouts JSONL (prompts, responses, rewards), "" = off
   int64_t rollout_save_interval = 1;
   int64_t log_interval = 1;            // console line every N steps (metrics.jsonl: every step)
+  std::string profile_dir;             // Chrome-trace JSON per rank under DIR/<project>/ ("" = off)
 
   bool distributed() const { return num_inferencers >= 1; }
   int64_t trainers() const { return std::max<int64_t>(1, num_trainers); }

@@ -14,6 +14,8 @@
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/progress.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -76,7 +78,10 @@ fs::path run_sft(const RunConfig& c) {
   RunLog log(run_dir, c, resume_from ? std::optional(first_step - 1) : std::nullopt);
   spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model, c.dataset, n, n_learned,
                first_step, total_steps, c.train_batch_size);
+  start_profile(c, 0, "rlcpp sft");
+  const auto loop_start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
+    trace::Span step_span("step");
     const auto step_start = Clock::now();
     std::vector<SftSample> batch;
     for (int64_t k = 0; k < c.train_batch_size; ++k) batch.push_back(examples[static_cast<size_t>(cursor.next())]);
@@ -94,7 +99,11 @@ fs::path run_sft(const RunConfig& c) {
     log.write(line, total_steps,
               fmt::format("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps,
                           cursor.epoch(), m["loss"], m["grad_norm"], m["lr"], seconds));
+    progress::run(step, total_steps,
+                  eta_seconds(std::chrono::duration<double>(Clock::now() - loop_start).count(), step - first_step + 1,
+                              total_steps - step));
     if ((c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps) {
+      trace::write();
       save_run_checkpoint(c, run_dir, step, *policy, trainer.optimizer(),
                           {{"step", step}, {"data_cursor", cursor.state()}, {"optimizer_steps", trainer.n_steps()}});
     }

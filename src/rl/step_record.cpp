@@ -7,6 +7,7 @@
 
 #include "rl/run_checkpoint.h"
 #include "util/file.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -75,6 +76,15 @@ void write_scalars(EventWriter& events, const nlohmann::ordered_json& line) {
   };
   walk("", line);
   events.add_scalars(values, line.at("step").get<int64_t>());
+}
+
+void start_profile(const RunConfig& c, int rank, const std::string& role) {
+  if (c.profile_dir.empty()) return;
+  trace::enable(std::filesystem::path(c.profile_dir) / c.project / fmt::format("trace.rank-{}.json", rank), rank, role);
+}
+
+double eta_seconds(double elapsed, int64_t steps_done, int64_t steps_left) {
+  return steps_done > 0 ? elapsed / static_cast<double>(steps_done) * static_cast<double>(steps_left) : -1.0;
 }
 
 RunLog::RunLog(const std::filesystem::path& run_dir, const RunConfig& config, std::optional<int64_t> resumed_step)

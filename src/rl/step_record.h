@@ -55,6 +55,12 @@ class RunLog {
   std::unique_ptr<EventWriter> events_;
 };
 
+// --profile-dir: starts the Chrome trace of this process (rank `rank`, shown as `role`).
+void start_profile(const RunConfig& config, int rank, const std::string& role);
+
+// Seconds left at the mean pace of the steps done so far.
+double eta_seconds(double elapsed, int64_t steps_done, int64_t steps_left);
+
 // Every number of a metrics line as a scalar, tagged by its path; "step" is the step.
 void write_scalars(EventWriter& events, const nlohmann::ordered_json& line);
 

@@ -5,6 +5,8 @@
 #include "algo/dapo.h"
 #include "util/error.h"
 #include "util/torch_format.h"
+#include "util/progress.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -80,7 +82,9 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
   std::vector<std::vector<float>> out;
   double entropy_sum = 0, entropy_tokens = 0;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
+  trace::Span span("logprobs");
   for (size_t begin = 0; begin < samples.size(); begin += micro) {
+    progress::phase("logprobs", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
     const size_t end = std::min(samples.size(), begin + micro);
     const PackedBatch batch = pack_samples(samples, begin, end);
     auto head = model.token_logprobs_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
@@ -140,7 +144,10 @@ TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const 
   const auto device = policy_->options().device;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   double counted_tokens = 0;
+  const auto n_micro = static_cast<int64_t>((minibatch.size() + micro - 1) / micro);
   for (size_t begin = 0; begin < minibatch.size(); begin += micro) {
+    trace::Span span("forward_backward");
+    progress::phase("train", static_cast<int64_t>(begin / micro), n_micro, "micro-batches");
     const size_t end = std::min(minibatch.size(), begin + micro);
     const PackedBatch batch = pack_samples(minibatch, begin, end);
     PolicyLossInputs in;
@@ -200,6 +207,7 @@ double Trainer::loss_tokens(const std::vector<TrainSample>& samples) const {
 }
 
 void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
+  trace::Span span("optimizer");
   if (gradient_reducer_) gradient_reducer_(policy_->parameters());
   double grad_norm = 0;
   if (config_.optimizer.max_grad_norm > 0) {
