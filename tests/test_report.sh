@@ -21,6 +21,29 @@ fi
 "$rlcpp" train -m toy -d data.jsonl -g 4 -tbs 2 -tMbs 1 -tmbs 4 --mnt 8 -lr 3e-3 --max-steps 6 -sd runs -p rep \
   --reward-cmd "python3 $here/data/digits_reward.py" -rsd rollouts -ed '{"toy": "data.jsonl"}' -ei 2 > train.log 2>&1 \
   || { bad train; tail -5 train.log; }
+# Evaluation during training: -ed every -ei 2 steps and at the end, figures and per-sample files.
+if python3 - runs/rep/metrics.jsonl <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps = [d["step"] for d in lines if "eval" in d]
+e = lines[-1]["eval"]["toy"]
+sys.exit(0 if steps == [2, 4, 6] and e["prompts"] == 8 and e["samples"] == 8 and 0 <= e["accuracy"] <= 1
+         and all(k in e for k in ("pass_at_n", "maj_at_n", "format_accuracy", "response_length_mean", "truncated_fraction")) else 1)
+PY
+then
+  [ "$(wc -l < runs/rep/eval/toy/step-6.jsonl)" -eq 8 ] && [ -s runs/rep/eval/toy/step-2.jsonl ] && ok eval-during-training \
+    || bad eval-during-training-files
+else
+  bad eval-during-training
+fi
+"$rlcpp" eval -m toy --eval-dataset '{"a": "data.jsonl", "b": "data.jsonl"}' --eval-n 2 --mnt 8 --json -o evals > evals.json 2> evals.log \
+  && python3 -c 'import json,sys; d = json.load(open("evals.json")); sys.exit(0 if list(d) == ["a", "b"] and d["a"]["samples"] == 16 else 1)' \
+  && [ "$(wc -l < evals/b.jsonl)" -eq 16 ] && ok eval-command-sets || bad eval-command-sets
+"$rlcpp" train -m toy -d data.jsonl -ed '{"x": "missing.jsonl"}' > bad-ed.log 2>&1
+[ $? -eq 2 ] && grep -q 'eval-dataset: set "x": no such file missing.jsonl' bad-ed.log && ok eval-set-missing || bad eval-set-missing
+"$rlcpp" train -m toy -d data.jsonl -ed 'data.jsonl' > bad-ed2.log 2>&1
+[ $? -eq 2 ] && grep -q 'not a JSON map' bad-ed2.log && ok eval-set-malformed || bad eval-set-malformed
+
 "$rlcpp" report runs/rep -o report.html > /dev/null && [ -s report.html ] && ok report-written || bad report-written
 "$rlcpp" report runs/nothing > missing.log 2>&1
 [ $? -eq 2 ] && grep -q 'runs/nothing: no metrics.jsonl there' missing.log && ok report-missing-run || bad report-missing-run
