@@ -11,17 +11,10 @@
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_dist_train.sh RLCPP_BINARY MPIEXEC}")
 mpiexec=${2:-mpirun}
-here=$(cd "$(dirname "$0")" && pwd)
-fixtures=${RLCPP_FIXTURES:-$RLCPP_DEFAULT_FIXTURES}
-tmp=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
 ns_a=rlcpp_a$$ ns_b=rlcpp_b$$
-cleanup() { ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-cd "$tmp"
+cleanup_extra() { ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-failed=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; failed=1; }
 # mpirun with one LibTorch thread per process (ranks share 2 cores; also makes runs comparable)
 run_mpi() { local np=$1; shift; timeout 300 "$mpiexec" --oversubscribe -x OMP_NUM_THREADS=1 -np "$np" "$rlcpp" train "$@"; }
 # metrics.jsonl without wall-clock and mode-specific fields, for comparing runs

@@ -5,13 +5,7 @@
 # and the gaps between plots hold none. Usage: test_report.sh RLCPP_BINARY
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_report.sh RLCPP_BINARY}")
-here=$(cd "$(dirname "$0")" && pwd)
-fixtures=${RLCPP_FIXTURES:-$RLCPP_DEFAULT_FIXTURES}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-failed=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; failed=1; }
+source "$(dirname "$0")/lib.sh"
 browser=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$browser" ]; then
   echo "FAIL no chromium on the PATH: scripts/deps.sh installs Debian's chromium package"; exit 1

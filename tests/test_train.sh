@@ -4,13 +4,7 @@
 # ChatLearn's names, and a toy task whose reward must rise. Usage: test_train.sh RLCPP_BINARY
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_train.sh RLCPP_BINARY}")
-here=$(cd "$(dirname "$0")" && pwd)
-fixtures=${RLCPP_FIXTURES:-$RLCPP_DEFAULT_FIXTURES}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-failed=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; failed=1; }
+source "$(dirname "$0")/lib.sh"
 lines() { if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi; }
 # metrics.jsonl without the wall-clock fields, for comparing runs
 metrics_of() { python3 -c 'import json,sys
