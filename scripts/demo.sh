@@ -35,5 +35,6 @@ print(f"{'format accuracy':28s}{100 * before['format_accuracy']:9.1f}%{100 * aft
 print(f"{'mean response length':28s}{before['response_length_mean']:10.1f}{after['response_length_mean']:10.1f}")
 curve = "  ".join(f"{r['step']}:{r['reward_mean']:.2f}" for r in rows if r["step"] == 1 or r["step"] % 10 == 0)
 print(f"\ntraining reward (step:mean)  {curve}")
-print(f"wall time {sys.argv[4]} s; run directory {sys.argv[5]} (metrics.jsonl, config.yaml, step-*/)")
+print(f"wall time {sys.argv[4]} s; run directory {sys.argv[5]} (metrics.jsonl, TensorBoard events, config.yaml, step-*/)")
 PY
+"$rlcpp" report "$run_dir" > /dev/null && echo "report of the run: $run_dir/report.html (open it in a browser)"
