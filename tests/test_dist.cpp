@@ -159,7 +159,7 @@ TEST(Dist, TwoTrainersWithHalfTheSamplesEqualOneWithAll) {
 
 // The same through the run's own step (update_policy): a fixed source of 4 groups, one trainer
 // with -tbs 4 -tMbs 2 against two with -tbs 2 -tMbs 1 each (group g on trainer g % 2, so each
-// global mini-batch holds the same groups), 3 steps.
+// global mini-batch holds the same groups), 3 steps, the last with every group on trainer 0.
 TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
   auto world = mpi_world();
   if (world->size() < 2) GTEST_SKIP() << "needs mpirun -np >= 2";
@@ -194,10 +194,18 @@ TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
   auto dp = make(dp_model, half);
   dp->set_gradient_reducer([&](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*trainers, params, 4096); });
   const int me = trainers->rank();
-  const std::vector<GroupRollout> mine = {source[static_cast<size_t>(me)], source[static_cast<size_t>(me + 2)]};
+  // Balanced (group g on trainer g % 2) for two steps, then a step where trainer 1 holds nothing
+  // (a partial step under dynamic batching): it must still take part in every collective.
+  const std::vector<GroupRollout> balanced = {source[static_cast<size_t>(me)], source[static_cast<size_t>(me + 2)]};
+  const std::vector<GroupRollout> lopsided = me == 0 ? source : std::vector<GroupRollout>{};
+  RunConfig lopsided_config = half;
+  lopsided_config.train_batch_size = 4;
+  lopsided_config.train_minibatch_size = 2;
   for (int step = 0; step < 3; ++step) {
+    const bool last = step == 2;
+    const auto& mine = last ? lopsided : balanced;
     const auto a = update_policy(*single, whole, source);
-    const auto b = update_policy(*dp, half, mine, trainers.get());
+    const auto b = update_policy(*dp, last ? lopsided_config : half, mine, trainers.get());
     EXPECT_EQ(a.metrics.at("optimizer_updates"), 2);
     EXPECT_EQ(b.metrics.at("optimizer_updates"), 2);
     EXPECT_NEAR(a.metrics.at("loss"), b.metrics.at("loss"), 1e-9) << "step " << step;  // the whole step's loss on both
