@@ -33,7 +33,7 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
       throw_user_error("mpirun started {} processes but -i is not set: give -t T -i I with T + I = {}, or run without "
                        "mpirun for the colocated mode", world->size(), world->size());
     }
-  } catch (const UserError& e) {
+  } catch (const std::exception& e) {  // any failure: the other ranks must hear of it, not wait
     error = e.what();
   }
   if (world->size() == 1) {
