@@ -4,8 +4,10 @@
 // names; `--config run.yaml` gives them in a file.
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "app/commands.h"
 #include "app/run_flags.h"
@@ -75,6 +77,9 @@ void add_train_command(CLI::App& app) {
     } catch (const std::exception& e) {
       const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
       std::cerr << topology->describe() << (user ? " error: " : " internal error: ") << e.what() << std::endl;
+      // The launcher forwards each rank's output asynchronously, and an abort tears the job down at
+      // once: a moment's grace lets the cause reach the user before the job ends.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
       world->abort(user ? 2 : 3);
     }
   });
