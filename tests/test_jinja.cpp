@@ -2,7 +2,7 @@
 // loop variables, and errors that name the construct and position.
 #include "test_util.h"
 #include "text/chat_template.h"
-#include "text/jinja.h"
+#include "text/jinja/template.h"
 #include "util/error.h"
 
 using namespace rlcpp;

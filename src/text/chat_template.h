@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "text/jinja.h"
+#include "text/jinja/template.h"
 
 namespace rlcpp {
 

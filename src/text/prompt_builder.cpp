@@ -4,10 +4,11 @@
 
 namespace rlcpp {
 
-PromptOverflow parse_prompt_overflow(const std::string& name, const std::string& flag) {
-  if (name == "truncate_left") return PromptOverflow::kTruncateLeft;
-  if (name == "drop") return PromptOverflow::kDrop;
-  throw_user_error("{}: unknown overflow policy \"{}\" (use truncate_left or drop)", flag, name);
+const EnumTable<PromptOverflow>& prompt_overflows() {
+  static const EnumTable<PromptOverflow> table(
+      "overflow policy", {{PromptOverflow::kTruncateLeft, "truncate_left", "keep the last max-prompt-tokens tokens"},
+                          {PromptOverflow::kDrop, "drop", "leave the prompt out"}});
+  return table;
 }
 
 std::string default_system_prompt(const std::string& reward_type) {

@@ -10,13 +10,13 @@
 #include "io/prompt_dataset.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
+#include "util/enum_table.h"
 
 namespace rlcpp {
 
 enum class PromptOverflow { kTruncateLeft, kDrop };
 
-// "truncate_left" | "drop"; anything else is a UserError naming `flag`.
-PromptOverflow parse_prompt_overflow(const std::string& name, const std::string& flag);
+const EnumTable<PromptOverflow>& prompt_overflows();
 
 // The reference system's system prompt for a reward type ("boxed", "think_answer_tags",
 // "answer_line"); empty for an unknown type.

@@ -1,4 +1,4 @@
-#include "text/jinja_value.h"
+#include "text/jinja/value.h"
 
 #include <fmt/format.h>
 
