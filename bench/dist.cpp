@@ -11,8 +11,8 @@
 #include <cstdlib>
 
 #include "bench_util.h"
-#include "dist/mpi.h"
-#include "dist/weight_sync.h"
+#include "parallel/mpi.h"
+#include "parallel/weight_sync.h"
 #include "model/transformer.h"
 #include "rl/rollout_channel.h"
 
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   NamedTensors weights;
   if (world->rank() == 0) {
     ModelOptions options;
-    options.dtype = parse_dtype(dtype, "--dtype");
+    options.dtype = dtypes().parse(dtype, "--dtype");
     Transformer model(qwen25_05b_config(layers), options);
     weights = model.named_weights();
   }

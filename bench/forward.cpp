@@ -66,7 +66,7 @@ double measure_head(const std::string& self, const Args& args, int64_t length, b
 
 void run_model(const Args& args) {
   ModelOptions options;
-  options.dtype = parse_dtype(args.dtype, "--dtype");
+  options.dtype = dtypes().parse(args.dtype, "--dtype");
   options.logprob_chunk_tokens = args.chunk;
   const auto config = qwen25_05b_config(args.layers);
   auto start = std::chrono::steady_clock::now();

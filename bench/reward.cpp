@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     }
     const double seconds = seconds_since(start);
     std::printf("%-18s %9.0f responses/s  (%ld graded in %.2f s, mean %zu chars, %.0f%% correct)\n",
-                to_string(type).c_str(), n / seconds, static_cast<long>(n), seconds, bytes / cases.size(),
+                reward_types().name(type).c_str(), n / seconds, static_cast<long>(n), seconds, bytes / cases.size(),
                 100.0 * correct / n);
   }
   return 0;

@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
-# Layers only point down (DESIGN.md): a file under src/<layer>/ may include only its own layer or lower ones.
+# The layer rules of DESIGN.md as a table: each folder under src/ names the folders it may include
+# (besides itself). Any other include fails the check, so the forbidden pairs DESIGN lists
+# (engine<->train, parallel->engine/train/rl, algo/reward->io, model->engine/train) cannot creep in,
+# and neither can any upward include. A folder missing from the table fails too: a new layer gets
+# its line here and in DESIGN.md at the same time.
+#   check_layering.sh SRC_DIR
 set -euo pipefail
 src=${1:?usage: check_layering.sh SRC_DIR}
-layers=(util io text model engine reward algo train dist rl app)
-rank() { for i in "${!layers[@]}"; do [ "${layers[$i]}" = "$1" ] && { echo "$i"; return; }; done; echo -1; }
-bad=0
+
+declare -A allowed=(
+  [util]=""
+  [kernels]="util"
+  [io]="util"
+  [text]="util io"
+  [model]="util kernels io"
+  [engine]="util kernels io text model"
+  [reward]="util"
+  [algo]="util"
+  [train]="util kernels io model algo"
+  [parallel]="util io"
+  [rl]="util kernels io text model engine reward algo train parallel"
+  [serve]="util kernels io text model engine reward"
+  [app]="util kernels io text model engine reward algo train parallel rl serve"
+)
+
+bad=0 includes=0
 for dir in "$src"/*/; do
   layer=$(basename "$dir")
-  own=$(rank "$layer")
-  if [ "$own" -lt 0 ]; then echo "src/$layer is not a layer of DESIGN.md"; bad=1; continue; fi
-  while IFS=: read -r file _ include; do
+  if [ -z "${allowed[$layer]+set}" ]; then
+    echo "src/$layer/ is not a layer of DESIGN.md: add it to the table in $0 (and to DESIGN.md)"
+    bad=1
+    continue
+  fi
+  while IFS=: read -r file line include; do
     target=$(sed -E 's/.*#include "([a-z_]+)\/.*/\1/' <<<"$include")
-    [ "$(rank "$target")" -le "$own" ] || { echo "$file includes $target/ (a higher layer than $layer/)"; bad=1; }
+    includes=$((includes + 1))
+    [ "$target" = "$layer" ] && continue
+    if [[ " ${allowed[$layer]} " != *" $target "* ]]; then
+      echo "${file#"$src"/}:$line includes $target/: $layer/ may include only ${allowed[$layer]:-nothing} (DESIGN.md layers)"
+      bad=1
+    fi
   done < <(grep -rnE '^#include "[a-z_]+/' "$dir" || true)
 done
-[ $bad -eq 0 ] && echo "layering ok: ${#layers[@]} layers, no upward include"
+[ $bad -eq 0 ] && echo "layering ok: ${#allowed[@]} layers, $includes project includes, each to an allowed layer"
 exit $bad

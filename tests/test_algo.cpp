@@ -49,7 +49,7 @@ TEST(Advantages, HandComputed) {
   AdvantageConfig rpp{AdvantageEstimator::kReinforcePpBaseline};
   const double batch_std = std::sqrt((0.25 + 0.25) / 3.0);  // of {0.5, -0.5, 0, 0}
   expect_values(compute_advantages(t64({1, 0, 3, 3}), 2, rpp), {0.5 / (batch_std + 1e-4), -0.5 / (batch_std + 1e-4), 0, 0});
-  EXPECT_THROW_MSG(parse_advantage_estimator("ppo", "--adv"), UserError, "--adv", "grpo, dr_grpo, rloo");
+  EXPECT_THROW_MSG(advantage_estimators().parse("ppo", "--adv"), UserError, "--adv", "grpo, dr_grpo, rloo");
 }
 
 TEST(PolicyLoss, ClippedSurrogateHandComputed) {
@@ -171,7 +171,7 @@ TEST(PolicyLoss, GradientAccumulationIsExactInEveryMode) {
     };
     auto full = grad_of(0, b);
     auto accumulated = torch::cat({grad_of(0, 2), grad_of(2, 5), grad_of(5, 6)});
-    EXPECT_LT((full - accumulated).abs().max().item<double>(), 1e-12) << to_string(mode);  // issue bound: 1e-6
+    EXPECT_LT((full - accumulated).abs().max().item<double>(), 1e-12) << loss_aggregations().name(mode);  // issue bound: 1e-6
   }
 }
 

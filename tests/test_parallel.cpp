@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dist/gradient_sync.h"
-#include "dist/mpi.h"
-#include "dist/topology.h"
-#include "dist/weight_sync.h"
+#include "parallel/gradient_sync.h"
+#include "parallel/mpi.h"
+#include "parallel/topology.h"
+#include "parallel/weight_sync.h"
 #include "rl/policy_update.h"
 #include "rl/rollout_channel.h"
 #include "test_util.h"

@@ -42,7 +42,7 @@ TEST(Reward, TableOfResponses) {
   int n = 0;
   while (std::getline(in, line)) {
     auto c = nlohmann::json::parse(line);
-    const auto type = parse_reward_type(c["type"].get<std::string>(), "type");
+    const auto type = reward_types().parse(c["type"].get<std::string>(), "type");
     const bool truncated = c.value("truncated", false);
     const auto r = grade_response(type, c["response"].get<std::string>(), c["gt_answer"].get<std::string>(), truncated);
     const std::string where = "case " + std::to_string(n + 1) + ": " + line;
@@ -67,7 +67,7 @@ TEST(Reward, ScalesIncludingTheReferenceTenToZero) {
   EXPECT_EQ(grade_response(RewardType::kBoxed, "\\boxed{4}", "3", false, graded).reward, -0.5);
   EXPECT_EQ(grade_response(RewardType::kBoxed, "no box", "3", false, graded).reward, -1.0);
   EXPECT_EQ(grade_response(RewardType::kBoxed, "\\boxed{3}", "3", true, graded).reward, -0.25);
-  EXPECT_THROW_MSG(parse_reward_type("regex", "-rt"), UserError, "-rt", "boxed, think_answer_tags or answer_line");
+  EXPECT_THROW_MSG(reward_types().parse("regex", "-rt"), UserError, "-rt", "boxed, think_answer_tags, answer_line");
 }
 
 TEST(MathEqual, HostileInputIsBoundedInTime) {

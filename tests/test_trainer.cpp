@@ -135,7 +135,7 @@ TEST(Trainer, ScheduleAndErrors) {
   config.optimizer.lr = 1.0;
   config.optimizer.warmup_steps = 2;
   config.optimizer.total_steps = 6;
-  config.optimizer.lr_schedule = "cosine";
+  config.optimizer.lr_schedule = LrSchedule::kCosine;
   Trainer trainer(model, nullptr, config);
   EXPECT_DOUBLE_EQ(trainer.current_lr(), 0.5);  // warm-up step 1 of 2
   config.loss.kl_coef = 0.1;

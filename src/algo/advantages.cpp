@@ -5,22 +5,15 @@
 
 namespace rlcpp {
 
-AdvantageEstimator parse_advantage_estimator(const std::string& name, const std::string& flag) {
-  if (name == "grpo") return AdvantageEstimator::kGrpo;
-  if (name == "dr_grpo") return AdvantageEstimator::kDrGrpo;
-  if (name == "rloo") return AdvantageEstimator::kRloo;
-  if (name == "reinforce_pp_baseline") return AdvantageEstimator::kReinforcePpBaseline;
-  throw_user_error("{}: unknown advantage estimator \"{}\" (grpo, dr_grpo, rloo, reinforce_pp_baseline)", flag, name);
-}
-
-std::string to_string(AdvantageEstimator estimator) {
-  switch (estimator) {
-    case AdvantageEstimator::kGrpo: return "grpo";
-    case AdvantageEstimator::kDrGrpo: return "dr_grpo";
-    case AdvantageEstimator::kRloo: return "rloo";
-    case AdvantageEstimator::kReinforcePpBaseline: return "reinforce_pp_baseline";
-  }
-  return "?";
+const EnumTable<AdvantageEstimator>& advantage_estimators() {
+  static const EnumTable<AdvantageEstimator> table(
+      "advantage estimator",
+      {{AdvantageEstimator::kGrpo, "grpo", "(r - group mean) / (group std + eps)"},
+       {AdvantageEstimator::kDrGrpo, "dr_grpo", "r - group mean (no std division)"},
+       {AdvantageEstimator::kRloo, "rloo", "leave-one-out baseline: (r - group mean) * G / (G - 1)"},
+       {AdvantageEstimator::kReinforcePpBaseline, "reinforce_pp_baseline",
+        "r - group mean, then whitened over the batch (REINFORCE++ with baseline)"}});
+  return table;
 }
 
 torch::Tensor compute_advantages(const torch::Tensor& rewards, int64_t group_size, const AdvantageConfig& config) {

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "util/enum_table.h"
+
 namespace rlcpp {
 
 enum class AdvantageEstimator {
@@ -14,8 +16,7 @@ enum class AdvantageEstimator {
   kReinforcePpBaseline  // r - group mean, then whitened over the whole batch
 };
 
-AdvantageEstimator parse_advantage_estimator(const std::string& name, const std::string& flag);
-std::string to_string(AdvantageEstimator estimator);
+const EnumTable<AdvantageEstimator>& advantage_estimators();
 
 struct AdvantageConfig {
   AdvantageEstimator estimator = AdvantageEstimator::kGrpo;

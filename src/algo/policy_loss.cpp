@@ -5,27 +5,23 @@
 
 namespace rlcpp {
 
-LossAggregation parse_loss_aggregation(const std::string& name, const std::string& flag) {
-  if (name == "token_level") return LossAggregation::kTokenLevel;
-  if (name == "sample_level") return LossAggregation::kSampleLevel;
-  if (name == "seq_mean_token_sum_norm") return LossAggregation::kSeqMeanTokenSumNorm;
-  throw_user_error("{}: unknown loss aggregation \"{}\" (token_level, sample_level, seq_mean_token_sum_norm)", flag, name);
+const EnumTable<LossAggregation>& loss_aggregations() {
+  static const EnumTable<LossAggregation> table(
+      "loss aggregation",
+      {{LossAggregation::kTokenLevel, "token_level", "token losses summed over the mini-batch / its response tokens (DAPO)"},
+       {LossAggregation::kSampleLevel, "sample_level", "each sample's token mean, averaged over samples (GRPO paper)"},
+       {LossAggregation::kSeqMeanTokenSumNorm, "seq_mean_token_sum_norm",
+        "each sample's token sum / a constant (max new tokens), averaged over samples (Dr.GRPO)"}});
+  return table;
 }
 
-KlEstimator parse_kl_estimator(const std::string& name, const std::string& flag) {
-  if (name == "k1") return KlEstimator::kK1;
-  if (name == "k2") return KlEstimator::kK2;
-  if (name == "k3") return KlEstimator::kK3;
-  throw_user_error("{}: unknown KL estimator \"{}\" (k1, k2, k3)", flag, name);
-}
-
-std::string to_string(LossAggregation aggregation) {
-  switch (aggregation) {
-    case LossAggregation::kTokenLevel: return "token_level";
-    case LossAggregation::kSampleLevel: return "sample_level";
-    case LossAggregation::kSeqMeanTokenSumNorm: return "seq_mean_token_sum_norm";
-  }
-  return "?";
+const EnumTable<KlEstimator>& kl_estimators() {
+  static const EnumTable<KlEstimator> table(
+      "KL estimator", {{KlEstimator::kK1, "k1", "log(pi/pi_ref): unbiased, high variance"},
+                       {KlEstimator::kK2, "k2", "(log(pi/pi_ref))^2 / 2"},
+                       {KlEstimator::kK3, "k3", "pi_ref/pi - log(pi_ref/pi) - 1: unbiased, non-negative (GRPO)",
+                        {"low_var_kl"}}});
+  return table;
 }
 
 torch::Tensor kl_penalty(const torch::Tensor& logprobs, const torch::Tensor& ref_logprobs, KlEstimator estimator,
@@ -70,7 +66,7 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
   RLCPP_CHECK(config.aggregation != LossAggregation::kTokenLevel || in.global_tokens > 0,
               "token-level loss needs the mini-batch's global token count, got {}", in.global_tokens);
   RLCPP_CHECK(config.aggregation == LossAggregation::kTokenLevel || in.global_samples > 0,
-              "{} loss needs the mini-batch's global sample count, got {}", to_string(config.aggregation),
+              "{} loss needs the mini-batch's global sample count, got {}", loss_aggregations().name(config.aggregation),
               in.global_samples);
   const auto dtype = in.logprobs.scalar_type();
   auto mask = in.mask.to(dtype);

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "util/enum_table.h"
+
 namespace rlcpp {
 
 enum class LossAggregation {
@@ -19,9 +21,8 @@ enum class LossAggregation {
 };
 enum class KlEstimator { kK1, kK2, kK3 };
 
-LossAggregation parse_loss_aggregation(const std::string& name, const std::string& flag);
-KlEstimator parse_kl_estimator(const std::string& name, const std::string& flag);
-std::string to_string(LossAggregation aggregation);
+const EnumTable<LossAggregation>& loss_aggregations();
+const EnumTable<KlEstimator>& kl_estimators();
 
 struct PolicyLossConfig {
   double clip_eps_low = 0.2;               // ratio floor 1 - eps_low

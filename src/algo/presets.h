@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "algo/advantages.h"
@@ -27,5 +28,7 @@ struct AlgoConfig {
 // seq-mean-token-sum-norm. RLOO: leave-one-out baseline, token-level. REINFORCE_PP: batch-whitened
 // baseline, token-level. Names are case-insensitive; an unknown one is a UserError naming `flag`.
 AlgoConfig algo_preset(const std::string& name, const std::string& flag);
+// The presets' names, "GRPO | DAPO | ...".
+std::string algo_preset_names(std::string_view separator = " | ");
 
 }  // namespace rlcpp

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "app/setting_flags.h"
 #include "rl/run_config.h"
 #include "rl/evaluate.h"
 #include "text/tokenizer.h"
@@ -29,7 +30,7 @@ struct EvalArgs {
 };
 
 void run_eval(EvalArgs a) {
-  const RewardType type = parse_reward_type(a.reward_type, "-rt/--reward-type");
+  const RewardType type = reward_types().parse(a.reward_type, "-rt/--reward-type");
   auto tokenizer = Tokenizer::from_dir(a.model);
   auto model = Transformer::from_pretrained(a.model, model_options_from_flags(a.dtype, a.device));
   model->eval();
@@ -86,24 +87,24 @@ void add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   a->options.sampling.temperature = 0.6;
   a->options.sampling.max_new_tokens = 1024;
-  cmd->add_option("-m,--model", a->model, "Hugging Face model directory")->required();
+  add_setting_flag(cmd, "model.path", a->model)->required();
   cmd->add_option("-d,--dataset", a->dataset, "JSONL of prompts with gt_answer");
   cmd->add_option("--ed,--eval-dataset", a->eval_dataset, "several sets as a JSON map {\"name\": \"path.jsonl\", ...}");
-  cmd->add_option("--rt,--reward-type", a->reward_type, "boxed | think_answer_tags | answer_line")->capture_default_str();
+  add_setting_flag(cmd, "rollout.reward_type", a->reward_type);
   cmd->add_option("-n,--eval-n", a->options.n, "samples per prompt (pass@n)")->capture_default_str();
-  cmd->add_option("--temp,--temperature", a->options.sampling.temperature, "sampling temperature")->capture_default_str();
+  add_setting_flag(cmd, "rollout.temperature", a->options.sampling.temperature);
   cmd->add_flag("--eval-greedy,--greedy", a->greedy, "greedy decoding");
-  cmd->add_option("--topp,--top-p", a->options.sampling.top_p, "1: off")->capture_default_str();
-  cmd->add_option("--mnt,--max-new-tokens", a->options.sampling.max_new_tokens)->capture_default_str();
+  add_setting_flag(cmd, "rollout.top_p", a->options.sampling.top_p);
+  add_setting_flag(cmd, "rollout.max_new_tokens", a->options.sampling.max_new_tokens);
   cmd->add_option("--limit", a->options.limit, "only the first N prompts (0: all)")->capture_default_str();
   cmd->add_option("--seed", a->options.seed, "sampling seed")->capture_default_str();
-  cmd->add_option("-s,--system-prompt", a->system_prompt, "system prompt (default: the reward type's)");
-  cmd->add_option("--mpt,--max-prompt-tokens", a->max_prompt_tokens, "truncate prompts from the left (0: off)");
+  add_setting_flag(cmd, "rollout.system_prompt", a->system_prompt);
+  add_setting_flag(cmd, "rollout.max_prompt_tokens", a->max_prompt_tokens);
   cmd->add_option("-o,--output", a->output, "per-sample JSONL");
   cmd->add_flag("--json", a->json, "print the summary as one JSON object");
-  cmd->add_option("--dtype", a->dtype, "float32 | bfloat16")->capture_default_str();
-  cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
-  cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache budget")->capture_default_str();
+  add_setting_flag(cmd, "runtime.dtype", a->dtype);
+  add_setting_flag(cmd, "runtime.device", a->device);
+  add_setting_flag(cmd, "model.kv_cache_mb", a->kv_cache_mb);
   cmd->callback([a] { run_eval(*a); });
 }
 

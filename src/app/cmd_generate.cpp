@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "app/setting_flags.h"
 #include "engine/engine.h"
 #include "io/prompt_dataset.h"
 #include "text/prompt_builder.h"
@@ -118,25 +119,25 @@ void run_generate(GenerateArgs args) {
 void add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "sample responses from a model (engine with paged KV cache)");
   auto args = std::make_shared<GenerateArgs>();
-  cmd->add_option("-m,--model", args->model, "Hugging Face model directory")->required();
+  add_setting_flag(cmd, "model.path", args->model)->required();
   cmd->add_option("--prompt", args->prompt, "one prompt (a user message)");
   cmd->add_option("-d,--dataset", args->dataset, "JSONL of prompts ({\"messages\", \"gt_answer\"})");
   cmd->add_option("--limit", args->limit, "only the first N dataset records (0: all)");
   cmd->add_option("-n,-g,--num-generations", args->n, "samples per prompt")->capture_default_str();
-  cmd->add_option("--temp,--temperature", args->sampling.temperature, "0: greedy")->capture_default_str();
-  cmd->add_option("--topk,--top-k", args->sampling.top_k, "0: off")->capture_default_str();
-  cmd->add_option("--topp,--top-p", args->sampling.top_p, "1: off")->capture_default_str();
+  add_setting_flag(cmd, "rollout.temperature", args->sampling.temperature);
+  add_setting_flag(cmd, "rollout.top_k", args->sampling.top_k);
+  add_setting_flag(cmd, "rollout.top_p", args->sampling.top_p);
   cmd->add_option("--min-p", args->sampling.min_p, "0: off")->capture_default_str();
-  cmd->add_option("--mnt,--max-new-tokens", args->sampling.max_new_tokens)->capture_default_str();
+  add_setting_flag(cmd, "rollout.max_new_tokens", args->sampling.max_new_tokens);
   cmd->add_option("--stop", args->stop, "stop strings (checked on the decoded text)");
   cmd->add_option("--seed", args->seed, "sample s of prompt k uses seed (seed + k, s)")->capture_default_str();
   cmd->add_option("-o,--output", args->output, "write one JSON object per sample here");
   cmd->add_flag("--raw", args->raw, "no chat template: the text is the prompt (BOS added as the tokenizer says)");
   cmd->add_option("-s,--system-prompt", args->system_prompt, "system prompt (default: none)");
-  cmd->add_option("--mpt,--max-prompt-tokens", args->max_prompt_tokens, "truncate prompts from the left (0: off)");
-  cmd->add_option("--dtype", args->dtype, "float32 | bfloat16")->capture_default_str();
-  cmd->add_option("--device", args->device, "cpu | cuda | cuda:N")->capture_default_str();
-  cmd->add_option("--kv-cache-mb", args->kv_cache_mb, "KV cache budget")->capture_default_str();
+  add_setting_flag(cmd, "rollout.max_prompt_tokens", args->max_prompt_tokens);
+  add_setting_flag(cmd, "runtime.dtype", args->dtype);
+  add_setting_flag(cmd, "runtime.device", args->device);
+  add_setting_flag(cmd, "model.kv_cache_mb", args->kv_cache_mb);
   cmd->callback([args] { run_generate(*args); });
 }
 

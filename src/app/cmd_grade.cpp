@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "app/setting_flags.h"
 #include "reward/reward_function.h"
 #include "util/error.h"
 
@@ -39,7 +40,7 @@ nlohmann::ordered_json to_json(const RewardResult& r) {
 
 void run_grade(const GradeArgs& args) {
   RewardFunction reward;
-  reward.add_builtin("builtin", parse_reward_type(args.reward_type, "--reward-type"), 1.0, args.scale);
+  reward.add_builtin("builtin", reward_types().parse(args.reward_type, "--reward-type"), 1.0, args.scale);
   if (!args.reward_cmd.empty()) {
     ExternalRewardConfig config;
     config.command = args.reward_cmd;
@@ -86,7 +87,7 @@ void run_grade(const GradeArgs& args) {
 void add_grade_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("grade", "grade responses against ground-truth answers");
   auto args = std::make_shared<GradeArgs>();
-  cmd->add_option("--rt,--reward-type", args->reward_type, "boxed | think_answer_tags | answer_line")->capture_default_str();
+  add_setting_flag(cmd, "rollout.reward_type", args->reward_type);
   cmd->add_option("--gt", args->gt, "ground-truth answer (with RESPONSE)");
   cmd->add_option("response", args->response, "the response text");
   cmd->add_option("--input", args->input, "JSONL of {\"response\", \"gt_answer\"[, \"truncated\"]}");

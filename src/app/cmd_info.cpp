@@ -55,7 +55,7 @@ void run_info(const std::string& dir) {
   std::cout << fmt::format("tied embeddings  {}\n", c.tie_word_embeddings ? "yes" : "no");
   std::cout << fmt::format("attention        qkv bias {}, o bias {}, q/k norm {}\n", c.qkv_bias ? "yes" : "no",
                            c.o_bias ? "yes" : "no", c.qk_norm ? "yes" : "no");
-  std::cout << fmt::format("rope             theta {}, scaling {}", c.rope_theta, to_string(c.rope_scaling.type));
+  std::cout << fmt::format("rope             theta {}, scaling {}", c.rope_theta, rope_scaling_types().name(c.rope_scaling.type));
   if (c.rope_scaling.type != RopeScalingType::kNone) std::cout << fmt::format(" (factor {})", c.rope_scaling.factor);
   std::cout << fmt::format(", max positions {}\n", c.max_position_embeddings);
   std::cout << fmt::format("rms_norm_eps     {}\n", c.rms_norm_eps);

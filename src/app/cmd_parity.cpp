@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "app/setting_flags.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "util/error.h"
@@ -45,7 +46,7 @@ void run_parity(const ParityArgs& args) {
   const double logprob_diff = (logprobs - ref->tensor("token_logprobs")).abs().max().item<double>();
   std::cout << fmt::format("{}: {} ({} layers, vocab {}), {} on {}, input {}\n", args.model_dir,
                            model->config().architecture, model->config().num_hidden_layers,
-                           model->config().vocab_size, dtype_name(options.dtype), args.device,
+                           model->config().vocab_size, dtypes().name(options.dtype), args.device,
                            fmt::format("{}", ids.sizes()));
   std::cout << fmt::format("  max |logits - reference|         = {:.3e}\n", logit_diff);
   std::cout << fmt::format("  max |token_logprobs - reference| = {:.3e}\n", logprob_diff);
@@ -59,8 +60,8 @@ void add_parity_command(CLI::App& app) {
   auto args = std::make_shared<ParityArgs>();
   cmd->add_option("model_dir", args->model_dir, "model directory")->required();
   cmd->add_option("--reference", args->reference, "reference file (default MODEL_DIR/reference.safetensors)");
-  cmd->add_option("--dtype", args->dtype, "float32 | bfloat16 | float64")->capture_default_str();
-  cmd->add_option("--device", args->device, "cpu | cuda | cuda:N")->capture_default_str();
+  add_setting_flag(cmd, "runtime.dtype", args->dtype);
+  add_setting_flag(cmd, "runtime.device", args->device);
   cmd->callback([args] { run_parity(*args); });
 }
 

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "app/setting_flags.h"
 #include "io/prompt_dataset.h"
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
@@ -35,7 +36,7 @@ void run_prompts(const PromptsArgs& args) {
   PromptOptions options;
   options.system_prompt = args.system_prompt_set ? args.system_prompt : default_system_prompt(args.reward_type);
   options.max_prompt_tokens = args.max_prompt_tokens;
-  options.overflow = parse_prompt_overflow(args.overflow, "--overflow");
+  options.overflow = prompt_overflows().parse(args.overflow, "--overflow");
   PromptBuilder builder(*tokenizer, options);
   DatasetCursor cursor(static_cast<int64_t>(dataset.records.size()), args.seed, args.shuffle);
   const int64_t n = std::min<int64_t>(args.count, static_cast<int64_t>(dataset.records.size()));
@@ -64,10 +65,9 @@ void add_prompts_command(CLI::App& app) {
   cmd->add_option("-n", args->count, "how many prompts")->capture_default_str();
   cmd->add_option("-s,--system-prompt", args->system_prompt, "system prompt (default: the reward type's)")
       ->each([args](const std::string&) { args->system_prompt_set = true; });
-  cmd->add_option("--rt,--reward-type", args->reward_type, "boxed | think_answer_tags | answer_line")
-      ->capture_default_str();
-  cmd->add_option("--mpt,--max-prompt-tokens", args->max_prompt_tokens, "0: unlimited")->capture_default_str();
-  cmd->add_option("--overflow", args->overflow, "over max-prompt-tokens: truncate_left | drop")->capture_default_str();
+  add_setting_flag(cmd, "rollout.reward_type", args->reward_type);
+  add_setting_flag(cmd, "rollout.max_prompt_tokens", args->max_prompt_tokens);
+  cmd->add_option("--overflow", args->overflow, "over max-prompt-tokens: " + prompt_overflows().names())->capture_default_str();
   cmd->add_flag("--shuffle", args->shuffle, "walk the dataset in the seeded shuffled order");
   cmd->add_option("--seed", args->seed, "shuffle seed")->capture_default_str();
   cmd->add_flag("--skip-bad-lines", args->skip_bad_lines, "skip malformed lines with a count instead of failing");

@@ -11,8 +11,8 @@
 
 #include "app/commands.h"
 #include "app/run_flags.h"
-#include "dist/mpi.h"
-#include "dist/topology.h"
+#include "parallel/mpi.h"
+#include "parallel/topology.h"
 #include "rl/colocated.h"
 #include "rl/distributed.h"
 #include "util/error.h"

@@ -29,13 +29,10 @@ RopeScaling parse_rope_scaling(const Json& json, const std::string& where) {
   if (!it->is_object()) throw_user_error("{}: \"rope_scaling\" must be an object or null", where);
   std::string type = json_get_or<std::string>(*it, "rope_type", "", where + " rope_scaling");
   if (type.empty()) type = json_get_or<std::string>(*it, "type", "default", where + " rope_scaling");
-  if (type == "default") return scaling;
-  if (type == "linear") {
-    scaling.type = RopeScalingType::kLinear;
-    scaling.factor = json_get<double>(*it, "factor", where + " rope_scaling");
-  } else if (type == "llama3") {
-    scaling.type = RopeScalingType::kLlama3;
-    scaling.factor = json_get<double>(*it, "factor", where + " rope_scaling");
+  scaling.type = rope_scaling_types().parse(type, where + " rope_scaling");
+  if (scaling.type == RopeScalingType::kNone) return scaling;
+  scaling.factor = json_get<double>(*it, "factor", where + " rope_scaling");
+  if (scaling.type == RopeScalingType::kLlama3) {
     scaling.low_freq_factor = json_get<double>(*it, "low_freq_factor", where + " rope_scaling");
     scaling.high_freq_factor = json_get<double>(*it, "high_freq_factor", where + " rope_scaling");
     scaling.original_max_position_embeddings =
@@ -44,9 +41,6 @@ RopeScaling parse_rope_scaling(const Json& json, const std::string& where) {
       throw_user_error("{}: rope_scaling high_freq_factor ({}) must exceed low_freq_factor ({})", where,
                        scaling.high_freq_factor, scaling.low_freq_factor);
     }
-  } else {
-    throw_user_error("{}: rope_scaling type \"{}\" is not supported (supported: default/none, linear, llama3)", where,
-                     type);
   }
   if (scaling.factor <= 0) throw_user_error("{}: rope_scaling factor must be positive, got {}", where, scaling.factor);
   return scaling;
@@ -54,13 +48,13 @@ RopeScaling parse_rope_scaling(const Json& json, const std::string& where) {
 
 }  // namespace
 
-std::string to_string(RopeScalingType type) {
-  switch (type) {
-    case RopeScalingType::kNone: return "none";
-    case RopeScalingType::kLinear: return "linear";
-    case RopeScalingType::kLlama3: return "llama3";
-  }
-  return "?";
+const EnumTable<RopeScalingType>& rope_scaling_types() {
+  static const EnumTable<RopeScalingType> table(
+      "rope_scaling type",
+      {{RopeScalingType::kNone, "none", "plain rotary embeddings", {"default"}},
+       {RopeScalingType::kLinear, "linear", "positions divided by factor"},
+       {RopeScalingType::kLlama3, "llama3", "Llama 3.1's frequency-dependent scaling"}});
+  return table;
 }
 
 ModelConfig ModelConfig::from_json(const Json& json, const std::string& where) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "util/enum_table.h"
+
 namespace rlcpp {
 
 enum class RopeScalingType { kNone, kLinear, kLlama3 };
@@ -57,6 +59,6 @@ struct ModelConfig {
   int64_t parameter_count() const;
 };
 
-std::string to_string(RopeScalingType type);
+const EnumTable<RopeScalingType>& rope_scaling_types();
 
 }  // namespace rlcpp

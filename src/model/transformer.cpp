@@ -39,27 +39,18 @@ torch::Tensor build_attention_mask(const torch::Tensor& attention_mask, int64_t 
 
 }  // namespace
 
-torch::ScalarType parse_dtype(const std::string& name, const std::string& flag) {
-  if (name == "float32" || name == "fp32" || name == "float") return torch::kFloat32;
-  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
-  if (name == "float16" || name == "fp16" || name == "half") return torch::kFloat16;
-  if (name == "float64" || name == "fp64" || name == "double") return torch::kFloat64;
-  throw_user_error("{}: unknown dtype \"{}\" (use float32, bfloat16, float16 or float64)", flag, name);
-}
-
-std::string dtype_name(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kFloat32: return "float32";
-    case torch::kBFloat16: return "bfloat16";
-    case torch::kFloat16: return "float16";
-    case torch::kFloat64: return "float64";
-    default: return c10::toString(dtype);
-  }
+const EnumTable<torch::ScalarType>& dtypes() {
+  static const EnumTable<torch::ScalarType> table(
+      "dtype", {{torch::kFloat32, "float32", "32-bit float", {"fp32", "float"}},
+                {torch::kBFloat16, "bfloat16", "bfloat16 (8-bit exponent)", {"bf16"}},
+                {torch::kFloat16, "float16", "IEEE half", {"fp16", "half"}},
+                {torch::kFloat64, "float64", "64-bit float (parity and gradient checks)", {"fp64", "double"}}});
+  return table;
 }
 
 ModelOptions model_options_from_flags(const std::string& dtype, const std::string& device) {
   ModelOptions options;
-  options.dtype = parse_dtype(dtype, "--dtype");
+  options.dtype = dtypes().parse(dtype, "--dtype");
   try {
     options.device = torch::Device(device);
   } catch (const c10::Error&) {
@@ -307,7 +298,7 @@ NamedTensors Transformer::named_weights() const {
 void Transformer::save_pretrained(const std::filesystem::path& dir, uint64_t max_shard_bytes) const {
   std::filesystem::create_directories(dir);
   auto config_json = config_.raw;
-  config_json["torch_dtype"] = dtype_name(options_.dtype);
+  config_json["torch_dtype"] = dtypes().name(options_.dtype);
   write_file_atomic(dir / "config.json", config_json.dump(2) + "\n");
   save_checkpoint(dir, named_weights(), max_shard_bytes);
 }

@@ -21,6 +21,7 @@
 #include "model/logprobs.h"
 #include "model/model_config.h"
 #include "model/rope.h"
+#include "util/enum_table.h"
 
 namespace rlcpp {
 
@@ -33,9 +34,8 @@ struct ModelOptions {
   int64_t logprob_chunk_tokens = 512;         // tokens per chunk of the fused log-prob head
 };
 
-// "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16", "float64"/"fp64"; anything else is a UserError naming `flag`.
-torch::ScalarType parse_dtype(const std::string& name, const std::string& flag);
-std::string dtype_name(torch::ScalarType dtype);
+// float32 (fp32), bfloat16 (bf16), float16 (fp16), float64 (fp64).
+const EnumTable<torch::ScalarType>& dtypes();
 // ModelOptions from the --dtype and --device flags; bad values are UserErrors naming the flag.
 ModelOptions model_options_from_flags(const std::string& dtype, const std::string& device);
 

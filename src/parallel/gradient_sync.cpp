@@ -1,4 +1,4 @@
-#include "dist/gradient_sync.h"
+#include "parallel/gradient_sync.h"
 #include "util/trace.h"
 
 #include <torch/torch.h>

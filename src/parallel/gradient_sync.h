@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace rlcpp {
 

@@ -1,4 +1,4 @@
-#include "dist/mpi.h"
+#include "parallel/mpi.h"
 
 // The C API only (OpenMPI and MPICH would otherwise pull in their deprecated C++ bindings).
 #define OMPI_SKIP_MPICXX 1

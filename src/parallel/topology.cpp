@@ -1,4 +1,4 @@
-#include "dist/topology.h"
+#include "parallel/topology.h"
 
 #include <fmt/format.h>
 

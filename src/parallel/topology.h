@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace rlcpp {
 

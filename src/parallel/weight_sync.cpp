@@ -1,4 +1,4 @@
-#include "dist/weight_sync.h"
+#include "parallel/weight_sync.h"
 
 #include <nlohmann/json.hpp>
 
@@ -24,10 +24,11 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
 
 }  // namespace
 
-SyncMode parse_sync_mode(const std::string& name, const std::string& flag) {
-  if (name == "broadcast") return SyncMode::kBroadcast;
-  if (name == "p2p") return SyncMode::kP2p;
-  throw_user_error("{} \"{}\": use broadcast or p2p", flag, name);
+const EnumTable<SyncMode>& sync_modes() {
+  static const EnumTable<SyncMode> table(
+      "weight-sync mode", {{SyncMode::kBroadcast, "broadcast", "one broadcast per bucket over the sync group"},
+                           {SyncMode::kP2p, "p2p", "trainer rank 0 sends each bucket to each rollout worker"}});
+  return table;
 }
 
 std::vector<std::vector<size_t>> plan_buckets(const NamedTensors& tensors, uint64_t bucket_bytes) {

@@ -10,13 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "io/safetensors.h"
+#include "util/enum_table.h"
 
 namespace rlcpp {
 
 enum class SyncMode { kBroadcast, kP2p };
-SyncMode parse_sync_mode(const std::string& name, const std::string& flag);
+const EnumTable<SyncMode>& sync_modes();
 
 // Tensor indices per bucket, in order; each bucket's bytes ≤ bucket_bytes unless it holds one tensor.
 std::vector<std::vector<size_t>> plan_buckets(const NamedTensors& tensors, uint64_t bucket_bytes);

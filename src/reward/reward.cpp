@@ -6,20 +6,12 @@
 
 namespace rlcpp {
 
-RewardType parse_reward_type(const std::string& name, const std::string& flag) {
-  if (name == "boxed") return RewardType::kBoxed;
-  if (name == "think_answer_tags") return RewardType::kThinkAnswerTags;
-  if (name == "answer_line") return RewardType::kAnswerLine;
-  throw_user_error("{}: unknown reward type \"{}\" (use boxed, think_answer_tags or answer_line)", flag, name);
-}
-
-std::string to_string(RewardType type) {
-  switch (type) {
-    case RewardType::kBoxed: return "boxed";
-    case RewardType::kThinkAnswerTags: return "think_answer_tags";
-    case RewardType::kAnswerLine: return "answer_line";
-  }
-  return "?";
+const EnumTable<RewardType>& reward_types() {
+  static const EnumTable<RewardType> table(
+      "reward type", {{RewardType::kBoxed, "boxed", "the last \\boxed{...} of the response"},
+                      {RewardType::kThinkAnswerTags, "think_answer_tags", "<think>...</think><answer>...</answer>"},
+                      {RewardType::kAnswerLine, "answer_line", "a last line \"Answer: ...\""}});
+  return table;
 }
 
 RewardResult grade_response(RewardType type, std::string_view response, std::string_view ground_truth,

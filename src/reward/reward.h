@@ -8,13 +8,13 @@
 #include <string_view>
 #include <vector>
 
+#include "util/enum_table.h"
+
 namespace rlcpp {
 
 enum class RewardType { kBoxed, kThinkAnswerTags, kAnswerLine };
 
-// "boxed" | "think_answer_tags" | "answer_line"; anything else is a UserError naming `flag`.
-RewardType parse_reward_type(const std::string& name, const std::string& flag);
-std::string to_string(RewardType type);
+const EnumTable<RewardType>& reward_types();
 
 // What each outcome is worth. Defaults: 1 / 0 / 0 / 0; the reference system's scale is 10 / 0.
 struct RewardScale {

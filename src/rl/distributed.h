@@ -14,12 +14,16 @@
 
 #include <filesystem>
 
-#include "dist/topology.h"
+#include "parallel/topology.h"
 #include "rl/run_config.h"
 
 namespace rlcpp {
 
 // Runs this rank's part; returns the run directory.
 std::filesystem::path run_distributed(const RunConfig& config, const Topology& topology);
+
+// The two roles (trainer_rank.cpp, rollout_worker.cpp); run_distributed picks one.
+std::filesystem::path run_trainer_rank(const RunConfig& config, const Topology& topology);
+void run_rollout_worker(const RunConfig& config, const Topology& topology);
 
 }  // namespace rlcpp

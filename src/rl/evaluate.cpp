@@ -7,6 +7,7 @@
 #include <chrono>
 #include <tuple>
 
+#include "util/error.h"
 #include "util/file.h"
 #include "util/trace.h"
 
@@ -115,7 +116,7 @@ RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, 
     : c_(c), out_dir_(c.eval_save_dir.empty() ? run_dir / "eval" : std::filesystem::path(c.eval_save_dir) / c.project) {
   for (const auto& [name, path] : eval_sets(c)) sets_.emplace_back(name, load_prompt_dataset(path));
   PromptOptions prompt_options;
-  prompt_options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(to_string(c.reward_type));
+  prompt_options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
   prompt_options.max_prompt_tokens = c.max_prompt_tokens;
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
   reward_.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
@@ -130,6 +131,14 @@ RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, 
 
 bool RunEvaluator::due(int64_t step, int64_t total_steps) const {
   return !sets_.empty() && ((c_.eval_interval > 0 && step % c_.eval_interval == 0) || step == total_steps);
+}
+
+double RunEvaluator::run_if_due(Engine* engine, int64_t step, int64_t total_steps, nlohmann::ordered_json& extra) {
+  if (!due(step, total_steps)) return 0;
+  RLCPP_CHECK(engine != nullptr, "evaluation due at step {} without an engine", step);
+  const auto start = std::chrono::steady_clock::now();
+  extra["eval"] = run(*engine, step);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 nlohmann::ordered_json RunEvaluator::run(Engine& engine, int64_t step) {

@@ -66,6 +66,8 @@ class RunEvaluator {
   bool due(int64_t step, int64_t total_steps) const;
   // Evaluates every set with the engine's current weights: {"<set>": {accuracy, pass_at_n, ...}}.
   nlohmann::ordered_json run(Engine& engine, int64_t step);
+  // When due: run() into extra["eval"]; returns the seconds it took (0 when not due).
+  double run_if_due(Engine* engine, int64_t step, int64_t total_steps, nlohmann::ordered_json& extra);
 
  private:
   const RunConfig& c_;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "rl/rollout.h"
 #include "rl/run_config.h"
 #include "train/trainer.h"

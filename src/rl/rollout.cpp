@@ -60,6 +60,15 @@ GroupRollout group_from_json(const nlohmann::json& j) {
   return g;
 }
 
+std::vector<GroupRollout> take_groups(std::deque<GroupRollout>& buffer, int64_t n) {
+  std::vector<GroupRollout> batch;
+  while (!buffer.empty() && static_cast<int64_t>(batch.size()) < n) {
+    batch.push_back(std::move(buffer.front()));
+    buffer.pop_front();
+  }
+  return batch;
+}
+
 nlohmann::json to_json(const PromptPick& p) {
   return {{"ids", p.ids}, {"text", p.text}, {"gt_answer", p.gt_answer}, {"line", p.line}, {"seed", p.seed}};
 }
@@ -75,7 +84,7 @@ RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& m
     : c_(config), engine_(engine), dataset_(dataset), cursor_(cursor), reward_(reward) {
   PromptOptions prompt_options;
   prompt_options.system_prompt =
-      config.system_prompt ? *config.system_prompt : default_system_prompt(to_string(config.reward_type));
+      config.system_prompt ? *config.system_prompt : default_system_prompt(reward_types().name(config.reward_type));
   prompt_options.max_prompt_tokens = config.max_prompt_tokens;
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
   sampling_ = config.sampling;

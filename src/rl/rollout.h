@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ struct GroupRollout {
 
 nlohmann::json to_json(const GroupRollout& group);
 GroupRollout group_from_json(const nlohmann::json& json);
+
+// Up to `n` groups from the front of `buffer` (a step's batch; the rest wait for later steps).
+std::vector<GroupRollout> take_groups(std::deque<GroupRollout>& buffer, int64_t n);
 
 // Rollout figures of the groups a step looked at (trained on, or filtered out).
 struct RolloutStats {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "rl/rollout.h"
 
 namespace rlcpp {

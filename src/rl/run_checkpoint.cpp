@@ -104,6 +104,12 @@ std::optional<fs::path> find_resume_checkpoint(const RunConfig& config, const fs
   }
   if (config.checkpoint_path.empty() || !config.enable_resume_training) return std::nullopt;
   const fs::path path = config.checkpoint_path;
+  if (config.resume_step > 0) {  // ChatLearn's load_data_checkpoint_iteration: that step of the run
+    const fs::path step = path / fmt::format("step-{}", config.resume_step);
+    if (fs::is_directory(step / "trainer_state")) return step;
+    throw_user_error("--resume-step {}: {} is not a checkpoint of the run in -cp {}", config.resume_step, step.string(),
+                     path.string());
+  }
   if (fs::is_directory(path / "trainer_state")) return path;
   if (auto step = latest_of(path)) return step;
   throw_user_error("-cp/--checkpoint-path {}: neither a checkpoint (step-N with trainer_state/) nor a run directory "

@@ -6,7 +6,12 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
 #include "model/model_config.h"
+#include "rl/chatlearn_fields.h"
+#include "rl/setting_values.h"
 #include "util/error.h"
 #include "util/yaml.h"
 
@@ -31,379 +36,9 @@ void RawSettings::set_override(const std::string& name, Json value, std::string 
 
 namespace {
 
-// ---- typed readers: a value is a JSON scalar, or (from YAML and flags) a string to be parsed ----
-
-std::string scalar_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
-
-int64_t read_int(const Json& v, const std::string& where) {
-  if (v.is_number_integer()) return v.get<int64_t>();
-  const std::string s = scalar_text(v);
-  int64_t out = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  if (ec != std::errc() || end != s.data() + s.size()) throw_user_error("{}: expected an integer, got \"{}\"", where, s);
-  return out;
-}
-
-double read_double(const Json& v, const std::string& where) {
-  if (v.is_number()) return v.get<double>();
-  const std::string s = scalar_text(v);
-  try {
-    size_t used = 0;
-    const double out = std::stod(s, &used);
-    if (used == s.size()) return out;
-  } catch (const std::exception&) {
-  }
-  throw_user_error("{}: expected a number, got \"{}\"", where, s);
-}
-
-bool read_bool(const Json& v, const std::string& where) {
-  if (v.is_boolean()) return v.get<bool>();
-  std::string s = scalar_text(v);
-  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (s == "true" || s == "yes" || s == "on" || s == "1") return true;
-  if (s == "false" || s == "no" || s == "off" || s == "0") return false;
-  throw_user_error("{}: expected true or false, got \"{}\"", where, scalar_text(v));
-}
-
-std::string read_string(const Json& v, const std::string& where) {
-  if (v.is_null()) return "";
-  if (v.is_object() || v.is_array()) return v.dump();  // e.g. the eval-dataset map written in YAML
-  (void)where;
-  return scalar_text(v);
-}
-
-// [low, high] from a YAML list, a JSON list in a flag ("[0.01, 0.99]"), "0.01,0.99", or none/null.
-std::optional<std::pair<double, double>> read_range(const Json& v, const std::string& where) {
-  Json list = v;
-  if (v.is_string()) {
-    const std::string s = v.get<std::string>();
-    if (s == "none" || s == "null" || s == "~" || s.empty()) return std::nullopt;
-    list = Json::parse(s.front() == '[' ? s : "[" + s + "]", nullptr, /*allow_exceptions=*/false);
-  }
-  if (v.is_null()) return std::nullopt;
-  if (!list.is_array() || list.size() != 2) {
-    throw_user_error("{}: expected a range [low, high] such as [0.01, 0.99], got {}", where, scalar_text(v));
-  }
-  const double low = read_double(list[0], where), high = read_double(list[1], where);
-  if (!(low <= high)) throw_user_error("{}: range [{}, {}] has low above high", where, low, high);
-  return std::make_pair(low, high);
-}
-
-void at_least(int64_t value, int64_t min, const std::string& where) {
-  if (value < min) throw_user_error("{}: {} is below the minimum {}", where, value, min);
-}
-
-// ---- setting factories: one line per setting in the table below ----
-
-using Apply = std::function<void(RunConfig&, const Json&, const std::string&, const RawSettings&)>;
-using Get = std::function<Json(const RunConfig&)>;
-
-Setting make(std::string name, std::string flags, std::vector<std::string> aliases, std::string help, Apply apply, Get get,
-             bool may_differ, std::string converts_to = "") {
-  Setting s;
-  s.name = std::move(name);
-  s.flags = std::move(flags);
-  s.aliases = std::move(aliases);
-  s.help = std::move(help);
-  s.apply = std::move(apply);
-  s.get = std::move(get);
-  s.resume_may_differ = may_differ;
-  s.converts_to = std::move(converts_to);
-  return s;
-}
-
-template <typename Ref>
-Setting int_setting(std::string name, std::string flags, std::string help, Ref ref, int64_t min,
-                    std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
-          [ref, min](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) {
-            const int64_t x = read_int(v, where);
-            at_least(x, min, where);
-            ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(x);
-          },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
-}
-
-// A setting held in one field of RunConfig (`ref` returns it), parsed from its raw value by `read`.
-template <typename Ref, typename Read>
-Setting field_setting(std::string name, std::string flags, std::string help, Ref ref, Read read,
-                      std::vector<std::string> aliases, bool may_differ) {
-  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
-          [ref, read](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) { ref(c) = read(v, where); },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
-}
-
-template <typename Ref>
-Setting double_setting(std::string name, std::string flags, std::string help, Ref ref,
-                       std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_double, std::move(aliases), may_differ);
-}
-
-template <typename Ref>
-Setting bool_setting(std::string name, std::string flags, std::string help, Ref ref,
-                     std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_bool, std::move(aliases), may_differ);
-}
-
-template <typename Ref>
-Setting string_setting(std::string name, std::string flags, std::string help, Ref ref,
-                       std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_string, std::move(aliases),
-                       may_differ);
-}
-
-// A setting given in another unit (ChatLearn counts samples, the reference counts prompts):
-// `samples` is converted with G and must agree with `prompts_name` when both are given.
-Setting samples_setting(std::string name, std::string help, int64_t RunConfig::*prompts, std::string prompts_name) {
-  return make(name, "", {}, std::move(help),
-          [name, prompts, prompts_name](RunConfig& c, const Json& v, const std::string& where, const RawSettings& raw) {
-            const int64_t samples = read_int(v, where);
-            at_least(samples, 1, where);
-            if (samples % c.num_generations != 0) {
-              throw_user_error("{}: {} samples is not a multiple of rollout.num_generations (-g) {}", where, samples,
-                               c.num_generations);
-            }
-            const int64_t value = samples / c.num_generations;
-            if (raw.values.contains(prompts_name) && c.*prompts != value) {
-              throw_user_error("{} = {} samples means {} prompts of {} samples, but {} = {} prompts; give one of them",
-                               where, samples, value, c.num_generations, raw.source.at(prompts_name), c.*prompts);
-            }
-            c.*prompts = value;
-          },
-          [prompts](const RunConfig& c) { return Json(c.*prompts * c.num_generations); }, false, prompts_name);
-}
-
-// A ChatLearn-only feature: accepted at its "off" value, otherwise refused with `why`.
-struct Unsupported {
-  std::string name;
-  std::string off;  // the value meaning "not used"
-  std::string why;
-};
-
-const std::vector<Unsupported>& unsupported_settings() {
-  static const std::vector<Unsupported> table = {
-      {"max_relay_episode", "0", "the relay (replay) buffer of earlier episodes is not implemented"},
-      {"relay_episode_offset", "0", "the relay (replay) buffer of earlier episodes is not implemented"},
-      {"enable_lora", "false", "LoRA training is not implemented; rlcpp trains all weights"},
-      {"lora.enable_lora", "false", "LoRA training is not implemented; rlcpp trains all weights"},
-      {"offload_optimizer_states", "false", "optimizer-state offload is not implemented"},
-      {"offload_weights", "false", "weight offload is not implemented"},
-      {"free_grad_buffers", "false", "gradient-buffer freeing/offload is not implemented"},
-      {"free_memory", "false", "offload (free_memory) is not implemented"},
-  };
-  return table;
-}
-
-std::vector<Setting> make_settings() {
-  using C = RunConfig;
-  std::vector<Setting> s;
-  // runtime
-  s.push_back(string_setting("runtime.dataset", "-d,--dataset", "training JSONL ({\"messages\", \"gt_answer\"})",
-                             [](C& c) -> std::string& { return c.dataset; }, {"data_path"}));
-  s.push_back(string_setting("runtime.eval_dataset", "--ed,--eval-dataset",
-                             "held-out sets as a JSON map {\"name\": \"path.jsonl\", ...}, evaluated every -ei steps",
-                             [](C& c) -> std::string& { return c.eval_dataset; }, {}, true));
-  s.push_back(int_setting("runtime.num_episodes", "-e,--num-episodes", "passes over the dataset",
-                          [](C& c) -> int64_t& { return c.num_episodes; }, 1, {"num_episode"}, true));
-  s.push_back(int_setting("runtime.max_steps", "--max-steps", "stop after N steps (0: the episodes decide)",
-                          [](C& c) -> int64_t& { return c.max_steps; }, 0, {}, true));
-  s.push_back(int_setting("runtime.seed", "--seed", "data order and sampling seed",
-                          [](C& c) -> uint64_t& { return c.seed; }, 0));
-  s.push_back(int_setting("runtime.num_trainers", "-t,--num-trainers",
-                          "trainer processes (mpirun -np T+I; ranks [0,T) train data-parallel)",
-                          [](C& c) -> int64_t& { return c.num_trainers; }, 0, {}, true));
-  s.push_back(int_setting("runtime.num_inferencers", "-i,--num-inferencer",
-                          "rollout processes (ranks [T,T+I)); 0: colocated in one process",
-                          [](C& c) -> int64_t& { return c.num_inferencers; }, 0, {}, true));
-  s.push_back(int_setting("runtime.sync_bucket_mb", "--sync-bucket-mb", "weight-sync bucket size (MiB)",
-                          [](C& c) -> int64_t& { return c.sync_bucket_mb; }, 1, {"coalesced_buffer_mb"}, true));
-  s.push_back(string_setting("runtime.param_sync_comm_type", "--param-sync-comm-type",
-                             "broadcast | p2p: how trainer rank 0 sends weights to the rollout workers",
-                             [](C& c) -> std::string& { return c.param_sync_comm_type; }, {}, true));
-  s.push_back(int_setting("runtime.sync_frequency", "--sync-frequency", "rollout rounds between weight syncs",
-                          [](C& c) -> int64_t& { return c.sync_frequency; }, 1, {}, true));
-  s.push_back(bool_setting("runtime.verify_sync", "--verify-sync",
-                           "rollout workers hash the weights they applied and trainer rank 0 checks them",
-                           [](C& c) -> bool& { return c.verify_sync; }, {}, true));
-  s.push_back(string_setting("runtime.backend", "-b,--backend", "generation backend (native)",
-                             [](C& c) -> std::string& { return c.backend; }, {}, true));
-  s.push_back(int_setting("runtime.tensor_parallel_size", "--tp,--tensor-parallel-size", "trainer tensor parallelism (not yet)",
-                          [](C& c) -> int64_t& { return c.tp; }, 1, {"tensor_model_parallel_size"}, true));
-  s.push_back(int_setting("runtime.pipeline_parallel_size", "--pp,--pipeline-parallel-size", "trainer pipeline parallelism (not yet)",
-                          [](C& c) -> int64_t& { return c.pp; }, 1, {"pipeline_model_parallel_size"}, true));
-  s.push_back(int_setting("runtime.zero_stage", "--zero,--zero-stage", "ZeRO stage (not yet)",
-                          [](C& c) -> int64_t& { return c.zero; }, 0, {}, true));
-  s.push_back(int_setting("runtime.producer_tensor_parallel_size", "--ptp,--producer-tensor-parallel-size",
-                          "rollout tensor parallelism (not yet)", [](C& c) -> int64_t& { return c.ptp; }, 1, {}, true));
-  s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (distributed mode)",
-                          [](C& c) -> int64_t& { return c.n_behind; }, 0, {}, true));
-  s.push_back(string_setting("runtime.master_address", "--master_address,--master-address",
-                             "rendezvous address (not used: mpirun provides it)",
-                             [](C& c) -> std::string& { return c.master_address; }, {}, true));
-  s.push_back(int_setting("runtime.master_port", "--master_port,--master-port", "rendezvous port (not used: mpirun provides it)",
-                          [](C& c) -> int64_t& { return c.master_port; }, 0, {}, true));
-  s.push_back(string_setting("runtime.device", "--device", "cpu | cuda | cuda:N",
-                             [](C& c) -> std::string& { return c.device; }, {}, true));
-  s.push_back(string_setting("runtime.dtype", "--dtype", "float32 | bfloat16 | float64",
-                             [](C& c) -> std::string& { return c.dtype; }));
-  s.push_back(string_setting("runtime.resume", "--resume", "auto: continue from the run's newest checkpoint",
-                             [](C& c) -> std::string& { return c.resume; }, {}, true));
-  s.push_back(string_setting("runtime.checkpoint_path", "--cp,--checkpoint-path", "resume from this step-N (or run) directory",
-                             [](C& c) -> std::string& { return c.checkpoint_path; }, {"data_checkpoint_path"}, true));
-  s.push_back(bool_setting("runtime.enable_resume_training", "--enable-resume-training",
-                           "resume when a checkpoint path is set (ChatLearn)",
-                           [](C& c) -> bool& { return c.enable_resume_training; }, {}, true));
-  // model
-  s.push_back(string_setting("model.path", "-m,--model", "Hugging Face model directory",
-                             [](C& c) -> std::string& { return c.model; }, {"model"}));
-  s.push_back(int_setting("model.kv_cache_mb", "--kv-cache-mb", "KV cache budget (MiB)",
-                          [](C& c) -> int64_t& { return c.kv_cache_mb; }, 1, {}, true));
-  // rollout
-  s.push_back(int_setting("rollout.num_generations", "-g,--num-generations", "samples per prompt (G)",
-                          [](C& c) -> int64_t& { return c.num_generations; }, 1, {"num_inference_per_prompt"}));
-  s.push_back(int_setting("rollout.inference_batch_size", "--ibs,--inference-batch-size",
-                          "prompts per rollout round per rollout worker (0: -tbs); may change on resume with -i",
-                          [](C& c) -> int64_t& { return c.inference_batch_size; }, 0, {}, true));
-  s.push_back(int_setting("rollout.inference_microbatch_size", "--imbs,--inference-microbatch-size",
-                          "prompts per generate call (0: the whole round)",
-                          [](C& c) -> int64_t& { return c.inference_microbatch_size; }, 0, {"generation_batch_size"}, true));
-  s.push_back(double_setting("rollout.temperature", "--temp,--temperature", "sampling temperature",
-                             [](C& c) -> double& { return c.sampling.temperature; }));
-  s.push_back(int_setting("rollout.top_k", "--topk,--top-k", "0: off", [](C& c) -> int64_t& { return c.sampling.top_k; }, 0));
-  s.push_back(double_setting("rollout.top_p", "--topp,--top-p", "1: off", [](C& c) -> double& { return c.sampling.top_p; }));
-  s.push_back(int_setting("rollout.max_new_tokens", "--mnt,--max-new-tokens", "response length cap",
-                          [](C& c) -> int64_t& { return c.sampling.max_new_tokens; }, 1));
-  s.push_back(int_setting("rollout.max_prompt_tokens", "--mpt,--max-prompt-tokens", "prompt length cap (0: none)",
-                          [](C& c) -> int64_t& { return c.max_prompt_tokens; }, 0));
-  s.push_back(make("rollout.system_prompt", "-s,--system-prompt", {}, "system prompt (default: the reward type's)",
-               [](C& c, const Json& v, const std::string& where, const RawSettings&) {
-                 if (v.is_null()) c.system_prompt.reset();
-                 else c.system_prompt = read_string(v, where);
-               },
-               [](const C& c) { return c.system_prompt ? Json(*c.system_prompt) : Json(nullptr); }, false));
-  s.push_back(make("rollout.reward_type", "--rt,--reward-type", {}, "boxed | think_answer_tags | answer_line",
-               [](C& c, const Json& v, const std::string& where, const RawSettings&) {
-                 c.reward_type = parse_reward_type(read_string(v, where), where);
-               },
-               [](const C& c) { return Json(to_string(c.reward_type)); }, false));
-  s.push_back(string_setting("rollout.reward_cmd", "--reward-cmd", "external reward command, added to the built-in reward",
-                             [](C& c) -> std::string& { return c.reward_cmd; }));
-  s.push_back(double_setting("rollout.reward_cmd_weight", "--reward-cmd-weight", "the external reward's weight in the sum",
-                             [](C& c) -> double& { return c.reward_cmd_weight; }));
-  s.push_back(bool_setting("rollout.ranking", "--ranking", "generate each round's prompts shortest first",
-                           [](C& c) -> bool& { return c.ranking; }, {"batch_generation.ranking"}));
-  s.push_back(int_setting("rollout.min_prompt_length", "--min-prompt-length", "skip prompts with fewer tokens",
-                          [](C& c) -> int64_t& { return c.min_prompt_length; }, 0, {"batch_generation.min_prompt_length"}));
-  // algorithm: the preset first, then single settings over it
-  s.push_back(make("algorithm.algo", "-a,--algo", {}, "GRPO | DAPO | DR_GRPO | RLOO | REINFORCE_PP",
-               [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo = algo_preset(read_string(v, where), where); },
-               [](const C& c) { return Json(c.algo.name); }, false));
-  s.push_back(double_setting("algorithm.kl_coeff", "--kl,--kl-coeff", "KL coefficient β (default: the preset's)",
-                             [](C& c) -> double& { return c.algo.loss.kl_coef; }));
-  s.push_back(double_setting("algorithm.clip_eps_low", "--clip-eps-low", "ratio floor 1 - eps",
-                             [](C& c) -> double& { return c.algo.loss.clip_eps_low; }));
-  s.push_back(double_setting("algorithm.clip_eps_high", "--clip-eps-high", "ratio ceiling 1 + eps",
-                             [](C& c) -> double& { return c.algo.loss.clip_eps_high; }));
-  s.push_back(double_setting("algorithm.skip_threshold", "--skip-threshold", "skip samples whose ratio exceeds it (0: off)",
-                             [](C& c) -> double& { return c.algo.loss.skip_threshold; }));
-  s.push_back(make("algorithm.loss_variation", "--loss-variation", {}, "token_level | sample_level | seq_mean_token_sum_norm",
-               [](C& c, const Json& v, const std::string& where, const RawSettings&) {
-                 c.algo.loss.aggregation = parse_loss_aggregation(read_string(v, where), where);
-               },
-               [](const C& c) { return Json(to_string(c.algo.loss.aggregation)); }, false));
-  s.push_back(make("algorithm.advantage_estimator", "--advantage-estimator", {}, "grpo | dr_grpo | rloo | reinforce_pp",
-               [](C& c, const Json& v, const std::string& where, const RawSettings&) {
-                 c.algo.advantage.estimator = parse_advantage_estimator(read_string(v, where), where);
-               },
-               [](const C& c) { return Json(to_string(c.algo.advantage.estimator)); }, false));
-  s.push_back(make("algorithm.filter_range", "--filter-range", {}, "keep groups whose accuracy is inside [low, high] (none: off)",
-               [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo.filter_range = read_range(v, where); },
-               [](const C& c) {
-                 return c.algo.filter_range ? Json::array({c.algo.filter_range->first, c.algo.filter_range->second})
-                                            : Json(nullptr);
-               },
-               false));
-  s.push_back(bool_setting("algorithm.dynamic_batching", "--dynamic-batching", "generate until -tbs groups are kept",
-                           [](C& c) -> bool& { return c.algo.dynamic_batching; }));
-  s.push_back(int_setting("algorithm.max_dynamic_rounds", "--max-dynamic-rounds", "extra rounds per step under dynamic batching",
-                          [](C& c) -> int64_t& { return c.max_dynamic_rounds; }, 0));
-  s.push_back(bool_setting("algorithm.soft_over_length_punishment", "--soft-over-length-punishment",
-                           "DAPO's soft over-length penalty", [](C& c) -> bool& { return c.algo.overlong_shaping; }));
-  s.push_back(int_setting("algorithm.cache_length", "--cache-length", "L_cache of the penalty (0: min(1024, mnt/4))",
-                          [](C& c) -> int64_t& { return c.algo.overlong_cache; }, 0));
-  s.push_back(bool_setting("algorithm.filter_truncated_response", "--filter-truncated-response",
-                           "truncated responses leave the loss", [](C& c) -> bool& { return c.algo.filter_truncated; }));
-  // train
-  s.push_back(int_setting("train.train_batch_size", "--tbs,--train-batch-size", "prompts per step",
-                          [](C& c) -> int64_t& { return c.train_batch_size; }, 1));
-  s.push_back(samples_setting("train.sample_per_episode", "samples per step (ChatLearn): -tbs × G", &C::train_batch_size,
-                              "train.train_batch_size"));
-  s.push_back(int_setting("train.train_minibatch_size", "--tMbs,--train-minibatch-size", "prompts per optimizer step",
-                          [](C& c) -> int64_t& { return c.train_minibatch_size; }, 1));
-  s.push_back(samples_setting("train.train_global_batch_size", "samples per optimizer step (ChatLearn): -tMbs × G",
-                              &C::train_minibatch_size, "train.train_minibatch_size"));
-  s.push_back(int_setting("train.train_microbatch_size", "--tmbs,--train-microbatch-size", "samples per forward/backward",
-                          [](C& c) -> int64_t& { return c.train_microbatch_size; }, 1, {"train_micro_batch_size"}));
-  s.push_back(int_setting("train.num_training_epoch", "--num-training-epoch", "passes over each step's rollouts",
-                          [](C& c) -> int64_t& { return c.num_training_epoch; }, 1));
-  s.push_back(double_setting("train.learning_rate", "--lr,--learning-rate", "AdamW learning rate",
-                             [](C& c) -> double& { return c.optimizer.lr; }));
-  s.push_back(double_setting("train.weight_decay", "--weight-decay", "AdamW weight decay",
-                             [](C& c) -> double& { return c.optimizer.weight_decay; }));
-  s.push_back(double_setting("train.max_grad_norm", "--max-grad-norm", "gradient clipping (0: off)",
-                             [](C& c) -> double& { return c.optimizer.max_grad_norm; }));
-  s.push_back(string_setting("train.lr_schedule", "--lr-schedule", "constant | linear | cosine",
-                             [](C& c) -> std::string& { return c.optimizer.lr_schedule; }));
-  s.push_back(int_setting("train.warmup_steps", "--warmup-steps", "linear warm-up optimizer steps",
-                          [](C& c) -> int64_t& { return c.optimizer.warmup_steps; }, 0));
-  s.push_back(double_setting("train.min_lr_ratio", "--min-lr-ratio", "floor of the decay, as a fraction of -lr",
-                             [](C& c) -> double& { return c.optimizer.min_lr_ratio; }));
-  // logging
-  s.push_back(string_setting("logging.project", "-p,--project", "run name (folder under --save-dir)",
-                             [](C& c) -> std::string& { return c.project; }, {"exp_name"}, true));
-  s.push_back(string_setting("logging.save_dir", "--sd,--save-dir", "where runs are written",
-                             [](C& c) -> std::string& { return c.save_dir; }, {"output_dir"}, true));
-  s.push_back(int_setting("logging.save_interval", "--si,--save-interval", "steps between checkpoints (0: at the end)",
-                          [](C& c) -> int64_t& { return c.save_interval; }, 0, {"save_episode_interval"}, true));
-  s.push_back(int_setting("logging.max_checkpoints", "--max-checkpoints", "keep the newest N checkpoints (0: all)",
-                          [](C& c) -> int64_t& { return c.max_checkpoints; }, 0, {"max_data_ckpt_nums"}, true));
-  s.push_back(int_setting("logging.eval_interval", "--ei,--eval-interval",
-                          "steps between evaluations of -ed (<= 0: at the end only)",
-                          [](C& c) -> int64_t& { return c.eval_interval; }, -1, {"eval_episode_interval"}, true));
-  s.push_back(string_setting("logging.eval_save_dir", "--esd,--eval-save-dir",
-                             "per-sample eval JSONL under DIR/<project>/<set>/ (default: the run directory's eval/)",
-                             [](C& c) -> std::string& { return c.eval_save_dir; }, {}, true));
-  s.push_back(int_setting("logging.eval_n", "--eval-n", "samples per eval prompt (pass@n)",
-                          [](C& c) -> int64_t& { return c.eval_n; }, 1, {}, true));
-  s.push_back(double_setting("logging.eval_temperature", "--eval-temperature", "eval sampling temperature",
-                             [](C& c) -> double& { return c.eval_temperature; }, {}, true));
-  s.push_back(bool_setting("logging.eval_greedy", "--eval-greedy", "greedy eval decoding",
-                           [](C& c) -> bool& { return c.eval_greedy; }, {}, true));
-  s.push_back(int_setting("logging.eval_max_new_tokens", "--eval-max-new-tokens", "eval response budget (0: -mnt)",
-                          [](C& c) -> int64_t& { return c.eval_max_new_tokens; }, 0, {}, true));
-  s.push_back(int_setting("logging.eval_limit", "--eval-limit", "first N prompts of each eval set (0: all)",
-                          [](C& c) -> int64_t& { return c.eval_limit; }, 0, {}, true));
-  s.push_back(string_setting("logging.rollout_save_dir", "--rsd,--rollout-save-dir",
-                             "write rollouts (prompt, response, reward, ground truth) as JSONL under DIR/<project>",
-                             [](C& c) -> std::string& { return c.rollout_save_dir; }, {}, true));
-  s.push_back(int_setting("logging.rollout_save_interval", "--rollout-save-interval", "steps between rollout files",
-                          [](C& c) -> int64_t& { return c.rollout_save_interval; }, 1, {}, true));
-  s.push_back(int_setting("logging.log_interval", "--log-interval", "console line every N steps",
-                          [](C& c) -> int64_t& { return c.log_interval; }, 1, {}, true));
-  s.push_back(string_setting("logging.profile_dir", "--profile-dir",
-                             "write a Chrome trace (Perfetto) of every phase per rank to DIR/<project>/trace.rank-<r>.json",
-                             [](C& c) -> std::string& { return c.profile_dir; }, {"profiler_dir"}, true));
-  return s;
-}
-
-const Setting* find_setting(const std::string& name) {
-  for (const auto& s : run_settings()) {
-    if (s.name == name) return &s;
-  }
-  return nullptr;
-}
-
-// Canonical setting name for `key` found under `group` (or "" at the top level), or nullptr.
+// The setting for `key` found under `group` ("" at the top level): its canonical name, another
+// accepted name, or its key alone (keys are unique across groups, and ChatLearn keeps most under
+// runtime:); nullptr when there is none.
 const Setting* lookup(const std::string& group, const std::string& key) {
   if (const Setting* s = find_setting(group + "." + key)) return s;
   for (const auto& s : run_settings()) {
@@ -411,23 +46,49 @@ const Setting* lookup(const std::string& group, const std::string& key) {
       if (alias == key) return &s;
     }
   }
-  // Keys are unique across groups, so one written under another group (ChatLearn keeps most
-  // under runtime:) is still found.
   for (const auto& s : run_settings()) {
     if (s.name.substr(s.name.find('.') + 1) == key) return &s;
   }
   return nullptr;
 }
 
-void check_unsupported(const std::string& key, const Json& value, const std::string& where) {
-  for (const auto& u : unsupported_settings()) {
-    if (u.name != key) continue;
-    std::string text = scalar_text(value);
-    for (auto& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (text == u.off || (u.off == "false" && (text == "no" || text == "off"))) return;
-    throw_user_error("{}: {} = {}: {}; remove it or set it to {}", where, key, scalar_text(value), u.why, u.off);
+std::string lower(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// Whether `value` is one of `accepted` (case-insensitive; YAML's yes/no/on/off as booleans).
+bool one_of(const Json& value, const std::vector<std::string>& accepted) {
+  const std::string text = value.is_null() ? "null" : lower(scalar_text(value));
+  for (const auto& a : accepted) {
+    const std::string want = lower(a);
+    if (want == text || (want == "false" && (text == "no" || text == "off")) ||
+        (want == "true" && (text == "yes" || text == "on"))) {
+      return true;
+    }
   }
-  throw_user_error("{}: unknown setting \"{}\" (rlcpp train --print-config lists every setting with its group)", where, key);
+  return false;
+}
+
+// A ChatLearn field's value, by its fate: the rlcpp setting it sets, with its value in `out`
+// (nullptr when it sets none).
+const Setting* apply_chatlearn_field(const ChatLearnField& f, const Json& value, const std::string& where, Json& out) {
+  switch (f.fate) {
+    case FieldFate::kImplemented:
+    case FieldFate::kMapped:
+      out = f.convert ? f.convert(value, where) : value;
+      return find_setting(f.setting);
+    case FieldFate::kRefused:
+      if (one_of(value, f.off)) return nullptr;
+      throw_user_error("{} = {}: {}; remove it or set it to {}", where, scalar_text(value), f.note, f.off.front());
+    case FieldFate::kNotice:
+      if (!f.off.empty() && !one_of(value, f.off)) {
+        throw_user_error("{} = {}: expected {}; {}", where, scalar_text(value), fmt::join(f.off, " or "), f.note);
+      }
+      spdlog::info("{}: ChatLearn's {} has no effect in rlcpp ({})", where, f.name, f.note);
+      return nullptr;
+  }
+  return nullptr;
 }
 
 void read_group(const std::filesystem::path& path, const std::string& group, const Json& entries, const std::string& prefix,
@@ -435,27 +96,44 @@ void read_group(const std::filesystem::path& path, const std::string& group, con
   for (const auto& [key, value] : entries.items()) {
     const std::string dotted = prefix.empty() ? key : prefix + "." + key;
     const std::string where = fmt::format("{}: {}{}", path.string(), group.empty() ? "" : group + ".", dotted);
-    const Setting* s = lookup(group, dotted);
+    Json given = value;
+    const Setting* s = nullptr;
+    if (const ChatLearnField* field = find_chatlearn_field(dotted)) {
+      s = apply_chatlearn_field(*field, value, where, given);
+      if (s == nullptr) continue;
+    } else {
+      s = lookup(group, dotted);
+    }
     if (s == nullptr && value.is_object() && value.size() > 0) {  // a nested ChatLearn block (batch_generation, lora)
       read_group(path, group, value, dotted, raw);
       continue;
     }
     if (s == nullptr) {
-      check_unsupported(dotted, value, where);
-      continue;
+      throw_user_error("{}: unknown setting \"{}\" (rlcpp train --print-config lists every setting with its group; "
+                       "the README lists ChatLearn's fields)", where, dotted);
     }
     if (raw.values.contains(s->name) && raw.source[s->name].rfind(path.string(), 0) == 0) {
       throw_user_error("{}: {} is set twice in the file (also as {})", where, s->name, raw.source[s->name]);
     }
-    raw.set(s->name, value, where);
+    raw.set(s->name, given, where);
   }
 }
 
 void reject_unimplemented(const RunConfig& c) {
-  if (c.backend != "native") throw_user_error("-b/--backend {}: only the native engine exists (no vLLM backend yet)", c.backend);
-  if (c.tp != 1 || c.pp != 1 || c.zero != 0 || c.ptp != 1) {
-    throw_user_error("-tp {} -pp {} -zero {} -ptp {}: tensor/pipeline parallelism and ZeRO are not implemented yet; "
-                     "leave them at 1, 1, 0, 1", c.tp, c.pp, c.zero, c.ptp);
+  if (c.backend != "native") {
+    throw_user_error("-b/--backend {}: only the built-in engine exists (planned: remote vLLM/SGLang/OpenAI-compatible "
+                     "rollout servers, issue 24); leave -b at native", c.backend);
+  }
+  if (c.tp != 1 || c.ptp != 1) {
+    throw_user_error("-tp {} -ptp {}: tensor parallelism is not implemented yet (planned: issue 23); leave them at 1",
+                     c.tp, c.ptp);
+  }
+  if (c.pp != 1) {
+    throw_user_error("-pp {}: pipeline parallelism is not planned; leave it at 1 (tensor parallelism, issue 23, and ZeRO, "
+                     "issue 22, will shard large models)", c.pp);
+  }
+  if (c.zero != 0) {
+    throw_user_error("-zero {}: ZeRO is not implemented yet (planned: stages 1-3 over MPI, issue 22); leave it at 0", c.zero);
   }
   if (!c.master_address.empty() || c.master_port != 0) {
     throw_user_error("--master_address/--master_port: rlcpp has no Ray or torch rendezvous to point at (mpirun "
@@ -514,9 +192,6 @@ void validate(const RunConfig& c) {
                      ibs, I, I * ibs, T, c.train_batch_size, T * c.train_batch_size,
                      c.distributed() ? "" : ", with one of each in the colocated mode");
   }
-  if (c.param_sync_comm_type != "broadcast" && c.param_sync_comm_type != "p2p") {
-    throw_user_error("--param-sync-comm-type \"{}\": use broadcast or p2p", c.param_sync_comm_type);
-  }
   if (c.sync_frequency > std::max<int64_t>(1, c.n_behind)) {
     throw_user_error("--sync-frequency {} lets rollout run {} rounds behind the trainers, more than -nb {} allows; "
                      "raise -nb to {} or sync every round", c.sync_frequency, c.sync_frequency, c.n_behind,
@@ -529,13 +204,13 @@ void validate(const RunConfig& c) {
   if (c.sampling.temperature < 0) throw_user_error("-temp {}: must be >= 0", c.sampling.temperature);
   if (!(c.sampling.top_p > 0 && c.sampling.top_p <= 1)) throw_user_error("-topp {}: must be in (0, 1]", c.sampling.top_p);
   if (c.optimizer.lr < 0) throw_user_error("-lr {}: must be >= 0", c.optimizer.lr);
-  const auto& schedule = c.optimizer.lr_schedule;
-  if (schedule != "constant" && schedule != "linear" && schedule != "cosine") {
-    throw_user_error("--lr-schedule \"{}\": use constant, linear or cosine", schedule);
-  }
   if (c.resume != "" && c.resume != "auto") throw_user_error("--resume \"{}\": use auto, or -cp DIR for a given checkpoint", c.resume);
   if (c.resume == "auto" && !c.checkpoint_path.empty()) {
     throw_user_error("--resume auto and -cp {}: give one of them", c.checkpoint_path);
+  }
+  if (c.resume_step > 0 && c.checkpoint_path.empty()) {
+    throw_user_error("--resume-step {} (load_data_checkpoint_iteration) needs -cp/--checkpoint-path: the run directory "
+                     "whose step-{} to resume", c.resume_step, c.resume_step);
   }
 }
 
@@ -546,16 +221,12 @@ std::string yaml_scalar(const Json& v) {
 
 }  // namespace
 
-const std::vector<Setting>& run_settings() {
-  static const std::vector<Setting> settings = make_settings();
-  return settings;
-}
-
 void read_run_file(const std::filesystem::path& path, RawSettings& raw) {
   const Json doc = load_yaml_file(path);
   if (doc.is_null()) return;
   if (!doc.is_object()) throw_user_error("{}: expected groups of settings (runtime:, model:, rollout:, ...)", path.string());
-  static const std::set<std::string> groups = {"runtime", "model", "rollout", "algorithm", "train", "logging"};
+  // rlcpp's groups, and ChatLearn's runtime_env (its fields are in the ChatLearn table).
+  static const std::set<std::string> groups = {"runtime", "model", "rollout", "algorithm", "train", "logging", "runtime_env"};
   for (const auto& [group, entries] : doc.items()) {
     if (groups.count(group) == 0) {
       if (entries.is_object()) {

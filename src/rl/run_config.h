@@ -18,6 +18,7 @@
 
 #include "algo/presets.h"
 #include "engine/sampling.h"
+#include "parallel/weight_sync.h"
 #include "reward/reward.h"
 #include "train/trainer.h"
 #include "util/json.h"
@@ -30,61 +31,68 @@ struct RunConfig {
   std::string eval_dataset;            // {"name": "path.jsonl", ...}: held-out sets evaluated during training
   int64_t num_episodes = 1;            // passes over the dataset
   int64_t max_steps = 0;               // stop after this many steps (0: the episodes decide)
-  uint64_t seed = 42;
-  int64_t num_trainers = 0, num_inferencers = 0;  // distributed mode when num_inferencers >= 1 (trainers: at least 1)
+  uint64_t seed = 42;                  // data order, sampling and initialisation
+  int64_t num_trainers = 0;            // data-parallel trainer ranks (0: 1)
+  int64_t num_inferencers = 0;         // rollout-worker ranks; >= 1 is the distributed mode
   int64_t sync_bucket_mb = 100;        // weight-sync buckets (ChatLearn's coalesced_buffer_mb)
-  std::string param_sync_comm_type = "broadcast";  // broadcast | p2p
+  SyncMode param_sync_comm_type = SyncMode::kBroadcast;  // how trainer rank 0 sends weights to the workers
   int64_t sync_frequency = 1;          // rollout rounds between weight syncs
   bool verify_sync = false;            // rollout workers send back a hash of the weights they applied
-  std::string backend = "native";
-  int64_t tp = 1, pp = 1, zero = 0, ptp = 1;
-  int64_t n_behind = 0;
-  std::string master_address;
-  int64_t master_port = 0;
-  std::string device = "cpu";
-  std::string dtype = "float32";
+  std::string backend = "native";      // generation backend (only the built-in engine today)
+  int64_t tp = 1;                      // trainer tensor parallelism (refused above 1 until it exists)
+  int64_t pp = 1;                      // trainer pipeline parallelism (refused above 1)
+  int64_t zero = 0;                    // ZeRO stage (refused above 0 until it exists)
+  int64_t ptp = 1;                     // rollout tensor parallelism (refused above 1 until it exists)
+  int64_t n_behind = 0;                // rounds rollout may run ahead of training (bounded staleness)
+  std::string master_address;          // the reference's rendezvous (refused: mpirun provides it)
+  int64_t master_port = 0;             // likewise
+  std::string device = "cpu";          // cpu | cuda | cuda:N
+  std::string dtype = "float32";       // weights and compute (a name of dtypes())
   std::string resume;                  // "" (fresh run unless -cp), "auto": the newest checkpoint of the run
   std::string checkpoint_path;         // a step-N directory or a run directory to resume from
   bool enable_resume_training = true;  // ChatLearn: resume when a checkpoint path is set
+  int64_t resume_step = 0;             // resume from step-N of -cp's run (ChatLearn's load_data_checkpoint_iteration; 0: latest)
+  int64_t consumed_samples = 0;        // a fresh run first skips this many prompts of the data order (ChatLearn)
   // model
   std::string model;                   // Hugging Face model directory
-  int64_t kv_cache_mb = 1024;
+  int64_t kv_cache_mb = 1024;          // the engine's KV-cache budget
   // rollout
-  int64_t num_generations = 8;         // G
+  int64_t num_generations = 8;         // G, samples per prompt
   int64_t inference_batch_size = 0;    // prompts per rollout round per rollout worker (0: train_batch_size)
   int64_t inference_microbatch_size = 0;  // prompts per generate call (0: the whole round)
   SamplingParams sampling;             // temperature, top-k/p, max_new_tokens
-  int64_t max_prompt_tokens = 0;
+  int64_t max_prompt_tokens = 0;       // longer prompts are truncated from the left (0: no limit)
   std::optional<std::string> system_prompt;  // unset: the reward type's default
-  RewardType reward_type = RewardType::kBoxed;
-  RewardScale reward_scale;
+  RewardType reward_type = RewardType::kBoxed;  // the built-in grader
+  RewardScale reward_scale;            // what each outcome of the grader is worth
   std::string reward_cmd;              // external reward command (JSON lines), added to the built-in one
-  double reward_cmd_weight = 1.0;
+  double reward_cmd_weight = 1.0;      // the external reward's weight in the sum
   bool ranking = false;                // generate each round's prompts shortest first
   int64_t min_prompt_length = 0;       // prompts with fewer tokens are skipped
   // algorithm
-  AlgoConfig algo = algo_preset("GRPO", "algorithm.algo");
+  AlgoConfig algo = algo_preset("GRPO", "algorithm.algo");  // preset, then single overrides
   int64_t max_dynamic_rounds = 3;      // extra rounds to fill a step under dynamic batching
   // train
   int64_t train_batch_size = 4;        // prompts (groups) per step per trainer
   int64_t train_minibatch_size = 4;    // prompts per optimizer step
   int64_t train_microbatch_size = 8;   // samples per forward/backward
   int64_t num_training_epoch = 1;      // passes over each step's rollouts
-  OptimizerConfig optimizer;
+  OptimizerConfig optimizer;           // AdamW and the LR schedule
   // logging
-  std::string project = "rlcpp";
-  std::string save_dir = "runs";
+  std::string project = "rlcpp";        // run name: the folder under save_dir
+  std::string save_dir = "runs";       // where runs are written
   int64_t save_interval = 0;           // steps between checkpoints (0: only at the end)
   int64_t max_checkpoints = 0;         // keep only the newest N step directories (0: all)
   int64_t eval_interval = -1;          // steps between evaluations (<= 0: at the end only)
   std::string eval_save_dir;           // per-sample JSONL under DIR/<project>/<set>/ ("": the run directory's eval/)
   int64_t eval_n = 1;                  // samples per eval prompt (pass@n)
-  double eval_temperature = 0.6;
-  bool eval_greedy = false;
+  double eval_temperature = 0.6;       // the reference system's eval sampling
+  bool eval_greedy = false;            // temperature 0 for evaluation
   int64_t eval_max_new_tokens = 0;     // 0: -mnt
   int64_t eval_limit = 0;              // first N prompts of each set (0: all)
   std::string rollout_save_dir;        // rollouts JSONL (prompts, responses, rewards), "" = off
-  int64_t rollout_save_interval = 1;
+  int64_t rollout_save_interval = 1;   // steps between rollout files
+  bool debug = false;                  // debug-level log lines (ChatLearn's debug)
   int64_t log_interval = 1;            // console line every N steps (metrics.jsonl: every step)
   std::string profile_dir;             // Chrome-trace JSON per rank under DIR/<project>/ ("" = off)
 
@@ -116,6 +124,8 @@ struct Setting {
 };
 
 const std::vector<Setting>& run_settings();
+// The setting named `name` (group.key), or nullptr.
+const Setting* find_setting(const std::string& name);
 
 // Reads a YAML run file into `raw`: groups of settings by name or by an accepted other name.
 // Unknown names and ChatLearn features that do not exist here are UserErrors naming the key.

@@ -8,13 +8,13 @@
 
 #include "io/prompt_dataset.h"
 #include "rl/run_checkpoint.h"
+#include "rl/run_state.h"
 #include "rl/step_record.h"
 #include "text/chat_example.h"
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
-#include "util/progress.h"
 #include "util/trace.h"
 
 namespace rlcpp {
@@ -24,11 +24,9 @@ using Clock = std::chrono::steady_clock;
 
 fs::path run_sft(const RunConfig& c) {
   const auto run_start = Clock::now();
-  const fs::path run_dir = fs::path(c.save_dir) / c.project;
-  fs::create_directories(run_dir);
-  const auto resume_from = find_resume_checkpoint(c, run_dir);
-  nlohmann::json state;
-  if (resume_from) state = read_checkpoint_state(*resume_from, c);
+  RunPlan plan = plan_run(c);
+  const fs::path& run_dir = plan.run_dir;
+  const auto& resume_from = plan.resume_from;
   auto tokenizer = Tokenizer::from_dir(c.model);
   auto policy = Transformer::from_pretrained(resume_from ? *resume_from : fs::path(c.model),
                                              model_options_from_flags(c.dtype, c.device));
@@ -41,7 +39,7 @@ fs::path run_sft(const RunConfig& c) {
   const ChatTemplate chat_template(*tokenizer);
   // As in RL training: chats without a system message get -s, or the reward type's default, so a
   // model fine-tuned here sees the prompts `rlcpp train` and `rlcpp eval` will give it.
-  const std::string system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(to_string(c.reward_type));
+  const std::string system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
   std::vector<SftSample> examples;
   int64_t n_long = 0, n_learned = 0;
   for (const auto& record : dataset.records) {
@@ -58,7 +56,7 @@ fs::path run_sft(const RunConfig& c) {
   if (n_long > 0) spdlog::warn("{}: {} chats longer than {} positions left out", c.dataset, n_long, max_positions);
 
   const int64_t n = static_cast<int64_t>(examples.size());
-  const int64_t total_steps = c.max_steps > 0 ? c.max_steps : std::max<int64_t>(1, n / c.train_batch_size) * c.num_episodes;
+  const int64_t total_steps = plan.total_steps = run_total_steps(c, n, c.train_batch_size);
   TrainerConfig trainer_config;
   trainer_config.loss.kl_coef = 0;
   trainer_config.optimizer = c.optimizer;
@@ -66,20 +64,18 @@ fs::path run_sft(const RunConfig& c) {
   trainer_config.train_microbatch_size = c.train_microbatch_size;
   Trainer trainer(policy, nullptr, trainer_config);
   DatasetCursor cursor(n, c.seed, /*shuffle=*/true);
-  int64_t first_step = 1;
+  const int64_t first_step = plan.first_step();
   if (resume_from) {
     load_checkpoint_optimizer(*resume_from, trainer.optimizer());
-    trainer.restore_steps(json_get<int64_t>(state, "optimizer_steps", "state.json"));
-    cursor.restore(state.at("data_cursor"));
-    first_step = json_get<int64_t>(state, "step", "state.json") + 1;
-    spdlog::info("resuming from {} (step {})", resume_from->string(), first_step - 1);
+    trainer.restore_steps(plan.saved.optimizer_steps);
+    cursor.restore(plan.saved.data_cursor);
+    spdlog::info("resuming from {} (step {})", resume_from->string(), plan.saved.step);
   }
   write_file_atomic(run_dir / "config.yaml", run_config_yaml(c));
   RunLog log(run_dir, c, resume_from ? std::optional(first_step - 1) : std::nullopt);
   spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model, c.dataset, n, n_learned,
                first_step, total_steps, c.train_batch_size);
   start_profile(c, 0, "rlcpp sft");
-  const auto loop_start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
     trace::Span step_span("step");
     const auto step_start = Clock::now();
@@ -99,13 +95,14 @@ fs::path run_sft(const RunConfig& c) {
     log.write(line, total_steps,
               fmt::format("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps,
                           cursor.epoch(), m["loss"], m["grad_norm"], m["lr"], seconds));
-    progress::run(step, total_steps,
-                  eta_seconds(std::chrono::duration<double>(Clock::now() - loop_start).count(), step - first_step + 1,
-                              total_steps - step));
-    if ((c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps) {
+    if (checkpoint_due(c, step, total_steps)) {
       trace::write();
-      save_run_checkpoint(c, run_dir, step, *policy, trainer.optimizer(),
-                          {{"step", step}, {"data_cursor", cursor.state()}, {"optimizer_steps", trainer.n_steps()}});
+      CheckpointState state;
+      state.step = step;
+      state.policy_version = trainer.n_steps();
+      state.data_cursor = cursor.state();
+      state.optimizer_steps = trainer.n_steps();
+      save_run_checkpoint(c, run_dir, step, *policy, trainer.optimizer(), to_json(state));
     }
   }
   spdlog::info("done in {:.1f} s; run directory {}",

@@ -7,6 +7,7 @@
 
 #include "rl/run_checkpoint.h"
 #include "util/file.h"
+#include "util/progress.h"
 #include "util/trace.h"
 
 namespace rlcpp {
@@ -104,6 +105,17 @@ void RunLog::write(const nlohmann::ordered_json& line, int64_t total_steps, cons
   events_->flush();
   const int64_t step = line.at("step").get<int64_t>();
   if (step % c_.log_interval == 0 || step == total_steps) spdlog::info("{}", console);
+  ++steps_written_;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  progress::run(step, total_steps, eta_seconds(elapsed, steps_written_, total_steps - step));
+}
+
+bool checkpoint_due(const RunConfig& c, int64_t step, int64_t total_steps) {
+  return (c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps;
+}
+
+bool rollouts_due(const RunConfig& c, int64_t step) {
+  return !c.rollout_save_dir.empty() && step % c.rollout_save_interval == 0;
 }
 
 void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<GroupRollout>& trained,

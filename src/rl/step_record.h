@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -38,7 +39,8 @@ std::string console_line(const StepRecord& record);
 
 // Where a run's step records go: a line of run_dir/metrics.jsonl each, every number in it as a
 // TensorBoard scalar (run_dir/events.out.tfevents.*, tags by path: "time/train",
-// "eval/gsm8k/accuracy"), and a console line every --log-interval steps and at the last step.
+// "eval/gsm8k/accuracy"), a console line every --log-interval steps and at the last step, and the
+// terminal's progress line (ETA at the pace of the steps written so far).
 class RunLog {
  public:
   // A fresh run, or one resumed after `resumed_step` (metrics.jsonl is rewound to it, and
@@ -53,7 +55,14 @@ class RunLog {
   const RunConfig& c_;
   std::ofstream metrics_;
   std::unique_ptr<EventWriter> events_;
+  int64_t steps_written_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
+
+// Whether step `step` of `total_steps` writes a checkpoint (-si, and always the last step) and a
+// rollouts file (-rsd every --rollout-save-interval steps).
+bool checkpoint_due(const RunConfig& config, int64_t step, int64_t total_steps);
+bool rollouts_due(const RunConfig& config, int64_t step);
 
 // --profile-dir: starts the Chrome trace of this process (rank `rank`, shown as `role`).
 void start_profile(const RunConfig& config, int rank, const std::string& role);

@@ -64,16 +64,23 @@ Trainer::Trainer(std::shared_ptr<Transformer> policy, std::shared_ptr<Transforme
   }
 }
 
+const EnumTable<LrSchedule>& lr_schedules() {
+  static const EnumTable<LrSchedule> table(
+      "learning-rate schedule", {{LrSchedule::kConstant, "constant", "lr after warm-up"},
+                                 {LrSchedule::kLinear, "linear", "linear decay to min_lr_ratio x lr at the last step"},
+                                 {LrSchedule::kCosine, "cosine", "cosine decay to min_lr_ratio x lr at the last step"}});
+  return table;
+}
+
 double Trainer::current_lr() const {
   const auto& o = config_.optimizer;
   const int64_t step = n_steps_;  // the step about to be taken, 0-based
   if (o.warmup_steps > 0 && step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / o.warmup_steps;
-  if (o.lr_schedule == "constant" || o.total_steps <= o.warmup_steps) return o.lr;
+  if (o.lr_schedule == LrSchedule::kConstant || o.total_steps <= o.warmup_steps) return o.lr;
   const double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / (o.total_steps - o.warmup_steps));
   const double floor = o.min_lr_ratio * o.lr;
-  if (o.lr_schedule == "linear") return floor + (o.lr - floor) * (1.0 - progress);
-  if (o.lr_schedule == "cosine") return floor + (o.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
-  throw_user_error("--lr-schedule \"{}\": use constant, linear or cosine", o.lr_schedule);
+  if (o.lr_schedule == LrSchedule::kLinear) return floor + (o.lr - floor) * (1.0 - progress);
+  return floor + (o.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
 std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, const std::vector<TrainSample>& samples,

@@ -14,6 +14,7 @@
 
 #include "algo/policy_loss.h"
 #include "model/transformer.h"
+#include "util/enum_table.h"
 
 namespace rlcpp {
 
@@ -32,15 +33,20 @@ struct SftSample {
   std::vector<uint8_t> loss_mask;  // same length as ids; loss_mask[0] is ignored (nothing predicts it)
 };
 
+enum class LrSchedule { kConstant, kLinear, kCosine };
+const EnumTable<LrSchedule>& lr_schedules();
+
+// AdamW and the learning-rate schedule (counted in optimizer steps).
 struct OptimizerConfig {
-  double lr = 1e-6;
-  double weight_decay = 0.01;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double max_grad_norm = 1.0;    // 0: no clipping
-  std::string lr_schedule = "constant";  // constant | cosine | linear
-  int64_t warmup_steps = 0;
-  int64_t total_steps = 0;       // for cosine/linear decay
-  double min_lr_ratio = 0.0;     // floor of the decay, as a fraction of lr
+  double lr = 1e-6;                  // peak learning rate
+  double weight_decay = 0.01;        // decoupled (AdamW) weight decay
+  double beta1 = 0.9, beta2 = 0.999; // AdamW moment decay rates
+  double eps = 1e-8;                 // AdamW denominator epsilon
+  double max_grad_norm = 1.0;        // global gradient-norm clip (0: no clipping)
+  LrSchedule lr_schedule = LrSchedule::kConstant;  // decay after warm-up
+  int64_t warmup_steps = 0;          // linear warm-up from lr/warmup_steps to lr
+  int64_t total_steps = 0;           // where linear/cosine decay reaches the floor
+  double min_lr_ratio = 0.0;         // floor of the decay, as a fraction of lr
 };
 
 struct TrainerConfig {

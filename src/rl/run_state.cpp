@@ -1,0 +1,135 @@
+#include "rl/run_state.h"
+
+#include <spdlog/spdlog.h>
+
+#include "rl/policy_update.h"
+#include "rl/rollout_channel.h"
+#include "rl/run_checkpoint.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace rlcpp {
+
+namespace fs = std::filesystem;
+
+nlohmann::json to_json(const CheckpointState& s) {
+  nlohmann::json buffer = nlohmann::json::array(), in_flight = nlohmann::json::array();
+  for (const auto& g : s.rollout_buffer) buffer.push_back(to_json(g));
+  for (const auto& p : s.in_flight_prompts) in_flight.push_back(to_json(p));
+  return {{"step", s.step},
+          {"policy_version", s.policy_version},
+          {"optimizer_steps", s.optimizer_steps},
+          {"data_cursor", s.data_cursor},
+          {"rollout_buffer", buffer},
+          {"in_flight_prompts", in_flight},
+          {"skipped_long_prompts", s.skipped_long_prompts},
+          {"skipped_short_prompts", s.skipped_short_prompts},
+          {"num_trainers", s.num_trainers},
+          {"num_inferencers", s.num_inferencers}};
+}
+
+CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::string& where) {
+  CheckpointState s;
+  try {
+    s.step = json_get<int64_t>(j, "step", where);
+    s.policy_version = json_get_or<int64_t>(j, "policy_version", 0, where);
+    s.optimizer_steps = json_get<int64_t>(j, "optimizer_steps", where);
+    s.data_cursor = j.value("data_cursor", nlohmann::json(nullptr));
+    for (const auto& g : j.value("rollout_buffer", nlohmann::json::array())) s.rollout_buffer.push_back(group_from_json(g));
+    for (const auto& p : j.value("in_flight_prompts", nlohmann::json::array())) s.in_flight_prompts.push_back(pick_from_json(p));
+    s.skipped_long_prompts = json_get_or<int64_t>(j, "skipped_long_prompts", 0, where);
+    s.skipped_short_prompts = json_get_or<int64_t>(j, "skipped_short_prompts", 0, where);
+    s.num_trainers = json_get_or<int64_t>(j, "num_trainers", 1, where);
+    s.num_inferencers = json_get_or<int64_t>(j, "num_inferencers", 0, where);
+  } catch (const nlohmann::json::exception& e) {
+    throw_user_error("{}: malformed checkpoint state ({}); the checkpoint cannot be resumed", where, e.what());
+  }
+  return s;
+}
+
+int64_t run_total_steps(const RunConfig& c, int64_t n_items, int64_t items_per_step) {
+  if (c.max_steps > 0) return c.max_steps;
+  return std::max<int64_t>(1, n_items / std::max<int64_t>(1, items_per_step)) * c.num_episodes;
+}
+
+RunPlan plan_run(const RunConfig& c) {
+  RunPlan plan;
+  plan.run_dir = fs::path(c.save_dir) / c.project;
+  fs::create_directories(plan.run_dir);
+  plan.resume_from = find_resume_checkpoint(c, plan.run_dir);
+  if (plan.resume_from) {
+    const fs::path where = *plan.resume_from / "trainer_state" / "state.json";
+    plan.saved = checkpoint_state_from_json(read_checkpoint_state(*plan.resume_from, c), where.string());
+  }
+  return plan;
+}
+
+namespace {
+
+// The plan as trainer rank 0 sends it to the other trainers.
+std::string encode_plan(const RunPlan& plan) {
+  return pack_message({{"run_dir", plan.run_dir.string()},
+                       {"resume_from", plan.resume_from ? plan.resume_from->string() : ""},
+                       {"saved", to_json(plan.saved)},
+                       {"total_steps", plan.total_steps}});
+}
+
+RunPlan decode_plan(const std::string& bytes) {
+  const auto j = unpack_message(bytes, "run plan");
+  RunPlan plan;
+  plan.run_dir = j.at("run_dir").get<std::string>();
+  const auto resume_from = j.at("resume_from").get<std::string>();
+  if (!resume_from.empty()) plan.resume_from = resume_from;
+  plan.saved = checkpoint_state_from_json(j.at("saved"), "run plan from trainer rank 0");
+  plan.total_steps = j.at("total_steps").get<int64_t>();
+  return plan;
+}
+
+}  // namespace
+
+RunState load_run(const RunConfig& c, Communicator* trainers) {
+  RunState run;
+  const bool leader = trainers == nullptr || trainers->rank() == 0;
+  const int64_t n_trainers = trainers == nullptr ? 1 : trainers->size();
+  if (leader) {
+    run.tokenizer = Tokenizer::from_dir(c.model);
+    run.plan = plan_run(c);
+    run.dataset = load_prompt_dataset(c.dataset);
+    const int64_t n_records = static_cast<int64_t>(run.dataset.records.size());
+    run.cursor = std::make_unique<DatasetCursor>(n_records, c.seed, /*shuffle=*/true);
+    run.plan.total_steps = run_total_steps(c, n_records, n_trainers * c.train_batch_size);
+    if (run.plan.resume_from) {
+      run.cursor->restore(run.plan.saved.data_cursor);
+    } else if (c.consumed_samples > 0) {
+      for (int64_t k = 0; k < c.consumed_samples; ++k) run.cursor->next();
+      spdlog::info("consumed_samples {}: the first {} prompts of the shuffled order are skipped", c.consumed_samples,
+                   c.consumed_samples);
+    }
+  }
+  if (trainers != nullptr && trainers->size() > 1) {
+    std::string bytes = leader ? encode_plan(run.plan) : std::string();
+    trainers->broadcast_bytes(bytes, 0);
+    if (!leader) run.plan = decode_plan(bytes);
+  }
+
+  const ModelOptions options = model_options_from_flags(c.dtype, c.device);
+  run.policy = Transformer::from_pretrained(run.plan.resume_from ? *run.plan.resume_from : fs::path(c.model), options);
+  run.policy->eval();
+  if (c.algo.loss.kl_coef != 0) {
+    run.reference = Transformer::from_pretrained(c.model, options);
+    run.reference->eval();
+  }
+  run.trainer = std::make_unique<Trainer>(run.policy, run.reference, rl_trainer_config(c, run.plan.total_steps));
+  if (run.plan.resume_from) {
+    load_checkpoint_optimizer(*run.plan.resume_from, run.trainer->optimizer());
+    run.trainer->restore_steps(run.plan.saved.optimizer_steps);
+    run.policy_version = run.plan.saved.policy_version;
+  }
+  return run;
+}
+
+fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState& state) {
+  return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state));
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,82 @@
+// The state of a training run, typed, in one place for every driver (colocated, the distributed
+// trainers, SFT): what a checkpoint's trainer_state/state.json holds (CheckpointState), whether the
+// run is fresh or resumed and how long it is (RunPlan), and the objects a trainer works with —
+// policy, frozen reference, trainer with its optimizer, prompt dataset and cursor (RunState).
+// load_run restores all of them from the checkpoint the plan names; save_run writes them. A new
+// piece of run state is read and checkpointed here and nowhere else.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/prompt_dataset.h"
+#include "parallel/communicator.h"
+#include "rl/rollout.h"
+#include "rl/run_config.h"
+#include "text/tokenizer.h"
+#include "train/trainer.h"
+
+namespace rlcpp {
+
+// trainer_state/state.json of a checkpoint (the optimizer and RNG states sit beside it).
+struct CheckpointState {
+  int64_t step = 0;                           // the last step the checkpoint includes
+  int64_t policy_version = 0;                 // optimizer updates applied to the policy so far
+  int64_t optimizer_steps = 0;                // the LR schedule's position
+  nlohmann::json data_cursor;                 // DatasetCursor::state() (null: not saved)
+  std::vector<GroupRollout> rollout_buffer;   // kept groups not yet trained on, of every trainer
+  std::vector<PromptPick> in_flight_prompts;  // distributed: the round the rollout workers were generating
+  int64_t skipped_long_prompts = 0;           // left out over -mpt so far
+  int64_t skipped_short_prompts = 0;          // left out under min_prompt_length so far
+  int64_t num_trainers = 1, num_inferencers = 0;  // the layout that wrote it (for the log; resume may differ)
+};
+
+nlohmann::json to_json(const CheckpointState& state);
+// A state.json's contents; a missing or mistyped field is a UserError naming `where` and the field.
+CheckpointState checkpoint_state_from_json(const nlohmann::json& json, const std::string& where);
+
+// Steps of a run: --max-steps, or -e episodes of whole batches of `items_per_step` over `n_items`.
+int64_t run_total_steps(const RunConfig& config, int64_t n_items, int64_t items_per_step);
+
+// Fresh or resumed, and how long: decided once (by the only trainer, or trainer rank 0) and shared.
+struct RunPlan {
+  std::filesystem::path run_dir;                     // save_dir/project
+  std::optional<std::filesystem::path> resume_from;  // the step-N directory continued from
+  CheckpointState saved;                             // what resume_from holds (defaults when fresh)
+  int64_t total_steps = 0;
+  int64_t first_step() const { return resume_from ? saved.step + 1 : 1; }
+};
+
+// The run directory (created), and the checkpoint a run continues from (checked for settings that
+// may not change on resume). total_steps is left for the caller, which knows its dataset.
+RunPlan plan_run(const RunConfig& config);
+
+// What a trainer works with. The dataset and cursor exist only where prompts are picked (the
+// colocated run, trainer rank 0).
+struct RunState {
+  RunPlan plan;
+  std::shared_ptr<Tokenizer> tokenizer;    // with the dataset
+  std::shared_ptr<Transformer> policy;     // the checkpoint's weights when resumed
+  std::shared_ptr<Transformer> reference;  // the base model, frozen; only when -kl != 0
+  std::unique_ptr<Trainer> trainer;        // optimizer and LR schedule restored
+  PromptDataset dataset;
+  std::unique_ptr<DatasetCursor> cursor;   // at the checkpoint's position (or after consumed_samples)
+  int64_t policy_version = 0;
+  bool owns_data() const { return cursor != nullptr; }
+};
+
+// Loads an RL run. Without `trainers` (or on trainer rank 0 of it) the plan is made here, with the
+// dataset; the other trainers receive the plan from rank 0 and load no dataset. Every trainer
+// counts -t × -tbs prompts per step.
+RunState load_run(const RunConfig& config, Communicator* trainers = nullptr);
+
+// Writes the run's checkpoint step-<state.step> from `run`'s policy and optimizer; returns it.
+std::filesystem::path save_run(const RunConfig& config, const RunState& run, const CheckpointState& state);
+
+}  // namespace rlcpp

@@ -1,0 +1,147 @@
+// A trainer rank of the distributed run: collects its share of each round's groups, trains
+// data-parallel with the other trainers, and (on rank 0) does the leader's duties.
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <deque>
+
+#include "parallel/gradient_sync.h"
+#include "rl/control.h"
+#include "rl/distributed.h"
+#include "rl/leader.h"
+#include "util/trace.h"
+
+namespace rlcpp {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint64_t kGradientBucketBytes = 25ULL << 20;  // as PyTorch DDP's bucket_cap_mb
+
+class TrainerRank {
+ public:
+  TrainerRank(const RunConfig& c, const Topology& topo);
+  fs::path run();
+
+ private:
+  int T() const { return topo_.num_trainers; }
+  void deal_saved_buffer(const std::vector<GroupRollout>& saved);
+  void train_step(int64_t step);
+  // Groups of every trainer at the leader (the others get nothing back).
+  std::vector<GroupRollout> gather(const std::vector<GroupRollout>& mine);
+
+  const RunConfig& c_;
+  const Topology& topo_;
+  RunState run_;
+  std::unique_ptr<RolloutChannel> channel_;
+  std::deque<GroupRollout> buffer_;  // this trainer's kept groups not yet trained on
+  std::unique_ptr<Leader> leader_;   // trainer rank 0 only
+};
+
+TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
+    : c_(c), topo_(topo), run_(load_run(c, topo.role_group.get())) {
+  if (T() > 1) {
+    auto group = topo_.role_group;
+    run_.trainer->set_gradient_reducer(
+        [group](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*group, params, kGradientBucketBytes); });
+  }
+  channel_ = std::make_unique<RolloutChannel>(topo_.world, topo_.role_group, T(), topo_.num_inferencers);
+  if (topo_.role_rank == 0) leader_ = std::make_unique<Leader>(c, topo, run_);
+  deal_saved_buffer(run_.plan.saved.rollout_buffer);
+}
+
+// The saved buffer (every trainer's, possibly from another -t) dealt out again by the balance.
+void TrainerRank::deal_saved_buffer(const std::vector<GroupRollout>& saved) {
+  std::vector<int64_t> tokens;
+  for (const auto& g : saved) tokens.push_back(group_tokens(g));
+  const auto to = assign_groups(tokens, std::vector<int64_t>(static_cast<size_t>(T()), 0),
+                                std::vector<int64_t>(static_cast<size_t>(T()), 0));
+  for (size_t k = 0; k < saved.size(); ++k) {
+    if (to[k] == topo_.role_rank) buffer_.push_back(saved[k]);
+  }
+}
+
+std::vector<GroupRollout> TrainerRank::gather(const std::vector<GroupRollout>& mine) {
+  if (!leader_) {
+    topo_.role_group->send_bytes(encode_groups(mine), 0, kShareTag);
+    return {};
+  }
+  std::vector<GroupRollout> all(mine);
+  for (int t = 1; t < T(); ++t) {
+    for (auto& g : decode_groups(topo_.role_group->recv_bytes(t, kShareTag))) all.push_back(std::move(g));
+  }
+  return all;
+}
+
+void TrainerRank::train_step(int64_t step) {
+  trace::Span span("step");
+  const std::vector<GroupRollout> batch = take_groups(buffer_, c_.train_batch_size);
+  const int64_t version_before = run_.policy_version;
+  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, topo_.role_group.get());
+  if (update.trained) ++run_.policy_version;
+
+  // Every trainer's figures, one row each, summed so each row reaches the leader.
+  auto rows = torch::zeros({T(), n_step_figures()}, torch::kFloat64);
+  rows[topo_.role_rank] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before);
+  if (T() > 1) topo_.role_group->all_reduce_sum(rows);
+  const auto trained = rollouts_due(c_, step) ? gather(batch) : std::vector<GroupRollout>{};
+  if (leader_) leader_->log_step(step, rows, update, trained);
+  // After the metrics line, so a run resumed from this checkpoint has every line up to it.
+  if (checkpoint_due(c_, step, run_.plan.total_steps)) {
+    trace::write();
+    auto all = gather(std::vector<GroupRollout>(buffer_.begin(), buffer_.end()));
+    if (leader_) leader_->save_checkpoint(step, std::move(all));
+  }
+}
+
+fs::path TrainerRank::run() {
+  const auto run_start = Clock::now();
+  const int64_t total_steps = run_.plan.total_steps;
+  if (leader_) leader_->start();
+  int64_t rounds_since_step = 0;
+  for (int64_t step = run_.plan.first_step(); step <= total_steps;) {
+    // One round: this trainer's share of the kept groups joins its buffer.
+    const auto wait_start = Clock::now();
+    const RoundReceipt receipt = [&] {
+      trace::Span wait("collect_rollouts");
+      return channel_->collect(buffer_);
+    }();
+    if (leader_) leader_->note_round(receipt, std::chrono::duration<double>(Clock::now() - wait_start).count());
+    ++rounds_since_step;
+    // Steps the trainers can fill now (each holds within one group of the others).
+    auto held = torch::zeros({T()}, torch::kFloat64);
+    held[topo_.role_rank] = static_cast<double>(buffer_.size());
+    if (T() > 1) topo_.role_group->all_reduce_sum(held);
+    int64_t steps = static_cast<int64_t>(held.min().item<double>()) / c_.train_batch_size;
+    if (steps == 0 && !(c_.algo.dynamic_batching && rounds_since_step <= c_.max_dynamic_rounds)) steps = 1;
+    steps = std::min(steps, total_steps - step + 1);
+    const bool more_rounds = step + steps <= total_steps;
+    if (leader_ && more_rounds && c_.n_behind >= 1) {
+      // Rollout runs ahead: the next round starts now, with the weights as they are.
+      leader_->sync_ahead();
+      leader_->send_round();
+    }
+    for (int64_t k = 0; k < steps; ++k) train_step(step++);
+    if (steps > 0) rounds_since_step = 0;
+    if (leader_ && more_rounds && c_.n_behind == 0) {
+      leader_->sync_weights();
+      leader_->send_round();
+    }
+  }
+  if (leader_) {
+    leader_->stop_workers();
+    spdlog::info("done in {:.1f} s; run directory {}",
+                 std::chrono::duration<double>(Clock::now() - run_start).count(), run_.plan.run_dir.string());
+  }
+  trace::write();
+  return run_.plan.run_dir;
+}
+
+}  // namespace
+
+fs::path run_trainer_rank(const RunConfig& config, const Topology& topology) { return TrainerRank(config, topology).run(); }
+
+}  // namespace rlcpp
