@@ -19,10 +19,15 @@ evaluate() {  # evaluate MODEL_DIR: held-out accuracy at the reference's eval te
 echo; echo "== before: the bundled model on the held-out split"
 before=$(evaluate "$model"); echo "$before"
 echo; echo "== GRPO on $train ($steps steps of 16 prompts x 8 samples)"
-"$rlcpp" train -m "$model" -d "$train" -a GRPO -g 8 -tbs 16 -tMbs 16 -tmbs 128 -temp 1.0 --mnt 32 -lr 5e-5 \
-  --max-steps "$steps" --si 20 --log-interval 10 -sd "$runs" -p "$project" 2>&1 | grep -E "step [0-9]+/|checkpoint|done" \
-  | sed 's/^\[[^]]*\] //'
+# While it trains: held-out accuracy on the first 100 test prompts every 20 steps (-ed, -ei) and
+# the rollouts of every 5th step (-rsd), for the report's eval curve and sample rollouts.
 run_dir="$runs/$project"
+"$rlcpp" train -m "$model" -d "$train" -a GRPO -g 8 -tbs 16 -tMbs 16 -tmbs 128 -temp 1.0 --mnt 32 -lr 5e-5 \
+  --max-steps "$steps" --si 20 --log-interval 10 -sd "$runs" -p "$project" \
+  -ed "{\"held-out\": \"$test\"}" -ei 20 --eval-limit "$([ "$limit" -gt 0 ] && echo "$limit" || echo 100)" \
+  -rsd "$run_dir/rollouts" --rollout-save-interval $(( steps >= 10 ? 5 : 1 )) 2>&1 | grep -E "step [0-9]+/|checkpoint|eval |done" \
+  | sed 's/^\[[^]]*\] //'
+
 echo; echo "== after: the trained policy ($run_dir/$(cat "$run_dir/latest")) on the held-out split"
 after=$(evaluate "$run_dir/$(cat "$run_dir/latest")"); echo "$after"
 python3 - "$before" "$after" "$run_dir/metrics.jsonl" "$(( $(date +%s) - start ))" "$run_dir" <<'PY'

@@ -23,7 +23,8 @@ else
 fi
 out=$(cd "$tmp" && DEMO_STEPS=3 DEMO_EVAL_LIMIT=40 DEMO_RUNS="$tmp/runs" bash "$src/scripts/demo.sh" "$rlcpp" 2>&1)
 if [ $? -eq 0 ] && grep -qE '^accuracy +[0-9.]+% +[0-9.]+%$' <<<"$out" && grep -q 'training reward (step:mean)  1:' <<<"$out" \
-   && ls "$tmp"/runs/demo-arith-*/step-3/model.safetensors > /dev/null 2>&1; then
+   && ls "$tmp"/runs/demo-arith-*/step-3/model.safetensors > /dev/null 2>&1 \
+   && grep -q 'Eval accuracy' "$tmp"/runs/demo-arith-*/report.html && grep -q '<td>best</td>' "$tmp"/runs/demo-arith-*/report.html; then
   echo "ok   demo (shortened)"; grep -A3 '^held-out' <<<"$out"
 else
   echo "FAIL demo (shortened):"; echo "$out" | tail -20; failed=1

@@ -79,3 +79,171 @@ TEST(ChatTemplate, ChatMlFallback) {
   EXPECT_EQ(chat.render(messages, true), "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(chat.render(messages, false), "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n");
 }
+
+// ---- The idioms of the published chat templates (Qwen2.5, Qwen3, Llama 3.x, DeepSeek-V3), offline:
+// each template below is a cut-down piece of the real one, with the output transformers renders.
+
+TEST(JinjaTemplates, Qwen25SystemDefaultAndToolsAsJson) {
+  const std::string tpl =
+      "{%- if tools %}\n"
+      "    {{- '<|im_start|>system\\n' }}\n"
+      "    {%- if messages[0]['role'] == 'system' %}\n"
+      "        {{- messages[0]['content'] }}\n"
+      "    {%- else %}\n"
+      "        {{- 'You are Qwen.' }}\n"
+      "    {%- endif %}\n"
+      "    {%- for tool in tools %}\n"
+      "        {{- \"\\n\" }}\n"
+      "        {{- tool | tojson }}\n"
+      "    {%- endfor %}\n"
+      "    {{- '<|im_end|>\\n' }}\n"
+      "{%- elif messages[0]['role'] != 'system' %}\n"
+      "    {{- '<|im_start|>system\\nYou are Qwen.<|im_end|>\\n' }}\n"
+      "{%- endif %}\n"
+      "{%- for message in messages %}\n"
+      "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) %}\n"
+      "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+      "    {%- elif message.role == \"system\" and loop.first %}\n"
+      "        {{- '<|im_start|>system\\n' + message.content + '<|im_end|>\\n' }}\n"
+      "    {%- endif %}\n"
+      "{%- endfor %}\n"
+      "{%- if add_generation_prompt %}\n"
+      "    {{- '<|im_start|>assistant\\n' }}\n"
+      "{%- endif %}\n";
+  const OJson user = {{"role", "user"}, {"content", "2+2?"}};
+  EXPECT_EQ(render(tpl, {{"messages", {user}}, {"add_generation_prompt", true}}),
+            "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+  const OJson tool = {{"type", "function"}, {"function", {{"name", "add"}, {"parameters", {{"a", 1}}}}}};
+  EXPECT_EQ(render(tpl, {{"messages", {user}}, {"tools", {tool}}, {"add_generation_prompt", false}}),
+            "<|im_start|>system\nYou are Qwen.\n{\"type\": \"function\", \"function\": {\"name\": \"add\", "
+            "\"parameters\": {\"a\": 1}}}<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n");
+}
+
+TEST(JinjaTemplates, Qwen3LastQueryIndexAndThinkingSplit) {
+  // Qwen3 walks the messages backwards with a namespace to find the last real user query, and
+  // splits reasoning off an assistant turn at </think>.
+  const std::string tpl =
+      "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n"
+      "{%- for message in messages[::-1] %}\n"
+      "    {%- set index = (messages|length - 1) - loop.index0 %}\n"
+      "    {%- if ns.multi_step_tool and message.role == \"user\" and message.content is string and "
+      "not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}\n"
+      "        {%- set ns.multi_step_tool = false %}\n"
+      "        {%- set ns.last_query_index = index %}\n"
+      "    {%- endif %}\n"
+      "{%- endfor %}\n"
+      "{{- ns.last_query_index }}|\n"
+      "{%- for message in messages %}\n"
+      "    {%- if message.role == \"assistant\" %}\n"
+      "        {%- set content = message.content %}\n"
+      "        {%- if '</think>' in content %}\n"
+      "            {%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}\n"
+      "            {%- set content = content.split('</think>')[-1].lstrip('\\n') %}\n"
+      "        {%- endif %}\n"
+      "        {%- if loop.index0 > ns.last_query_index %}\n"
+      "            {{- '[' + reasoning_content.strip('\\n') + ']' }}\n"
+      "        {%- endif %}\n"
+      "        {{- content }}|\n"
+      "    {%- endif %}\n"
+      "{%- endfor %}\n"
+      "{%- if enable_thinking is defined and enable_thinking is false %}\n"
+      "    {{- '<think>\\n\\n</think>\\n\\n' }}\n"
+      "{%- endif %}";
+  const OJson messages = {{{"role", "user"}, {"content", "q1"}},
+                          {{"role", "assistant"}, {"content", "<think>\nr1\n</think>\n\na1"}},
+                          {{"role", "user"}, {"content", "q2"}},
+                          {{"role", "assistant"}, {"content", "<think>\nr2\n</think>\n\na2"}},
+                          {{"role", "user"}, {"content", "<tool_response>x</tool_response>"}}};
+  EXPECT_EQ(render(tpl, {{"messages", messages}}), "2|a1|[r2]a2|");
+  EXPECT_EQ(render(tpl, {{"messages", messages}, {"enable_thinking", false}}), "2|a1|[r2]a2|<think>\n\n</think>\n\n");
+}
+
+TEST(JinjaTemplates, Llama3SystemSlicingDefaultsAndIndentedJson) {
+  const std::string tpl =
+      "{{- bos_token }}\n"
+      "{%- if not date_string is defined %}\n"
+      "    {%- set date_string = \"26 Jul 2024\" %}\n"
+      "{%- endif %}\n"
+      "{%- if messages[0]['role'] == 'system' %}\n"
+      "    {%- set system_message = messages[0]['content']|trim %}\n"
+      "    {%- set messages = messages[1:] %}\n"
+      "{%- else %}\n"
+      "    {%- set system_message = \"\" %}\n"
+      "{%- endif %}\n"
+      "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+      "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n"
+      "{{- system_message }}\n"
+      "{{- \"<|eot_id|>\" }}\n"
+      "{%- for message in messages %}\n"
+      "    {%- if (message.role == 'user') != (loop.index0 % 2 == 0) %}\n"
+      "        {{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}\n"
+      "    {%- endif %}\n"
+      "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}\n"
+      "{%- endfor %}\n"
+      "{%- if tools is not none %}{{- tools[0] | tojson(indent=4) }}{%- endif %}";
+  const OJson messages = {{{"role", "system"}, {"content", "  Be brief.\n"}}, {{"role", "user"}, {"content", " hi "}}};
+  EXPECT_EQ(render(tpl, {{"messages", messages}, {"bos_token", "<|begin_of_text|>"}, {"tools", nullptr}}),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nToday Date: 26 Jul 2024\n\nBe brief."
+            "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
+  EXPECT_EQ(render(tpl, {{"messages", {messages[1]}}, {"bos_token", ""}, {"date_string", "1 Jan 2025"},
+                         {"tools", {{{"name", "f"}}}}}),
+            "<|start_header_id|>system<|end_header_id|>\n\nToday Date: 1 Jan 2025\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>{\n    \"name\": \"f\"\n}");
+  const OJson bad = {{{"role", "assistant"}, {"content", "a"}}};
+  EXPECT_THROW_MSG(render(tpl, {{"messages", bad}, {"bos_token", ""}, {"tools", nullptr}}), UserError,
+                   "Conversation roles must alternate");
+}
+
+TEST(JinjaTemplates, DeepSeekNamespaceFlagsAndToolCalls) {
+  const std::string tpl =
+      "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+      "{% set ns = namespace(is_first=false, is_tool=false, system_prompt='', is_first_sp=true) %}"
+      "{%- for message in messages %}{%- if message['role'] == 'system' %}{%- if ns.is_first_sp %}"
+      "{% set ns.system_prompt = ns.system_prompt + message['content'] %}{% set ns.is_first_sp = false %}"
+      "{%- else %}{% set ns.system_prompt = ns.system_prompt + '\\n\\n' + message['content'] %}{%- endif %}"
+      "{%- endif %}{%- endfor %}"
+      "{{ bos_token }}{{ ns.system_prompt }}"
+      "{%- for message in messages %}"
+      "{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}"
+      "{%- elif message['role'] == 'assistant' and message['content'] is none %}"
+      "{%- for tool in message['tool_calls'] %}"
+      "{%- if not ns.is_first %}{{'<｜Assistant｜><｜tool▁calls▁begin｜>' + tool['function']['name']}}"
+      "{%- set ns.is_first = true -%}{%- else %}{{'\\n' + tool['function']['name']}}{%- endif %}"
+      "{%- endfor %}{{'<｜tool▁calls▁end｜>'}}"
+      "{%- elif message['role'] == 'assistant' %}{{'<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}"
+      "{%- endif %}{%- endfor -%}"
+      "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜>'}}{% endif %}";
+  const OJson messages = {
+      {{"role", "system"}, {"content", "A"}}, {{"role", "system"}, {"content", "B"}}, {{"role", "user"}, {"content", "q"}},
+      {{"role", "assistant"}, {"content", nullptr},
+       {"tool_calls", {{{"function", {{"name", "f"}}}}, {{"function", {{"name", "g"}}}}}}},
+      {{"role", "assistant"}, {"content", "done"}}};
+  EXPECT_EQ(render(tpl, {{"messages", messages}, {"bos_token", "<s>"}, {"add_generation_prompt", true}}),
+            "<s>A\n\nB<｜User｜>q<｜Assistant｜><｜tool▁calls▁begin｜>f\ng<｜tool▁calls▁end｜>"
+            "<｜Assistant｜>done<｜end▁of▁sentence｜><｜Assistant｜>");
+}
+
+TEST(JinjaTemplates, MacrosLoopHelpersAndStringMethods) {
+  EXPECT_EQ(render("{% macro render_item(x, sep=', ') -%}<{{ x | upper }}>{{ sep }}{%- endmacro %}"
+                   "{% for x in ['a', 'b'] %}{{ render_item(x, sep=loop.cycle('+', '-')) }}{% endfor %}"),
+            "<A>+<B>-");
+  EXPECT_EQ(render("{% for x in 'héllo' %}{{ loop.revindex }}{{ x }}{% if loop.previtem %}({{ loop.previtem }}){% endif %}"
+                   "{% endfor %}"),
+            "5h4é(h)3l(é)2l(l)1o(l)");
+  EXPECT_EQ(render("{{ 'a,b,,c'.split(',') }} {{ 'a b c'.split(' ', 1) }} {{ 'x-y'.replace('-', '+') }} "
+                   "{{ 'abc'.find('c') }} {{ 'hello world'.title() }} {{ 'aXa'.count('a') }} {{ '-'.join(['1','2']) }}"),
+            "['a', 'b', '', 'c'] ['a', 'b c'] x+y 2 Hello World 2 1-2");
+  EXPECT_EQ(render("{{ messages[-1]['content'][-3:] }} {{ messages[1:][0].role }} {{ (messages | length) - 1 }}",
+                   {{"messages", {{{"role", "user"}, {"content", "abcdef"}}, {{"role", "x"}, {"content", "z"}}}}}),
+            "z x 1");
+  EXPECT_EQ(render("{{ [3, 1, 2] | max }} {{ [3, 1, 2] | min }} {{ [1, 2] | sum }} {{ [1, 1, 2] | unique | list }} "
+                   "{{ 'a b  c' | wordcount }} {{ 2.567 | round(1) }} {{ '42' | int + 1 }}"),
+            "3 1 3 [1, 2] 3 2.6 43");
+}
+
+TEST(JinjaTemplates, WhitespaceMarkersInsideLoops) {
+  // `{%-`/`-%}` strip across newlines; lstrip_blocks removes indentation before a block tag only.
+  EXPECT_EQ(render("<{%- for x in [1, 2] -%}\n   {{ x }}\n{%- endfor -%}\n>"), "<12>");
+  EXPECT_EQ(render("{% for x in [1, 2] %}\n    {{ x }}\n{% endfor %}"), "    1\n    2\n");
+  EXPECT_EQ(render("a\n  {% if true %}\n  b\n  {% endif %}\nc"), "a\n  b\nc");
+}

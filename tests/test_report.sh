@@ -51,6 +51,34 @@ else
   bad report-self-contained
 fi
 
+# Axes: value ticks are round (equal steps of 1, 2 or 5 times a power of ten, every label a multiple
+# of the step), and fraction, time, length, KL and norm plots start at 0.
+if python3 - report.html <<'PY'
+import math, re, sys
+html = open(sys.argv[1]).read()
+starts_at_zero = ("Reward and accuracy", "Eval accuracy", "Truncated fraction", "Clip fraction", "Time per step",
+                  "Response length", "KL", "Gradient norm", "Learning rate", "Entropy")
+bad = []
+for svg in re.findall(r'<svg class="plot".*?</svg>', html, re.S):
+    title = re.search(r'font-weight="bold" fill="#222">([^<]*)<', svg).group(1)
+    ticks = [float(t) for t in re.findall(r'text-anchor="end">([^<]*)</text>', svg)]
+    if len(ticks) < 2:
+        bad.append((title, "fewer than 2 ticks", ticks)); continue
+    steps = [b - a for a, b in zip(ticks, ticks[1:])]
+    step = steps[0]
+    mantissa = step / 10 ** math.floor(math.log10(step))
+    if any(abs(s - step) > 1e-6 * step for s in steps) or min(abs(mantissa - m) for m in (1, 2, 5, 10)) > 1e-3 \
+       or any(abs(t / step - round(t / step)) > 1e-3 for t in ticks):
+        bad.append((title, "not round", ticks))
+    if title.startswith(starts_at_zero) and ticks[0] != 0:
+        bad.append((title, "does not start at 0", ticks))
+    if title.startswith(("Reward and accuracy", "Truncated fraction", "Clip fraction")) and ticks[-1] < 1:
+        bad.append((title, "a fraction axis short of 1", ticks))
+print("\n".join(map(str, bad)))
+sys.exit(1 if bad else 0)
+PY
+then ok report-round-axes; else bad report-round-axes; fi
+
 "$browser" --headless --no-sandbox --disable-gpu --force-device-scale-factor=1 --hide-scrollbars \
   --window-size=1280,1900 --screenshot="$tmp/shot.png" "file://$tmp/report.html" > browser.log 2>&1
 if [ ! -s shot.png ]; then bad screenshot; tail -5 browser.log; exit 1; fi

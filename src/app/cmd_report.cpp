@@ -33,10 +33,37 @@ struct Series {
   std::vector<std::pair<double, double>> points;  // (step, value)
 };
 
+// How a plot's value axis is laid out: kFree fits the data; kFromZero starts at 0 (times, lengths,
+// norms, KL); kFraction starts at 0 and shows at least [0, 1] (rewards, accuracies, fractions).
+enum class Axis { kFree, kFromZero, kFraction };
+
 struct Plot {
   std::string title;
   std::vector<Series> series;
+  Axis axis = Axis::kFree;
 };
+
+// Round axis ticks: a step of 1, 2 or 5 times a power of ten that covers [lo, hi] in at most
+// `max_ticks` intervals; the range is widened to whole steps.
+struct Ticks {
+  double lo, hi, step;
+};
+
+Ticks nice_ticks(double lo, double hi, int max_ticks) {
+  if (!(hi > lo)) hi = lo + 1;
+  const double raw = (hi - lo) / max_ticks;
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = 10 * power;
+  for (double m : {1.0, 2.0, 5.0}) {
+    if (m * power >= raw * (1 - 1e-9)) {
+      step = m * power;
+      break;
+    }
+  }
+  // Snap away float noise (0.30000000000000004) so the labels print round.
+  auto snap = [&](double v) { return std::round(v / step) * step; };
+  return {snap(std::floor(lo / step + 1e-9) * step), snap(std::ceil(hi / step - 1e-9) * step), step};
+}
 
 // Page geometry (CSS pixels): two columns of plots under a header, the table below them.
 constexpr int kPlotWidth = 600, kPlotHeight = 260, kGap = 20, kTop = 110;
@@ -112,22 +139,25 @@ std::string svg_plot(const Plot& plot, int x0, int y0) {
                              ay + ah / 2);
   }
   if (xmax == xmin) xmin -= 1, xmax += 1;
-  if (ymax == ymin) {  // a constant: centred in a range of its own size (or ±1 around 0)
-    const double half = ymin == 0 ? 1.0 : std::fabs(ymin) * 0.1;
-    ymin -= half, ymax += half;
+  if (plot.axis != Axis::kFree) ymin = std::min(ymin, 0.0);
+  if (plot.axis == Axis::kFraction) ymax = std::max(ymax, 1.0);
+  if (ymax == ymin) {  // a constant (a flat zero too): a round range of its own size around it
+    const double half = ymin == 0 ? 1.0 : std::fabs(ymin) * 0.5;
+    ymax += half;
+    if (plot.axis == Axis::kFree) ymin -= half;
   }
-  const double pad = (ymax - ymin) * 0.05;
-  ymin -= pad, ymax += pad;
+  const Ticks y_ticks = nice_ticks(ymin, ymax, 5);
+  ymin = y_ticks.lo, ymax = y_ticks.hi;
   auto px = [&](double x) { return ax + (x - xmin) / (xmax - xmin) * aw; };
   auto py = [&](double y) { return ay + ah - (y - ymin) / (ymax - ymin) * ah; };
-  for (int k = 0; k <= 4; ++k) {  // horizontal grid lines with their values
-    const double y = ymin + (ymax - ymin) * k / 4;
+  for (double y = ymin; y <= ymax + y_ticks.step * 1e-6; y += y_ticks.step) {  // grid lines at round values
+    const double at = std::fabs(y) < y_ticks.step * 1e-6 ? 0.0 : y;
     out += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#eeeeee\"/>"
                        "<text x=\"{}\" y=\"{:.1f}\" font-size=\"10\" fill=\"#666\" text-anchor=\"end\">{}</text>",
-                       ax, ax + aw, py(y), py(y), ax - 4, py(y) + 3, number(y));
+                       ax, ax + aw, py(at), py(at), ax - 4, py(at) + 3, number(at));
   }
-  const double x_step = std::max(1.0, std::ceil((xmax - xmin) / 6));  // whole steps on the x axis
-  for (double x = std::ceil(xmin); x <= xmax; x += x_step) {
+  const double x_step = std::max(1.0, nice_ticks(xmin, xmax, 6).step);  // whole steps on the x axis
+  for (double x = std::ceil(xmin / x_step) * x_step; x <= xmax; x += x_step) {
     out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-size=\"10\" fill=\"#666\" text-anchor=\"middle\">{}</text>", px(x),
                        ay + ah + 14, number(x));
   }
@@ -226,31 +256,31 @@ std::string render_report(const fs::path& run_dir) {
   const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
   std::vector<Plot> plots;
   plots.push_back({"Reward and accuracy", {series_of(lines, "reward_mean", "reward", palette[0]),
-                                           series_of(lines, "accuracy", "accuracy", palette[2])}});
+                                           series_of(lines, "accuracy", "accuracy", palette[2])}, Axis::kFraction});
   std::set<std::string> eval_sets;
   for (const auto& line : lines) {
     if (line.contains("eval") && line["eval"].is_object()) {
       for (const auto& [name, v] : line["eval"].items()) eval_sets.insert(name);
     }
   }
-  Plot eval{"Eval accuracy", {}};
+  Plot eval{"Eval accuracy", {}, Axis::kFraction};
   int color = 0;
   for (const auto& name : eval_sets) eval.series.push_back(series_of(lines, "eval/" + name + "/accuracy", name, palette[color++ % 8]));
   if (!eval.series.empty()) plots.push_back(eval);
   plots.push_back({"Response length (tokens)", {series_of(lines, "response_length_mean", "mean", palette[0]),
-                                                series_of(lines, "response_length_max", "max", palette[3])}});
-  plots.push_back({"Truncated fraction", {series_of(lines, "truncated_fraction", "truncated", palette[1])}});
-  plots.push_back({"KL", {series_of(lines, "kl", "kl", palette[4])}});
-  plots.push_back({"Entropy", {series_of(lines, "entropy", "entropy", palette[5])}});
+                                                series_of(lines, "response_length_max", "max", palette[3])}, Axis::kFromZero});
+  plots.push_back({"Truncated fraction", {series_of(lines, "truncated_fraction", "truncated", palette[1])}, Axis::kFraction});
+  plots.push_back({"KL", {series_of(lines, "kl", "kl", palette[4])}, Axis::kFromZero});
+  plots.push_back({"Entropy", {series_of(lines, "entropy", "entropy", palette[5])}, Axis::kFromZero});
   Series clip_frac{"clip fraction (low + high)", palette[6], {}};
   for (const auto& line : lines) {
     clip_frac.points.emplace_back(line.at("step").get<double>(),
                                   at_path(line, "clip_frac_low").value_or(0) + at_path(line, "clip_frac_high").value_or(0));
   }
-  plots.push_back({"Clip fraction", {clip_frac}});
-  plots.push_back({"Gradient norm", {series_of(lines, "grad_norm", "grad norm", palette[7])}});
-  plots.push_back({"Learning rate", {series_of(lines, "lr", "lr", palette[0])}});
-  Plot time{"Time per step (s)", {}};
+  plots.push_back({"Clip fraction", {clip_frac}, Axis::kFraction});
+  plots.push_back({"Gradient norm", {series_of(lines, "grad_norm", "grad norm", palette[7])}, Axis::kFromZero});
+  plots.push_back({"Learning rate", {series_of(lines, "lr", "lr", palette[0])}, Axis::kFromZero});
+  Plot time{"Time per step (s)", {}, Axis::kFromZero};
   color = 0;
   const Json phases = lines.back().value("time", Json::object());
   for (const auto& [phase, v] : phases.items()) {

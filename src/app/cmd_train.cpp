@@ -2,6 +2,7 @@
 // one process, or distributed under mpirun (-t trainers, -i rollout workers). Every setting of the
 // run table (rl/run_config.h) with flags is an option, with the reference system's short and long
 // names; `--config run.yaml` gives them in a file.
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include "app/run_flags.h"
 #include "parallel/mpi.h"
 #include "parallel/topology.h"
+#include "rl/chatlearn_fields.h"
 #include "rl/colocated.h"
 #include "rl/distributed.h"
 #include "util/error.h"
@@ -59,7 +61,14 @@ void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "RL fine-tuning (GRPO, DAPO, ...) of a model on a JSONL dataset");
   auto flags = std::make_shared<RunFlags>();
   add_run_flags(cmd, *flags);
-  cmd->callback([flags] {
+  auto chatlearn_fields = std::make_shared<bool>(false);
+  cmd->add_flag("--chatlearn-fields", *chatlearn_fields,
+                "print how every ChatLearn config field is handled (implemented, mapped, refused, notice) and exit");
+  cmd->callback([flags, chatlearn_fields] {
+    if (*chatlearn_fields) {
+      std::cout << chatlearn_fields_markdown();
+      return;
+    }
     const RawSettings raw = collect_run_settings(*flags);
     if (flags->print_config) {
       std::cout << run_config_yaml(resolve_run_config(raw, /*check_files=*/false));
@@ -67,6 +76,7 @@ void add_train_command(CLI::App& app) {
     }
     auto world = mpi_world();  // a world of one process without mpirun
     const auto [config, topology] = prepare(raw, world);
+    if (config.debug) spdlog::set_level(spdlog::level::debug);
     if (!topology) {
       run_colocated(config);
       return;

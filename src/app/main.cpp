@@ -38,7 +38,7 @@ std::vector<std::string> rewrite_single_dash_long_options(int argc, char** argv)
 int main(int argc, char** argv) {
   rlcpp::init_logging();
   rlcpp::configure_threads();
-  CLI::App app{"rlcpp: RL fine-tuning (GRPO, DAPO) of Hugging Face language models in C++"};
+  CLI::App app{"rlcpp: RL fine-tuning (GRPO, DAPO) of Hugging Face language models in C++", "rlcpp"};
   app.require_subcommand(0, 1);
   bool show_version = false;
   app.add_flag("--version", show_version, "print the version and exit");

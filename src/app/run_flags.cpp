@@ -26,11 +26,14 @@ void add_run_flags(CLI::App* cmd, RunFlags& flags, const std::set<std::string>& 
   for (const auto& setting : run_settings()) {
     if (setting.flags.empty() || (!only.empty() && only.count(setting.name) == 0)) continue;
     const auto value = setting.get(defaults);
-    std::string help = setting.help;
+    // The default and the setting's name go at the end of the help's first line (an enum's values follow).
+    const size_t first_line = std::min(setting.help.find('\n'), setting.help.size());
+    std::string help = setting.help.substr(0, first_line);
     if (!value.is_null() && !(value.is_string() && value.get<std::string>().empty())) {
       help += fmt::format(" [{}]", value.is_string() ? value.get<std::string>() : value.dump());
     }
-    help += fmt::format(" ({})", setting.name);
+    help += fmt::format(" ({})", setting.name) + setting.help.substr(first_line);
+    while (!help.empty() && help.back() == '\n') help.pop_back();
     flags.options[setting.name] = cmd->add_option(setting.flags, flags.values[setting.name], help);
   }
 }

@@ -17,7 +17,9 @@ template <typename T>
 CLI::Option* add_setting_flag(CLI::App* cmd, const std::string& name, T& target) {
   const Setting* s = find_setting(name);
   RLCPP_CHECK(s != nullptr && !s->flags.empty(), "no run setting {} with flags", name);
-  return cmd->add_option(s->flags, target, s->help)->capture_default_str();
+  std::string help = s->help;
+  while (!help.empty() && help.back() == '\n') help.pop_back();
+  return cmd->add_option(s->flags, target, help)->capture_default_str();
 }
 
 }  // namespace rlcpp

@@ -27,7 +27,6 @@ class EventWriter {
 
   // One event holding every (tag, value) of `step`.
   void add_scalars(const std::vector<std::pair<std::string, double>>& values, int64_t step);
-  void add_scalar(const std::string& tag, double value, int64_t step) { add_scalars({{tag, value}}, step); }
   // A resumed run: TensorBoard drops the events of earlier files from `step` on (SessionLog START).
   void restart_at(int64_t step);
   void flush();

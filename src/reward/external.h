@@ -46,7 +46,6 @@ class ExternalReward {
   std::vector<ExternalReply> score(const std::vector<ExternalRequest>& requests);
   int64_t n_failures() const { return n_failures_; }
   int64_t n_restarts() const { return n_restarts_; }
-  const std::string& stderr_tail() const { return stderr_tail_; }
 
  private:
   void start();

@@ -22,6 +22,11 @@ const char* kZero = "ZeRO is not implemented yet (planned: stages 1-3 over MPI, 
 const char* kRay = "Ray's runtime environment; rlcpp is one binary started by mpirun, so there is nothing to package";
 const char* kResources = "Ray resources; mpirun -np T+I (and --map-by, hostfiles) decide the processes and their placement";
 
+// A value that leaves the setting at its default (ChatLearn's "unset" spelling).
+const Json kUnset = Json(Json::value_t::discarded);
+
+Json unset_if_negative(const Json& v, const std::string& where) { return read_int(v, where) < 0 ? kUnset : v; }
+
 Json stream_loader_type(const Json& v, const std::string& where) {
   const std::string s = read_string(v, where);
   if (s == "fixed") return false;
@@ -44,8 +49,8 @@ const std::vector<ChatLearnField>& chatlearn_fields() {
       {"sample_per_episode", "RuntimeConfig", F::kMapped, "train.sample_per_episode",
        "samples per step: -tbs = sample_per_episode / G"},
       {"num_training_epoch", "RuntimeConfig", F::kImplemented, "train.num_training_epoch", "passes over each step's rollouts"},
-      {"generation_batch_size", "RuntimeConfig", F::kImplemented, "rollout.inference_microbatch_size",
-       "prompts per generate call"},
+      {"generation_batch_size", "RuntimeConfig, ModelConfig", F::kImplemented, "rollout.inference_microbatch_size",
+       "prompts per generate call (ModelConfig's -1: unset)", {}, unset_if_negative},
       {"train_micro_batch_size", "RuntimeConfig", F::kImplemented, "train.train_microbatch_size", "samples per forward/backward"},
       {"train_global_batch_size", "RuntimeConfig", F::kMapped, "train.train_global_batch_size",
        "samples per optimizer step: -tMbs = train_global_batch_size / G"},

@@ -23,7 +23,8 @@ struct ChatLearnField {
   std::string note;     // mapped: how; refused: why and what will implement it; notice: the notice
   std::vector<std::string> off = {};  // refused: values meaning "not used", accepted silently;
                                       // notice: values accepted (empty: any)
-  std::function<Json(const Json& value, const std::string& where)> convert = {};  // mapped: value for `setting`
+  // The value for `setting` (a discarded JSON value: leave the setting at its default).
+  std::function<Json(const Json& value, const std::string& where)> convert = {};
 };
 
 const std::vector<ChatLearnField>& chatlearn_fields();

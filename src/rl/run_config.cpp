@@ -100,7 +100,7 @@ void read_group(const std::filesystem::path& path, const std::string& group, con
     const Setting* s = nullptr;
     if (const ChatLearnField* field = find_chatlearn_field(dotted)) {
       s = apply_chatlearn_field(*field, value, where, given);
-      if (s == nullptr) continue;
+      if (s == nullptr || given.is_discarded()) continue;
     } else {
       s = lookup(group, dotted);
     }

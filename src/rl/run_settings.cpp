@@ -154,7 +154,9 @@ Setting samples_setting(std::string name, std::string help, int64_t RunConfig::*
 template <typename E, typename Ref>
 Setting enum_setting(std::string name, std::string flags, std::string help, const EnumTable<E>& table, Ref ref,
                      bool may_differ = false) {
-  return make(std::move(name), std::move(flags), {}, help + (help.empty() ? "" : ": ") + table.names(),
+  // "help: a | b | c" and then one line per value: the table's own help.
+  return make(std::move(name), std::move(flags), {},
+              help + (help.empty() ? "" : ": ") + table.names() + "\n" + table.help_lines(),
               [&table, ref](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) {
                 ref(c) = table.parse(read_string(v, where), where);
               },

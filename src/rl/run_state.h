@@ -68,7 +68,6 @@ struct RunState {
   PromptDataset dataset;
   std::unique_ptr<DatasetCursor> cursor;   // at the checkpoint's position (or after consumed_samples)
   int64_t policy_version = 0;
-  bool owns_data() const { return cursor != nullptr; }
 };
 
 // Loads an RL run. Without `trainers` (or on trainer rank 0 of it) the plan is made here, with the

@@ -28,8 +28,7 @@ std::string source_of(const Tokenizer& tokenizer) {
 
 ChatTemplate::ChatTemplate(const Tokenizer& tokenizer)
     : template_(source_of(tokenizer)),
-      special_tokens_(special_tokens_of(tokenizer)),
-      fallback_(tokenizer.config().chat_template.empty()) {}
+      special_tokens_(special_tokens_of(tokenizer)) {}
 
 ChatTemplate::ChatTemplate(const std::string& source, const nlohmann::ordered_json& special_tokens)
     : template_(source), special_tokens_(special_tokens) {}

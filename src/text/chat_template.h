@@ -28,12 +28,10 @@ class ChatTemplate {
   // Objects keep their key order (tool schemas are printed with tojson in that order).
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
-  bool is_fallback() const { return fallback_; }
 
  private:
   jinja::Template template_;
   nlohmann::ordered_json special_tokens_;  // bos_token, eos_token, pad_token, unk_token
-  bool fallback_ = false;
 };
 
 }  // namespace rlcpp
