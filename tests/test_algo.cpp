@@ -124,6 +124,70 @@ TEST(PolicyLoss, KlEstimatorsAndEntropy) {
   EXPECT_THROW(policy_loss(in, config), InternalError);  // β > 0 without a reference is a bug
 }
 
+TEST(PolicyLoss, K3KlIsFiniteWithAHugeLogRatio) {
+  // ref - logp = 100 in fp32: exp(100) overflows, and one inf token used to make the gradient NaN
+  // (poisoning the whole step through clipping). The log-ratio is clamped at 20 before exp, so the
+  // value is the ±10 clamp and the gradient is finite (zero there: the clamp is flat).
+  auto logp = torch::tensor({-100.0f, -1.0f}).view({1, 2}).requires_grad_(true);
+  auto ref = torch::tensor({0.0f, -1.5f}).view({1, 2});
+  auto kl = kl_penalty(logp, ref, KlEstimator::kK3, 10.0);
+  EXPECT_FLOAT_EQ(kl[0][0].item<float>(), 10.0f);
+  // Token 2: log r = ref - logp = -0.5, k3 = e^-0.5 + 0.5 - 1.
+  EXPECT_NEAR(kl[0][1].item<float>(), std::exp(-0.5) - 0.5, 1e-6);
+  kl.sum().backward();
+  EXPECT_TRUE(torch::isfinite(logp.grad()).all().item<bool>()) << logp.grad();
+  // d k3 / d logp = 1 - e^(ref - logp) = 1 - e^-0.5 on the unclamped token.
+  EXPECT_NEAR(logp.grad()[0][1].item<float>(), 1 - std::exp(-0.5), 1e-6);
+  // Through the loss, with β > 0, in fp32: finite loss and gradient.
+  PolicyLossInputs in;
+  in.logprobs = torch::tensor({-100.0f, -1.0f}).view({1, 2}).requires_grad_(true);
+  in.old_logprobs = in.logprobs.detach().clone();
+  in.ref_logprobs = ref;
+  in.advantages = torch::tensor({1.0f});
+  in.mask = torch::ones({1, 2});
+  in.global_tokens = 2;
+  PolicyLossConfig config;
+  config.kl_coef = 0.1;
+  auto out = policy_loss(in, config);
+  out.loss.backward();
+  EXPECT_TRUE(std::isfinite(out.loss.item<double>()));
+  EXPECT_TRUE(torch::isfinite(in.logprobs.grad()).all().item<bool>()) << in.logprobs.grad();
+}
+
+TEST(PolicyLoss, NonFiniteValuesInPaddingCannotLeak) {
+  // The same two samples with finite padding and with NaN/inf at every padded position of every
+  // input: the same loss and metrics in each mode, and a finite gradient that is 0 on the padding.
+  for (auto mode : {LossAggregation::kTokenLevel, LossAggregation::kSampleLevel, LossAggregation::kSeqMeanTokenSumNorm}) {
+    PolicyLossConfig config;
+    config.aggregation = mode;
+    config.kl_coef = 0.05;
+    config.entropy_coef = 0.01;
+    config.tis_cap = 2.0;
+    auto make = [&](double pad) {
+      PolicyLossInputs in;
+      in.logprobs = t64({-0.5, -1.0, pad, -0.2}).view({2, 2}).requires_grad_(true);
+      in.old_logprobs = t64({-0.6, -0.9, pad, -0.3}).view({2, 2});
+      in.ref_logprobs = t64({-0.4, -1.2, -pad, -0.1}).view({2, 2});
+      in.rollout_logprobs = t64({-0.6, -1.0, pad, -0.3}).view({2, 2});
+      in.entropy = t64({1.0, 2.0, pad, 0.5}).view({2, 2});
+      in.advantages = t64({1.0, -0.5});
+      in.mask = t64({1, 1, 0, 1}).view({2, 2});
+      in.global_tokens = 3;
+      in.global_samples = 2;
+      return in;
+    };
+    auto clean = make(0.0), dirty = make(std::nan(""));
+    auto a = policy_loss(clean, config), b = policy_loss(dirty, config);
+    EXPECT_EQ(a.loss.item<double>(), b.loss.item<double>()) << loss_aggregations().name(mode);
+    for (const auto& [key, value] : a.metrics) EXPECT_EQ(value, b.metrics[key]) << key;
+    b.loss.backward();
+    EXPECT_TRUE(torch::isfinite(dirty.logprobs.grad()).all().item<bool>()) << dirty.logprobs.grad();
+    EXPECT_EQ(dirty.logprobs.grad()[1][0].item<double>(), 0.0);
+    auto inf = make(std::numeric_limits<double>::infinity());
+    EXPECT_EQ(policy_loss(inf, config).loss.item<double>(), a.loss.item<double>()) << "inf padding";
+  }
+}
+
 TEST(PolicyLoss, SkipThresholdAndTruncatedImportanceSampling) {
   // Sample 1's mean ratio is e^3.5 ≈ 33 > 20: it leaves the loss, the normaliser stays global.
   auto in = inputs({0, 0, 3.5, 3.5}, {0, 0, 0, 0}, {1.0, 1.0}, 2, 2);

@@ -5,6 +5,17 @@
 
 namespace rlcpp {
 
+namespace {
+
+// Log-ratios are clamped to this before exp: exp(20) ≈ 4.9e8 is finite in fp16/bf16/fp32 alike.
+constexpr double kMaxLogRatio = 20.0;
+
+// x where `keep`, 0 elsewhere, by selection: a NaN or inf at a masked position cannot leak into
+// the result (x * mask would turn it into NaN), nor into the gradient of x.
+torch::Tensor masked(const torch::Tensor& x, const torch::Tensor& keep) { return torch::where(keep, x, torch::zeros_like(x)); }
+
+}  // namespace
+
 const EnumTable<LossAggregation>& loss_aggregations() {
   static const EnumTable<LossAggregation> table(
       "loss aggregation",
@@ -31,7 +42,9 @@ torch::Tensor kl_penalty(const torch::Tensor& logprobs, const torch::Tensor& ref
     case KlEstimator::kK1: return diff;
     case KlEstimator::kK2: return 0.5 * diff.pow(2);
     case KlEstimator::kK3: {
-      auto log_ratio = -diff;  // ref - logp
+      // ref - logp, clamped before exp (as verl does): past ~88 the fp32 exp overflows, and the
+      // output clamp alone would leave an inf whose gradient is NaN.
+      auto log_ratio = (-diff).clamp(-kMaxLogRatio, kMaxLogRatio);
       return (log_ratio.exp() - log_ratio - 1).clamp(-clamp, clamp);
     }
   }
@@ -45,13 +58,13 @@ torch::Tensor aggregate(const torch::Tensor& x, const torch::Tensor& mask, const
                         const PolicyLossConfig& config) {
   switch (config.aggregation) {
     case LossAggregation::kTokenLevel:
-      return (x * mask).sum() / in.global_tokens;
+      return masked(x, mask).sum() / in.global_tokens;
     case LossAggregation::kSampleLevel: {
-      auto per_sample = (x * mask).sum(1) / mask.sum(1).clamp_min(1.0);  // a fully masked sample adds 0
+      auto per_sample = masked(x, mask).sum(1) / mask.sum(1).clamp_min(1);  // a fully masked sample adds 0
       return per_sample.sum() / in.global_samples;
     }
     case LossAggregation::kSeqMeanTokenSumNorm:
-      return ((x * mask).sum(1) / config.norm_constant).sum() / in.global_samples;
+      return (masked(x, mask).sum(1) / config.norm_constant).sum() / in.global_samples;
   }
   return x.sum();
 }
@@ -69,21 +82,25 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
               "{} loss needs the mini-batch's global sample count, got {}", loss_aggregations().name(config.aggregation),
               in.global_samples);
   const auto dtype = in.logprobs.scalar_type();
-  auto mask = in.mask.to(dtype);
+  // Every input is zeroed outside the mask first (by selection), so nothing at a padded position —
+  // a NaN from a padded logit, an inf — reaches the loss, its metrics or its gradient.
+  auto mask = in.mask.gt(0);
+  auto logprobs = masked(in.logprobs, mask);
   auto adv = in.advantages.to(dtype);
   if (adv.dim() == 1) adv = adv.unsqueeze(1).expand_as(in.logprobs);  // per sample, broadcast to tokens
-  auto old = in.old_logprobs.detach().to(dtype);
-  auto log_ratio = (in.logprobs - old).clamp(-20.0, 20.0);
+  adv = masked(adv, mask);
+  auto old = masked(in.old_logprobs.detach().to(dtype), mask);
+  auto log_ratio = (logprobs - old).clamp(-kMaxLogRatio, kMaxLogRatio);
   auto ratio = log_ratio.exp();
 
   // Skip threshold: a sample whose mean ratio over its tokens exceeds it leaves the loss.
   int64_t n_skipped = 0;
   if (config.skip_threshold > 0) {
     torch::NoGradGuard no_grad;
-    auto mean_ratio = (ratio * mask).sum(1) / mask.sum(1).clamp_min(1.0);
+    auto mean_ratio = masked(ratio, mask).sum(1) / mask.sum(1).clamp_min(1);
     auto skip = mean_ratio.gt(config.skip_threshold).logical_and(mask.sum(1).gt(0));
     n_skipped = skip.sum().item<int64_t>();
-    mask = mask * skip.logical_not().to(dtype).unsqueeze(1);
+    mask = mask.logical_and(skip.logical_not().unsqueeze(1));
   }
 
   // Clipped surrogate: -min(r A, clip(r) A) = max(-r A, -clip(r) A), then the dual-clip cap.
@@ -99,7 +116,8 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
   }
   if (config.tis_cap > 0) {
     RLCPP_CHECK(in.rollout_logprobs.defined(), "truncated importance sampling needs the rollout log-probs");
-    auto weight = (old - in.rollout_logprobs.to(dtype)).exp().clamp_max(config.tis_cap).detach();
+    auto rollout = masked(in.rollout_logprobs.to(dtype), mask);
+    auto weight = (old - rollout).clamp(-kMaxLogRatio, kMaxLogRatio).exp().clamp_max(config.tis_cap).detach();
     pg = pg * weight;
   }
   auto pg_loss = aggregate(pg, mask, in, config);
@@ -107,12 +125,12 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
   torch::Tensor kl;
   if (config.kl_coef != 0) {
     RLCPP_CHECK(in.ref_logprobs.defined(), "kl_coef {} needs reference log-probs", config.kl_coef);
-    kl = kl_penalty(in.logprobs, in.ref_logprobs.detach().to(dtype), config.kl_estimator, config.kl_clamp);
+    kl = kl_penalty(logprobs, masked(in.ref_logprobs.detach().to(dtype), mask), config.kl_estimator, config.kl_clamp);
     loss = loss + config.kl_coef * aggregate(kl, mask, in, config);
   }
   if (config.entropy_coef != 0) {
     RLCPP_CHECK(in.entropy.defined(), "entropy_coef {} needs the entropy", config.entropy_coef);
-    loss = loss - config.entropy_coef * aggregate(in.entropy.to(dtype), mask, in, config);
+    loss = loss - config.entropy_coef * aggregate(masked(in.entropy.to(dtype), mask), mask, in, config);
   }
 
   PolicyLossOutput out;
@@ -120,7 +138,7 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
   torch::NoGradGuard no_grad;
   const double n_tokens = mask.sum().item<double>();
   auto masked_mean = [&](const torch::Tensor& x) {
-    return n_tokens > 0 ? (x.to(dtype) * mask).sum().item<double>() / n_tokens : 0.0;
+    return n_tokens > 0 ? masked(x.to(dtype), mask).sum().item<double>() / n_tokens : 0.0;
   };
   auto& m = out.metrics;
   m["loss"] = loss.item<double>();
@@ -131,7 +149,7 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
   m["clip_frac_high"] = masked_mean(ratio.gt(1.0 + config.clip_eps_high).logical_and(adv.gt(0)));
   m["clip_frac_dual"] = dual_clipped.defined() ? masked_mean(dual_clipped) : 0.0;
   m["ratio_mean"] = masked_mean(ratio);
-  m["ratio_max"] = n_tokens > 0 ? (ratio * mask).max().item<double>() : 0.0;
+  m["ratio_max"] = n_tokens > 0 ? masked(ratio, mask).max().item<double>() : 0.0;
   m["adv_mean"] = masked_mean(adv);
   m["adv_std"] = n_tokens > 0 ? std::sqrt(std::max(0.0, masked_mean(adv.pow(2)) - std::pow(masked_mean(adv), 2))) : 0.0;
   m["n_skipped"] = static_cast<double>(n_skipped);
