@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
+#include <random>
 
 namespace rlcpp {
 
@@ -74,18 +76,29 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   const auto ref_logprobs = has_reference ? trainer.reference_logprobs(samples) : std::vector<std::vector<float>>{};
   out.logprob_seconds = seconds_since(t0);
   t0 = Clock::now();
-  // The old log-probs stay those computed above, before any update, through every epoch.
+  // The old log-probs stay those computed above, before any update, through every epoch. The first
+  // pass takes the samples in order; each later pass reshuffles them into new mini-batches, seeded by
+  // (seed, optimizer steps so far, rank): deterministic, and the same again on an exact resume.
   std::map<std::string, double> sums;
   int64_t n_updates = 0;
+  std::vector<size_t> order(samples.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::mt19937_64 rng(c.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(trainer.n_steps() + 1)) ^
+                      (static_cast<uint64_t>(trainers != nullptr ? trainers->rank() : 0) << 48));
   for (int64_t epoch = 0; epoch < c.num_training_epoch; ++epoch) {
+    if (epoch > 0) {
+      for (size_t k = order.size(); k > 1; --k) std::swap(order[k - 1], order[rng() % k]);  // Fisher-Yates
+    }
     for (size_t m = 0; m < n_minibatches; ++m) {
       const size_t begin = std::min(samples.size(), m * per_minibatch);
       const size_t end = std::min(samples.size(), begin + per_minibatch);
-      const auto first = static_cast<long>(begin), last = static_cast<long>(end);
-      std::vector<TrainSample> mb(samples.begin() + first, samples.begin() + last);
-      std::vector<std::vector<float>> old_mb(old_logprobs.begin() + first, old_logprobs.begin() + last);
-      std::vector<std::vector<float>> ref_mb;
-      if (has_reference) ref_mb.assign(ref_logprobs.begin() + first, ref_logprobs.begin() + last);
+      std::vector<TrainSample> mb;
+      std::vector<std::vector<float>> old_mb, ref_mb;
+      for (size_t k = begin; k < end; ++k) {
+        mb.push_back(samples[order[k]]);
+        old_mb.push_back(old_logprobs[order[k]]);
+        if (has_reference) ref_mb.push_back(ref_logprobs[order[k]]);
+      }
       double global_tokens = 0, global_samples = 0;  // 0: this mini-batch's own (one rank)
       if (trainers != nullptr && trainers->size() > 1) {
         std::vector<double> counts = {trainer.loss_tokens(mb), static_cast<double>(mb.size())};
