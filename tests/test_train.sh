@@ -37,6 +37,12 @@ if "$rlcpp" train "${base[@]}" -a DAPO --max-steps 1 -p dapo-filter > dapo-filte
 else
   bad dapo-dynamic-filter; tail -3 dapo-filter.log; cat runs/dapo-filter/metrics.jsonl
 fi
+# That short step is a warning with the counts; --require-full-batch makes it an error (exit 2).
+grep -q 'step 1: dynamic batching kept 0 of -tbs 2 groups after --max-dynamic-rounds 3' dapo-filter.log \
+  && ok short-batch-warning || bad short-batch-warning
+"$rlcpp" train "${base[@]}" -a DAPO --max-steps 1 --require-full-batch true -p dapo-full > dapo-full.log 2>&1
+[ $? -eq 2 ] && grep -q 'error: step 1: 0 of -tbs 2 groups passed the filter.*--require-full-batch' dapo-full.log \
+  && ok require-full-batch || { bad require-full-batch; tail -3 dapo-full.log; }
 
 # Exact resume: a run of 8 steps, and the same run killed (-9) after its 3rd step and resumed with
 # --resume auto, end with the same bytes of weights and the same metrics. KL (a reference model)

@@ -86,6 +86,7 @@ void ColocatedRun::step(int64_t step) {
     generate_round(discarded);
   }
   const std::vector<GroupRollout> batch = take_groups(buffer_, c_.train_batch_size);
+  short_batch(c_, step, static_cast<int64_t>(batch.size()), c_.train_batch_size);
   const PolicyUpdate update = update_policy(*run_.trainer, c_, batch);
   if (update.trained) engine_->set_version(engine_->version() + 1);  // the engine already holds the new weights
 

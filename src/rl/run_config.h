@@ -72,6 +72,7 @@ struct RunConfig {
   // algorithm
   AlgoConfig algo = algo_preset("GRPO", "algorithm.algo");  // preset, then single overrides
   int64_t max_dynamic_rounds = 3;      // extra rounds to fill a step under dynamic batching
+  bool require_full_batch = false;     // a step short of -tbs groups after those rounds is an error, not a warning
   // train
   int64_t train_batch_size = 4;        // prompts (groups) per step per trainer
   int64_t train_minibatch_size = 4;    // prompts per optimizer step

@@ -297,6 +297,10 @@ std::vector<Setting> make_settings() {
                            [](C& c) -> bool& { return c.algo.dynamic_batching; }));
   s.push_back(int_setting("algorithm.max_dynamic_rounds", "--max-dynamic-rounds", "extra rounds per step under dynamic batching",
                           [](C& c) -> int64_t& { return c.max_dynamic_rounds; }, 0));
+  s.push_back(bool_setting("algorithm.require_full_batch", "--require-full-batch",
+                           "under dynamic batching, stop the run when a step still has fewer than -tbs groups after "
+                           "--max-dynamic-rounds (default: train on what there is, with a warning)",
+                           [](C& c) -> bool& { return c.require_full_batch; }));
   s.push_back(bool_setting("algorithm.soft_over_length_punishment", "--soft-over-length-punishment",
                            "DAPO's soft over-length penalty", [](C& c) -> bool& { return c.algo.overlong_shaping; }));
   s.push_back(int_setting("algorithm.cache_length", "--cache-length", "L_cache of the penalty (0: min(1024, mnt/4))",

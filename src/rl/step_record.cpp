@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "rl/run_checkpoint.h"
+#include "util/error.h"
 #include "util/file.h"
 #include "util/progress.h"
 #include "util/trace.h"
@@ -112,6 +113,17 @@ void RunLog::write(const nlohmann::ordered_json& line, int64_t total_steps, cons
 
 bool checkpoint_due(const RunConfig& c, int64_t step, int64_t total_steps) {
   return (c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps;
+}
+
+void short_batch(const RunConfig& c, int64_t step, int64_t groups, int64_t wanted) {
+  if (!c.algo.dynamic_batching || groups >= wanted) return;
+  if (c.require_full_batch) {
+    throw_user_error("step {}: {} of -tbs {} groups passed the filter after --max-dynamic-rounds {} extra rounds "
+                     "(--require-full-batch); widen --filter-range, raise --max-dynamic-rounds, or drop "
+                     "--require-full-batch to train on partial batches", step, groups, wanted, c.max_dynamic_rounds);
+  }
+  spdlog::warn("step {}: dynamic batching kept {} of -tbs {} groups after --max-dynamic-rounds {}: training on {} "
+               "(--require-full-batch makes this an error)", step, groups, wanted, c.max_dynamic_rounds, groups);
 }
 
 bool rollouts_due(const RunConfig& c, int64_t step) {

@@ -64,6 +64,10 @@ class RunLog {
 bool checkpoint_due(const RunConfig& config, int64_t step, int64_t total_steps);
 bool rollouts_due(const RunConfig& config, int64_t step);
 
+// Dynamic batching that ran out of rounds: a warning with the counts, or (--require-full-batch) a
+// UserError. `groups`: what the step will train on, of `wanted`.
+void short_batch(const RunConfig& config, int64_t step, int64_t groups, int64_t wanted);
+
 // --profile-dir: starts the Chrome trace of this process (rank `rank`, shown as `role`).
 void start_profile(const RunConfig& config, int rank, const std::string& role);
 

@@ -116,7 +116,10 @@ fs::path TrainerRank::run() {
     held[topo_.role_rank] = static_cast<double>(buffer_.size());
     if (T() > 1) topo_.role_group->all_reduce_sum(held);
     int64_t steps = static_cast<int64_t>(held.min().item<double>()) / c_.train_batch_size;
-    if (steps == 0 && !(c_.algo.dynamic_batching && rounds_since_step <= c_.max_dynamic_rounds)) steps = 1;
+    if (steps == 0 && !(c_.algo.dynamic_batching && rounds_since_step <= c_.max_dynamic_rounds)) {
+      steps = 1;  // a partial step: every trainer trains on what it holds
+      if (leader_) short_batch(c_, step, static_cast<int64_t>(held.sum().item<double>()), T() * c_.train_batch_size);
+    }
     steps = std::min(steps, total_steps - step + 1);
     const bool more_rounds = step + steps <= total_steps;
     if (leader_ && more_rounds && c_.n_behind >= 1) {
