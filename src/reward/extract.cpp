@@ -30,11 +30,20 @@ size_t count(std::string_view text, std::string_view needle) {
 
 }  // namespace
 
-std::optional<std::string> extract_boxed(std::string_view text) {
-  // The last occurrence of either command.
+namespace {
+
+struct Boxed {
+  std::string content;
+  size_t start = 0, end = 0;  // of the command, and one past its argument
+};
+
+// The last \boxed{...} or \fbox{...} beginning before `limit`; nullopt when there is none or its
+// braces never close.
+std::optional<Boxed> last_boxed(std::string_view text, size_t limit) {
   size_t best = std::string_view::npos, command_len = 0;
   for (std::string_view command : {"\\boxed", "\\fbox"}) {
-    const size_t at = text.rfind(command);
+    if (limit < command.size()) continue;
+    const size_t at = text.rfind(command, limit - command.size());
     if (at != std::string_view::npos && (best == std::string_view::npos || at > best)) {
       best = at;
       command_len = command.size();
@@ -50,7 +59,7 @@ std::optional<std::string> extract_boxed(std::string_view text) {
     const size_t end = text.find('$', k);
     std::string value = trim(text.substr(k, end == std::string_view::npos ? std::string_view::npos : end - k));
     if (value.empty()) return std::nullopt;
-    return value;
+    return Boxed{value, best, end == std::string_view::npos ? text.size() : end};
   }
   int depth = 0;
   for (size_t j = k; j < text.size(); ++j) {
@@ -59,9 +68,38 @@ std::optional<std::string> extract_boxed(std::string_view text) {
       continue;
     }
     if (text[j] == '{') ++depth;
-    if (text[j] == '}' && --depth == 0) return std::string(text.substr(k + 1, j - k - 1));
+    if (text[j] == '}' && --depth == 0) return Boxed{std::string(text.substr(k + 1, j - k - 1)), best, j + 1};
   }
   return std::nullopt;
+}
+
+// Text between two boxed answers that only joins them: blanks, $, punctuation, "and", "\quad".
+bool only_joins(std::string_view between) {
+  std::string rest(between);
+  for (std::string_view word : {"\\text{and}", "\\text{ and }", "\\quad", "\\qquad", "and", "\\,"}) {
+    for (size_t at = rest.find(word); at != std::string::npos; at = rest.find(word)) rest.erase(at, word.size());
+  }
+  for (char c : rest) {
+    if (!is_space(c) && c != '$' && c != ',' && c != ';' && c != '&' && c != '\\' && c != '(' && c != ')') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> extract_boxed(std::string_view text) {
+  auto last = last_boxed(text, text.size());
+  if (!last) return std::nullopt;
+  // Several answers boxed one after another ("\boxed{b = 2} and \boxed{c = 3}") are one list.
+  std::string answer = last->content;
+  size_t start = last->start;
+  for (int more = 0; more < 8; ++more) {
+    auto previous = last_boxed(text, start);
+    if (!previous || previous->end > start || !only_joins(text.substr(previous->end, start - previous->end))) break;
+    answer = previous->content + ", " + answer;
+    start = previous->start;
+  }
+  return answer;
 }
 
 std::optional<std::string> extract_think_answer(std::string_view text) {

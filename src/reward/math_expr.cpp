@@ -49,7 +49,7 @@ class MathParser {
     skip();
     if (k_ >= s_.size() || s_[k_] != '\\') return {};
     static const std::string_view known[] = {"frac", "sqrt", "cdot", "times", "infty", "div", "sin", "cos",
-                                             "tan", "exp", "log", "ln", "pi"};
+                                             "tan", "csc", "sec", "cot", "exp", "log", "ln", "pi"};
     for (std::string_view name : known) {
       if (s_.compare(k_ + 1, name.size(), name) == 0) return name;
     }
@@ -98,7 +98,7 @@ class MathParser {
     if (std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '(' || c == '{' || std::isalpha(static_cast<unsigned char>(c))) return true;
     const std::string_view cmd = command();
     return cmd == "frac" || cmd == "sqrt" || cmd == "pi" || cmd == "sin" || cmd == "cos" || cmd == "tan" ||
-           cmd == "ln" || cmd == "log" || cmd == "exp";
+           cmd == "csc" || cmd == "sec" || cmd == "cot" || cmd == "ln" || cmd == "log" || cmd == "exp";
   }
   int term(int depth) {
     if (deep(depth)) return -1;
@@ -186,7 +186,7 @@ class MathParser {
       return function(cmd, depth);
     }
     if (std::isalpha(static_cast<unsigned char>(c))) {
-      for (std::string_view f : {"sqrt", "sin", "cos", "tan", "ln", "log", "exp", "pi"}) {
+      for (std::string_view f : {"sqrt", "sin", "cos", "tan", "csc", "sec", "cot", "ln", "log", "exp", "pi"}) {
         if (s_.compare(k_, f.size(), f) == 0) {
           k_ += f.size();
           if (f == "pi") {
@@ -213,6 +213,9 @@ class MathParser {
     else if (name == "sin") n.op = MathExpr::Node::kSin;
     else if (name == "cos") n.op = MathExpr::Node::kCos;
     else if (name == "tan") n.op = MathExpr::Node::kTan;
+    else if (name == "csc") n.op = MathExpr::Node::kCsc;
+    else if (name == "sec") n.op = MathExpr::Node::kSec;
+    else if (name == "cot") n.op = MathExpr::Node::kCot;
     else if (name == "ln") n.op = MathExpr::Node::kLn;
     else if (name == "log") n.op = MathExpr::Node::kLog;
     else if (name == "exp") n.op = MathExpr::Node::kExp;
@@ -220,9 +223,27 @@ class MathParser {
       ok_ = false;  // an unknown command: not an expression we can evaluate
       return -1;
     }
+    // \log_b x: the base as a group or one digit/letter.
+    int base = -1;
+    if (n.op == MathExpr::Node::kLog && accept("_")) {
+      base = group(depth + 1);
+      if (base < 0) ok_ = false;
+    }
+    // \sin^2 t: the power applies to the function's value.
+    int exponent = -1;
+    if (n.op != MathExpr::Node::kSqrt && accept("^")) {
+      exponent = group(depth + 1);
+      if (exponent < 0) ok_ = false;
+    }
     n.a = peek("{") ? group(depth + 1) : power(depth + 1);
     if (n.a < 0) ok_ = false;
-    return node(n);
+    int f = -1;
+    if (base >= 0) {
+      f = binary(MathExpr::Node::kLogBase, n.a, base);
+    } else {
+      f = node(n);
+    }
+    return exponent >= 0 ? binary(MathExpr::Node::kPow, f, exponent) : f;
   }
   int number() {
     size_t e = k_;
@@ -286,6 +307,10 @@ double MathExpr::eval_node(int index, const std::map<char, double>& variables) c
     case Node::kSin: return std::sin(eval_node(n.a, variables));
     case Node::kCos: return std::cos(eval_node(n.a, variables));
     case Node::kTan: return std::tan(eval_node(n.a, variables));
+    case Node::kCsc: return 1.0 / std::sin(eval_node(n.a, variables));
+    case Node::kSec: return 1.0 / std::cos(eval_node(n.a, variables));
+    case Node::kCot: return 1.0 / std::tan(eval_node(n.a, variables));
+    case Node::kLogBase: return std::log(eval_node(n.a, variables)) / std::log(eval_node(n.b, variables));
     case Node::kLn: return std::log(eval_node(n.a, variables));
     case Node::kLog: return std::log10(eval_node(n.a, variables));
     case Node::kExp: return std::exp(eval_node(n.a, variables));

@@ -1,7 +1,8 @@
 // A small, bounded parser and evaluator for the arithmetic in math answers: numbers (also 1.5e3),
 // + - * / ^, implicit multiplication, parentheses and braces, \frac, \sqrt (also \sqrt[n]), \pi,
-// e-free single-letter variables, \cdot \times \div, and sin/cos/tan/ln/log/exp. Anything else
-// fails to parse (nullopt) rather than guessing. Input length and nesting depth are capped.
+// e-free single-letter variables, \cdot \times \div, sin/cos/tan/csc/sec/cot/ln/log/exp, powers of
+// functions (\sin^2 t) and logarithms to a base (\log_2 8). Anything else fails to parse (nullopt)
+// rather than guessing. Input length and nesting depth are capped.
 #pragma once
 
 #include <map>
@@ -23,7 +24,8 @@ class MathExpr {
   const std::set<char>& variables() const { return variables_; }
 
   struct Node {
-    enum Op { kNum, kVar, kAdd, kSub, kMul, kDiv, kPow, kNeg, kSqrt, kRoot, kSin, kCos, kTan, kLn, kLog, kExp } op = kNum;
+    enum Op { kNum, kVar, kAdd, kSub, kMul, kDiv, kPow, kNeg, kSqrt, kRoot, kSin, kCos, kTan, kCsc, kSec, kCot, kLn, kLog, kLogBase,
+              kExp } op = kNum;
     double value = 0;
     char var = 0;
     int a = -1, b = -1;
