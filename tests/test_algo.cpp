@@ -47,9 +47,22 @@ TEST(Advantages, HandComputed) {
   expect_values(compute_advantages(t64({1, 0, 0, 1}), 4, rloo), {1 - 1.0 / 3, 0 - 2.0 / 3, 0 - 2.0 / 3, 1 - 1.0 / 3});
   expect_values(compute_advantages(t64({7}), 1, rloo), {0});
   AdvantageConfig rpp{AdvantageEstimator::kReinforcePpBaseline};
-  const double batch_std = std::sqrt((0.25 + 0.25) / 3.0);  // of {0.5, -0.5, 0, 0}
-  expect_values(compute_advantages(t64({1, 0, 3, 3}), 2, rpp), {0.5 / (batch_std + 1e-4), -0.5 / (batch_std + 1e-4), 0, 0});
+  // REINFORCE++ here: r - group mean only; the whitening is over the step's tokens (below).
+  expect_values(compute_advantages(t64({1, 0, 3, 3}), 2, rpp), {0.5, -0.5, 0, 0});
   EXPECT_THROW_MSG(advantage_estimators().parse("ppo", "--adv"), UserError, "--adv", "grpo, dr_grpo, rloo");
+}
+
+TEST(Advantages, ReinforcePpWhitensOverTokens) {
+  // Advantages {0.5, -0.5, 0} over 1, 3 and 2 tokens: the token values are
+  // {0.5, -0.5, -0.5, -0.5, 0, 0}: mean -1/6, Bessel variance over 6 tokens.
+  const double mean = -1.0 / 6;
+  const double var = (std::pow(0.5 - mean, 2) + 3 * std::pow(-0.5 - mean, 2) + 2 * std::pow(0 - mean, 2)) / 5;
+  const double scale = 1 / std::sqrt(var + 1e-8);
+  expect_values(whiten_over_tokens(t64({0.5, -0.5, 0}), t64({1, 3, 2}), 1e-8),
+                {(0.5 - mean) * scale, (-0.5 - mean) * scale, (0 - mean) * scale});
+  // A constant batch: 0 / sqrt(1e-8), not a division by zero; one token: zeros.
+  expect_values(whiten_over_tokens(t64({2, 2}), t64({3, 4}), 1e-8), {0, 0});
+  expect_values(whiten_over_tokens(t64({2}), t64({1}), 1e-8), {0});
 }
 
 TEST(PolicyLoss, ClippedSurrogateHandComputed) {
@@ -188,20 +201,78 @@ TEST(PolicyLoss, NonFiniteValuesInPaddingCannotLeak) {
   }
 }
 
-TEST(PolicyLoss, SkipThresholdAndTruncatedImportanceSampling) {
-  // Sample 1's mean ratio is e^3.5 ≈ 33 > 20: it leaves the loss, the normaliser stays global.
-  auto in = inputs({0, 0, 3.5, 3.5}, {0, 0, 0, 0}, {1.0, 1.0}, 2, 2);
+TEST(PolicyLoss, SkipThresholdDecidesWholeSamples) {
+  // Sample 0: one token at ratio 50 among four at 1 (geometric mean 50^(1/4) ≈ 2.66).
+  // Sample 1: every token at ratio 1.5. Sample 2: fully masked.
+  const double l50 = std::log(50.0), l15 = std::log(1.5);
+  auto logp = t64({l50, 0, 0, 0, l15, l15, l15, l15, 9, 9, 9, 9}).view({3, 4});
+  auto old = torch::zeros({3, 4}, torch::kFloat64);
+  auto mask = torch::ones({3, 4}, torch::kFloat64);
+  mask[2].zero_();
   PolicyLossConfig config;
   config.skip_threshold = 20;
-  auto out = policy_loss(in, config);
-  EXPECT_EQ(out.metrics["n_skipped"], 1.0);
-  EXPECT_NEAR(out.loss.item<double>(), (-1 - 1) / 4.0, 1e-12);
+  auto skipped = [&] {
+    auto s = skipped_samples(logp, old, mask, config);
+    return std::vector<bool>{s[0].item<bool>(), s[1].item<bool>(), s[2].item<bool>()};
+  };
+  config.skip_mode = SkipMode::kTokenMax;  // 50 > 20: skipped (the old mean-ratio rule let it through)
+  EXPECT_EQ(skipped(), (std::vector<bool>{true, false, false}));
+  config.skip_mode = SkipMode::kSequenceGeoMean;  // 2.66 < 20: kept
+  EXPECT_EQ(skipped(), (std::vector<bool>{false, false, false}));
+  config.skip_threshold = 1.4;  // both 2.66 and 1.5 exceed 1.4
+  EXPECT_EQ(skipped(), (std::vector<bool>{true, true, false}));
+  config.skip_threshold = 0;
+  EXPECT_EQ(skipped(), (std::vector<bool>{false, false, false}));
+  EXPECT_EQ(skip_modes().parse("sequence_geomean", "--skip-mode"), SkipMode::kSequenceGeoMean);
+}
+
+TEST(PolicyLoss, TruncatedImportanceSamplingTokenAndSequence) {
   // TIS: weight min(exp(old - rollout), cap) on each token's loss.
   auto tis = inputs({0, 0}, {0, 0}, {1.0}, 1, 2);
   tis.rollout_logprobs = t64({-1.0, 0.5}).view({1, 2});  // weights e^1 = 2.72 → capped at 2, e^-0.5
   PolicyLossConfig capped;
   capped.tis_cap = 2.0;
-  EXPECT_NEAR(policy_loss(tis, capped).loss.item<double>(), (-2.0 - std::exp(-0.5)) / 2, 1e-12);
+  auto token = policy_loss(tis, capped);
+  EXPECT_NEAR(token.loss.item<double>(), (-2.0 - std::exp(-0.5)) / 2, 1e-12);
+  EXPECT_NEAR(token.metrics["tis_weight_mean"], (2.0 + std::exp(-0.5)) / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(token.metrics["tis_clip_frac"], 0.5);
+  // Sequence level: one weight exp(Σ (old - rollout)) = e^0.5 for both tokens (under the cap).
+  capped.tis_level = ImportanceLevel::kSequence;
+  auto sequence = policy_loss(tis, capped);
+  EXPECT_NEAR(sequence.loss.item<double>(), -std::exp(0.5), 1e-12);
+  EXPECT_DOUBLE_EQ(sequence.metrics["tis_clip_frac"], 0.0);
+  capped.tis_cap = 1.5;  // e^0.5 ≈ 1.65 → 1.5
+  EXPECT_NEAR(policy_loss(tis, capped).loss.item<double>(), -1.5, 1e-12);
+  // The weight is a constant of the gradient: d/dlogp of -w·r at r = 1 is -w per token / 2 tokens.
+  policy_loss(tis, capped).loss.backward();
+  expect_values(tis.logprobs.grad().view({-1}), {-1.5 / 2, -1.5 / 2});
+}
+
+TEST(PolicyLoss, GspoSequenceRatioHandComputed) {
+  // GSPO: s = exp(mean token log-ratio), clipped at the sequence level, every token carrying s;
+  // the gradient of token t is -A·s/|y| (sample-level mean), zero once s is clipped.
+  PolicyLossConfig config = algo_preset("GSPO", "-a").loss;
+  EXPECT_EQ(config.ratio_level, ImportanceLevel::kSequence);
+  // Sample 0: log-ratios {0.0002, -0.0001, 0.0002}: s = exp(1e-4), inside [1 - 3e-4, 1 + 4e-4].
+  // Sample 1: log-ratios {0.001, 0.001, 0.001}: s = e^0.001 > 1 + 4e-4, clipped (A > 0).
+  auto in = inputs({0.0002, -0.0001, 0.0002, 0.001, 0.001, 0.001}, {0, 0, 0, 0, 0, 0}, {1.0, 2.0}, 2, 3);
+  auto out = policy_loss(in, config);
+  const double s0 = std::exp(1e-4);
+  EXPECT_NEAR(out.loss.item<double>(), (-1.0 * s0 - 2.0 * (1 + 4e-4)) / 2, 1e-12);
+  EXPECT_NEAR(out.metrics["ratio_mean"], (3 * s0 + 3 * std::exp(0.001)) / 6, 1e-12);
+  out.loss.backward();
+  auto grad = in.logprobs.grad();
+  for (int64_t t = 0; t < 3; ++t) {
+    EXPECT_NEAR(grad[0][t].item<double>(), -1.0 * s0 / 3 / 2, 1e-12);
+    EXPECT_EQ(grad[1][t].item<double>(), 0.0);
+  }
+  // Token against sequence ratios, clip 0.2: log-ratios {0.5, -0.5} and A = 1. Per token, 1.65 is
+  // clipped to 1.2 and 0.61 is not: -(1.2 + e^-0.5) / 2. Per sequence, s = exp(0) = 1: -1.
+  PolicyLossConfig wide;
+  auto spread = inputs({0.5, -0.5}, {0, 0}, {1.0}, 1, 2);
+  EXPECT_NEAR(policy_loss(spread, wide).loss.item<double>(), -(1.2 + std::exp(-0.5)) / 2, 1e-12);
+  wide.ratio_level = ImportanceLevel::kSequence;
+  EXPECT_NEAR(policy_loss(spread, wide).loss.item<double>(), -1.0, 1e-12);
 }
 
 TEST(PolicyLoss, GradientAccumulationIsExactInEveryMode) {
@@ -220,12 +291,18 @@ TEST(PolicyLoss, GradientAccumulationIsExactInEveryMode) {
     config.norm_constant = 7;
     config.kl_coef = 0.05;
     config.clip_ratio_c = 3.0;
+    config.entropy_coef = 0.01;
+    config.tis_cap = 1.5;
+    auto entropy = torch::rand({b, t}, torch::kFloat64);
+    auto rollout = (old + torch::randn({b, t}, torch::kFloat64) * 0.3).detach();
     auto grad_of = [&](int64_t begin, int64_t end) {
       auto lp = logp.narrow(0, begin, end - begin).clone().requires_grad_();
       PolicyLossInputs in;
       in.logprobs = lp;
       in.old_logprobs = old.narrow(0, begin, end - begin);
       in.ref_logprobs = ref.narrow(0, begin, end - begin);
+      in.rollout_logprobs = rollout.narrow(0, begin, end - begin);
+      in.entropy = entropy.narrow(0, begin, end - begin);
       in.advantages = adv.narrow(0, begin, end - begin);
       in.mask = mask.narrow(0, begin, end - begin);
       in.global_tokens = tokens;           // the whole mini-batch's counts, as the trainer passes them
@@ -236,6 +313,10 @@ TEST(PolicyLoss, GradientAccumulationIsExactInEveryMode) {
     auto full = grad_of(0, b);
     auto accumulated = torch::cat({grad_of(0, 2), grad_of(2, 5), grad_of(5, 6)});
     EXPECT_LT((full - accumulated).abs().max().item<double>(), 1e-12) << loss_aggregations().name(mode);  // issue bound: 1e-6
+    config.ratio_level = ImportanceLevel::kSequence;  // GSPO's ratio accumulates exactly too
+    auto full_seq = grad_of(0, b);
+    auto accumulated_seq = torch::cat({grad_of(0, 2), grad_of(2, 5), grad_of(5, 6)});
+    EXPECT_LT((full_seq - accumulated_seq).abs().max().item<double>(), 1e-12) << "sequence ratio";
   }
 }
 
@@ -288,6 +369,7 @@ TEST(Presets, ReferenceDefaultsAndOverrides) {
   EXPECT_DOUBLE_EQ(grpo.loss.clip_eps_high, 0.2);
   EXPECT_EQ(grpo.loss.aggregation, LossAggregation::kSampleLevel);
   EXPECT_FALSE(grpo.filter_range.has_value());
+  EXPECT_FALSE(grpo.loss.clip_ratio_c.has_value());  // dual clip off unless asked for
   auto dapo = algo_preset("dapo", "-a");
   EXPECT_DOUBLE_EQ(dapo.loss.kl_coef, 0.0);
   EXPECT_DOUBLE_EQ(dapo.loss.clip_eps_high, 0.28);
@@ -295,8 +377,28 @@ TEST(Presets, ReferenceDefaultsAndOverrides) {
   ASSERT_TRUE(dapo.filter_range.has_value());
   EXPECT_DOUBLE_EQ(dapo.filter_range->first, 0.01);
   EXPECT_TRUE(dapo.dynamic_batching && dapo.overlong_shaping && dapo.filter_truncated);
+  ASSERT_TRUE(dapo.loss.clip_ratio_c.has_value());
+  EXPECT_DOUBLE_EQ(*dapo.loss.clip_ratio_c, 10.0);
   EXPECT_EQ(algo_preset("DR_GRPO", "-a").advantage.estimator, AdvantageEstimator::kDrGrpo);
+  // RLOO and REINFORCE_PPB as the reference system: β 0.01, sample-level loss.
+  for (const char* name : {"rloo", "REINFORCE_PPB", "REINFORCE_PP", "reinforce-ppb"}) {
+    auto c = algo_preset(name, "-a");
+    EXPECT_DOUBLE_EQ(c.loss.kl_coef, 0.01) << name;
+    EXPECT_EQ(c.loss.aggregation, LossAggregation::kSampleLevel) << name;
+  }
   EXPECT_EQ(algo_preset("rloo", "-a").advantage.estimator, AdvantageEstimator::kRloo);
   EXPECT_EQ(algo_preset("REINFORCE_PP", "-a").advantage.estimator, AdvantageEstimator::kReinforcePpBaseline);
-  EXPECT_THROW_MSG(algo_preset("PPO", "-a"), UserError, "-a", "unknown algorithm \"PPO\"");
+  EXPECT_EQ(algo_preset("REINFORCE_PP", "-a").name, "REINFORCE_PPB");  // the alias reads as the reference name
+  auto gspo = algo_preset("gspo", "-a");
+  EXPECT_DOUBLE_EQ(gspo.loss.clip_eps_low, 3e-4);
+  EXPECT_DOUBLE_EQ(gspo.loss.clip_eps_high, 4e-4);
+  EXPECT_DOUBLE_EQ(gspo.loss.kl_coef, 0.0);
+  EXPECT_THROW_MSG(algo_preset("PPO", "-a"), UserError, "-a", "unknown algorithm \"PPO\"", "REINFORCE_PPB", "GSPO");
+  // The help describes each preset from its config.
+  const std::string help = algo_preset_help();
+  EXPECT_NE(help.find("REINFORCE_PPB (alias REINFORCE_PP): --advantage-estimator reinforce_pp_baseline, --kl-coeff 0.01"),
+            std::string::npos) << help;
+  EXPECT_NE(help.find("--dual-clip 10"), std::string::npos) << help;
+  EXPECT_NE(help.find("GSPO: --advantage-estimator grpo, --kl-coeff 0, --clip-eps-low 0.0003, --clip-eps-high 0.0004, "
+                      "--loss-variation sample_level, --ratio-level sequence"), std::string::npos) << help;
 }

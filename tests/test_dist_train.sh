@@ -70,10 +70,23 @@ for layout in "${layouts[@]}"; do
 done
 
 # -nb 1: the next round is generated while the trainers train; no sample more than 1 version old.
-run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 2 -ibs 2 -nb 1 --max-steps 30 --verify-sync true -p nb1 > nb1.log 2>&1 \
+# Those samples come from an older policy: the train/rollout mismatch is measured on them, and
+# TIS (--tis-cap) weights their loss by pi_old / pi_rollout (not 1).
+run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 2 -ibs 2 -nb 1 --tis-cap 2 --max-steps 30 --verify-sync true -p nb1 > nb1.log 2>&1 \
   && check_learning nb1 runs/nb1/metrics.jsonl 2 1 \
   && python3 -c 'import json,sys; sys.exit(0 if any(json.loads(l)["staleness"]["max"] == 1 for l in open("runs/nb1/metrics.jsonl")) else 1)' \
   && ok n-behind-1 || { bad n-behind-1; tail -3 nb1.log; }
+python3 - runs/nb1/metrics.jsonl <<'PY' && ok off-policy-correction || bad off-policy-correction
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+stale = [r for r in rows if r["staleness"]["max"] == 1]
+print("     stale steps", len(stale), "mismatch_abs_mean max", max(r["mismatch_abs_mean"] for r in stale),
+      "tis_weight_mean range", min(r["tis_weight_mean"] for r in stale), max(r["tis_weight_mean"] for r in stale))
+assert stale and max(r["mismatch_abs_mean"] for r in stale) > 1e-3, "no mismatch measured on stale samples"
+assert max(r["mismatch_kl"] for r in stale) > 0
+assert any(abs(r["tis_weight_mean"] - 1) > 1e-4 for r in stale), "TIS weights are all 1"
+assert all(0 < r["tis_weight_mean"] <= 2 for r in rows if r["kept_groups"] > 0)
+PY
 
 # An error on one rank (the workers' reward command dies) ends the job, naming the rank. run_mpi's
 # `timeout 300` only catches a hang (exit 124): no assertion on seconds.

@@ -98,7 +98,6 @@ TEST(ChatLearnFields, RefusedFeaturesNameTheirPlanAndOffValuesPass) {
   EXPECT_THROW_MSG(load("model:\n  zero_size: 2\n"), UserError, "zero_size = 2", "issue 22");
   EXPECT_THROW_MSG(load("model:\n  tensor_model_parallel_size: 2\n"), UserError, "issue 23");
   EXPECT_THROW_MSG(load("model:\n  offload_weights: true\n"), UserError, "offload_weights", "issue 25");
-  EXPECT_THROW_MSG(load("runtime:\n  max_relay_episode: -1\n"), UserError, "max_relay_episode", "issue 17");
   EXPECT_THROW_MSG(load("runtime:\n  cpu_schedule_strategy: ROUND\n"), UserError, "PACK or SPREAD", "--map-by");
   EXPECT_THROW_MSG(load("runtime:\n  stream_data_loader_type: streaming\n"), UserError, "use fixed or dynamic");
   EXPECT_THROW_MSG(load("runtime:\n  no_such_field: 1\n"), UserError, "unknown setting \"no_such_field\"");
@@ -135,5 +134,40 @@ TEST(RunSettings, EnumSettingsTakeTheirNamesAndHelpFromTheTable) {
     RunConfig c;
     RawSettings raw;
     EXPECT_NO_THROW(s.apply(c, v, s.name, raw)) << s.name << " = " << v.dump();
+  }
+}
+
+TEST(RunSettings, AlgorithmKnobsAreReachable) {
+  const RunConfig c = load(
+      "algorithm:\n  algo: GSPO\n  dual_clip: 3\n  entropy_coeff: 0.001\n  kl_clamp: 5\n  adv_eps: 1e-6\n"
+      "  adv_std: biased\n  tis_cap: 2\n  tis_level: sequence\n  skip_threshold: 10\n  skip_mode: sequence_geomean\n"
+      "runtime:\n  max_relay_episode: -1\n  relay_episode_offset: 2\n");
+  EXPECT_EQ(c.algo.name, "GSPO");
+  EXPECT_EQ(c.algo.loss.ratio_level, ImportanceLevel::kSequence);
+  ASSERT_TRUE(c.algo.loss.clip_ratio_c.has_value());
+  EXPECT_DOUBLE_EQ(*c.algo.loss.clip_ratio_c, 3.0);
+  EXPECT_DOUBLE_EQ(c.algo.loss.entropy_coef, 0.001);
+  EXPECT_DOUBLE_EQ(c.algo.loss.kl_clamp, 5.0);
+  EXPECT_DOUBLE_EQ(c.algo.advantage.eps, 1e-6);
+  EXPECT_FALSE(c.algo.advantage.std_unbiased);
+  EXPECT_DOUBLE_EQ(c.algo.loss.tis_cap, 2.0);
+  EXPECT_EQ(c.algo.loss.tis_level, ImportanceLevel::kSequence);
+  EXPECT_DOUBLE_EQ(c.algo.loss.skip_threshold, 10.0);
+  EXPECT_EQ(c.algo.loss.skip_mode, SkipMode::kSequenceGeoMean);
+  EXPECT_EQ(c.max_relay_episode, -1);
+  EXPECT_EQ(c.relay_episode_offset, 2);
+  // The preset comes first, single settings over it; the reference's names and aliases load.
+  EXPECT_EQ(load("algorithm:\n  algo: REINFORCE_PP\n").algo.name, "REINFORCE_PPB");
+  EXPECT_FALSE(load("algorithm:\n  algo: DAPO\n  dual_clip: 0\n").algo.loss.clip_ratio_c.has_value());
+  EXPECT_DOUBLE_EQ(load("algorithm:\n  clip_ratio_c: 4\n").algo.loss.clip_ratio_c.value_or(0), 4.0);
+  EXPECT_THROW_MSG(load("algorithm:\n  dual_clip: 0.5\n"), UserError, "algorithm.dual_clip", "must exceed 1");
+  EXPECT_THROW_MSG(load("algorithm:\n  tis_level: sample\n"), UserError, "algorithm.tis_level", "token, sequence");
+  EXPECT_THROW_MSG(load("runtime:\n  max_relay_episode: -2\n"), UserError, "runtime.max_relay_episode", "below the minimum -1");
+  EXPECT_THROW_MSG(load("algorithm:\n  algo: PPO\n"), UserError, "unknown algorithm", "REINFORCE_PPB", "GSPO");
+  // -a's help lists every preset with its settings.
+  const Setting* algo = find_setting("algorithm.algo");
+  ASSERT_NE(algo, nullptr);
+  for (const char* name : {"GRPO:", "DAPO:", "DR_GRPO:", "RLOO:", "REINFORCE_PPB (alias REINFORCE_PP):", "GSPO:"}) {
+    EXPECT_NE(algo->help.find(name), std::string::npos) << name << " in " << algo->help;
   }
 }

@@ -17,7 +17,7 @@ reward=(--reward-cmd "python3 $here/data/digits_reward.py")
 base=(-m toy -d data.jsonl -g 4 -tbs 2 -tMbs 1 -tmbs 4 --mnt 12 -lr 3e-3 -sd runs "${reward[@]}")
 
 # Every preset: 3 steps, checkpoints at 2 and 3 that `info` and the model loader accept.
-for algo in GRPO DAPO DR_GRPO RLOO REINFORCE_PP; do
+for algo in GRPO DAPO DR_GRPO RLOO REINFORCE_PPB REINFORCE_PP GSPO; do
   extra=(); [ "$algo" = DAPO ] && extra=(--filter-range none)  # the toy reward has no "correct" answers to filter on
   if "$rlcpp" train "${base[@]}" -a "$algo" "${extra[@]}" --max-steps 3 --si 2 -p "$algo" > "$algo.log" 2>&1 \
      && [ "$(lines "runs/$algo/metrics.jsonl")" -eq 3 ] && [ "$(cat "runs/$algo/latest")" = step-3 ] \
@@ -66,6 +66,29 @@ else
     diff <(metrics_of runs/full/metrics.jsonl) <(metrics_of runs/killed/metrics.jsonl) | head -6
   fi
 fi
+# Relay buffer (ChatLearn's max_relay_episode 2, relay_episode_offset 1): from step 2 on, each step
+# also trains on the groups of the 2 steps before it, with their rollout log-probs (the mismatch is
+# measured, TIS weights them). A run rolled back to its step-3 checkpoint and resumed ends equal.
+relay=("${base[@]}" --max-relay-episode 2 --relay-episode-offset 1 --tis-cap 2 --max-steps 6 --si 3)
+"$rlcpp" train "${relay[@]}" -p relay-full > relay-full.log 2>&1 && "$rlcpp" train "${relay[@]}" -p relay-cut > relay-cut.log 2>&1 \
+  || { bad relay-run; tail -3 relay-full.log; }
+rm -rf runs/relay-cut/step-6 && echo step-3 > runs/relay-cut/latest
+"$rlcpp" train "${relay[@]}" -p relay-cut --resume auto > relay-resumed.log 2>&1 || { bad relay-resume-run; tail -3 relay-resumed.log; }
+if cmp -s runs/relay-full/step-6/model.safetensors runs/relay-cut/step-6/model.safetensors \
+   && [ "$(metrics_of runs/relay-full/metrics.jsonl)" = "$(metrics_of runs/relay-cut/metrics.jsonl)" ] \
+   && python3 - runs/relay-full/metrics.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["relayed_groups"] for r in rows] == [0, 2, 4, 4, 4, 4], [r["relayed_groups"] for r in rows]
+assert all(r["mismatch_abs_mean"] > 1e-4 for r in rows[1:]), "relayed samples come from older policies"
+assert rows[0]["mismatch_abs_mean"] < 1e-4, "fresh samples: the sampler's own log-probs"
+PY
+then
+  ok relay-buffer-resume-exact
+else
+  bad relay-buffer-resume-exact; diff <(metrics_of runs/relay-full/metrics.jsonl) <(metrics_of runs/relay-cut/metrics.jsonl) | head -4
+fi
+
 # TensorBoard: the killed-and-resumed run's event files, read by an independent reader that checks
 # every checksum, hold every number of metrics.jsonl at its step (float32), once TensorBoard's
 # restart rule (a SessionLog START at step s drops earlier files' events from s on) is applied.

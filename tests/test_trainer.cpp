@@ -2,6 +2,9 @@
 // micro-batch sizes, and a step that moves the policy the way the advantages say.
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "engine/engine.h"
 #include "test_util.h"
 #include "rl/policy_update.h"
@@ -101,8 +104,8 @@ TEST(Trainer, MicrobatchSizeDoesNotChangeTheStep) {
     auto old = trainer.policy_logprobs(samples);
     auto ref = trainer.reference_logprobs(samples);
     // Perturb the policy so that ratios and KL are not trivially 1 and 0 in the second step.
-    trainer.step(samples, old, ref);
-    auto metrics = trainer.step(samples, old, ref).values;
+    trainer.step({samples, old, ref});
+    auto metrics = trainer.step({samples, old, ref}).values;
     EXPECT_GT(metrics["kl"], 0.0);
     results.push_back(weights_of(*model));
   }
@@ -120,7 +123,7 @@ TEST(Trainer, StepRaisesTheLikelihoodOfPositiveAdvantageResponses) {
   const auto before = trainer.policy_logprobs(samples);
   for (int step = 0; step < 5; ++step) {
     const auto old = trainer.policy_logprobs(samples);
-    const auto m = trainer.step(samples, old, {}).values;
+    const auto m = trainer.step({samples, old, {}}).values;
     if (step == 0) EXPECT_NEAR(m.at("ratio_mean"), 1.0, 1e-6);  // old log-probs are the policy's own
     EXPECT_GT(m.at("grad_norm"), 0.0);
   }
@@ -243,4 +246,118 @@ TEST(Trainer, LaterEpochsReshuffleMiniBatchesDeterministically) {
   EXPECT_EQ(max_diff(run(c, groups), run(c, groups)), 0.0);
   EXPECT_GT(max_diff(run(c, groups), run(other_seed, groups)), 1e-9);
   EXPECT_EQ(max_diff(run(one_epoch, groups), run(one_epoch_other_seed, groups)), 0.0);
+}
+
+// The entropy bonus differentiates the entropy: its value and gradient equal those of the softmax
+// entropy computed from the full logits by autograd, and a step with the bonus runs and differs.
+TEST(Trainer, EntropyBonusHasTheGradientOfTheSoftmaxEntropy) {
+  ModelOptions options;
+  options.dtype = torch::kFloat64;
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"), options);
+  const auto samples = fixed_samples();
+  const PackedBatch batch = pack_samples(samples, 0, samples.size());
+  auto head = model->token_logprobs_with_entropy(batch.ids, batch.targets, 0.7, batch.attention_mask);
+  auto chunked = model->token_logprobs(batch.ids, batch.targets, 0.7, batch.attention_mask);
+  EXPECT_LT((head.logprobs - chunked).abs().max().item<double>(), 1e-12);
+  const auto weight = model->output_weight();
+  head.entropy.sum().backward();
+  const auto grad = weight.grad().clone();
+  model->zero_grad();
+  auto logp = torch::log_softmax(model->forward(batch.ids, batch.attention_mask) / 0.7, -1);
+  auto reference = -(logp.exp() * logp).sum(-1) * batch.targets.ge(0).to(torch::kFloat64);
+  EXPECT_LT((head.entropy.detach() - reference.detach()).abs().max().item<double>(), 1e-10);
+  reference.sum().backward();
+  EXPECT_GT(grad.abs().max().item<double>(), 1e-6);
+  EXPECT_LT((grad - weight.grad()).abs().max().item<double>(), 1e-10);
+
+  auto step = [&](double coef) {
+    auto m = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"), options);
+    TrainerConfig config;
+    config.loss.entropy_coef = coef;
+    config.optimizer.lr = 1e-2;
+    Trainer trainer(m, nullptr, config);
+    double before = 0;
+    const auto old = trainer.policy_logprobs(samples, &before);
+    const auto metrics = trainer.step({samples, old, {}}).values;
+    return std::make_tuple(metrics.at("entropy"), before, weights_of(*m));
+  };
+  const auto [entropy, no_grad_entropy, with_bonus] = step(0.1);
+  const auto [no_entropy, unused, without] = step(0.0);
+  EXPECT_GT(entropy, 0.0);
+  EXPECT_NEAR(entropy, no_grad_entropy, 1e-10);  // the step's entropy is the policy's over the same tokens
+  EXPECT_EQ(no_entropy, 0.0);    // not computed without it
+  double diff = 0;
+  for (size_t k = 0; k < with_bonus.size(); ++k) diff = std::max(diff, (with_bonus[k] - without[k]).abs().max().item<double>());
+  EXPECT_GT(diff, 1e-9);
+}
+
+// A sample the skip threshold leaves out is out of the loss and of its denominators: the step
+// equals a step on the other samples alone.
+TEST(Trainer, SkippedSamplesLeaveTheLossAndItsDenominators) {
+  ModelOptions options;
+  options.dtype = torch::kFloat64;
+  const auto samples = fixed_samples();
+  for (auto mode : {LossAggregation::kTokenLevel, LossAggregation::kSampleLevel}) {
+    auto run = [&](const std::vector<TrainSample>& input, const std::vector<uint8_t>& skipped) {
+      auto m = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
+      TrainerConfig config;
+      config.loss.aggregation = mode;
+      config.optimizer.lr = 1e-2;
+      config.train_microbatch_size = 3;
+      Trainer trainer(m, nullptr, config);
+      PolicyMiniBatch mb{input, trainer.policy_logprobs(input), {}, skipped};
+      const auto metrics = trainer.step(mb).values;
+      return std::make_pair(metrics.at("n_skipped"), weights_of(*m));
+    };
+    std::vector<TrainSample> without_one = samples;
+    without_one.erase(without_one.begin() + 1);
+    const auto [n_skipped, skipped] = run(samples, {0, 1, 0, 0});
+    const auto [none, subset] = run(without_one, {});
+    EXPECT_EQ(n_skipped, 1.0);
+    EXPECT_EQ(none, 0.0);
+    expect_same_weights({skipped, subset}, 1e-12);
+  }
+  // The trainer's own decision: after a large update the policy's ratio on some sample exceeds 1.01.
+  auto m = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
+  TrainerConfig config;
+  config.optimizer.lr = 5e-2;
+  config.loss.skip_threshold = 1.01;
+  Trainer trainer(m, nullptr, config);
+  const auto old = trainer.policy_logprobs(samples);
+  EXPECT_EQ(trainer.skipped_samples(samples, old), (std::vector<uint8_t>{0, 0, 0, 0}));  // ratio 1 everywhere
+  trainer.step({samples, old, {}});
+  const auto after = trainer.skipped_samples(samples, old);
+  EXPECT_GT(std::count(after.begin(), after.end(), 1), 0);
+}
+
+// Off-policy correction: samples whose rollout log-probs differ from the trainer's report the
+// mismatch, and TIS weights their loss.
+TEST(Trainer, MismatchMetricsAndTisWeightsOnStaleSamples) {
+  std::vector<GroupRollout> groups(2);
+  const auto samples = fixed_samples();
+  for (size_t k = 0; k < samples.size(); ++k) groups[k / 2].samples.push_back(samples[k]);
+  ModelOptions options;
+  options.dtype = torch::kFloat64;
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
+  RunConfig c;
+  c.num_generations = 2;
+  c.train_batch_size = 2;
+  c.train_minibatch_size = 2;
+  c.train_microbatch_size = 4;
+  c.algo.loss.kl_coef = 0;
+  c.algo.loss.tis_cap = 2.0;
+  Trainer trainer(model, nullptr, rl_trainer_config(c, 1));
+  // The sampler's log-probs: the trainer's own, shifted by -0.3 on every token (an older policy).
+  const auto own = trainer.policy_logprobs(samples);
+  for (size_t k = 0; k < samples.size(); ++k) {
+    auto& s = groups[k / 2].samples[k % 2];
+    s.rollout_logprobs = own[k];
+    for (auto& x : s.rollout_logprobs) x -= 0.3f;
+  }
+  const auto update = update_policy(trainer, c, groups);
+  EXPECT_NEAR(update.metrics.at("mismatch_abs_mean"), 0.3, 2e-6);
+  EXPECT_NEAR(update.metrics.at("mismatch_abs_max"), 0.3, 2e-6);
+  EXPECT_NEAR(update.metrics.at("mismatch_kl"), std::exp(0.3) - 0.3 - 1, 1e-6);
+  EXPECT_NEAR(update.metrics.at("tis_weight_mean"), std::exp(0.3), 1e-5);  // under the cap of 2
+  EXPECT_EQ(update.metrics.at("tis_clip_frac"), 0.0);
 }

@@ -12,7 +12,7 @@ const EnumTable<AdvantageEstimator>& advantage_estimators() {
        {AdvantageEstimator::kDrGrpo, "dr_grpo", "r - group mean (no std division)"},
        {AdvantageEstimator::kRloo, "rloo", "leave-one-out baseline: (r - group mean) * G / (G - 1)"},
        {AdvantageEstimator::kReinforcePpBaseline, "reinforce_pp_baseline",
-        "r - group mean, then whitened over the batch (REINFORCE++ with baseline)"}});
+        "r - group mean, then whitened over the tokens of the step's batch (REINFORCE++ with baseline)"}});
   return table;
 }
 
@@ -37,17 +37,21 @@ torch::Tensor compute_advantages(const torch::Tensor& rewards, int64_t group_siz
     case AdvantageEstimator::kRloo:
       adv = group_size == 1 ? torch::zeros_like(r) : centered * (static_cast<double>(group_size) / (group_size - 1));
       break;
-    case AdvantageEstimator::kReinforcePpBaseline: {
-      auto flat = centered.view({-1});
-      if (flat.numel() < 2) {
-        adv = torch::zeros_like(r);
-      } else {
-        adv = (flat - flat.mean()) / (flat.std(config.std_unbiased) + config.eps);
-      }
-      break;
-    }
+    case AdvantageEstimator::kReinforcePpBaseline: adv = centered; break;  // whitened per step
   }
   return adv.reshape({-1}).to(rewards.scalar_type());
+}
+
+torch::Tensor whiten_over_tokens(const torch::Tensor& advantages, const torch::Tensor& tokens, double eps) {
+  RLCPP_CHECK(advantages.dim() == 1 && tokens.sizes() == advantages.sizes(), "advantages {} and token counts {} must be [N]",
+              advantages.sizes(), tokens.sizes());
+  auto a = advantages.to(torch::kFloat64);
+  auto w = tokens.to(torch::kFloat64);
+  const double n = w.sum().item<double>();
+  if (n < 2) return torch::zeros_like(advantages);
+  auto mean = (a * w).sum() / n;
+  auto var = ((a - mean).pow(2) * w).sum() / (n - 1);
+  return ((a - mean) * torch::rsqrt(var + eps)).to(advantages.scalar_type());
 }
 
 }  // namespace rlcpp

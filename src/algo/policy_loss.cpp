@@ -35,6 +35,22 @@ const EnumTable<KlEstimator>& kl_estimators() {
   return table;
 }
 
+const EnumTable<ImportanceLevel>& importance_levels() {
+  static const EnumTable<ImportanceLevel> table(
+      "importance level", {{ImportanceLevel::kToken, "token", "one ratio per token"},
+                           {ImportanceLevel::kSequence, "sequence",
+                            "one ratio per sample: exp(mean token log-ratio) for the loss (GSPO), exp(sum) for TIS"}});
+  return table;
+}
+
+const EnumTable<SkipMode>& skip_modes() {
+  static const EnumTable<SkipMode> table(
+      "skip mode", {{SkipMode::kTokenMax, "token_max", "a sample whose largest token ratio exceeds the threshold"},
+                    {SkipMode::kSequenceGeoMean, "sequence_geomean",
+                     "a sample whose geometric-mean ratio exp(mean log-ratio) exceeds the threshold"}});
+  return table;
+}
+
 torch::Tensor kl_penalty(const torch::Tensor& logprobs, const torch::Tensor& ref_logprobs, KlEstimator estimator,
                          double clamp) {
   auto diff = logprobs - ref_logprobs;
@@ -69,7 +85,30 @@ torch::Tensor aggregate(const torch::Tensor& x, const torch::Tensor& mask, const
   return x.sum();
 }
 
+// Per sample [B, 1]: the masked sum of x over its tokens, and its token count (at least 1).
+torch::Tensor sample_sum(const torch::Tensor& x, const torch::Tensor& mask) { return masked(x, mask).sum(1, true); }
+torch::Tensor sample_tokens(const torch::Tensor& mask) { return mask.sum(1, true).clamp_min(1).to(torch::kFloat64); }
+
 }  // namespace
+
+torch::Tensor skipped_samples(const torch::Tensor& logprobs, const torch::Tensor& old_logprobs, const torch::Tensor& mask,
+                              const PolicyLossConfig& config) {
+  torch::NoGradGuard no_grad;
+  auto keep = mask.gt(0);
+  auto none = torch::zeros({keep.size(0)}, keep.options());
+  if (config.skip_threshold <= 0) return none;
+  auto log_ratio = masked(logprobs.detach().to(torch::kFloat64) - old_logprobs.to(torch::kFloat64), keep);
+  torch::Tensor score;  // the compared log-ratio per sample
+  switch (config.skip_mode) {
+    case SkipMode::kTokenMax:
+      score = torch::where(keep, log_ratio, torch::full_like(log_ratio, -INFINITY)).amax(1);
+      break;
+    case SkipMode::kSequenceGeoMean:
+      score = (sample_sum(log_ratio, keep) / sample_tokens(keep)).squeeze(1);
+      break;
+  }
+  return score.gt(std::log(config.skip_threshold)).logical_and(keep.any(1));
+}
 
 PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig& config) {
   RLCPP_CHECK(in.logprobs.dim() == 2 && in.old_logprobs.sizes() == in.logprobs.sizes() &&
@@ -90,18 +129,19 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
   if (adv.dim() == 1) adv = adv.unsqueeze(1).expand_as(in.logprobs);  // per sample, broadcast to tokens
   adv = masked(adv, mask);
   auto old = masked(in.old_logprobs.detach().to(dtype), mask);
-  auto log_ratio = (logprobs - old).clamp(-kMaxLogRatio, kMaxLogRatio);
-  auto ratio = log_ratio.exp();
-
-  // Skip threshold: a sample whose mean ratio over its tokens exceeds it leaves the loss.
-  int64_t n_skipped = 0;
-  if (config.skip_threshold > 0) {
-    torch::NoGradGuard no_grad;
-    auto mean_ratio = masked(ratio, mask).sum(1) / mask.sum(1).clamp_min(1);
-    auto skip = mean_ratio.gt(config.skip_threshold).logical_and(mask.sum(1).gt(0));
-    n_skipped = skip.sum().item<int64_t>();
-    mask = mask.logical_and(skip.logical_not().unsqueeze(1));
+  torch::Tensor log_ratio;
+  switch (config.ratio_level) {
+    case ImportanceLevel::kToken: log_ratio = logprobs - old; break;
+    case ImportanceLevel::kSequence: {
+      // GSPO: every token of a sample carries the sample's ratio exp(mean log-ratio) as its value,
+      // and the gradient of its own log-prob scaled by it (logp - sg(logp) + sg(sequence log-ratio)).
+      auto sequence = (sample_sum(logprobs - old, mask) / sample_tokens(mask).to(dtype)).detach();
+      log_ratio = logprobs - logprobs.detach() + sequence.expand_as(logprobs);
+      break;
+    }
   }
+  log_ratio = masked(log_ratio.clamp(-kMaxLogRatio, kMaxLogRatio), mask);
+  auto ratio = log_ratio.exp();
 
   // Clipped surrogate: -min(r A, clip(r) A) = max(-r A, -clip(r) A), then the dual-clip cap.
   auto pg1 = -adv * ratio;
@@ -114,12 +154,19 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
     dual_clipped = adv.lt(0).logical_and(pg3.lt(pg));
     pg = torch::where(adv.lt(0), torch::min(pg, pg3), pg);
   }
+  torch::Tensor tis_weight, tis_clipped;
   if (config.tis_cap > 0) {
+    // Truncated importance sampling: the behaviour policy is the sampler's, so each token (or
+    // sample) is weighted by min(π_old / π_rollout, cap), a constant of the gradient.
     RLCPP_CHECK(in.rollout_logprobs.defined(), "truncated importance sampling needs the rollout log-probs");
-    auto rollout = masked(in.rollout_logprobs.to(dtype), mask);
-    auto weight = (old - rollout).clamp(-kMaxLogRatio, kMaxLogRatio).exp().clamp_max(config.tis_cap).detach();
-    pg = pg * weight;
+    torch::NoGradGuard no_grad;
+    auto gap = masked(old - in.rollout_logprobs.to(dtype), mask);
+    if (config.tis_level == ImportanceLevel::kSequence) gap = sample_sum(gap, mask).expand_as(gap);
+    auto weight = gap.clamp(-kMaxLogRatio, kMaxLogRatio).exp();
+    tis_clipped = weight.gt(config.tis_cap);
+    tis_weight = weight.clamp_max(config.tis_cap);
   }
+  if (tis_weight.defined()) pg = pg * tis_weight;
   auto pg_loss = aggregate(pg, mask, in, config);
   auto loss = pg_loss;
   torch::Tensor kl;
@@ -152,7 +199,8 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
   m["ratio_max"] = n_tokens > 0 ? masked(ratio, mask).max().item<double>() : 0.0;
   m["adv_mean"] = masked_mean(adv);
   m["adv_std"] = n_tokens > 0 ? std::sqrt(std::max(0.0, masked_mean(adv.pow(2)) - std::pow(masked_mean(adv), 2))) : 0.0;
-  m["n_skipped"] = static_cast<double>(n_skipped);
+  m["tis_weight_mean"] = tis_weight.defined() ? masked_mean(tis_weight) : 0.0;
+  m["tis_clip_frac"] = tis_clipped.defined() ? masked_mean(tis_clipped) : 0.0;
   m["n_tokens"] = n_tokens;
   return out;
 }

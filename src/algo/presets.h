@@ -23,12 +23,13 @@ struct AlgoConfig {
   bool filter_truncated = false;                           // truncated samples leave the loss
 };
 
-// GRPO: β 0.01, clip 0.2/0.2, sample-level. DAPO: β 0, clip 0.2/0.28, token-level, filter_range
-// [0.01, 0.99], dynamic batching, overlong shaping, truncated filtering. DR_GRPO: r - mean and
-// seq-mean-token-sum-norm. RLOO: leave-one-out baseline, token-level. REINFORCE_PP: batch-whitened
-// baseline, token-level. Names are case-insensitive; an unknown one is a UserError naming `flag`.
+// The presets and their settings are listed by algo_preset_help (GRPO, DAPO, DR_GRPO, RLOO,
+// REINFORCE_PPB alias REINFORCE_PP, GSPO). Names are case-insensitive ('-' reads as '_'); an unknown
+// one is a UserError naming `flag`. The returned config's name is the preset's canonical name.
 AlgoConfig algo_preset(const std::string& name, const std::string& flag);
 // The presets' names, "GRPO | DAPO | ...".
 std::string algo_preset_names(std::string_view separator = " | ");
+// One line per preset, "NAME: its settings", for --help and the README.
+std::string algo_preset_help(std::string_view indent = "  ");
 
 }  // namespace rlcpp

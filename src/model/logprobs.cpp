@@ -123,4 +123,14 @@ LogprobsEntropy token_logprobs_entropy(const torch::Tensor& hidden, const torch:
   return out;
 }
 
+torch::Tensor token_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                            double temperature) {
+  check_inputs(hidden, weight, targets, temperature);
+  const auto rows = targets.ge(0).nonzero().squeeze(-1);
+  auto logits = chunk_logits(hidden.index_select(0, rows), weight, temperature);
+  auto logp = torch::log_softmax(logits, -1);
+  auto entropy = -(logp.exp() * logp).sum(-1);
+  return torch::zeros({hidden.size(0)}, entropy.options()).index_put({rows}, entropy);
+}
+
 }  // namespace rlcpp

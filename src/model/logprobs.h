@@ -28,6 +28,12 @@ struct LogprobsEntropy {
 LogprobsEntropy token_logprobs_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& targets, double temperature, int64_t chunk_tokens);
 
+// With autograd: the entropy of softmax(logits / temperature) per token ([N] fp32, fp64 for an
+// fp64 model; 0 where the target is negative). Keeps the logits of the rows with a target for the
+// backward pass (rows × V), so it is for the entropy bonus, not for every step.
+torch::Tensor token_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                            double temperature);
+
 // The dtype log-probs are accumulated in for a model of `dtype`: fp64 stays fp64, all else fp32.
 inline torch::ScalarType logprob_dtype(torch::ScalarType dtype) {
   return dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;

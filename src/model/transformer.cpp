@@ -234,6 +234,19 @@ torch::Tensor Transformer::token_logprobs(const torch::Tensor& input_ids, const 
   return flat.view({batch, length});
 }
 
+LogprobsEntropy Transformer::token_logprobs_with_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
+                                                        double temperature, const torch::Tensor& attention_mask) {
+  RLCPP_CHECK(targets.sizes() == input_ids.sizes(), "targets {} must match input_ids {}", targets.sizes(),
+              input_ids.sizes());
+  auto h = hidden_states(input_ids, attention_mask);
+  const int64_t batch = h.size(0), length = h.size(1);
+  auto flat_h = h.reshape({batch * length, h.size(2)});
+  auto flat_targets = targets.to(options_.device).reshape({-1});
+  auto logp = token_logprobs_chunked(flat_h, output_weight(), flat_targets, temperature, options_.logprob_chunk_tokens);
+  auto entropy = token_entropy(flat_h, output_weight(), flat_targets, temperature);
+  return {logp.view({batch, length}), entropy.view({batch, length})};
+}
+
 LogprobsEntropy Transformer::token_logprobs_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
                                                    double temperature, const torch::Tensor& attention_mask) {
   RLCPP_CHECK(targets.sizes() == input_ids.sizes(), "targets {} must match input_ids {}", targets.sizes(),

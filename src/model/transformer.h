@@ -119,6 +119,11 @@ class Transformer : public torch::nn::Module {
   torch::Tensor token_logprobs(const torch::Tensor& input_ids, const torch::Tensor& targets, double temperature = 1.0,
                                const torch::Tensor& attention_mask = {});
 
+  // As token_logprobs, and the per-token entropy, both [B, T] and differentiable (one forward of
+  // the layers; the entropy keeps the response rows' logits, see token_entropy).
+  LogprobsEntropy token_logprobs_with_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
+                                              double temperature = 1.0, const torch::Tensor& attention_mask = {});
+
   // No grad: log-probs of targets and per-token entropies, both [B, T] (0 where targets < 0).
   LogprobsEntropy token_logprobs_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
                                          double temperature = 1.0, const torch::Tensor& attention_mask = {});

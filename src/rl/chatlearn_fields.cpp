@@ -15,7 +15,6 @@ using F = FieldFate;
 // What refusals say: the feature and the issue that will build it.
 const char* kLora = "LoRA is not implemented yet (planned: LoRA adapters with PEFT checkpoints, issue 19); rlcpp trains all weights";
 const char* kOffload = "offload is not implemented yet (planned for device runs: optimizer and weight offload, issue 25)";
-const char* kRelay = "the relay buffer is not implemented yet (planned: ChatLearn's relay buffer, issue 17)";
 const char* kTp = "tensor parallelism is not implemented yet (planned: issue 23)";
 const char* kPp = "pipeline parallelism is not planned; tensor parallelism (issue 23) and ZeRO (issue 22) will shard large models";
 const char* kZero = "ZeRO is not implemented yet (planned: stages 1-3 over MPI, issue 22)";
@@ -78,8 +77,10 @@ const std::vector<ChatLearnField>& chatlearn_fields() {
       {"concurrent_comm", "RuntimeConfig", F::kNotice, "", "Ray's parallel sync actors; rlcpp syncs over one MPI group"},
       {"param_sync_comm_type", "RuntimeConfig", F::kImplemented, "runtime.param_sync_comm_type", ""},
       {"param_sync_max_workers", "RuntimeConfig", F::kNotice, "", "Ray's sync thread pool; rlcpp syncs over one MPI group"},
-      {"max_relay_episode", "RuntimeConfig", F::kRefused, "", kRelay, {"0"}},
-      {"relay_episode_offset", "RuntimeConfig", F::kRefused, "", kRelay, {"0"}},
+      {"max_relay_episode", "RuntimeConfig", F::kImplemented, "runtime.max_relay_episode",
+       "steps whose rollouts are trained on again (-1: all, 0: off), with their rollout log-probs"},
+      {"relay_episode_offset", "RuntimeConfig", F::kImplemented, "runtime.relay_episode_offset",
+       "relayed rollouts join the steps after this many steps"},
       {"consumed_samples", "RuntimeConfig", F::kMapped, "runtime.consumed_samples",
        "a fresh run first skips this many prompts of the data order"},
       {"concurrent_setup", "RuntimeConfig", F::kNotice, "", "Ray actor set-up; every rank loads its model at start"},

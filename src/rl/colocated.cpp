@@ -9,6 +9,7 @@
 #include "reward/reward_function.h"
 #include "rl/evaluate.h"
 #include "rl/policy_update.h"
+#include "rl/relay_buffer.h"
 #include "rl/rollout.h"
 #include "rl/run_state.h"
 #include "rl/step_record.h"
@@ -44,12 +45,14 @@ class ColocatedRun {
   std::unique_ptr<RunEvaluator> evaluator_;
   std::unique_ptr<RunLog> log_;
   std::deque<GroupRollout> buffer_;  // kept groups not yet trained on
+  RelayBuffer relay_;                // trained groups trained on again (max_relay_episode)
   // this step's counters
   int64_t generated_groups_ = 0, kept_groups_ = 0;
   double t_generate_ = 0, t_reward_ = 0;
 };
 
-ColocatedRun::ColocatedRun(const RunConfig& c) : c_(c), run_(load_run(c)), reward_(run_reward_function(c)) {
+ColocatedRun::ColocatedRun(const RunConfig& c)
+    : c_(c), run_(load_run(c)), reward_(run_reward_function(c)), relay_(c, run_.plan.saved.relay_buffer) {
   EngineConfig engine_config;
   engine_config.kv_cache_mb = c.kv_cache_mb;
   engine_ = std::make_unique<Engine>(run_.policy, engine_config, run_.tokenizer);
@@ -87,7 +90,8 @@ void ColocatedRun::step(int64_t step) {
   }
   const std::vector<GroupRollout> batch = take_groups(buffer_, c_.train_batch_size);
   short_batch(c_, step, static_cast<int64_t>(batch.size()), c_.train_batch_size);
-  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch);
+  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, nullptr, relay_.relayed(step));
+  relay_.add(step, batch);
   if (update.trained) engine_->set_version(engine_->version() + 1);  // the engine already holds the new weights
 
   StepRecord record;
@@ -119,6 +123,7 @@ void ColocatedRun::save_checkpoint(int64_t step) {
   state.data_cursor = run_.cursor->state();
   state.optimizer_steps = run_.trainer->n_steps();
   state.rollout_buffer.assign(buffer_.begin(), buffer_.end());
+  state.relay_buffer = relay_.groups();
   state.skipped_long_prompts = rollouts_->skipped_long();
   state.skipped_short_prompts = rollouts_->skipped_short();
   save_run(c_, run_, state);

@@ -173,13 +173,14 @@ void Leader::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdat
   last_step_end_ = Clock::now();
 }
 
-void Leader::save_checkpoint(int64_t step, std::vector<GroupRollout> buffers) {
+void Leader::save_checkpoint(int64_t step, std::vector<GroupRollout> buffers, std::vector<GroupRollout> relays) {
   CheckpointState state;
   state.step = step;
   state.policy_version = run_.policy_version;
   state.data_cursor = run_.cursor->state();
   state.optimizer_steps = run_.trainer->n_steps();
   state.rollout_buffer = std::move(buffers);
+  state.relay_buffer = std::move(relays);
   state.in_flight_prompts = in_flight_;
   state.skipped_long_prompts = picker_->skipped_long();
   state.skipped_short_prompts = picker_->skipped_short();

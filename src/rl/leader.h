@@ -47,7 +47,8 @@ class Leader {
   void log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdate& update,
                 const std::vector<GroupRollout>& trained);
   // The checkpoint of `step` with every trainer's buffered groups.
-  void save_checkpoint(int64_t step, std::vector<GroupRollout> buffers);
+  // `buffers` and `relays`: every trainer's rollout and relay buffers.
+  void save_checkpoint(int64_t step, std::vector<GroupRollout> buffers, std::vector<GroupRollout> relays);
   void stop_workers();
 
  private:

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -22,9 +23,66 @@ void sum_over(Communicator* trainers, std::vector<double>& values) {
   std::copy(t.data_ptr<double>(), t.data_ptr<double>() + t.numel(), values.begin());
 }
 
+// The largest of `value` over the trainer ranks.
+double max_over(Communicator* trainers, double value) {
+  if (trainers == nullptr || trainers->size() == 1) return value;
+  std::vector<double> all(static_cast<size_t>(trainers->size()), 0.0);
+  all[static_cast<size_t>(trainers->rank())] = value;
+  sum_over(trainers, all);
+  return *std::max_element(all.begin(), all.end());
+}
+
 // Per-token means weighted by each rank's tokens; sums (losses, counts) as they are.
-const std::vector<std::string> kSummed = {"loss", "pg_loss"};
-const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_high", "entropy"};
+const std::vector<std::string> kSummed = {"loss", "pg_loss", "n_skipped"};
+const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "entropy",
+                                              "tis_weight_mean", "tis_clip_frac"};
+
+// REINFORCE++: the step's advantages (r - group mean) whitened over the response tokens of every
+// sample trained on, on every trainer rank.
+void whiten_advantages(std::vector<TrainSample>& samples, double eps, Communicator* trainers) {
+  double n = 0, sum = 0;
+  for (const auto& s : samples) {
+    n += static_cast<double>(s.response_ids.size());
+    sum += s.advantage * static_cast<double>(s.response_ids.size());
+  }
+  std::vector<double> moments = {n, sum};
+  sum_over(trainers, moments);
+  if (moments[0] < 2) {
+    for (auto& s : samples) s.advantage = 0;
+    return;
+  }
+  const double mean = moments[1] / moments[0];
+  std::vector<double> squares = {0.0};
+  for (const auto& s : samples) squares[0] += std::pow(s.advantage - mean, 2) * static_cast<double>(s.response_ids.size());
+  sum_over(trainers, squares);
+  const double scale = 1.0 / std::sqrt(squares[0] / (moments[0] - 1) + eps);
+  for (auto& s : samples) s.advantage = (s.advantage - mean) * scale;
+}
+
+// How far the sampler's log-probs are from the trainer's for the same tokens (a different policy
+// version under staleness or relay, or another dtype or kernel): mean and max |Δ log p| and the
+// KL(rollout || trainer) estimate k3, over every token with a rollout log-prob, on every rank.
+void add_mismatch(std::map<std::string, double>& metrics, const std::vector<TrainSample>& samples,
+                  const std::vector<std::vector<float>>& logprobs, Communicator* trainers) {
+  double tokens = 0, abs_sum = 0, kl_sum = 0, abs_max = 0;
+  for (size_t k = 0; k < samples.size(); ++k) {
+    const auto& rollout = samples[k].rollout_logprobs;
+    if (rollout.size() != logprobs[k].size()) continue;  // none kept for this sample
+    for (size_t t = 0; t < rollout.size(); ++t) {
+      const double delta = static_cast<double>(logprobs[k][t]) - static_cast<double>(rollout[t]);  // log π_train/π_rollout
+      tokens += 1;
+      abs_sum += std::abs(delta);
+      abs_max = std::max(abs_max, std::abs(delta));
+      kl_sum += std::exp(std::min(delta, 20.0)) - delta - 1;
+    }
+  }
+  std::vector<double> sums = {tokens, abs_sum, kl_sum};
+  sum_over(trainers, sums);
+  const double n = std::max(1.0, sums[0]);
+  metrics["mismatch_abs_mean"] = sums[1] / n;
+  metrics["mismatch_abs_max"] = max_over(trainers, abs_max);
+  metrics["mismatch_kl"] = sums[2] / n;
+}
 
 }  // namespace
 
@@ -45,13 +103,20 @@ TrainerConfig rl_trainer_config(const RunConfig& c, int64_t total_steps) {
 }
 
 PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vector<GroupRollout>& groups,
-                           Communicator* trainers) {
+                           Communicator* trainers, const std::vector<GroupRollout>& relayed) {
   PolicyUpdate out;
   std::vector<TrainSample> samples;
-  for (const auto& g : groups) {
-    for (const auto& s : g.samples) {
-      if (!s.response_ids.empty()) samples.push_back(s);
+  for (const auto* set : {&groups, &relayed}) {
+    for (const auto& g : *set) {
+      for (const auto& s : g.samples) {
+        if (!s.response_ids.empty()) samples.push_back(s);
+      }
     }
+  }
+  std::vector<double> n_relayed = {static_cast<double>(relayed.size())};
+  sum_over(trainers, n_relayed);
+  if (c.algo.advantage.estimator == AdvantageEstimator::kReinforcePpBaseline) {
+    whiten_advantages(samples, c.algo.advantage.whiten_eps, trainers);
   }
   const size_t per_minibatch = static_cast<size_t>(c.train_minibatch_size * c.num_generations);
   const size_t n_minibatches_here = (samples.size() + per_minibatch - 1) / per_minibatch;
@@ -75,6 +140,7 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   const bool has_reference = c.algo.loss.kl_coef != 0;
   const auto ref_logprobs = has_reference ? trainer.reference_logprobs(samples) : std::vector<std::vector<float>>{};
   out.logprob_seconds = seconds_since(t0);
+  add_mismatch(out.metrics, samples, old_logprobs, trainers);
   t0 = Clock::now();
   // The old log-probs stay those computed above, before any update, through every epoch. The first
   // pass takes the samples in order; each later pass reshuffles them into new mini-batches, seeded by
@@ -92,28 +158,31 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
     for (size_t m = 0; m < n_minibatches; ++m) {
       const size_t begin = std::min(samples.size(), m * per_minibatch);
       const size_t end = std::min(samples.size(), begin + per_minibatch);
-      std::vector<TrainSample> mb;
-      std::vector<std::vector<float>> old_mb, ref_mb;
+      PolicyMiniBatch mb;
       for (size_t k = begin; k < end; ++k) {
-        mb.push_back(samples[order[k]]);
-        old_mb.push_back(old_logprobs[order[k]]);
-        if (has_reference) ref_mb.push_back(ref_logprobs[order[k]]);
+        mb.samples.push_back(samples[order[k]]);
+        mb.old_logprobs.push_back(old_logprobs[order[k]]);
+        if (has_reference) mb.ref_logprobs.push_back(ref_logprobs[order[k]]);
       }
-      double global_tokens = 0, global_samples = 0;  // 0: this mini-batch's own (one rank)
-      if (trainers != nullptr && trainers->size() > 1) {
-        std::vector<double> counts = {trainer.loss_tokens(mb), static_cast<double>(mb.size())};
-        sum_over(trainers, counts);
-        global_tokens = std::max(1.0, counts[0]);
-        global_samples = std::max(1.0, counts[1]);
-      }
-      for (const auto& [k, v] : trainer.step(mb, old_mb, ref_mb, global_tokens, global_samples).values) sums[k] += v;
+      // The skip threshold decides whole samples first, so the counts below leave them out. Before
+      // the first update the policy is the old one (every ratio 1): nothing to decide.
+      if (c.algo.loss.skip_threshold > 0 && n_updates > 0) mb.skipped = trainer.skipped_samples(mb.samples, mb.old_logprobs);
+      double skipped = 0;
+      for (auto k : mb.skipped) skipped += k;
+      std::vector<double> counts = {trainer.loss_tokens(mb.samples, mb.skipped),
+                                    static_cast<double>(mb.samples.size()) - skipped};
+      sum_over(trainers, counts);
+      mb.global_tokens = std::max(1.0, counts[0]);
+      mb.global_samples = std::max(1.0, counts[1]);
+      for (const auto& [k, v] : trainer.step(mb).values) sums[k] += v;
       ++n_updates;
     }
   }
   out.train_seconds = seconds_since(t0);
-  for (const auto& [k, v] : sums) out.metrics[k] = v / static_cast<double>(n_updates);
+  for (const auto& [k, v] : sums) out.metrics[k] = k == "n_skipped" ? v : v / static_cast<double>(n_updates);
   out.metrics["entropy"] = entropy;
   out.metrics["optimizer_updates"] = static_cast<double>(n_updates);
+  out.metrics["relayed_groups"] = n_relayed[0];
   if (trainers != nullptr && trainers->size() > 1) {
     // The whole step's figures: losses summed over ranks, per-token means weighted by tokens.
     const double tokens = trainer.loss_tokens(samples);

@@ -20,7 +20,9 @@ TrainerConfig rl_trainer_config(const RunConfig& config, int64_t total_steps);
 
 struct PolicyUpdate {
   bool trained = false;  // false: no sample with a response anywhere, nothing changed
-  std::map<std::string, double> metrics;  // loss, pg_loss, kl, entropy, clip fractions, grad_norm, lr, optimizer_updates
+  // loss, pg_loss, kl, entropy, clip fractions, grad_norm, lr, optimizer_updates, n_skipped, TIS weights,
+  // train/rollout mismatch (mismatch_abs_mean, mismatch_abs_max, mismatch_kl), relayed_groups
+  std::map<std::string, double> metrics;
   double logprob_seconds = 0, train_seconds = 0;
 };
 
@@ -29,7 +31,9 @@ struct PolicyUpdate {
 // sample counts are agreed over the trainer ranks, so every rank takes the same optimizer steps and
 // the sum of their losses is the loss of the whole step; the metrics are those of the whole step.
 // A rank with fewer groups than another still takes part in every step.
+// `relayed`: groups of earlier steps trained on again (the relay buffer), with `groups`; counted in
+// the metrics as relayed_groups.
 PolicyUpdate update_policy(Trainer& trainer, const RunConfig& config, const std::vector<GroupRollout>& groups,
-                           Communicator* trainers = nullptr);
+                           Communicator* trainers = nullptr, const std::vector<GroupRollout>& relayed = {});
 
 }  // namespace rlcpp

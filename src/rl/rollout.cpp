@@ -40,7 +40,7 @@ nlohmann::json to_json(const GroupRollout& g) {
   }
   return {{"prompt_ids", g.samples.empty() ? std::vector<int32_t>{} : g.samples[0].prompt_ids},
           {"prompt", g.prompt}, {"gt_answer", g.gt_answer}, {"line", g.line},
-          {"policy_version", g.policy_version}, {"samples", samples}};
+          {"policy_version", g.policy_version}, {"trained_step", g.trained_step}, {"samples", samples}};
 }
 
 GroupRollout group_from_json(const nlohmann::json& j) {
@@ -49,6 +49,7 @@ GroupRollout group_from_json(const nlohmann::json& j) {
   g.gt_answer = j.at("gt_answer").get<std::string>();
   g.line = j.at("line").get<int64_t>();
   g.policy_version = j.at("policy_version").get<int64_t>();
+  g.trained_step = j.value("trained_step", int64_t{0});
   const auto prompt_ids = j.at("prompt_ids").get<std::vector<int32_t>>();
   for (const auto& s : j.at("samples")) {
     g.samples.push_back({prompt_ids, s.at("response_ids").get<std::vector<int32_t>>(), s.at("advantage").get<double>(),

@@ -34,6 +34,7 @@ struct GroupRollout {
   std::string prompt, gt_answer;
   int64_t line = 0;  // of the record in the dataset
   int64_t policy_version = 0;
+  int64_t trained_step = 0;  // the step that first trained on it (kept by the relay buffer)
 };
 
 nlohmann::json to_json(const GroupRollout& group);

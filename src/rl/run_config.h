@@ -44,6 +44,8 @@ struct RunConfig {
   int64_t zero = 0;                    // ZeRO stage (refused above 0 until it exists)
   int64_t ptp = 1;                     // rollout tensor parallelism (refused above 1 until it exists)
   int64_t n_behind = 0;                // rounds rollout may run ahead of training (bounded staleness)
+  int64_t max_relay_episode = 0;       // relay buffer: steps whose rollouts are trained on again (-1: all, 0: off)
+  int64_t relay_episode_offset = 0;    // relayed rollouts join the steps from this step on
   std::string master_address;          // the reference's rendezvous (refused: mpirun provides it)
   int64_t master_port = 0;             // likewise
   std::string device = "cpu";          // cpu | cuda | cuda:N

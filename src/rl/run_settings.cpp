@@ -163,6 +163,13 @@ Setting enum_setting(std::string name, std::string flags, std::string help, cons
               [&table, ref](const RunConfig& c) { return Json(table.name(ref(const_cast<RunConfig&>(c)))); }, may_differ);
 }
 
+// The standard deviation of GRPO's group rewards: with Bessel's correction (the reference's) or without.
+const EnumTable<bool>& std_estimates() {
+  static const EnumTable<bool> table("std estimate", {{true, "unbiased", "divide by G - 1 (torch.std's default)"},
+                                                      {false, "biased", "divide by G"}});
+  return table;
+}
+
 std::vector<Setting> make_settings() {
   using C = RunConfig;
   std::vector<Setting> s;
@@ -206,6 +213,12 @@ std::vector<Setting> make_settings() {
                           "rollout tensor parallelism (not yet)", [](C& c) -> int64_t& { return c.ptp; }, 1, {}, true));
   s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (distributed mode)",
                           [](C& c) -> int64_t& { return c.n_behind; }, 0, {}, true));
+  s.push_back(int_setting("runtime.max_relay_episode", "--max-relay-episode",
+                          "relay buffer: the rollouts of the last N steps are trained on again with each step (-1: all, 0: off)",
+                          [](C& c) -> int64_t& { return c.max_relay_episode; }, -1));
+  s.push_back(int_setting("runtime.relay_episode_offset", "--relay-episode-offset",
+                          "relayed rollouts join the steps after this many steps",
+                          [](C& c) -> int64_t& { return c.relay_episode_offset; }, 0));
   s.push_back(string_setting("runtime.master_address", "--master_address,--master-address",
                              "rendezvous address (not used: mpirun provides it)",
                              [](C& c) -> std::string& { return c.master_address; }, {}, true));
@@ -269,7 +282,7 @@ std::vector<Setting> make_settings() {
   s.push_back(int_setting("rollout.min_prompt_length", "--min-prompt-length", "skip prompts with fewer tokens",
                           [](C& c) -> int64_t& { return c.min_prompt_length; }, 0, {}));
   // algorithm: the preset first, then single settings over it
-  s.push_back(make("algorithm.algo", "-a,--algo", {}, "preset: " + algo_preset_names(),
+  s.push_back(make("algorithm.algo", "-a,--algo", {}, "preset: " + algo_preset_names() + "\n" + algo_preset_help(),
                [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo = algo_preset(read_string(v, where), where); },
                [](const C& c) { return Json(c.algo.name); }, false));
   s.push_back(double_setting("algorithm.kl_coeff", "--kl,--kl-coeff", "KL coefficient β (default: the preset's)",
@@ -278,14 +291,41 @@ std::vector<Setting> make_settings() {
                              [](C& c) -> double& { return c.algo.loss.clip_eps_low; }));
   s.push_back(double_setting("algorithm.clip_eps_high", "--clip-eps-high", "ratio ceiling 1 + eps",
                              [](C& c) -> double& { return c.algo.loss.clip_eps_high; }));
-  s.push_back(double_setting("algorithm.skip_threshold", "--skip-threshold", "skip samples whose ratio exceeds it (0: off)",
+  s.push_back(make("algorithm.dual_clip", "--dual-clip", {"clip_ratio_c"},
+                   "dual clip C > 1: a negative-advantage token's loss is capped at -C·A (clip_ratio_c; 0: off)",
+                   [](C& c, const Json& v, const std::string& where, const RawSettings&) {
+                     const double x = v.is_null() ? 0.0 : read_double(v, where);
+                     if (x != 0 && !(x > 1)) throw_user_error("{}: {} must exceed 1 (0: off)", where, x);
+                     c.algo.loss.clip_ratio_c = x == 0 ? std::nullopt : std::optional<double>(x);
+                   },
+                   [](const C& c) { return Json(c.algo.loss.clip_ratio_c.value_or(0.0)); }, false));
+  s.push_back(enum_setting("algorithm.ratio_level", "--ratio-level", "importance ratio of the clipped loss",
+                           importance_levels(), [](C& c) -> ImportanceLevel& { return c.algo.loss.ratio_level; }));
+  s.push_back(double_setting("algorithm.skip_threshold", "--skip-threshold",
+                             "leave out samples whose ratio (--skip-mode) exceeds it, from the loss and its denominators (0: off)",
                              [](C& c) -> double& { return c.algo.loss.skip_threshold; }));
+  s.push_back(enum_setting("algorithm.skip_mode", "--skip-mode", "the ratio the skip threshold compares", skip_modes(),
+                           [](C& c) -> SkipMode& { return c.algo.loss.skip_mode; }));
+  s.push_back(double_setting("algorithm.entropy_coeff", "--entropy-coeff",
+                             "entropy bonus coefficient (0: off; keeps the response tokens' logits for the backward pass)",
+                             [](C& c) -> double& { return c.algo.loss.entropy_coef; }, {"entropy_coef"}));
+  s.push_back(double_setting("algorithm.tis_cap", "--tis-cap",
+                             "truncated importance sampling: weight the loss by min(π_old / π_rollout, cap) (0: off)",
+                             [](C& c) -> double& { return c.algo.loss.tis_cap; }));
+  s.push_back(enum_setting("algorithm.tis_level", "--tis-level", "where the TIS weight is taken", importance_levels(),
+                           [](C& c) -> ImportanceLevel& { return c.algo.loss.tis_level; }));
+  s.push_back(double_setting("algorithm.adv_eps", "--adv-eps", "added to the group std of GRPO advantages",
+                             [](C& c) -> double& { return c.algo.advantage.eps; }));
+  s.push_back(enum_setting("algorithm.adv_std", "--adv-std", "the group std of GRPO advantages", std_estimates(),
+                           [](C& c) -> bool& { return c.algo.advantage.std_unbiased; }));
   s.push_back(enum_setting("algorithm.loss_variation", "--loss-variation", "loss aggregation", loss_aggregations(),
                            [](C& c) -> LossAggregation& { return c.algo.loss.aggregation; }));
   s.push_back(enum_setting("algorithm.advantage_estimator", "--advantage-estimator", "", advantage_estimators(),
                            [](C& c) -> AdvantageEstimator& { return c.algo.advantage.estimator; }));
   s.push_back(enum_setting("algorithm.kl_estimator", "--kl-estimator", "KL penalty estimator", kl_estimators(),
                            [](C& c) -> KlEstimator& { return c.algo.loss.kl_estimator; }));
+  s.push_back(double_setting("algorithm.kl_clamp", "--kl-clamp", "k3 values are clamped to ±this",
+                             [](C& c) -> double& { return c.algo.loss.kl_clamp; }));
   s.push_back(make("algorithm.filter_range", "--filter-range", {}, "keep groups whose accuracy is strictly between low and high, an open interval (none: off)",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo.filter_range = read_range(v, where); },
                [](const C& c) {

@@ -13,14 +13,16 @@ namespace rlcpp {
 namespace fs = std::filesystem;
 
 nlohmann::json to_json(const CheckpointState& s) {
-  nlohmann::json buffer = nlohmann::json::array(), in_flight = nlohmann::json::array();
+  nlohmann::json buffer = nlohmann::json::array(), relay = nlohmann::json::array(), in_flight = nlohmann::json::array();
   for (const auto& g : s.rollout_buffer) buffer.push_back(to_json(g));
+  for (const auto& g : s.relay_buffer) relay.push_back(to_json(g));
   for (const auto& p : s.in_flight_prompts) in_flight.push_back(to_json(p));
   return {{"step", s.step},
           {"policy_version", s.policy_version},
           {"optimizer_steps", s.optimizer_steps},
           {"data_cursor", s.data_cursor},
           {"rollout_buffer", buffer},
+          {"relay_buffer", relay},
           {"in_flight_prompts", in_flight},
           {"skipped_long_prompts", s.skipped_long_prompts},
           {"skipped_short_prompts", s.skipped_short_prompts},
@@ -36,6 +38,7 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
     s.optimizer_steps = json_get<int64_t>(j, "optimizer_steps", where);
     s.data_cursor = j.value("data_cursor", nlohmann::json(nullptr));
     for (const auto& g : j.value("rollout_buffer", nlohmann::json::array())) s.rollout_buffer.push_back(group_from_json(g));
+    for (const auto& g : j.value("relay_buffer", nlohmann::json::array())) s.relay_buffer.push_back(group_from_json(g));
     for (const auto& p : j.value("in_flight_prompts", nlohmann::json::array())) s.in_flight_prompts.push_back(pick_from_json(p));
     s.skipped_long_prompts = json_get_or<int64_t>(j, "skipped_long_prompts", 0, where);
     s.skipped_short_prompts = json_get_or<int64_t>(j, "skipped_short_prompts", 0, where);

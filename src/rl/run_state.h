@@ -31,6 +31,7 @@ struct CheckpointState {
   int64_t optimizer_steps = 0;                // the LR schedule's position
   nlohmann::json data_cursor;                 // DatasetCursor::state() (null: not saved)
   std::vector<GroupRollout> rollout_buffer;   // kept groups not yet trained on, of every trainer
+  std::vector<GroupRollout> relay_buffer;     // groups the relay buffer holds, of every trainer (trained_step set)
   std::vector<PromptPick> in_flight_prompts;  // distributed: the round the rollout workers were generating
   int64_t skipped_long_prompts = 0;           // left out over -mpt so far
   int64_t skipped_short_prompts = 0;          // left out under min_prompt_length so far

@@ -38,7 +38,9 @@ nlohmann::ordered_json to_json(const StepRecord& r) {
   line["response_length_mean"] = r.stats.mean(r.stats.len_sum);
   line["response_length_max"] = r.stats.max_len;
   line["truncated_fraction"] = r.stats.mean(static_cast<double>(r.stats.truncated));
-  for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "grad_norm", "lr"}) {
+  for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "clip_frac_dual",
+                          "grad_norm", "lr", "n_skipped", "tis_weight_mean", "tis_clip_frac", "mismatch_abs_mean",
+                          "mismatch_abs_max", "mismatch_kl", "relayed_groups"}) {
     line[key] = value_of(r.train, key);
   }
   line["optimizer_steps"] = r.optimizer_steps;

@@ -10,6 +10,7 @@
 #include "rl/control.h"
 #include "rl/distributed.h"
 #include "rl/leader.h"
+#include "rl/relay_buffer.h"
 #include "util/trace.h"
 
 namespace rlcpp {
@@ -28,7 +29,8 @@ class TrainerRank {
 
  private:
   int T() const { return topo_.num_trainers; }
-  void deal_saved_buffer(const std::vector<GroupRollout>& saved);
+  // This trainer's share of saved groups (every trainer's, possibly from another -t), by the balance.
+  std::vector<GroupRollout> deal(const std::vector<GroupRollout>& saved) const;
   void train_step(int64_t step);
   // Groups of every trainer at the leader (the others get nothing back).
   std::vector<GroupRollout> gather(const std::vector<GroupRollout>& mine);
@@ -38,6 +40,7 @@ class TrainerRank {
   RunState run_;
   std::unique_ptr<RolloutChannel> channel_;
   std::deque<GroupRollout> buffer_;  // this trainer's kept groups not yet trained on
+  std::unique_ptr<RelayBuffer> relay_;  // this trainer's trained groups trained on again
   std::unique_ptr<Leader> leader_;   // trainer rank 0 only
 };
 
@@ -50,18 +53,21 @@ TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
   }
   channel_ = std::make_unique<RolloutChannel>(topo_.world, topo_.role_group, T(), topo_.num_inferencers);
   if (topo_.role_rank == 0) leader_ = std::make_unique<Leader>(c, topo, run_);
-  deal_saved_buffer(run_.plan.saved.rollout_buffer);
+  const auto mine = deal(run_.plan.saved.rollout_buffer);
+  buffer_.assign(mine.begin(), mine.end());
+  relay_ = std::make_unique<RelayBuffer>(c, deal(run_.plan.saved.relay_buffer));
 }
 
-// The saved buffer (every trainer's, possibly from another -t) dealt out again by the balance.
-void TrainerRank::deal_saved_buffer(const std::vector<GroupRollout>& saved) {
+std::vector<GroupRollout> TrainerRank::deal(const std::vector<GroupRollout>& saved) const {
   std::vector<int64_t> tokens;
   for (const auto& g : saved) tokens.push_back(group_tokens(g));
   const auto to = assign_groups(tokens, std::vector<int64_t>(static_cast<size_t>(T()), 0),
                                 std::vector<int64_t>(static_cast<size_t>(T()), 0));
+  std::vector<GroupRollout> mine;
   for (size_t k = 0; k < saved.size(); ++k) {
-    if (to[k] == topo_.role_rank) buffer_.push_back(saved[k]);
+    if (to[k] == topo_.role_rank) mine.push_back(saved[k]);
   }
+  return mine;
 }
 
 std::vector<GroupRollout> TrainerRank::gather(const std::vector<GroupRollout>& mine) {
@@ -80,7 +86,8 @@ void TrainerRank::train_step(int64_t step) {
   trace::Span span("step");
   const std::vector<GroupRollout> batch = take_groups(buffer_, c_.train_batch_size);
   const int64_t version_before = run_.policy_version;
-  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, topo_.role_group.get());
+  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, topo_.role_group.get(), relay_->relayed(step));
+  relay_->add(step, batch);
   if (update.trained) ++run_.policy_version;
 
   // Every trainer's figures, one row each, summed so each row reaches the leader.
@@ -93,7 +100,8 @@ void TrainerRank::train_step(int64_t step) {
   if (checkpoint_due(c_, step, run_.plan.total_steps)) {
     trace::write();
     auto all = gather(std::vector<GroupRollout>(buffer_.begin(), buffer_.end()));
-    if (leader_) leader_->save_checkpoint(step, std::move(all));
+    auto relays = gather(relay_->groups());
+    if (leader_) leader_->save_checkpoint(step, std::move(all), std::move(relays));
   }
 }
 

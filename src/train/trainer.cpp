@@ -137,42 +137,70 @@ torch::Tensor lay_out(const std::vector<std::vector<float>>& values, const Packe
 
 }  // namespace
 
-TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const std::vector<std::vector<float>>& old_logprobs,
-                               const std::vector<std::vector<float>>& ref_logprobs, double global_tokens,
-                               double global_samples) {
-  RLCPP_CHECK(old_logprobs.size() == minibatch.size(), "{} old log-prob rows for {} samples", old_logprobs.size(),
-              minibatch.size());
-  RLCPP_CHECK(config_.loss.kl_coef == 0 || ref_logprobs.size() == minibatch.size(), "{} ref rows for {} samples",
-              ref_logprobs.size(), minibatch.size());
-  if (global_tokens <= 0) global_tokens = std::max(1.0, loss_tokens(minibatch));
-  if (global_samples <= 0) global_samples = static_cast<double>(minibatch.size());
+std::vector<uint8_t> Trainer::skipped_samples(const std::vector<TrainSample>& samples,
+                                              const std::vector<std::vector<float>>& old_logprobs) const {
+  RLCPP_CHECK(old_logprobs.size() == samples.size(), "{} old log-prob rows for {} samples", old_logprobs.size(),
+              samples.size());
+  std::vector<uint8_t> out(samples.size(), 0);
+  if (config_.loss.skip_threshold <= 0) return out;
+  const auto current = policy_logprobs(samples);
+  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
+  for (size_t begin = 0; begin < samples.size(); begin += micro) {
+    const size_t end = std::min(samples.size(), begin + micro);
+    const PackedBatch batch = pack_samples(samples, begin, end);
+    auto skip = rlcpp::skipped_samples(lay_out(current, batch, begin), lay_out(old_logprobs, batch, begin),
+                                       batch.response_mask, config_.loss);
+    for (size_t k = begin; k < end; ++k) out[k] = skip[static_cast<int64_t>(k - begin)].item<bool>() ? 1 : 0;
+  }
+  return out;
+}
+
+TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
+  const auto& samples = mb.samples;
+  RLCPP_CHECK(mb.old_logprobs.size() == samples.size(), "{} old log-prob rows for {} samples", mb.old_logprobs.size(),
+              samples.size());
+  RLCPP_CHECK(config_.loss.kl_coef == 0 || mb.ref_logprobs.size() == samples.size(), "{} ref rows for {} samples",
+              mb.ref_logprobs.size(), samples.size());
+  RLCPP_CHECK(mb.skipped.empty() || mb.skipped.size() == samples.size(), "{} skip flags for {} samples",
+              mb.skipped.size(), samples.size());
+  int64_t n_skipped = 0;
+  for (auto skip : mb.skipped) n_skipped += skip;
+  const double global_tokens = mb.global_tokens > 0 ? mb.global_tokens : std::max(1.0, loss_tokens(samples, mb.skipped));
+  const double global_samples =
+      mb.global_samples > 0 ? mb.global_samples : std::max(1.0, static_cast<double>(samples.size() - n_skipped));
   const double lr = begin_update();
   TrainStepMetrics metrics;
   const auto device = policy_->options().device;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
+  const bool entropy_bonus = config_.loss.entropy_coef != 0;
   double counted_tokens = 0;
-  const auto n_micro = static_cast<int64_t>((minibatch.size() + micro - 1) / micro);
-  for (size_t begin = 0; begin < minibatch.size(); begin += micro) {
+  const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
+  for (size_t begin = 0; begin < samples.size(); begin += micro) {
     trace::Span span("forward_backward");
     progress::phase("train", static_cast<int64_t>(begin / micro), n_micro, "micro-batches");
-    const size_t end = std::min(minibatch.size(), begin + micro);
-    const PackedBatch batch = pack_samples(minibatch, begin, end);
+    const size_t end = std::min(samples.size(), begin + micro);
+    const PackedBatch batch = pack_samples(samples, begin, end);
     PolicyLossInputs in;
-    in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
-    in.old_logprobs = lay_out(old_logprobs, batch, begin).to(device);
-    if (config_.loss.kl_coef != 0) in.ref_logprobs = lay_out(ref_logprobs, batch, begin).to(device);
-    std::vector<double> advantages;
-    for (size_t k = begin; k < end; ++k) advantages.push_back(minibatch[k].advantage);
-    in.advantages = torch::tensor(advantages, torch::kFloat64).to(device);
-    in.mask = batch.response_mask.to(device);
-    if (config_.filter_truncated) {
-      std::vector<int64_t> truncated;
-      for (size_t k = begin; k < end; ++k) truncated.push_back(minibatch[k].truncated);
-      in.mask = mask_truncated(in.mask, torch::tensor(truncated).to(torch::kBool).to(device));
+    if (entropy_bonus) {
+      auto head = policy_->token_logprobs_with_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
+      in.logprobs = head.logprobs;
+      in.entropy = head.entropy;
+    } else {
+      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
     }
+    in.old_logprobs = lay_out(mb.old_logprobs, batch, begin).to(device);
+    if (config_.loss.kl_coef != 0) in.ref_logprobs = lay_out(mb.ref_logprobs, batch, begin).to(device);
+    std::vector<double> advantages;
+    std::vector<int64_t> left_out;  // truncated under filter_truncated, or skipped
+    for (size_t k = begin; k < end; ++k) {
+      advantages.push_back(samples[k].advantage);
+      left_out.push_back((config_.filter_truncated && samples[k].truncated) || (!mb.skipped.empty() && mb.skipped[k]));
+    }
+    in.advantages = torch::tensor(advantages, torch::kFloat64).to(device);
+    in.mask = mask_truncated(batch.response_mask.to(device), torch::tensor(left_out).to(torch::kBool).to(device));
     if (config_.loss.tis_cap > 0) {
       std::vector<std::vector<float>> rollout;
-      for (const auto& s : minibatch) rollout.push_back(s.rollout_logprobs);
+      for (const auto& s : samples) rollout.push_back(s.rollout_logprobs);
       in.rollout_logprobs = lay_out(rollout, batch, begin).to(device);
     }
     in.global_tokens = global_tokens;
@@ -184,15 +212,16 @@ TrainStepMetrics Trainer::step(const std::vector<TrainSample>& minibatch, const 
     for (const auto& [key, value] : out.metrics) {
       // Sums for losses and counts; token-weighted for per-token means; max for the max.
       if (key == "ratio_max") metrics.values[key] = std::max(metrics.values[key], value);
-      else if (key == "loss" || key == "pg_loss" || key == "n_skipped" || key == "n_tokens") metrics.values[key] += value;
+      else if (key == "loss" || key == "pg_loss" || key == "n_tokens") metrics.values[key] += value;
       else metrics.values[key] += value * n;
     }
   }
   for (auto& [key, value] : metrics.values) {
-    if (key != "ratio_max" && key != "loss" && key != "pg_loss" && key != "n_skipped" && key != "n_tokens") {
+    if (key != "ratio_max" && key != "loss" && key != "pg_loss" && key != "n_tokens") {
       value = counted_tokens > 0 ? value / counted_tokens : 0.0;
     }
   }
+  metrics.values["n_skipped"] = static_cast<double>(n_skipped);
   finish_update(metrics, lr);
   return metrics;
 }
@@ -205,10 +234,11 @@ double Trainer::begin_update() {
   return lr;
 }
 
-double Trainer::loss_tokens(const std::vector<TrainSample>& samples) const {
+double Trainer::loss_tokens(const std::vector<TrainSample>& samples, const std::vector<uint8_t>& skipped) const {
   double tokens = 0;
-  for (const auto& s : samples) {
-    if (!(config_.filter_truncated && s.truncated)) tokens += static_cast<double>(s.response_ids.size());
+  for (size_t k = 0; k < samples.size(); ++k) {
+    const bool left_out = (config_.filter_truncated && samples[k].truncated) || (!skipped.empty() && skipped[k]);
+    if (!left_out) tokens += static_cast<double>(samples[k].response_ids.size());
   }
   return tokens;
 }

@@ -57,6 +57,17 @@ struct TrainerConfig {
   bool filter_truncated = false;      // truncated samples leave the loss (DAPO's filter_truncated_response)
 };
 
+// One mini-batch of an RL step, as Trainer::step takes it (every vector aligned with `samples`).
+struct PolicyMiniBatch {
+  std::vector<TrainSample> samples;
+  std::vector<std::vector<float>> old_logprobs;  // the policy's before the step's first update
+  std::vector<std::vector<float>> ref_logprobs;  // the reference's; empty when kl_coef is 0
+  std::vector<uint8_t> skipped;                  // 1: left out by the skip threshold; empty: none
+  // Counts over the whole mini-batch across trainer ranks, skipped samples left out (the colocated
+  // trainer passes its own); 0 means "this mini-batch's".
+  double global_tokens = 0, global_samples = 0;
+};
+
 struct TrainStepMetrics {
   std::map<std::string, double> values;  // loss metrics summed over micro-batches (means token-weighted), grad_norm, lr
 };
@@ -74,12 +85,15 @@ class Trainer {
                                                   double* mean_entropy = nullptr) const;
   std::vector<std::vector<float>> reference_logprobs(const std::vector<TrainSample>& samples) const;
 
-  // One optimizer step on `minibatch` (old and ref log-probs aligned with it; ref may be empty
-  // when kl_coef is 0). `global_tokens`/`global_samples`: counts over the whole mini-batch across
-  // trainer ranks (the colocated trainer passes its own); 0 means "this mini-batch's".
-  TrainStepMetrics step(const std::vector<TrainSample>& minibatch, const std::vector<std::vector<float>>& old_logprobs,
-                        const std::vector<std::vector<float>>& ref_logprobs, double global_tokens = 0,
-                        double global_samples = 0);
+  // The samples of a mini-batch the skip threshold leaves out under the current policy (one
+  // no-grad forward; all 0 without a threshold). Decided before the step so that the mini-batch's
+  // global counts can leave them out.
+  std::vector<uint8_t> skipped_samples(const std::vector<TrainSample>& samples,
+                                       const std::vector<std::vector<float>>& old_logprobs) const;
+
+  // One optimizer step on a mini-batch. With entropy_coef, the entropy bonus is differentiated
+  // (its forward keeps the logits of the response tokens).
+  TrainStepMetrics step(const PolicyMiniBatch& minibatch);
 
   // One optimizer step of supervised fine-tuning on `batch`: the mean negative log-likelihood of
   // the learned tokens of the whole batch (micro-batches normalised by the batch's token count).
@@ -91,8 +105,9 @@ class Trainer {
   void set_gradient_reducer(std::function<void(const std::vector<torch::Tensor>&)> reducer) {
     gradient_reducer_ = std::move(reducer);
   }
-  // The response tokens of `samples` that count in the loss (the token-level normaliser).
-  double loss_tokens(const std::vector<TrainSample>& samples) const;
+  // The response tokens of `samples` that count in the loss (the token-level normaliser): not
+  // truncated ones under filter_truncated, nor those of samples marked in `skipped`.
+  double loss_tokens(const std::vector<TrainSample>& samples, const std::vector<uint8_t>& skipped = {}) const;
 
   double current_lr() const;
   // Continues a run: the optimizer steps already taken (the schedule's position).
