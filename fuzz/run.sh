@@ -5,16 +5,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}; shift || true
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(safetensors_header reward)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(safetensors_header reward jinja tokenizer dataset_line yaml)
 out=${FUZZ_BUILD_DIR:-build-fuzz}; mkdir -p "$out" fuzz/crashes
 declare -A sources=(
   [safetensors_header]="fuzz/safetensors_header_fuzz.cpp src/io/safetensors_header.cpp"
   [reward]="fuzz/reward_fuzz.cpp src/reward/reward.cpp src/reward/extract.cpp src/reward/math_equal.cpp src/reward/math_expr.cpp"
+  [jinja]="fuzz/jinja_fuzz.cpp src/text/jinja/*.cpp"
+  [tokenizer]="fuzz/tokenizer_fuzz.cpp src/text/tokenizer.cpp src/text/bpe.cpp src/text/pre_tokenizer.cpp src/text/normalizer.cpp src/text/regex.cpp src/text/unicode.cpp src/util/file.cpp"
+  [dataset_line]="fuzz/dataset_line_fuzz.cpp src/io/prompt_dataset.cpp"
+  [yaml]="fuzz/yaml_fuzz.cpp src/util/yaml.cpp src/util/file.cpp"
 )
+declare -A libs=([tokenizer]="-lpcre2-8 -lutf8proc -lspdlog" [yaml]="-lyaml-cpp" [dataset_line]="-lspdlog")
 for target in "${targets[@]}"; do
   bin="$out/fuzz_$target"
   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc \
-    ${sources[$target]} -lfmt -o "$bin"
+    ${sources[$target]} ${libs[$target]:-} -lfmt -o "$bin"
   corpus="$out/corpus-$target"; mkdir -p "$corpus"
   cp -n fuzz/seeds/"$target"/* "$corpus"/ 2>/dev/null || true
   echo "fuzz: $target for ${seconds}s"

@@ -73,6 +73,30 @@ TEST(JinjaErrors, NameTheConstructAndPosition) {
   EXPECT_THROW_MSG(render("{% set x.y = 1 %}", {{"x", 1}}), UserError, "namespace");
 }
 
+// A template is a program: recursion, loops and output are bounded, with an error naming the
+// place (a macro calling itself once crashed `template` and `train` with a stack overflow).
+TEST(JinjaErrors, WorkIsBounded) {
+  EXPECT_THROW_MSG(render("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}"), UserError, "chat template 1:",
+                   "nested deeper than 256 levels");
+  EXPECT_THROW_MSG(render("{% for i in range(2000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}"), UserError,
+                   "more than 1000000 loop iterations");
+  EXPECT_THROW_MSG(render("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}"), UserError, "more than 16 MiB");
+  EXPECT_THROW_MSG(render("{{ 'x' * 100000000000 }}"), UserError, "more than 16 MiB");
+  std::string parens(5000, '(');
+  EXPECT_THROW_MSG(jinja::Template("{{ " + parens + "1" + std::string(5000, ')') + " }}"), UserError, "nested deeper than 200");
+  std::string nots;
+  for (int k = 0; k < 5000; ++k) nots += "not ";
+  EXPECT_THROW_MSG(jinja::Template("{{ " + nots + "x }}"), UserError, "nested deeper than 200");
+  std::string ifs, endifs;
+  for (int k = 0; k < 5000; ++k) ifs += "{% if x %}", endifs += "{% endif %}";
+  EXPECT_THROW_MSG(jinja::Template(ifs + endifs), UserError, "nested deeper than 200");
+  std::string filters = "{{ 'a'";
+  for (int k = 0; k < 5000; ++k) filters += " | upper";
+  EXPECT_THROW_MSG(render(filters + " }}"), UserError, "expressions nested deeper than 256");
+  // A macro recursing to a modest depth is fine.
+  EXPECT_EQ(render("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}"), "54321");
+}
+
 TEST(ChatTemplate, ChatMlFallback) {
   ChatTemplate chat(kChatMlTemplate, OJson::object());
   OJson messages = {{{"role", "system"}, {"content", "S"}}, {{"role", "user"}, {"content", "Q"}}};

@@ -152,6 +152,38 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
   EXPECT_THROW_MSG(Tokenizer::from_dir(dir.path()), UserError, "no tokenizer.json");
 }
 
+// Ids out of range, shared, or an added token taking another token's id: errors naming the file
+// and the token (a negative id once crashed every command that loaded the tokenizer).
+TEST(TokenizerErrors, BadIdsAreNamed) {
+  Json j = tiny_tokenizer();
+  j["model"]["vocab"]["ab"] = -3;
+  EXPECT_THROW_MSG(Tokenizer(j.dump(), "", "t.json"), UserError, "t.json", "vocab token \"ab\" has id -3", "[0, 16777216)");
+  j = tiny_tokenizer();
+  j["model"]["vocab"]["ab"] = 2000000000;
+  EXPECT_THROW_MSG(Tokenizer(j.dump(), "", "t.json"), UserError, "vocab token \"ab\" has id 2000000000");
+  j = tiny_tokenizer();
+  j["model"]["vocab"]["ab"] = "7";
+  EXPECT_THROW_MSG(Tokenizer(j.dump(), "", "t.json"), UserError, "vocab token \"ab\" has id \"7\"");
+  j = tiny_tokenizer();
+  j["model"]["vocab"]["ab"] = j["model"]["vocab"]["bc"];
+  EXPECT_THROW_MSG(Tokenizer(j.dump(), "", "t.json"), UserError, "share id");
+  j = tiny_tokenizer();
+  j["added_tokens"] = Json::array({added(-1, "<x>", true)});
+  EXPECT_THROW_MSG(Tokenizer(j.dump(), "", "t.json"), UserError, "added token \"<x>\" has id -1");
+  j = tiny_tokenizer();
+  j["added_tokens"] = Json::array({added(j["model"]["vocab"]["ab"].get<int>(), "<x>", true)});
+  EXPECT_THROW_MSG(Tokenizer(j.dump(), "", "t.json"), UserError, "added token \"<x>\"", "the vocabulary gives to \"ab\"");
+  j = tiny_tokenizer();
+  j["added_tokens"] = Json::array({added(300, "<x>", true), added(300, "<y>", true)});
+  EXPECT_THROW_MSG(Tokenizer(j.dump(), "", "t.json"), UserError, "added tokens \"<x>\" and \"<y>\" share id 300");
+  j = tiny_tokenizer();
+  j["added_tokens"] = Json::array({Json{{"id", "300"}, {"content", "<x>"}}});
+  EXPECT_THROW_MSG(Tokenizer(j.dump(), "", "t.json"), UserError, "added token", "must be");
+  j = tiny_tokenizer();  // an added token repeating its own vocabulary entry is fine
+  j["added_tokens"] = Json::array({added(j["model"]["vocab"]["ab"].get<int>(), "ab", true)});
+  EXPECT_NO_THROW(Tokenizer(j.dump(), "", "t.json"));
+}
+
 TEST(StreamDecoder, NeverEmitsBrokenUtf8) {
   Tokenizer t(tiny_tokenizer().dump(), "", "tiny");
   const std::string text = "a 你好 😀 é b";

@@ -24,12 +24,25 @@ BpeModel::BpeModel(const nlohmann::json& json, const std::string& where) {
   if (!json.contains("vocab") || !json["vocab"].is_object()) throw_user_error("{}: model has no \"vocab\" object", where);
   int32_t max_id = -1;
   for (auto it = json["vocab"].begin(); it != json["vocab"].end(); ++it) {
-    const int32_t id = it.value().get<int32_t>();
+    const auto& value = it.value();
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= kMaxTokenId) {
+      throw_user_error("{}: vocab token \"{}\" has id {}; ids are integers in [0, {})", where, it.key().substr(0, 80),
+                       value.dump().substr(0, 40), kMaxTokenId);
+    }
+    const auto id = static_cast<int32_t>(value.get<int64_t>());
     vocab_[it.key()] = id;
     max_id = std::max(max_id, id);
   }
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
-  for (const auto& [token, id] : vocab_) id_to_token_[id] = token;
+  std::vector<bool> taken(id_to_token_.size(), false);
+  for (const auto& [token, id] : vocab_) {
+    if (taken[static_cast<size_t>(id)]) {
+      throw_user_error("{}: vocab tokens \"{}\" and \"{}\" share id {}; every id names one token", where,
+                       id_to_token_[static_cast<size_t>(id)].substr(0, 80), token.substr(0, 80), id);
+    }
+    taken[static_cast<size_t>(id)] = true;
+    id_to_token_[static_cast<size_t>(id)] = token;
+  }
   auto string_or = [&](const char* key) {
     return json.contains(key) && json[key].is_string() ? json[key].get<std::string>() : std::string();
   };
@@ -161,8 +174,9 @@ void BpeModel::merge_word(const std::string& word, std::vector<int32_t>* out) co
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
   auto push_pair = [&](int left) {
+    if (left < 0) return;  // the first symbol has no left neighbour
     const int right = symbols[left].next;
-    if (left < 0 || right < 0) return;
+    if (right < 0) return;
     auto m = merges_.find(pair_key(symbols[left].id, symbols[right].id));
     if (m != merges_.end()) queue.push({m->second.rank, left, m->second.merged});
   };

@@ -15,6 +15,10 @@
 
 namespace rlcpp {
 
+// Token ids are below this (2^24; the largest vocabularies have about 2^18 tokens): a larger id in
+// a tokenizer.json is an error, not a giant allocation.
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 class BpeModel {
  public:
   // Builds from the "model" object; a non-BPE model type is a UserError naming it.

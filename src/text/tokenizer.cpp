@@ -97,9 +97,31 @@ Tokenizer::Tokenizer(const std::string& tokenizer_json, const std::string& confi
   byte_level_decoder_ = parse_decoder(json.value("decoder", Json()), where);
   vocab_size_ = model_->max_id() + 1;
   for (const auto& t : json.value("added_tokens", Json::array())) {
+    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || !t.contains("content") ||
+        !t["content"].is_string()) {
+      throw_user_error("{}: added token {} must be {{\"id\": integer, \"content\": string, ...}}", where,
+                       t.dump().substr(0, 120));
+    }
+    const int64_t id = t["id"].get<int64_t>();
+    const std::string content = t["content"].get<std::string>();
+    if (id < 0 || id >= kMaxTokenId) {
+      throw_user_error("{}: added token \"{}\" has id {}; ids are integers in [0, {})", where, content.substr(0, 80), id,
+                       kMaxTokenId);
+    }
+    // An added token may repeat a vocabulary entry (special tokens often do), but not take another's id.
+    if (id <= model_->max_id() && !model_->id_to_token(static_cast<int32_t>(id)).empty() &&
+        model_->id_to_token(static_cast<int32_t>(id)) != content) {
+      throw_user_error("{}: added token \"{}\" has id {}, which the vocabulary gives to \"{}\"", where,
+                       content.substr(0, 80), id, model_->id_to_token(static_cast<int32_t>(id)).substr(0, 80));
+    }
+    if (auto other = added_by_id_.find(static_cast<int32_t>(id));
+        other != added_by_id_.end() && added_[other->second].content != content) {
+      throw_user_error("{}: added tokens \"{}\" and \"{}\" share id {}", where, added_[other->second].content.substr(0, 80),
+                       content.substr(0, 80), id);
+    }
     AddedToken token;
-    token.id = t.at("id").get<int32_t>();
-    token.content = t.at("content").get<std::string>();
+    token.id = static_cast<int32_t>(id);
+    token.content = content;
     token.special = t.value("special", false);
     token.lstrip = t.value("lstrip", false);
     token.rstrip = t.value("rstrip", false);

@@ -8,7 +8,10 @@ namespace rlcpp {
 
 namespace {
 
-Json to_json(const YAML::Node& node, const std::string& where) {
+constexpr int kMaxDepth = 64;
+
+Json to_json(const YAML::Node& node, const std::string& where, int depth = 0) {
+  if (depth > kMaxDepth) throw_user_error("{}:{}: nested deeper than {} levels", where, node.Mark().line + 1, kMaxDepth);
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -17,7 +20,7 @@ Json to_json(const YAML::Node& node, const std::string& where) {
       return node.Scalar();
     case YAML::NodeType::Sequence: {
       Json out = Json::array();
-      for (const auto& item : node) out.push_back(to_json(item, where));
+      for (const auto& item : node) out.push_back(to_json(item, where, depth + 1));
       return out;
     }
     case YAML::NodeType::Map: {
@@ -27,7 +30,7 @@ Json to_json(const YAML::Node& node, const std::string& where) {
         if (out.contains(key)) {
           throw_user_error("{}:{}: \"{}\" is given twice", where, item.first.Mark().line + 1, key);
         }
-        out[key] = to_json(item.second, where);
+        out[key] = to_json(item.second, where, depth + 1);
       }
       return out;
     }
@@ -37,12 +40,13 @@ Json to_json(const YAML::Node& node, const std::string& where) {
 
 }  // namespace
 
-Json load_yaml_file(const std::filesystem::path& path) {
-  const std::string text = read_file(path);
+Json load_yaml_file(const std::filesystem::path& path) { return parse_yaml(read_file(path), path.string()); }
+
+Json parse_yaml(const std::string& text, const std::string& where) {
   try {
-    return to_json(YAML::Load(text), path.string());
+    return to_json(YAML::Load(text), where);
   } catch (const YAML::Exception& e) {
-    throw_user_error("{}:{}: invalid YAML: {}", path.string(), e.mark.line + 1, e.msg);
+    throw_user_error("{}:{}: invalid YAML: {}", where, e.mark.line + 1, e.msg);
   }
 }
 

@@ -10,5 +10,8 @@
 namespace rlcpp {
 
 Json load_yaml_file(const std::filesystem::path& path);
+// The same for YAML text; errors name `where` (a file) and the line. Nesting deeper than 64 levels is
+// an error (a run file nests three).
+Json parse_yaml(const std::string& text, const std::string& where);
 
 }  // namespace rlcpp

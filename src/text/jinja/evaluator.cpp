@@ -30,9 +30,31 @@ class Scope {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// Work limits of one render: a template is a program, and a hostile or broken one (a macro that
+// calls itself, a loop over range(10**6) inside another) must end with an error, not a crash.
+constexpr int kMaxDepth = 256;               // nested expression evaluations and macro calls
+constexpr int64_t kMaxIterations = 1000000;  // loop iterations over the whole render
+constexpr size_t kMaxOutput = 16 << 20;      // bytes written over the whole render (16 MiB)
+
 class Evaluator {
  public:
   explicit Evaluator(std::string* out) : out_(out) {}
+
+  // One level deeper (an expression, a macro call) for as long as it lives.
+  class Deeper {
+   public:
+    Deeper(Evaluator& e, const Pos& pos, const char* what) : e_(e) {
+      if (++e_.depth_ > kMaxDepth) {
+        fail(pos, fmt::format("{} nested deeper than {} levels (a macro that calls itself without end?)", what, kMaxDepth));
+      }
+    }
+    ~Deeper() { --e_.depth_; }
+    Deeper(const Deeper&) = delete;
+    Deeper& operator=(const Deeper&) = delete;
+
+   private:
+    Evaluator& e_;
+  };
 
   Flow exec(const Body& body, Scope& scope) {
     for (const auto& node : body) {
@@ -45,8 +67,8 @@ class Evaluator {
  private:
   Flow exec(const Node& n, Scope& scope) {
     switch (n.type) {
-      case Node::kText: *out_ += n.text; return Flow::kNormal;
-      case Node::kOutput: *out_ += eval(*n.exprs[0], scope).str(); return Flow::kNormal;
+      case Node::kText: write(n.text, n.pos); return Flow::kNormal;
+      case Node::kOutput: write(eval(*n.exprs[0], scope).str(), n.pos); return Flow::kNormal;
       case Node::kIf:
         for (size_t k = 0; k < n.bodies.size(); ++k) {
           if (k >= n.exprs.size() || eval(*n.exprs[k], scope).truthy()) return exec(n.bodies[k], scope);
@@ -71,6 +93,7 @@ class Evaluator {
         const Node* macro = &n;
         Scope* defining = &scope;
         scope.set(n.text, Value::callable([this, macro, defining](List& args, KwArgs& kwargs) {
+          Deeper deeper(*this, macro->pos, "macro calls");
           Scope local(defining);
           for (size_t k = 0; k < macro->targets.size(); ++k) {
             Value v = arg(args, kwargs, k, macro->targets[k]);
@@ -126,6 +149,9 @@ class Evaluator {
     }
     const int64_t length = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < length; ++k) {
+      if (++iterations_ > kMaxIterations) {
+        fail(n.pos, fmt::format("more than {} loop iterations in one render", kMaxIterations));
+      }
       Scope local(&scope);
       bind_targets(n, local, items[k]);
       Value loop = Value::make_dict();
@@ -160,6 +186,7 @@ class Evaluator {
   }
 
   Value eval(const Expr& e, Scope& scope) {
+    Deeper deeper(*this, e.pos, "expressions");
     switch (e.type) {
       case Expr::kLiteral: return e.literal;
       case Expr::kName: {
@@ -275,6 +302,9 @@ class Evaluator {
       }
     }
     if (op == "*" && a.is_string() && b.kind == Value::Kind::kInt) {
+      if (b.i > 0 && a.s.size() * static_cast<size_t>(b.i) > kMaxOutput) {
+        fail(e.pos, fmt::format("a string repeated to more than {} MiB", kMaxOutput >> 20));
+      }
       std::string out;
       for (int64_t k = 0; k < b.i; ++k) out += a.s;
       return Value::string(out);
@@ -302,7 +332,18 @@ class Evaluator {
     fail(e.pos, fmt::format("unknown operator {}", op));
   }
 
+  // Appends to the current output, counting every byte written in the render (captured macro
+  // output and {% set %} blocks too).
+  void write(const std::string& text, const Pos& pos) {
+    written_ += text.size();
+    if (written_ > kMaxOutput) fail(pos, fmt::format("the render writes more than {} MiB", kMaxOutput >> 20));
+    *out_ += text;
+  }
+
   std::string* out_;
+  int depth_ = 0;
+  int64_t iterations_ = 0;
+  size_t written_ = 0;
 };
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "text/jinja/lexer.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "util/error.h"
 
 namespace rlcpp::jinja {
@@ -135,7 +138,11 @@ class Lexer {
         std::string digits = src_.substr(at_, end - at_);
         digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
         token.type = is_float ? Token::kFloat : Token::kInt;
-        if (is_float) token.f = std::stod(digits); else token.i = std::stoll(digits);
+        try {
+          if (is_float) token.f = std::stod(digits); else token.i = std::stoll(digits);
+        } catch (const std::out_of_range&) {
+          fail(token.pos, fmt::format("number {} is out of range", digits.substr(0, 40)));
+        }
         token.text = digits;
         advance_to(end);
       } else if (c == '\'' || c == '"') {

@@ -10,6 +10,24 @@ namespace rlcpp::jinja {
 
 namespace {
 
+// Nesting limits: a template is parsed and evaluated by recursion, so depth is bounded (real chat
+// templates nest a few levels; a hostile one could otherwise overflow the stack).
+constexpr int kMaxNesting = 200;
+
+// Counts one level of nesting for as long as it lives; past kMaxNesting, an error at `pos`.
+class Nested {
+ public:
+  Nested(int& depth, const Pos& pos) : depth_(depth) {
+    if (++depth_ > kMaxNesting) fail(pos, fmt::format("nested deeper than {} levels", kMaxNesting));
+  }
+  ~Nested() { --depth_; }
+  Nested(const Nested&) = delete;
+  Nested& operator=(const Nested&) = delete;
+
+ private:
+  int& depth_;
+};
+
 class ExprParser {
  public:
   ExprParser(const std::vector<Token>& tokens, size_t start) : t_(tokens), k_(start) {}
@@ -45,6 +63,7 @@ class ExprParser {
 
   // Conditional without the `else` part allowed (Jinja: undefined when false).
   ExprPtr parse_cond() {
+    Nested nested(depth_, peek().pos);
     ExprPtr value = parse_or();
     while (accept_name("if")) {
       auto e = make(Expr::kCond, value->pos);
@@ -79,6 +98,7 @@ class ExprParser {
     return e;
   }
   ExprPtr parse_not() {
+    Nested nested(depth_, peek().pos);
     if (peek().type == Token::kName && peek().text == "not") {
       const Pos pos = peek().pos;
       ++k_;
@@ -136,6 +156,7 @@ class ExprParser {
     return e;
   }
   ExprPtr parse_unary(bool with_filter) {
+    Nested nested(depth_, peek().pos);
     ExprPtr e;
     if (peek().type == Token::kOp && (peek().text == "-" || peek().text == "+")) {
       const Token& t = t_[k_++];
@@ -309,6 +330,7 @@ class ExprParser {
 
   const std::vector<Token>& t_;
   size_t k_;
+  int depth_ = 0;
 };
 
 class Parser {
@@ -328,6 +350,7 @@ class Parser {
 
   // Parses nodes until a statement whose keyword is in `terminators` (returned in *end, not consumed).
   Body parse_body(const std::set<std::string>& terminators, std::string* end) {
+    Nested nested(depth_, k_ < chunks_.size() ? chunks_[k_].pos : Pos{});
     Body body;
     while (k_ < chunks_.size()) {
       const Chunk& c = chunks_[k_];
@@ -464,6 +487,7 @@ class Parser {
 
   std::vector<Chunk> chunks_;
   size_t k_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
