@@ -1,7 +1,10 @@
 // The generation engine against the eager reference, the RL log-prob invariant, determinism
 // independent of batch composition, block accounting under preemption, and stop conditions.
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "engine/engine.h"
@@ -139,6 +142,30 @@ TEST(Engine, RequestThatCanNeverFitIsAnError) {
                    "holds 4 blocks of 4 tokens (16 tokens");
   r.prompt_ids = {999999};
   EXPECT_THROW_MSG(engine.generate({r}), UserError, "outside the vocabulary");
+}
+
+// Generation stays within the model's positions: a prompt that fills them is an error, a response
+// that would run past them is capped at the last position (an 810-token prompt on a 256-position
+// model once ran on silently).
+TEST(Engine, GenerationStaysWithinMaxPositionEmbeddings) {
+  rlcpp::testing::TempDir dir;
+  const auto model_dir = dir / "short-context";
+  std::filesystem::copy(rlcpp::testing::fixture("llama-tiny"), model_dir, std::filesystem::copy_options::recursive);
+  auto config = nlohmann::json::parse(std::ifstream(model_dir / "config.json"));
+  config["max_position_embeddings"] = 16;
+  std::ofstream(model_dir / "config.json") << config.dump();
+  auto model = Transformer::from_pretrained(model_dir);
+  Engine engine(model, small_engine());
+  GenerationRequest r;
+  r.prompt_ids = std::vector<int32_t>(16, 5);
+  r.params.max_new_tokens = 4;
+  r.params.temperature = 0;
+  EXPECT_THROW_MSG(engine.generate({r}), UserError, "prompt of 16 tokens fills the model's 16 positions", "-mpt");
+  r.prompt_ids = std::vector<int32_t>(13, 5);
+  const auto out = engine.generate({r});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].token_ids.size(), 3u);  // positions 13, 14, 15
+  EXPECT_EQ(generate_eager(*model, {r}, nullptr)[0].token_ids, out[0].token_ids);
 }
 
 TEST(Engine, StopTokensStopStringsAndVersion) {

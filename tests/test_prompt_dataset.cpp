@@ -56,6 +56,10 @@ TEST(PromptDatasetErrors, NameFileAndLine) {
   EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {R"({"messages": {"role": "user", "content": "q"}, "gt_answer": [1]})"})),
                    UserError, "\"gt_answer\" must be a string or a number");
   EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {"", "  "})), UserError, "no usable records");
+  const std::string huge = R"({"messages": {"role": "user", "content": ")" + std::string(5 << 20, 'x') + R"("}, "gt_answer": "1"})";
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {good, huge})), UserError, "data.jsonl:2", "5.0 MiB", "over the 4 MiB");
+  EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {good, R"({"messages": [{"role": "narrator", "content": "q"}], "gt_answer": "1"})"})),
+                   UserError, "data.jsonl:2", "messages[0] has role \"narrator\"", "system, user, assistant and tool");
   EXPECT_THROW_MSG(load_prompt_dataset(dir / "missing.jsonl"), UserError, "missing.jsonl");
 }
 

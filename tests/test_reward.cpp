@@ -2,6 +2,9 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
 
 #include "reward/extract.h"
@@ -135,6 +138,35 @@ TEST(ExternalReward, HangIsKilledRestartedAndCounted) {
   }
   EXPECT_EQ(external.n_failures(), 2);
   EXPECT_EQ(external.n_restarts(), 2);
+}
+
+// A hanging command's children go with it: it runs in its own process group, and the group is
+// killed on a timeout and at the end (sh -c started them; killing only the shell left orphans).
+TEST(ExternalReward, NoProcessOutlivesTheCommand) {
+  auto running = [] {
+    FILE* p = ::popen("pgrep -f 'sleep 73[1]' | wc -l", "r");
+    int n = -1;
+    if (p != nullptr) {
+      if (std::fscanf(p, "%d", &n) != 1) n = -1;
+      ::pclose(p);
+    }
+    return n;
+  };
+  ASSERT_EQ(running(), 0) << "a 'sleep 731' from elsewhere is running";
+  {
+    ExternalRewardConfig config;
+    // The hang is a grandchild (a pipeline); a background sleeper is left by every request too.
+    config.command = "while read l; do sleep 731 & case \"$l\" in *hang*) sleep 731 | cat;; esac; "
+                     "echo '{\"reward\": 1}'; done";
+    config.timeout_s = 0.3;
+    config.max_restarts = 5;
+    ExternalReward external(config);
+    const auto replies = external.score(requests_of({"ok", "hang", "ok"}));
+    EXPECT_TRUE(replies[1].failed);
+    EXPECT_FALSE(replies[2].failed);
+  }
+  ::usleep(100000);
+  EXPECT_EQ(running(), 0) << "processes of the reward command outlived it";
 }
 
 TEST(ExternalReward, RestartLimitStopsWithStderrTail) {

@@ -171,3 +171,30 @@ TEST(RunSettings, AlgorithmKnobsAreReachable) {
     EXPECT_NE(algo->help.find(name), std::string::npos) << name << " in " << algo->help;
   }
 }
+
+TEST(RunSettings, NumbersMustBeFiniteAndInRange) {
+  EXPECT_THROW_MSG(load("train:\n  learning_rate: .inf\n"), UserError, "train.learning_rate", "expected a finite number");
+  EXPECT_THROW_MSG(load("train:\n  weight_decay: nan\n"), UserError, "train.weight_decay", "expected a finite number");
+  EXPECT_THROW_MSG(load("algorithm:\n  kl_coeff: nan\n"), UserError, "algorithm.kl_coeff", "finite");
+  EXPECT_THROW_MSG(load("rollout:\n  temperature: nan\n"), UserError, "rollout.temperature", "finite");
+  EXPECT_THROW_MSG(load("algorithm:\n  clip_eps_low: 2\n"), UserError, "algorithm.clip_eps_low", "2 must be in [0, 1)");
+  EXPECT_THROW_MSG(load("train:\n  learning_rate: -1e-6\n"), UserError, "train.learning_rate", "must be >= 0");
+  EXPECT_THROW_MSG(load("rollout:\n  top_p: 0\n"), UserError, "rollout.top_p", "must be in (0, 1]");
+  EXPECT_THROW_MSG(load("algorithm:\n  kl_clamp: 0\n"), UserError, "algorithm.kl_clamp", "must be > 0");
+  EXPECT_THROW_MSG(load("train:\n  min_lr_ratio: 1.5\n"), UserError, "train.min_lr_ratio", "in [0, 1]");
+  EXPECT_THROW_MSG(load("algorithm:\n  filter_range: [0.1, .nan]\n"), UserError, "algorithm.filter_range", "finite");
+  EXPECT_NO_THROW(load("train:\n  learning_rate: 0\nalgorithm:\n  clip_eps_low: 0.999\n"));
+}
+
+TEST(RunSettings, ProjectIsOneFolderName) {
+  for (const char* bad : {"../../escape", "a/b", "\"\"", ".", ".."}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW_MSG(load(std::string("logging:\n  project: ") + bad + "\n"), UserError, "-p/--project", "one folder name");
+  }
+  EXPECT_EQ(load("logging:\n  project: my-run.2\n").project, "my-run.2");
+}
+
+TEST(RunSettings, RoundsThatCannotFitInMemoryAreRefused) {
+  EXPECT_THROW_MSG(load("rollout:\n  num_generations: 100000000\n"), UserError, "-g 100000000", "GiB", "lower -g");
+  EXPECT_NO_THROW(load("rollout:\n  num_generations: 64\n"));
+}

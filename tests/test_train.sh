@@ -135,12 +135,44 @@ if [ $? -eq 2 ] && grep -q 'train.learning_rate: 0.003 -> 0.001' <<<"$out" && gr
 else
   bad resume-incompatible; echo "$out" | head -5
 fi
-# A fresh run over an existing one is refused; --max-checkpoints prunes.
-out=$("$rlcpp" train "${resume[@]}" -p full 2>&1)
-[ $? -eq 2 ] && grep -q 'already holds a run' <<<"$out" && ok fresh-over-existing || { bad fresh-over-existing; echo "$out"; }
+# A fresh run over an existing one is refused, and touches nothing of it (its config.yaml stays);
+# --max-checkpoints prunes.
+cp runs/full/config.yaml full-config.yaml
+out=$("$rlcpp" train "${resume[@]}" --weight-decay 0.02 -p full 2>&1)
+[ $? -eq 2 ] && grep -q 'already holds a run' <<<"$out" && cmp -s full-config.yaml runs/full/config.yaml \
+  && ok fresh-over-existing || { bad fresh-over-existing; echo "$out"; diff full-config.yaml runs/full/config.yaml; }
+# Sizes against the dataset before any work; --skip-bad-lines and --reward-timeout are train's too.
+toy=(-m toy -d data.jsonl -g 4 -tMbs 1 -tmbs 4 --mnt 12 -lr 3e-3 "${reward[@]}")
+out=$("$rlcpp" train "${toy[@]}" -sd runs -tbs 1000 --max-steps 1 -p too-big 2>&1)
+[ $? -eq 2 ] && grep -q 'asks for 1000 prompts per step, but data.jsonl has 8' <<<"$out" && [ ! -e runs/too-big/config.yaml ] \
+  && ok batch-larger-than-dataset || { bad batch-larger-than-dataset; echo "$out" | tail -3; }
+{ cat data.jsonl; echo '{oops'; } > data-bad.jsonl
+"$rlcpp" train "${base[@]/data.jsonl/data-bad.jsonl}" --skip-bad-lines --reward-timeout 5 --max-steps 1 -p skip-bad > skip-bad.log 2>&1 \
+  && grep -q 'skipped 1 malformed line' skip-bad.log && ok train-skip-bad-lines || { bad train-skip-bad-lines; tail -3 skip-bad.log; }
 "$rlcpp" train "${base[@]}" --max-steps 4 --si 1 --max-checkpoints 2 -p pruned > pruned.log 2>&1
 [ "$(ls -d runs/pruned/step-* | xargs -n1 basename | sort | tr '\n' ' ')" = "step-3 step-4 " ] && ok max-checkpoints \
   || { bad max-checkpoints; ls runs/pruned; }
+
+# A full disk while a checkpoint is written: an error naming the file, the partial checkpoint
+# removed, the earlier one intact. The disk is a tmpfs of about 1.5 checkpoints (needs root, as CI
+# runs; skipped otherwise).
+cleanup_extra() { mountpoint -q "$tmp/small" 2>/dev/null && umount "$tmp/small"; }
+mkdir -p small
+ckpt_kb=$(( $(du -sk runs/GRPO/step-2 | cut -f1) ))
+if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=$(( ckpt_kb * 3 / 2 + 64 ))k tmpfs small 2>/dev/null; then
+  out=$("$rlcpp" train "${toy[@]}" -tbs 2 -sd small --max-steps 2 --si 1 -p full-disk 2>&1)
+  code=$?
+  if [ $code -eq 2 ] && grep -q 'checkpoint step-2: writing .* failed' <<<"$out" && grep -q 'partial checkpoint was removed' <<<"$out" \
+     && [ ! -e small/full-disk/.step-2.tmp ] && [ "$(cat small/full-disk/latest)" = step-1 ] \
+     && "$rlcpp" info small/full-disk/step-1 > /dev/null 2>&1; then
+    ok disk-full-checkpoint
+  else
+    bad "disk-full-checkpoint (exit $code)"; echo "$out" | tail -3; ls -la small/full-disk
+  fi
+  umount small
+else
+  echo "skip disk-full-checkpoint (needs root for a tmpfs)"
+fi
 
 # SFT: the same run machinery. A run of 6 steps, and the same run rolled back to its step-3
 # checkpoint (as if it had died after step 6 but before saving it) and resumed, end equal.

@@ -361,3 +361,38 @@ TEST(Trainer, MismatchMetricsAndTisWeightsOnStaleSamples) {
   EXPECT_NEAR(update.metrics.at("tis_weight_mean"), std::exp(0.3), 1e-5);  // under the cap of 2
   EXPECT_EQ(update.metrics.at("tis_clip_frac"), 0.0);
 }
+
+// A non-finite gradient is not applied: the weights stay, the step is counted as non-finite (and
+// in the schedule), and the run stops after --max-nonfinite-steps such steps in a row.
+TEST(Trainer, NonFiniteStepsAreSkippedAndCounted) {
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"));
+  TrainerConfig config;
+  config.optimizer.lr = 1e-2;
+  Trainer trainer(model, nullptr, config);
+  auto samples = fixed_samples();
+  samples[1].advantage = std::nan("");
+  const auto before = weights_of(*model);
+  const auto metrics = trainer.step({samples, trainer.policy_logprobs(samples), {}}).values;
+  EXPECT_EQ(metrics.at("nonfinite"), 1.0);
+  EXPECT_EQ(trainer.n_steps(), 1);
+  expect_same_weights({before, weights_of(*model)}, 1e-300);
+  samples[1].advantage = -1.0;  // the next finite step applies
+  EXPECT_EQ(trainer.step({samples, trainer.policy_logprobs(samples), {}}).values.at("nonfinite"), 0.0);
+  double moved = 0;
+  const auto after = weights_of(*model);
+  for (size_t k = 0; k < after.size(); ++k) moved = std::max(moved, (after[k] - before[k]).abs().max().item<double>());
+  EXPECT_GT(moved, 0.0);
+
+  RunConfig c;
+  c.max_nonfinite_steps = 2;
+  int64_t consecutive = 0;
+  PolicyUpdate bad, good;
+  bad.metrics = {{"nonfinite", 1.0}, {"optimizer_updates", 1.0}};
+  good.metrics = {{"nonfinite", 0.0}, {"optimizer_updates", 1.0}};
+  check_nonfinite(c, bad, 1, consecutive);
+  check_nonfinite(c, good, 2, consecutive);  // a good step resets the count
+  EXPECT_EQ(consecutive, 0);
+  check_nonfinite(c, bad, 3, consecutive);
+  EXPECT_THROW_MSG(check_nonfinite(c, bad, 4, consecutive), UserError, "step 4: 2 steps in a row", "--max-nonfinite-steps 2",
+                   "last checkpoint intact");
+}

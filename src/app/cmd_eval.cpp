@@ -43,6 +43,7 @@ void run_eval(EvalArgs a) {
   PromptOptions prompt_options;
   prompt_options.system_prompt = a.system_prompt ? *a.system_prompt : default_system_prompt(a.reward_type);
   prompt_options.max_prompt_tokens = a.max_prompt_tokens;
+  prompt_options.context_tokens = model->config().max_position_embeddings;
   PromptBuilder prompts(*tokenizer, prompt_options);
   if (a.greedy) a.options.sampling.temperature = 0;
   a.options.sampling.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);

@@ -59,6 +59,7 @@ void run_generate(GenerateArgs args) {
   PromptOptions prompt_options;
   prompt_options.system_prompt = args.system_prompt;
   prompt_options.max_prompt_tokens = args.max_prompt_tokens;
+  prompt_options.context_tokens = model->config().max_position_embeddings;
   PromptBuilder builder(*tokenizer, prompt_options);
   std::vector<GenerationRequest> requests;
   std::vector<std::string> prompt_texts;

@@ -34,7 +34,9 @@ void add_run_flags(CLI::App* cmd, RunFlags& flags, const std::set<std::string>& 
     }
     help += fmt::format(" ({})", setting.name) + setting.help.substr(first_line);
     while (!help.empty() && help.back() == '\n') help.pop_back();
-    flags.options[setting.name] = cmd->add_option(setting.flags, flags.values[setting.name], help);
+    auto* option = cmd->add_option(setting.flags, flags.values[setting.name], help);
+    if (value.is_boolean()) option->expected(0, 1);  // "--skip-bad-lines" alone means true
+    flags.options[setting.name] = option;
   }
 }
 
@@ -44,7 +46,9 @@ RawSettings collect_run_settings(const RunFlags& flags) {
   for (const auto& setting : run_settings()) {
     auto it = flags.options.find(setting.name);
     if (it == flags.options.end() || it->second->count() == 0) continue;
-    raw.set_override(setting.name, flags.values.at(setting.name), display_flags(setting.flags));
+    std::string value = flags.values.at(setting.name);
+    if (value.empty() && setting.get(RunConfig{}).is_boolean()) value = "true";  // a boolean flag given alone
+    raw.set_override(setting.name, value, display_flags(setting.flags));
   }
   return raw;
 }

@@ -1,5 +1,8 @@
 #include "engine/engine.h"
 
+#include <spdlog/spdlog.h>
+
+#include <atomic>
 #include <chrono>
 #include <optional>
 
@@ -81,6 +84,33 @@ void validate(const std::vector<GenerationRequest>& requests, int64_t vocab) {
   }
 }
 
+// The requests within the model's positions (max_position_embeddings): a prompt that leaves no
+// room for one new token is an error; a response that would run past the last position is capped
+// there, and the first capped request of the process says so.
+std::vector<GenerationRequest> fit_to_positions(const std::vector<GenerationRequest>& requests, int64_t max_positions) {
+  std::vector<GenerationRequest> out = requests;
+  if (max_positions <= 0) return out;
+  static std::atomic<bool> said{false};
+  for (size_t r = 0; r < out.size(); ++r) {
+    const int64_t prompt = static_cast<int64_t>(out[r].prompt_ids.size());
+    const int64_t room = max_positions - prompt;
+    if (room < 1) {
+      throw_user_error("request {}: its prompt of {} tokens fills the model's {} positions (max_position_embeddings); "
+                       "shorten it, or limit prompts with -mpt/--max-prompt-tokens (--overflow truncate_left or drop)",
+                       r, prompt, max_positions);
+    }
+    auto& p = out[r].params;
+    if (p.max_new_tokens > room) {
+      if (!said.exchange(true)) {
+        spdlog::warn("a prompt of {} tokens leaves room for {} new tokens in the model's {} positions: its response is "
+                     "capped there (-mnt {})", prompt, room, max_positions, p.max_new_tokens);
+      }
+      p.max_new_tokens = room;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer)
@@ -95,8 +125,9 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
 
 Engine::~Engine() = default;
 
-std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationRequest>& requests) {
-  validate(requests, model_->config().vocab_size);
+std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationRequest>& given) {
+  validate(given, model_->config().vocab_size);
+  const std::vector<GenerationRequest> requests = fit_to_positions(given, model_->config().max_position_embeddings);
   const auto start = std::chrono::steady_clock::now();
   SchedulerConfig sc{config_.max_num_seqs, config_.max_prefill_tokens, config_.prefix_sharing};
   Scheduler scheduler(sc, cache_->n_blocks(), cache_->block_size());
@@ -177,9 +208,10 @@ void Engine::update_weights(const NamedTensors& bucket) {
   model_->update_weights(bucket, fmt::format("weight update after version {}", version_));
 }
 
-std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& requests,
+std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& given,
                                             const Tokenizer* tokenizer, int64_t version) {
-  validate(requests, model.config().vocab_size);
+  validate(given, model.config().vocab_size);
+  const std::vector<GenerationRequest> requests = fit_to_positions(given, model.config().max_position_embeddings);
   torch::NoGradGuard no_grad;
   std::vector<GeneratedSample> out;
   for (size_t r = 0; r < requests.size(); ++r) {

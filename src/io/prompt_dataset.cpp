@@ -35,6 +35,11 @@ PromptRecord parse_prompt_record(const std::string& line, const std::string& whe
       throw_user_error("{}: messages[{}] must be {{\"role\": string, \"content\": string}}, got {}", where, k,
                        m.dump().substr(0, 200));
     }
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      throw_user_error("{}: messages[{}] has role \"{}\"; chat templates know system, user, assistant and tool", where, k,
+                       role.substr(0, 40));
+    }
   }
   record.messages = std::move(list);
   if (kind == DatasetKind::kChats) {
@@ -59,6 +64,10 @@ PromptRecord parse_prompt_record(const std::string& line, const std::string& whe
   return record;
 }
 
+namespace {
+constexpr size_t kMaxLineBytes = size_t{4} << 20;
+}  // namespace
+
 PromptDataset load_prompt_dataset(const fs::path& path, const DatasetOptions& options) {
   std::ifstream in(path);
   if (!in) throw_user_error("cannot open dataset '{}': no such file or not readable", path.string());
@@ -71,6 +80,11 @@ PromptDataset load_prompt_dataset(const fs::path& path, const DatasetOptions& op
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = fmt::format("{}:{}", path.string(), line_no);
     try {
+      // A record is a prompt: a line of megabytes is a broken file (or an attack), not a question.
+      if (line.size() > kMaxLineBytes) {
+        throw_user_error("{}: the line is {:.1f} MiB, over the {} MiB a record may have", where,
+                         static_cast<double>(line.size()) / (1 << 20), kMaxLineBytes >> 20);
+      }
       PromptRecord record = parse_prompt_record(line, where, options.kind);
       record.line = line_no;
       dataset.records.push_back(std::move(record));

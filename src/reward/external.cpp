@@ -45,12 +45,15 @@ void ExternalReward::start() {
   pid_ = ::fork();
   if (pid_ < 0) throw_user_error("--reward-cmd: cannot fork: {}", std::strerror(errno));
   if (pid_ == 0) {
+    ::setpgid(0, 0);  // its own process group, so that stopping it stops whatever it started
     ::dup2(in_pipe[0], 0);
     ::dup2(out_pipe[1], 1);
     ::dup2(err_pipe[1], 2);
     ::execl("/bin/sh", "sh", "-c", config_.command.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
+  ::setpgid(pid_, pid_);  // also here: whichever of the two runs first
+  group_ = pid_;
   ::close(in_pipe[0]);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
@@ -72,10 +75,13 @@ void ExternalReward::stop() {
       else ::usleep(5000);
     }
     if (pid_ > 0) {  // then a kill if it lingers
-      ::kill(pid_, SIGKILL);
+      ::kill(-group_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
   }
+  // Whatever the command started and left behind (sh -c "a | b", a program that forked) goes with it.
+  if (group_ > 0) ::kill(-group_, SIGKILL);
+  group_ = -1;
   pid_ = -1;
   drain_stderr();
   for (int* fd : {&from_child_, &child_err_}) {

@@ -56,7 +56,8 @@ class ExternalReward {
                    std::vector<ExternalReply>* replies);
 
   ExternalRewardConfig config_;
-  pid_t pid_ = -1;
+  pid_t pid_ = -1;   // the shell running the command
+  pid_t group_ = -1; // its process group: the command and everything it started
   int to_child_ = -1, from_child_ = -1, child_err_ = -1;
   std::string stdout_buffer_, stderr_tail_;
   int64_t n_failures_ = 0, n_restarts_ = 0;

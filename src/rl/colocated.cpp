@@ -46,6 +46,7 @@ class ColocatedRun {
   std::unique_ptr<RunLog> log_;
   std::deque<GroupRollout> buffer_;  // kept groups not yet trained on
   RelayBuffer relay_;                // trained groups trained on again (max_relay_episode)
+  int64_t nonfinite_steps_ = 0;      // steps in a row whose updates were skipped as non-finite
   // this step's counters
   int64_t generated_groups_ = 0, kept_groups_ = 0;
   double t_generate_ = 0, t_reward_ = 0;
@@ -92,6 +93,7 @@ void ColocatedRun::step(int64_t step) {
   short_batch(c_, step, static_cast<int64_t>(batch.size()), c_.train_batch_size);
   const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, nullptr, relay_.relayed(step));
   relay_.add(step, batch);
+  check_nonfinite(c_, update, step, nonfinite_steps_);
   if (update.trained) engine_->set_version(engine_->version() + 1);  // the engine already holds the new weights
 
   StepRecord record;

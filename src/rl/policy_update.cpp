@@ -1,5 +1,6 @@
 #include "rl/policy_update.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -7,6 +8,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+
+#include "util/error.h"
 
 namespace rlcpp {
 
@@ -34,6 +37,8 @@ double max_over(Communicator* trainers, double value) {
 
 // Per-token means weighted by each rank's tokens; sums (losses, counts) as they are.
 const std::vector<std::string> kSummed = {"loss", "pg_loss", "n_skipped"};
+// Counted over the step's updates (the same on every rank), not averaged.
+const std::vector<std::string> kCounted = {"n_skipped", "nonfinite"};
 const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "entropy",
                                               "tis_weight_mean", "tis_clip_frac"};
 
@@ -179,7 +184,10 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
     }
   }
   out.train_seconds = seconds_since(t0);
-  for (const auto& [k, v] : sums) out.metrics[k] = k == "n_skipped" ? v : v / static_cast<double>(n_updates);
+  for (const auto& [k, v] : sums) {
+    const bool counted = std::find(kCounted.begin(), kCounted.end(), k) != kCounted.end();
+    out.metrics[k] = counted ? v : v / static_cast<double>(n_updates);
+  }
   out.metrics["entropy"] = entropy;
   out.metrics["optimizer_updates"] = static_cast<double>(n_updates);
   out.metrics["relayed_groups"] = n_relayed[0];
@@ -196,6 +204,22 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
     for (const auto& k : kTokenMeans) out.metrics[k] = values[i++] / std::max(1.0, values.back());
   }
   return out;
+}
+
+void check_nonfinite(const RunConfig& c, const PolicyUpdate& update, int64_t step, int64_t& consecutive) {
+  const auto it = update.metrics.find("nonfinite");
+  if (it == update.metrics.end() || it->second == 0) {
+    consecutive = 0;
+    return;
+  }
+  ++consecutive;
+  spdlog::warn("step {}: {} of {} optimizer updates had a non-finite gradient and were skipped ({} such step(s) in a row)",
+               step, it->second, update.metrics.at("optimizer_updates"), consecutive);
+  if (consecutive >= c.max_nonfinite_steps) {
+    throw_user_error("step {}: {} steps in a row had a non-finite loss or gradient (--max-nonfinite-steps {}); the run "
+                     "stops with its last checkpoint intact. Lower -lr, check the data and the reward, or resume from "
+                     "the checkpoint", step, consecutive, c.max_nonfinite_steps);
+  }
 }
 
 }  // namespace rlcpp

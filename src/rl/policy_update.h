@@ -36,4 +36,8 @@ struct PolicyUpdate {
 PolicyUpdate update_policy(Trainer& trainer, const RunConfig& config, const std::vector<GroupRollout>& groups,
                            Communicator* trainers = nullptr, const std::vector<GroupRollout>& relayed = {});
 
+// After each step: counts the steps in a row whose updates were skipped for a non-finite gradient
+// (warning on each) and stops the run (UserError) at --max-nonfinite-steps.
+void check_nonfinite(const RunConfig& config, const PolicyUpdate& update, int64_t step, int64_t& consecutive);
+
 }  // namespace rlcpp

@@ -25,6 +25,7 @@ RewardFunction run_reward_function(const RunConfig& c) {
   if (!c.reward_cmd.empty()) {
     ExternalRewardConfig external;
     external.command = c.reward_cmd;
+    external.timeout_s = c.reward_timeout;
     reward.add_external("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
   }
   return reward;
@@ -87,6 +88,7 @@ RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& m
   prompt_options.system_prompt =
       config.system_prompt ? *config.system_prompt : default_system_prompt(reward_types().name(config.reward_type));
   prompt_options.max_prompt_tokens = config.max_prompt_tokens;
+  prompt_options.context_tokens = model_config.max_position_embeddings;
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
   sampling_ = config.sampling;
   sampling_.stop_token_ids = default_stop_tokens(model_config, tokenizer);

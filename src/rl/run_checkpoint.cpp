@@ -42,21 +42,47 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& run_dir) {
 fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& c, int64_t max_checkpoints) {
   const fs::path final_dir = run_dir / fmt::format("step-{}", step);
   const fs::path tmp = run_dir / fmt::format(".step-{}.tmp", step);
-  fs::remove_all(tmp);
-  c.policy->save_pretrained(tmp);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
-                           "vocab.json", "merges.txt"}) {
-    if (fs::exists(c.tokenizer_from / name)) fs::copy_file(c.tokenizer_from / name, tmp / name, fs::copy_options::overwrite_existing);
-  }
-  const fs::path state_dir = tmp / "trainer_state";
-  fs::create_directories(state_dir);
-  write_file_atomic(state_dir / "state.json", c.state.dump(1) + "\n");
-  write_file_atomic(state_dir / "config.json", c.config.dump(2) + "\n");
-  torch::save(*c.optimizer, (state_dir / "optimizer.pt").string());
-  {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    torch::save(generator.get_state(), (state_dir / "rng.pt").string());
+  fs::path writing = tmp;  // what is being written, for the error
+  try {
+    fs::remove_all(tmp);
+    writing = tmp / "model.safetensors";
+    c.policy->save_pretrained(tmp);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+                             "vocab.json", "merges.txt"}) {
+      writing = tmp / name;
+      if (fs::exists(c.tokenizer_from / name)) fs::copy_file(c.tokenizer_from / name, tmp / name, fs::copy_options::overwrite_existing);
+    }
+    const fs::path state_dir = tmp / "trainer_state";
+    fs::create_directories(state_dir);
+    writing = state_dir / "state.json";
+    write_file_atomic(writing, c.state.dump(1) + "\n");
+    writing = state_dir / "config.json";
+    write_file_atomic(writing, c.config.dump(2) + "\n");
+    // LibTorch's file writer throws from its destructor when the disk is full (std::terminate):
+    // serialise to memory, and write the bytes through the checked path.
+    writing = state_dir / "optimizer.pt";
+    std::ostringstream optimizer_bytes;
+    torch::save(*c.optimizer, optimizer_bytes);
+    write_file_atomic(writing, optimizer_bytes.str());
+    {
+      auto generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      writing = state_dir / "rng.pt";
+      std::ostringstream rng_bytes;
+      torch::save(generator.get_state(), rng_bytes);
+      write_file_atomic(writing, rng_bytes.str());
+    }
+  } catch (const std::exception& e) {
+    // A failed write (a full disk, above all) leaves no partial checkpoint behind; the earlier
+    // ones and `latest` are untouched.
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    std::string reason = e.what();
+    reason = reason.substr(0, reason.find('\n'));
+    const auto space = fs::space(run_dir, ignored);
+    throw_user_error("checkpoint step-{}: writing {} failed: {} ({} MiB free on its disk); the partial checkpoint was "
+                     "removed and the earlier ones are intact", step, writing.string(), reason,
+                     ignored ? -1 : static_cast<int64_t>(space.available >> 20));
   }
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <charconv>
 #include <set>
 #include <sstream>
@@ -197,6 +199,18 @@ void validate(const RunConfig& c) {
                      "raise -nb to {} or sync every round", c.sync_frequency, c.sync_frequency, c.n_behind,
                      c.sync_frequency);
   }
+  // A round's samples live in host memory (token ids, log-probs, text): refuse a round that could
+  // not fit before generating any of it.
+  {
+    const double samples = static_cast<double>(ibs) * static_cast<double>(c.num_generations);
+    const double bytes = samples * (static_cast<double>(c.sampling.max_new_tokens) * 16.0 + 512.0);
+    const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+    if (memory > 0 && bytes > memory / 2) {
+      throw_user_error("-g {} x -ibs {} = {:.0f} samples per round of up to -mnt {} tokens need about {:.1f} GiB, more than "
+                       "half of this machine's {:.1f} GiB; lower -g, -ibs or -mnt",
+                       c.num_generations, ibs, samples, c.sampling.max_new_tokens, bytes / (1 << 30), memory / (1 << 30));
+    }
+  }
   if (c.inference_microbatch_size > ibs) {
     throw_user_error("-imbs {} exceeds -ibs {} (inference_batch_size >= inference_microbatch_size)",
                      c.inference_microbatch_size, ibs);
@@ -207,6 +221,12 @@ void validate(const RunConfig& c) {
   if (c.resume != "" && c.resume != "auto") throw_user_error("--resume \"{}\": use auto, or -cp DIR for a given checkpoint", c.resume);
   if (c.resume == "auto" && !c.checkpoint_path.empty()) {
     throw_user_error("--resume auto and -cp {}: give one of them", c.checkpoint_path);
+  }
+  // The run directory is save_dir/project: a project name is one path component.
+  if (c.project.empty() || c.project == "." || c.project == ".." || c.project.find('/') != std::string::npos ||
+      c.project.find('\\') != std::string::npos) {
+    throw_user_error("-p/--project \"{}\": a run name is one folder name under -sd (no '/', not empty, not . or ..)",
+                     c.project);
   }
   if (c.resume_step > 0 && c.checkpoint_path.empty()) {
     throw_user_error("--resume-step {} (load_data_checkpoint_iteration) needs -cp/--checkpoint-path: the run directory "

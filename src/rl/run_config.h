@@ -55,6 +55,7 @@ struct RunConfig {
   bool enable_resume_training = true;  // ChatLearn: resume when a checkpoint path is set
   int64_t resume_step = 0;             // resume from step-N of -cp's run (ChatLearn's load_data_checkpoint_iteration; 0: latest)
   int64_t consumed_samples = 0;        // a fresh run first skips this many prompts of the data order (ChatLearn)
+  bool skip_bad_lines = false;         // malformed dataset lines are counted and skipped, not an error
   // model
   std::string model;                   // Hugging Face model directory
   int64_t kv_cache_mb = 1024;          // the engine's KV-cache budget
@@ -69,6 +70,7 @@ struct RunConfig {
   RewardScale reward_scale;            // what each outcome of the grader is worth
   std::string reward_cmd;              // external reward command (JSON lines), added to the built-in one
   double reward_cmd_weight = 1.0;      // the external reward's weight in the sum
+  double reward_timeout = 30.0;        // seconds the external reward command has for each reply
   bool ranking = false;                // generate each round's prompts shortest first
   int64_t min_prompt_length = 0;       // prompts with fewer tokens are skipped
   // algorithm
@@ -81,6 +83,7 @@ struct RunConfig {
   int64_t train_microbatch_size = 8;   // samples per forward/backward
   int64_t num_training_epoch = 1;      // passes over each step's rollouts
   OptimizerConfig optimizer;           // AdamW and the LR schedule
+  int64_t max_nonfinite_steps = 3;     // stop after this many consecutive steps with a non-finite gradient
   // logging
   std::string project = "rlcpp";        // run name: the folder under save_dir
   std::string save_dir = "runs";       // where runs are written

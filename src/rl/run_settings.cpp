@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 
 #include "rl/run_config.h"
 #include "rl/setting_values.h"
@@ -23,15 +24,21 @@ int64_t read_int(const Json& v, const std::string& where) {
 }
 
 double read_double(const Json& v, const std::string& where) {
-  if (v.is_number()) return v.get<double>();
   const std::string s = scalar_text(v);
-  try {
-    size_t used = 0;
-    const double out = std::stod(s, &used);
-    if (used == s.size()) return out;
-  } catch (const std::exception&) {
+  double out = std::nan("");
+  if (v.is_number()) {
+    out = v.get<double>();
+  } else {
+    try {
+      size_t used = 0;
+      out = std::stod(s, &used);
+      if (used != s.size()) out = std::nan("");
+    } catch (const std::exception&) {
+    }
   }
-  throw_user_error("{}: expected a number, got \"{}\"", where, s);
+  // No setting means anything by nan or inf: they would only reach the weights.
+  if (!std::isfinite(out)) throw_user_error("{}: expected a finite number, got \"{}\"", where, s);
+  return out;
 }
 
 bool read_bool(const Json& v, const std::string& where) {
@@ -110,10 +117,30 @@ Setting field_setting(std::string name, std::string flags, std::string help, Ref
           [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
 }
 
+// The values a number setting takes: an interval, either end open.
+struct Bounds {
+  double min = -INFINITY, max = INFINITY;
+  bool min_open = false, max_open = false;
+  bool contains(double x) const { return (min_open ? x > min : x >= min) && (max_open ? x < max : x <= max); }
+  std::string text() const {
+    if (std::isinf(max)) return fmt::format("{} {}", min_open ? ">" : ">=", min);
+    return fmt::format("in {}{}, {}{}", min_open ? "(" : "[", min, max, max_open ? ")" : "]");
+  }
+};
+constexpr Bounds kAnyNumber{};
+constexpr Bounds kNonNegative{0};
+constexpr Bounds kPositive{0, INFINITY, true};
+constexpr Bounds kFraction{0, 1};  // [0, 1]
+
 template <typename Ref>
-Setting double_setting(std::string name, std::string flags, std::string help, Ref ref,
+Setting double_setting(std::string name, std::string flags, std::string help, Ref ref, Bounds bounds,
                        std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_double, std::move(aliases), may_differ);
+  auto read = [bounds](const Json& v, const std::string& where) {
+    const double x = read_double(v, where);
+    if (!bounds.contains(x)) throw_user_error("{}: {} must be {}", where, x, bounds.text());
+    return x;
+  };
+  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read, std::move(aliases), may_differ);
 }
 
 template <typename Ref>
@@ -240,6 +267,9 @@ std::vector<Setting> make_settings() {
                            [](C& c) -> bool& { return c.enable_resume_training; }, {}, true));
   s.push_back(int_setting("runtime.resume_step", "--resume-step", "resume from step-N of -cp's run directory (0: its latest)",
                           [](C& c) -> int64_t& { return c.resume_step; }, 0, {}, true));
+  s.push_back(bool_setting("runtime.skip_bad_lines", "--skip-bad-lines",
+                           "skip malformed dataset lines with a count instead of stopping",
+                           [](C& c) -> bool& { return c.skip_bad_lines; }));
   s.push_back(int_setting("runtime.consumed_samples", "--consumed-samples",
                           "a fresh run first skips this many prompts of the shuffled data order",
                           [](C& c) -> int64_t& { return c.consumed_samples; }, 0));
@@ -258,9 +288,9 @@ std::vector<Setting> make_settings() {
                           "prompts per generate call (0: the whole round)",
                           [](C& c) -> int64_t& { return c.inference_microbatch_size; }, 0, {}, true));
   s.push_back(double_setting("rollout.temperature", "--temp,--temperature", "sampling temperature",
-                             [](C& c) -> double& { return c.sampling.temperature; }));
+                             [](C& c) -> double& { return c.sampling.temperature; }, kNonNegative));
   s.push_back(int_setting("rollout.top_k", "--topk,--top-k", "0: off", [](C& c) -> int64_t& { return c.sampling.top_k; }, 0));
-  s.push_back(double_setting("rollout.top_p", "--topp,--top-p", "1: off", [](C& c) -> double& { return c.sampling.top_p; }));
+  s.push_back(double_setting("rollout.top_p", "--topp,--top-p", "1: off", [](C& c) -> double& { return c.sampling.top_p; }, Bounds{0, 1, true}));
   s.push_back(int_setting("rollout.max_new_tokens", "--mnt,--max-new-tokens", "response length cap",
                           [](C& c) -> int64_t& { return c.sampling.max_new_tokens; }, 1));
   s.push_back(int_setting("rollout.max_prompt_tokens", "--mpt,--max-prompt-tokens", "prompt length cap (0: none)",
@@ -275,8 +305,11 @@ std::vector<Setting> make_settings() {
                            [](C& c) -> RewardType& { return c.reward_type; }));
   s.push_back(string_setting("rollout.reward_cmd", "--reward-cmd", "external reward command, added to the built-in reward",
                              [](C& c) -> std::string& { return c.reward_cmd; }));
+  s.push_back(double_setting("rollout.reward_timeout", "--reward-timeout",
+                             "seconds the external reward command has for each reply (then it is restarted)",
+                             [](C& c) -> double& { return c.reward_timeout; }, kPositive));
   s.push_back(double_setting("rollout.reward_cmd_weight", "--reward-cmd-weight", "the external reward's weight in the sum",
-                             [](C& c) -> double& { return c.reward_cmd_weight; }));
+                             [](C& c) -> double& { return c.reward_cmd_weight; }, kAnyNumber));
   s.push_back(bool_setting("rollout.ranking", "--ranking", "generate each round's prompts shortest first",
                            [](C& c) -> bool& { return c.ranking; }, {}));
   s.push_back(int_setting("rollout.min_prompt_length", "--min-prompt-length", "skip prompts with fewer tokens",
@@ -286,11 +319,11 @@ std::vector<Setting> make_settings() {
                [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo = algo_preset(read_string(v, where), where); },
                [](const C& c) { return Json(c.algo.name); }, false));
   s.push_back(double_setting("algorithm.kl_coeff", "--kl,--kl-coeff", "KL coefficient β (default: the preset's)",
-                             [](C& c) -> double& { return c.algo.loss.kl_coef; }));
+                             [](C& c) -> double& { return c.algo.loss.kl_coef; }, kNonNegative));
   s.push_back(double_setting("algorithm.clip_eps_low", "--clip-eps-low", "ratio floor 1 - eps",
-                             [](C& c) -> double& { return c.algo.loss.clip_eps_low; }));
+                             [](C& c) -> double& { return c.algo.loss.clip_eps_low; }, Bounds{0, 1, false, true}));
   s.push_back(double_setting("algorithm.clip_eps_high", "--clip-eps-high", "ratio ceiling 1 + eps",
-                             [](C& c) -> double& { return c.algo.loss.clip_eps_high; }));
+                             [](C& c) -> double& { return c.algo.loss.clip_eps_high; }, kNonNegative));
   s.push_back(make("algorithm.dual_clip", "--dual-clip", {"clip_ratio_c"},
                    "dual clip C > 1: a negative-advantage token's loss is capped at -C·A (clip_ratio_c; 0: off)",
                    [](C& c, const Json& v, const std::string& where, const RawSettings&) {
@@ -303,19 +336,19 @@ std::vector<Setting> make_settings() {
                            importance_levels(), [](C& c) -> ImportanceLevel& { return c.algo.loss.ratio_level; }));
   s.push_back(double_setting("algorithm.skip_threshold", "--skip-threshold",
                              "leave out samples whose ratio (--skip-mode) exceeds it, from the loss and its denominators (0: off)",
-                             [](C& c) -> double& { return c.algo.loss.skip_threshold; }));
+                             [](C& c) -> double& { return c.algo.loss.skip_threshold; }, kNonNegative));
   s.push_back(enum_setting("algorithm.skip_mode", "--skip-mode", "the ratio the skip threshold compares", skip_modes(),
                            [](C& c) -> SkipMode& { return c.algo.loss.skip_mode; }));
   s.push_back(double_setting("algorithm.entropy_coeff", "--entropy-coeff",
                              "entropy bonus coefficient (0: off; keeps the response tokens' logits for the backward pass)",
-                             [](C& c) -> double& { return c.algo.loss.entropy_coef; }, {"entropy_coef"}));
+                             [](C& c) -> double& { return c.algo.loss.entropy_coef; }, kNonNegative, {"entropy_coef"}));
   s.push_back(double_setting("algorithm.tis_cap", "--tis-cap",
                              "truncated importance sampling: weight the loss by min(π_old / π_rollout, cap) (0: off)",
-                             [](C& c) -> double& { return c.algo.loss.tis_cap; }));
+                             [](C& c) -> double& { return c.algo.loss.tis_cap; }, kNonNegative));
   s.push_back(enum_setting("algorithm.tis_level", "--tis-level", "where the TIS weight is taken", importance_levels(),
                            [](C& c) -> ImportanceLevel& { return c.algo.loss.tis_level; }));
   s.push_back(double_setting("algorithm.adv_eps", "--adv-eps", "added to the group std of GRPO advantages",
-                             [](C& c) -> double& { return c.algo.advantage.eps; }));
+                             [](C& c) -> double& { return c.algo.advantage.eps; }, kNonNegative));
   s.push_back(enum_setting("algorithm.adv_std", "--adv-std", "the group std of GRPO advantages", std_estimates(),
                            [](C& c) -> bool& { return c.algo.advantage.std_unbiased; }));
   s.push_back(enum_setting("algorithm.loss_variation", "--loss-variation", "loss aggregation", loss_aggregations(),
@@ -325,7 +358,7 @@ std::vector<Setting> make_settings() {
   s.push_back(enum_setting("algorithm.kl_estimator", "--kl-estimator", "KL penalty estimator", kl_estimators(),
                            [](C& c) -> KlEstimator& { return c.algo.loss.kl_estimator; }));
   s.push_back(double_setting("algorithm.kl_clamp", "--kl-clamp", "k3 values are clamped to ±this",
-                             [](C& c) -> double& { return c.algo.loss.kl_clamp; }));
+                             [](C& c) -> double& { return c.algo.loss.kl_clamp; }, kPositive));
   s.push_back(make("algorithm.filter_range", "--filter-range", {}, "keep groups whose accuracy is strictly between low and high, an open interval (none: off)",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo.filter_range = read_range(v, where); },
                [](const C& c) {
@@ -361,17 +394,20 @@ std::vector<Setting> make_settings() {
   s.push_back(int_setting("train.num_training_epoch", "--num-training-epoch", "passes over each step's rollouts",
                           [](C& c) -> int64_t& { return c.num_training_epoch; }, 1));
   s.push_back(double_setting("train.learning_rate", "--lr,--learning-rate", "AdamW learning rate",
-                             [](C& c) -> double& { return c.optimizer.lr; }));
+                             [](C& c) -> double& { return c.optimizer.lr; }, kNonNegative));
   s.push_back(double_setting("train.weight_decay", "--weight-decay", "AdamW weight decay",
-                             [](C& c) -> double& { return c.optimizer.weight_decay; }));
+                             [](C& c) -> double& { return c.optimizer.weight_decay; }, kNonNegative));
   s.push_back(double_setting("train.max_grad_norm", "--max-grad-norm", "gradient clipping (0: off)",
-                             [](C& c) -> double& { return c.optimizer.max_grad_norm; }));
+                             [](C& c) -> double& { return c.optimizer.max_grad_norm; }, kNonNegative));
   s.push_back(enum_setting("train.lr_schedule", "--lr-schedule", "decay after warm-up", lr_schedules(),
                            [](C& c) -> LrSchedule& { return c.optimizer.lr_schedule; }));
   s.push_back(int_setting("train.warmup_steps", "--warmup-steps", "linear warm-up optimizer steps",
                           [](C& c) -> int64_t& { return c.optimizer.warmup_steps; }, 0));
+  s.push_back(int_setting("train.max_nonfinite_steps", "--max-nonfinite-steps",
+                          "stop after this many consecutive steps whose gradient is not finite (each is skipped)",
+                          [](C& c) -> int64_t& { return c.max_nonfinite_steps; }, 1));
   s.push_back(double_setting("train.min_lr_ratio", "--min-lr-ratio", "floor of the decay, as a fraction of -lr",
-                             [](C& c) -> double& { return c.optimizer.min_lr_ratio; }));
+                             [](C& c) -> double& { return c.optimizer.min_lr_ratio; }, kFraction));
   // logging
   s.push_back(string_setting("logging.project", "-p,--project", "run name (folder under --save-dir)",
                              [](C& c) -> std::string& { return c.project; }, {}, true));
@@ -390,7 +426,7 @@ std::vector<Setting> make_settings() {
   s.push_back(int_setting("logging.eval_n", "--eval-n", "samples per eval prompt (pass@n)",
                           [](C& c) -> int64_t& { return c.eval_n; }, 1, {}, true));
   s.push_back(double_setting("logging.eval_temperature", "--eval-temperature", "eval sampling temperature",
-                             [](C& c) -> double& { return c.eval_temperature; }, {}, true));
+                             [](C& c) -> double& { return c.eval_temperature; }, kNonNegative, {}, true));
   s.push_back(bool_setting("logging.eval_greedy", "--eval-greedy", "greedy eval decoding",
                            [](C& c) -> bool& { return c.eval_greedy; }, {}, true));
   s.push_back(int_setting("logging.eval_max_new_tokens", "--eval-max-new-tokens", "eval response budget (0: -mnt)",

@@ -63,6 +63,10 @@ RunPlan plan_run(const RunConfig& c) {
   if (plan.resume_from) {
     const fs::path where = *plan.resume_from / "trainer_state" / "state.json";
     plan.saved = checkpoint_state_from_json(read_checkpoint_state(*plan.resume_from, c), where.string());
+  } else if (c.resume != "auto") {
+    // A fresh start over an existing run is refused here, before anything in its directory
+    // (config.yaml, metrics.jsonl) is touched.
+    prepare_metrics_file(plan.run_dir, c, std::nullopt);
   }
   return plan;
 }
@@ -97,8 +101,16 @@ RunState load_run(const RunConfig& c, Communicator* trainers) {
   if (leader) {
     run.tokenizer = Tokenizer::from_dir(c.model);
     run.plan = plan_run(c);
-    run.dataset = load_prompt_dataset(c.dataset);
+    DatasetOptions options;
+    options.skip_bad_lines = c.skip_bad_lines;
+    run.dataset = load_prompt_dataset(c.dataset, options);
     const int64_t n_records = static_cast<int64_t>(run.dataset.records.size());
+    // Sizes against the dataset, before any work: a step needs n_trainers * tbs distinct prompts.
+    if (n_trainers * c.train_batch_size > n_records) {
+      throw_user_error("-tbs/--train-batch-size {}{} asks for {} prompts per step, but {} has {}; lower -tbs",
+                       c.train_batch_size, n_trainers > 1 ? fmt::format(" on {} trainers", n_trainers) : "",
+                       n_trainers * c.train_batch_size, c.dataset, n_records);
+    }
     run.cursor = std::make_unique<DatasetCursor>(n_records, c.seed, /*shuffle=*/true);
     run.plan.total_steps = run_total_steps(c, n_records, n_trainers * c.train_batch_size);
     if (run.plan.resume_from) {

@@ -35,6 +35,7 @@ fs::path run_sft(const RunConfig& c) {
 
   DatasetOptions dataset_options;
   dataset_options.kind = DatasetKind::kChats;
+  dataset_options.skip_bad_lines = c.skip_bad_lines;
   const PromptDataset dataset = load_prompt_dataset(c.dataset, dataset_options);
   const ChatTemplate chat_template(*tokenizer);
   // As in RL training: chats without a system message get -s, or the reward type's default, so a

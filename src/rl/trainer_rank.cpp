@@ -41,6 +41,7 @@ class TrainerRank {
   std::unique_ptr<RolloutChannel> channel_;
   std::deque<GroupRollout> buffer_;  // this trainer's kept groups not yet trained on
   std::unique_ptr<RelayBuffer> relay_;  // this trainer's trained groups trained on again
+  int64_t nonfinite_steps_ = 0;         // steps in a row whose updates were skipped as non-finite
   std::unique_ptr<Leader> leader_;   // trainer rank 0 only
 };
 
@@ -88,6 +89,7 @@ void TrainerRank::train_step(int64_t step) {
   const int64_t version_before = run_.policy_version;
   const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, topo_.role_group.get(), relay_->relayed(step));
   relay_->add(step, batch);
+  check_nonfinite(c_, update, step, nonfinite_steps_);
   if (update.trained) ++run_.policy_version;
 
   // Every trainer's figures, one row each, summed so each row reaches the leader.

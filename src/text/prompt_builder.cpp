@@ -38,7 +38,8 @@ std::optional<BuiltPrompt> PromptBuilder::build(const PromptRecord& record) {
   BuiltPrompt prompt;
   prompt.text = template_.render(messages, true, options_.template_variables);
   prompt.ids = tokenizer_.encode(prompt.text, false);  // the template already holds BOS where the model wants it
-  const int64_t limit = options_.max_prompt_tokens;
+  int64_t limit = options_.max_prompt_tokens;
+  if (options_.context_tokens > 1 && (limit <= 0 || limit > options_.context_tokens - 1)) limit = options_.context_tokens - 1;
   if (limit > 0 && static_cast<int64_t>(prompt.ids.size()) > limit) {
     if (options_.overflow == PromptOverflow::kDrop) {
       ++n_dropped_;

@@ -25,6 +25,7 @@ std::string default_system_prompt(const std::string& reward_type);
 struct PromptOptions {
   std::string system_prompt;          // prepended as a system message when the record has none; empty: none
   int64_t max_prompt_tokens = 0;      // 0: unlimited
+  int64_t context_tokens = 0;         // the model's positions: prompts keep room for a response under it too (0: none)
   PromptOverflow overflow = PromptOverflow::kTruncateLeft;
   nlohmann::ordered_json template_variables = nlohmann::ordered_json::object();  // e.g. enable_thinking
 };
@@ -38,7 +39,8 @@ struct BuiltPrompt {
 class PromptBuilder {
  public:
   PromptBuilder(const Tokenizer& tokenizer, PromptOptions options);
-  // nullopt when the prompt is over max_prompt_tokens and the policy is drop.
+  // nullopt when the prompt is over max_prompt_tokens (or leaves no room under context_tokens) and
+  // the policy is drop.
   std::optional<BuiltPrompt> build(const PromptRecord& record);
   int64_t n_truncated() const { return n_truncated_; }
   int64_t n_dropped() const { return n_dropped_; }

@@ -255,11 +255,19 @@ void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
     }
     grad_norm = std::sqrt(grad_norm);
   }
-  optimizer_->step();
+  // A non-finite gradient (a NaN or inf loss anywhere, on any rank: the norm is of the summed
+  // gradient) is not applied; the step still counts, so the schedule and the plan stay aligned.
+  const bool finite = std::isfinite(grad_norm);
+  if (finite) {
+    optimizer_->step();
+  } else {
+    optimizer_->zero_grad();
+  }
   ++n_steps_;
   policy_->eval();
   metrics.values["grad_norm"] = grad_norm;
   metrics.values["lr"] = lr;
+  metrics.values["nonfinite"] = finite ? 0.0 : 1.0;
 }
 
 TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch) {
