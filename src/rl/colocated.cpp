@@ -53,7 +53,7 @@ class ColocatedRun {
 };
 
 ColocatedRun::ColocatedRun(const RunConfig& c)
-    : c_(c), run_(load_run(c)), reward_(run_reward_function(c)), relay_(c, run_.plan.saved.relay_buffer) {
+    : c_(c), run_(load_run(c)), reward_(run_reward_function(c)), relay_(c, run_.plan.saved.relay_buffer.groups) {
   EngineConfig engine_config;
   engine_config.kv_cache_mb = c.kv_cache_mb;
   engine_ = std::make_unique<Engine>(run_.policy, engine_config, run_.tokenizer);
@@ -63,7 +63,7 @@ ColocatedRun::ColocatedRun(const RunConfig& c)
                                                  run_.cursor.get(), &reward_);
   const CheckpointState& saved = run_.plan.saved;
   rollouts_->restore_skipped(saved.skipped_long_prompts, saved.skipped_short_prompts);
-  buffer_.assign(saved.rollout_buffer.begin(), saved.rollout_buffer.end());
+  buffer_.assign(saved.rollout_buffer.groups.begin(), saved.rollout_buffer.groups.end());
 }
 
 void ColocatedRun::generate_round(std::vector<GroupRollout>& discarded) {
@@ -124,8 +124,8 @@ void ColocatedRun::save_checkpoint(int64_t step) {
   state.policy_version = engine_->version();
   state.data_cursor = run_.cursor->state();
   state.optimizer_steps = run_.trainer->n_steps();
-  state.rollout_buffer.assign(buffer_.begin(), buffer_.end());
-  state.relay_buffer = relay_.groups();
+  state.rollout_buffer.groups.assign(buffer_.begin(), buffer_.end());
+  state.relay_buffer.groups = relay_.groups();
   state.skipped_long_prompts = rollouts_->skipped_long();
   state.skipped_short_prompts = rollouts_->skipped_short();
   save_run(c_, run_, state);

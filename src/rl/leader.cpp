@@ -53,7 +53,12 @@ Leader::Leader(const RunConfig& c, const Topology& topo, RunState& run) : c_(c),
   picker_ = std::make_unique<RolloutGenerator>(c, run.policy->config(), *run.tokenizer, nullptr, &run.dataset,
                                                run.cursor.get(), nullptr);
   picker_->restore_skipped(run.plan.saved.skipped_long_prompts, run.plan.saved.skipped_short_prompts);
-  in_flight_ = run.plan.saved.in_flight_prompts;
+  const CheckpointState& saved = run.plan.saved;
+  in_flight_ = saved.in_flight_prompts;
+  rounds_ahead_ = saved.round.rounds_ahead;
+  pending_.generated = saved.round.generated_groups;
+  pending_.kept = saved.round.kept_groups;
+  pending_.discarded = saved.round.discarded;
   evaluator_ = std::make_unique<RunEvaluator>(c, run.policy->config(), *run.tokenizer, run.plan.run_dir);
   if (!evaluator_->empty()) {
     EngineConfig engine_config;
@@ -64,7 +69,7 @@ Leader::Leader(const RunConfig& c, const Topology& topo, RunState& run) : c_(c),
                                               c.param_sync_comm_type);
 }
 
-void Leader::start() {
+void Leader::start(bool send_first_round) {
   const RunPlan& plan = run_.plan;
   write_file_atomic(plan.run_dir / "config.yaml", run_config_yaml(c_));
   if (plan.resume_from) {
@@ -78,7 +83,7 @@ void Leader::start() {
                topo_.num_trainers, c_.train_batch_size, c_.num_generations, topo_.num_inferencers, c_.round_prompts(),
                c_.algo.name, c_.n_behind);
   sync_weights();  // the workers start from the trainers' weights (a resumed run's, too)
-  if (plan.first_step() <= plan.total_steps) send_round();
+  if (send_first_round && plan.first_step() <= plan.total_steps) send_round();
   last_step_end_ = Clock::now();
 }
 
@@ -173,15 +178,15 @@ void Leader::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdat
   last_step_end_ = Clock::now();
 }
 
-void Leader::save_checkpoint(int64_t step, std::vector<GroupRollout> buffers, std::vector<GroupRollout> relays) {
-  CheckpointState state;
-  state.step = step;
+void Leader::save_checkpoint(CheckpointState state) {
   state.policy_version = run_.policy_version;
   state.data_cursor = run_.cursor->state();
   state.optimizer_steps = run_.trainer->n_steps();
-  state.rollout_buffer = std::move(buffers);
-  state.relay_buffer = std::move(relays);
   state.in_flight_prompts = in_flight_;
+  state.round.rounds_ahead = rounds_ahead_;
+  state.round.generated_groups = pending_.generated;
+  state.round.kept_groups = pending_.kept;
+  state.round.discarded = pending_.discarded;
   state.skipped_long_prompts = picker_->skipped_long();
   state.skipped_short_prompts = picker_->skipped_short();
   state.num_trainers = topo_.num_trainers;

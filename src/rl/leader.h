@@ -33,8 +33,10 @@ class Leader {
   // `run` is trainer rank 0's run state (with the dataset); both must outlive the leader.
   Leader(const RunConfig& config, const Topology& topology, RunState& run);
 
-  // Before the first step: config.yaml, the metrics log, the workers' first weights and round.
-  void start();
+  // Before the first step: config.yaml, the metrics log, the workers' first weights, and the
+  // first round unless `send_round` is false (a resumed run with a round collected, or one that
+  // first finishes the round it was in).
+  void start(bool send_round);
   // The next round's prompts to the workers (a resumed run first re-sends the round in flight).
   void send_round();
   // The policy to every worker, when it changed since the last sync.
@@ -46,9 +48,9 @@ class Leader {
   // The step's metrics line and rollouts file. `rows`: every trainer's step_figures, [T, n].
   void log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdate& update,
                 const std::vector<GroupRollout>& trained);
-  // The checkpoint of `step` with every trainer's buffered groups.
-  // `buffers` and `relays`: every trainer's rollout and relay buffers.
-  void save_checkpoint(int64_t step, std::vector<GroupRollout> buffers, std::vector<GroupRollout> relays);
+  // The checkpoint of `state.step`; `state` holds every trainer's groups and where the round
+  // stands, the leader adds the rest.
+  void save_checkpoint(CheckpointState state);
   void stop_workers();
 
  private:

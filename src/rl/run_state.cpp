@@ -12,18 +12,64 @@ namespace rlcpp {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+nlohmann::json groups_json(const std::vector<GroupRollout>& groups) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& g : groups) list.push_back(to_json(g));
+  return list;
+}
+
+std::vector<GroupRollout> groups_from(const nlohmann::json& j, const char* key) {
+  std::vector<GroupRollout> groups;
+  for (const auto& g : j.value(key, nlohmann::json::array())) groups.push_back(group_from_json(g));
+  return groups;
+}
+
+nlohmann::json to_json(const TrainerGroups& t) { return {{"groups", groups_json(t.groups)}, {"per_trainer", t.per_trainer}}; }
+
+TrainerGroups trainer_groups_from(const nlohmann::json& j, const std::string& where) {
+  TrainerGroups t;
+  t.groups = groups_from(j, "groups");
+  t.per_trainer = j.value("per_trainer", std::vector<int64_t>{});
+  int64_t sum = 0;
+  for (const int64_t n : t.per_trainer) {
+    if (n < 0 || n > static_cast<int64_t>(t.groups.size())) sum = -1;
+    if (sum >= 0) sum += n;
+  }
+  if (!t.per_trainer.empty() && sum != static_cast<int64_t>(t.groups.size())) {
+    throw_user_error("{}: per_trainer does not count the {} groups saved; the checkpoint cannot be resumed", where,
+                     t.groups.size());
+  }
+  return t;
+}
+
+// The buffers were lists of groups before they said which trainer held which.
+TrainerGroups trainer_groups_at(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) return {};
+  if (j.at(key).is_array()) return {groups_from(j, key), {}};
+  return trainer_groups_from(j.at(key), where);
+}
+
+}  // namespace
+
 nlohmann::json to_json(const CheckpointState& s) {
-  nlohmann::json buffer = nlohmann::json::array(), relay = nlohmann::json::array(), in_flight = nlohmann::json::array();
-  for (const auto& g : s.rollout_buffer) buffer.push_back(to_json(g));
-  for (const auto& g : s.relay_buffer) relay.push_back(to_json(g));
+  nlohmann::json in_flight = nlohmann::json::array();
   for (const auto& p : s.in_flight_prompts) in_flight.push_back(to_json(p));
+  const RoundState& r = s.round;
   return {{"step", s.step},
           {"policy_version", s.policy_version},
           {"optimizer_steps", s.optimizer_steps},
           {"data_cursor", s.data_cursor},
-          {"rollout_buffer", buffer},
-          {"relay_buffer", relay},
+          {"rollout_buffer", to_json(s.rollout_buffer)},
+          {"relay_buffer", to_json(s.relay_buffer)},
           {"in_flight_prompts", in_flight},
+          {"round", {{"end_step", r.end_step},
+                     {"collected", r.collected ? to_json(*r.collected) : nlohmann::json(nullptr)},
+                     {"rounds_ahead", r.rounds_ahead},
+                     {"generated_groups", r.generated_groups},
+                     {"kept_groups", r.kept_groups},
+                     {"discarded", groups_json(r.discarded)}}},
           {"skipped_long_prompts", s.skipped_long_prompts},
           {"skipped_short_prompts", s.skipped_short_prompts},
           {"num_trainers", s.num_trainers},
@@ -37,9 +83,18 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
     s.policy_version = json_get_or<int64_t>(j, "policy_version", 0, where);
     s.optimizer_steps = json_get<int64_t>(j, "optimizer_steps", where);
     s.data_cursor = j.value("data_cursor", nlohmann::json(nullptr));
-    for (const auto& g : j.value("rollout_buffer", nlohmann::json::array())) s.rollout_buffer.push_back(group_from_json(g));
-    for (const auto& g : j.value("relay_buffer", nlohmann::json::array())) s.relay_buffer.push_back(group_from_json(g));
+    s.rollout_buffer = trainer_groups_at(j, "rollout_buffer", where);
+    s.relay_buffer = trainer_groups_at(j, "relay_buffer", where);
     for (const auto& p : j.value("in_flight_prompts", nlohmann::json::array())) s.in_flight_prompts.push_back(pick_from_json(p));
+    if (j.contains("round")) {
+      const auto& r = j.at("round");
+      s.round.end_step = json_get_or<int64_t>(r, "end_step", 0, where);
+      if (r.contains("collected") && !r.at("collected").is_null()) s.round.collected = trainer_groups_from(r.at("collected"), where);
+      s.round.rounds_ahead = json_get_or<int64_t>(r, "rounds_ahead", 0, where);
+      s.round.generated_groups = json_get_or<int64_t>(r, "generated_groups", 0, where);
+      s.round.kept_groups = json_get_or<int64_t>(r, "kept_groups", 0, where);
+      s.round.discarded = groups_from(r, "discarded");
+    }
     s.skipped_long_prompts = json_get_or<int64_t>(j, "skipped_long_prompts", 0, where);
     s.skipped_short_prompts = json_get_or<int64_t>(j, "skipped_short_prompts", 0, where);
     s.num_trainers = json_get_or<int64_t>(j, "num_trainers", 1, where);

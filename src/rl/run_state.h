@@ -24,15 +24,35 @@
 
 namespace rlcpp {
 
+// Groups the trainers held, in trainer order: the first per_trainer[0] are trainer 0's, and so on.
+// A resume under the same -t gives each trainer its own back; under another -t (or without
+// per_trainer) they are dealt anew.
+struct TrainerGroups {
+  std::vector<GroupRollout> groups;
+  std::vector<int64_t> per_trainer;
+};
+
+// Where a distributed run stood in its rounds at a checkpoint, so that a resumed run continues
+// exactly as the uninterrupted one would. Defaults: at a round's end with nothing collected ahead.
+struct RoundState {
+  int64_t end_step = 0;                    // the last step of the round in training (> step: resume finishes it first)
+  std::optional<TrainerGroups> collected;  // -nb >= 1: the round the workers were generating, collected at the checkpoint
+  int64_t rounds_ahead = 0;                // rounds sent ahead of training (the --sync-frequency cadence)
+  // Figures of collected rounds not yet on a metrics line (they go on the next step's):
+  int64_t generated_groups = 0, kept_groups = 0;
+  std::vector<GroupRollout> discarded;
+};
+
 // trainer_state/state.json of a checkpoint (the optimizer and RNG states sit beside it).
 struct CheckpointState {
   int64_t step = 0;                           // the last step the checkpoint includes
   int64_t policy_version = 0;                 // optimizer updates applied to the policy so far
   int64_t optimizer_steps = 0;                // the LR schedule's position
   nlohmann::json data_cursor;                 // DatasetCursor::state() (null: not saved)
-  std::vector<GroupRollout> rollout_buffer;   // kept groups not yet trained on, of every trainer
-  std::vector<GroupRollout> relay_buffer;     // groups the relay buffer holds, of every trainer (trained_step set)
-  std::vector<PromptPick> in_flight_prompts;  // distributed: the round the rollout workers were generating
+  TrainerGroups rollout_buffer;               // kept groups not yet trained on, of every trainer
+  TrainerGroups relay_buffer;                 // groups the relay buffers hold, of every trainer (trained_step set)
+  std::vector<PromptPick> in_flight_prompts;  // distributed: a round sent and not collected (re-sent on resume)
+  RoundState round;                           // distributed
   int64_t skipped_long_prompts = 0;           // left out over -mpt so far
   int64_t skipped_short_prompts = 0;          // left out under min_prompt_length so far
   int64_t num_trainers = 1, num_inferencers = 0;  // the layout that wrote it (for the log; resume may differ)

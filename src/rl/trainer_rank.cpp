@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 
 #include "parallel/gradient_sync.h"
 #include "rl/control.h"
@@ -29,11 +30,19 @@ class TrainerRank {
 
  private:
   int T() const { return topo_.num_trainers; }
-  // This trainer's share of saved groups (every trainer's, possibly from another -t), by the balance.
-  std::vector<GroupRollout> deal(const std::vector<GroupRollout>& saved) const;
+  // This trainer's share of saved groups: its own under the same -t, else dealt by the balance.
+  std::vector<GroupRollout> deal(const TrainerGroups& saved) const;
+  // One round's kept groups join the buffer: the round collected ahead if there is one.
+  void collect_round();
+  // At a checkpoint under -nb >= 1: the round the workers are generating, collected now (as if at
+  // the round's end) and kept apart until the next collect_round.
+  void collect_ahead();
+  // Trains steps [step, last], then (-nb 0) sends the next round if the run goes on.
+  void train_round(int64_t& step, int64_t last);
   void train_step(int64_t step);
-  // Groups of every trainer at the leader (the others get nothing back).
-  std::vector<GroupRollout> gather(const std::vector<GroupRollout>& mine);
+  void save_checkpoint(int64_t step);
+  // Groups of every trainer at the leader, in trainer order (the others get nothing back).
+  TrainerGroups gather(const std::vector<GroupRollout>& mine);
 
   const RunConfig& c_;
   const Topology& topo_;
@@ -41,6 +50,9 @@ class TrainerRank {
   std::unique_ptr<RolloutChannel> channel_;
   std::deque<GroupRollout> buffer_;  // this trainer's kept groups not yet trained on
   std::unique_ptr<RelayBuffer> relay_;  // this trainer's trained groups trained on again
+  std::optional<std::deque<GroupRollout>> collected_;  // this trainer's share of a round collected ahead
+  int64_t round_end_ = 0;    // the last step of the round in training
+  bool round_ahead_ = false;  // a round is being generated while this one trains (-nb >= 1)
   int64_t nonfinite_steps_ = 0;         // steps in a row whose updates were skipped as non-finite
   std::unique_ptr<Leader> leader_;   // trainer rank 0 only
 };
@@ -54,33 +66,95 @@ TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
   }
   channel_ = std::make_unique<RolloutChannel>(topo_.world, topo_.role_group, T(), topo_.num_inferencers);
   if (topo_.role_rank == 0) leader_ = std::make_unique<Leader>(c, topo, run_);
-  const auto mine = deal(run_.plan.saved.rollout_buffer);
+  const CheckpointState& saved = run_.plan.saved;
+  const auto mine = deal(saved.rollout_buffer);
   buffer_.assign(mine.begin(), mine.end());
-  relay_ = std::make_unique<RelayBuffer>(c, deal(run_.plan.saved.relay_buffer));
+  relay_ = std::make_unique<RelayBuffer>(c, deal(saved.relay_buffer));
+  if (saved.round.collected) {
+    const auto ahead = deal(*saved.round.collected);
+    collected_.emplace(ahead.begin(), ahead.end());
+  }
 }
 
-std::vector<GroupRollout> TrainerRank::deal(const std::vector<GroupRollout>& saved) const {
+std::vector<GroupRollout> TrainerRank::deal(const TrainerGroups& saved) const {
+  if (static_cast<int>(saved.per_trainer.size()) == T()) {
+    int64_t first = 0;
+    for (int t = 0; t < topo_.role_rank; ++t) first += saved.per_trainer[static_cast<size_t>(t)];
+    const auto begin = saved.groups.begin() + first;
+    return {begin, begin + saved.per_trainer[static_cast<size_t>(topo_.role_rank)]};
+  }
   std::vector<int64_t> tokens;
-  for (const auto& g : saved) tokens.push_back(group_tokens(g));
+  for (const auto& g : saved.groups) tokens.push_back(group_tokens(g));
   const auto to = assign_groups(tokens, std::vector<int64_t>(static_cast<size_t>(T()), 0),
                                 std::vector<int64_t>(static_cast<size_t>(T()), 0));
   std::vector<GroupRollout> mine;
-  for (size_t k = 0; k < saved.size(); ++k) {
-    if (to[k] == topo_.role_rank) mine.push_back(saved[k]);
+  for (size_t k = 0; k < saved.groups.size(); ++k) {
+    if (to[k] == topo_.role_rank) mine.push_back(saved.groups[k]);
   }
   return mine;
 }
 
-std::vector<GroupRollout> TrainerRank::gather(const std::vector<GroupRollout>& mine) {
+TrainerGroups TrainerRank::gather(const std::vector<GroupRollout>& mine) {
   if (!leader_) {
     topo_.role_group->send_bytes(encode_groups(mine), 0, kShareTag);
     return {};
   }
-  std::vector<GroupRollout> all(mine);
+  TrainerGroups all{mine, {static_cast<int64_t>(mine.size())}};
   for (int t = 1; t < T(); ++t) {
-    for (auto& g : decode_groups(topo_.role_group->recv_bytes(t, kShareTag))) all.push_back(std::move(g));
+    auto theirs = decode_groups(topo_.role_group->recv_bytes(t, kShareTag));
+    all.per_trainer.push_back(static_cast<int64_t>(theirs.size()));
+    for (auto& g : theirs) all.groups.push_back(std::move(g));
   }
   return all;
+}
+
+void TrainerRank::collect_round() {
+  if (collected_) {
+    for (auto& g : *collected_) buffer_.push_back(std::move(g));
+    collected_.reset();
+    return;
+  }
+  const auto wait_start = Clock::now();
+  const RoundReceipt receipt = [&] {
+    trace::Span wait("collect_rollouts");
+    return channel_->collect(buffer_);
+  }();
+  if (leader_) leader_->note_round(receipt, std::chrono::duration<double>(Clock::now() - wait_start).count());
+}
+
+void TrainerRank::collect_ahead() {
+  std::deque<GroupRollout> held = buffer_;  // the balance weighs what this trainer holds
+  const auto before = static_cast<long>(held.size());
+  const auto wait_start = Clock::now();
+  const RoundReceipt receipt = [&] {
+    trace::Span wait("collect_rollouts");
+    return channel_->collect(held);
+  }();
+  if (leader_) leader_->note_round(receipt, std::chrono::duration<double>(Clock::now() - wait_start).count());
+  collected_.emplace(held.begin() + before, held.end());
+}
+
+void TrainerRank::train_round(int64_t& step, int64_t last) {
+  const bool more_rounds = last < run_.plan.total_steps;
+  while (step <= last) train_step(step++);
+  if (leader_ && more_rounds && c_.n_behind == 0) {
+    leader_->sync_weights();
+    leader_->send_round();
+  }
+}
+
+void TrainerRank::save_checkpoint(int64_t step) {
+  trace::write();
+  // Under -nb >= 1 the workers are generating the next round from an older policy, which a
+  // resumed run could not reproduce: the round is collected now and saved with the checkpoint.
+  if (round_ahead_ && !collected_) collect_ahead();
+  CheckpointState state;
+  state.step = step;
+  state.rollout_buffer = gather(std::vector<GroupRollout>(buffer_.begin(), buffer_.end()));
+  state.relay_buffer = gather(relay_->groups());
+  state.round.end_step = round_end_;
+  if (collected_) state.round.collected = gather(std::vector<GroupRollout>(collected_->begin(), collected_->end()));
+  if (leader_) leader_->save_checkpoint(std::move(state));
 }
 
 void TrainerRank::train_step(int64_t step) {
@@ -96,30 +170,24 @@ void TrainerRank::train_step(int64_t step) {
   auto rows = torch::zeros({T(), n_step_figures()}, torch::kFloat64);
   rows[topo_.role_rank] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before);
   if (T() > 1) topo_.role_group->all_reduce_sum(rows);
-  const auto trained = rollouts_due(c_, step) ? gather(batch) : std::vector<GroupRollout>{};
+  const auto trained = rollouts_due(c_, step) ? gather(batch).groups : std::vector<GroupRollout>{};
   if (leader_) leader_->log_step(step, rows, update, trained);
   // After the metrics line, so a run resumed from this checkpoint has every line up to it.
-  if (checkpoint_due(c_, step, run_.plan.total_steps)) {
-    trace::write();
-    auto all = gather(std::vector<GroupRollout>(buffer_.begin(), buffer_.end()));
-    auto relays = gather(relay_->groups());
-    if (leader_) leader_->save_checkpoint(step, std::move(all), std::move(relays));
-  }
+  if (checkpoint_due(c_, step, run_.plan.total_steps)) save_checkpoint(step);
 }
 
 fs::path TrainerRank::run() {
   const auto run_start = Clock::now();
   const int64_t total_steps = run_.plan.total_steps;
-  if (leader_) leader_->start();
+  int64_t step = run_.plan.first_step();
+  // A run resumed in the middle of a round first trains the rest of it (its groups are buffered).
+  round_end_ = std::min(run_.plan.saved.round.end_step, total_steps);
+  const bool mid_round = step <= round_end_;
+  if (leader_) leader_->start(/*send_round=*/!mid_round && !collected_);
+  if (mid_round) train_round(step, round_end_);
   int64_t rounds_since_step = 0;
-  for (int64_t step = run_.plan.first_step(); step <= total_steps;) {
-    // One round: this trainer's share of the kept groups joins its buffer.
-    const auto wait_start = Clock::now();
-    const RoundReceipt receipt = [&] {
-      trace::Span wait("collect_rollouts");
-      return channel_->collect(buffer_);
-    }();
-    if (leader_) leader_->note_round(receipt, std::chrono::duration<double>(Clock::now() - wait_start).count());
+  while (step <= total_steps) {
+    collect_round();  // this trainer's share of the round's kept groups joins its buffer
     ++rounds_since_step;
     // Steps the trainers can fill now (each holds within one group of the others).
     auto held = torch::zeros({T()}, torch::kFloat64);
@@ -131,18 +199,15 @@ fs::path TrainerRank::run() {
       if (leader_) short_batch(c_, step, static_cast<int64_t>(held.sum().item<double>()), T() * c_.train_batch_size);
     }
     steps = std::min(steps, total_steps - step + 1);
-    const bool more_rounds = step + steps <= total_steps;
-    if (leader_ && more_rounds && c_.n_behind >= 1) {
+    round_end_ = step + steps - 1;
+    round_ahead_ = round_end_ < total_steps && c_.n_behind >= 1;
+    if (leader_ && round_ahead_) {
       // Rollout runs ahead: the next round starts now, with the weights as they are.
       leader_->sync_ahead();
       leader_->send_round();
     }
-    for (int64_t k = 0; k < steps; ++k) train_step(step++);
+    train_round(step, round_end_);
     if (steps > 0) rounds_since_step = 0;
-    if (leader_ && more_rounds && c_.n_behind == 0) {
-      leader_->sync_weights();
-      leader_->send_round();
-    }
   }
   if (leader_) {
     leader_->stop_workers();
