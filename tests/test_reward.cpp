@@ -180,14 +180,26 @@ TEST(ExternalReward, RestartLimitStopsWithStderrTail) {
 
 TEST(ExternalReward, MalformedRepliesAreCountedFailures) {
   ExternalRewardConfig config;
-  config.command = "while read l; do echo 'not json'; done";
+  config.command = "read l; echo '{\"reward\": 1}'; while read l; do echo 'not json'; done";
   config.failure_reward = 0.5;
   ExternalReward external(config);
-  const auto replies = external.score(requests_of({"a", "b"}));
-  EXPECT_TRUE(replies[0].failed && replies[1].failed);
+  const auto replies = external.score(requests_of({"a", "b", "c"}));
+  EXPECT_FALSE(replies[0].failed);
+  EXPECT_TRUE(replies[1].failed && replies[2].failed);
   EXPECT_EQ(replies[1].reward, 0.5);
   EXPECT_EQ(external.n_failures(), 2);
   EXPECT_EQ(external.n_restarts(), 0);
+}
+
+// A command that never answered well is set up wrong: its first malformed reply, or the shell
+// failing to run it, stops at once instead of scoring every sample with the failure reward.
+TEST(ExternalReward, SetupErrorsStopAtOnce) {
+  ExternalRewardConfig config;
+  config.command = "while read l; do echo banana; done";
+  EXPECT_THROW_MSG(ExternalReward(config).score(requests_of({"a", "b"})), UserError, "first reply", "banana");
+  config.command = "./no_such_reward_program --flag";
+  EXPECT_THROW_MSG(ExternalReward(config).score(requests_of({"a", "b"})), UserError, "no_such_reward_program",
+                   "command not found");
 }
 
 TEST(RewardFunction, WeightedSumOfComponentsWithParts) {

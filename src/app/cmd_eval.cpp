@@ -27,6 +27,7 @@ struct EvalArgs {
   EvalOptions options;
   bool greedy = false, json = false;
   int64_t max_prompt_tokens = 0, kv_cache_mb = 1024;
+  std::string overflow = "truncate_left";
 };
 
 void run_eval(EvalArgs a) {
@@ -44,6 +45,8 @@ void run_eval(EvalArgs a) {
   prompt_options.system_prompt = a.system_prompt ? *a.system_prompt : default_system_prompt(a.reward_type);
   prompt_options.max_prompt_tokens = a.max_prompt_tokens;
   prompt_options.context_tokens = model->config().max_position_embeddings;
+  prompt_options.overflow = prompt_overflows().parse(a.overflow, "--overflow");
+  if (!a.dataset.empty()) prompt_options.source = a.dataset;
   PromptBuilder prompts(*tokenizer, prompt_options);
   if (a.greedy) a.options.sampling.temperature = 0;
   a.options.sampling.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
@@ -101,6 +104,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--seed", a->options.seed, "sampling seed")->capture_default_str();
   add_setting_flag(cmd, "rollout.system_prompt", a->system_prompt);
   add_setting_flag(cmd, "rollout.max_prompt_tokens", a->max_prompt_tokens);
+  add_setting_flag(cmd, "rollout.overflow", a->overflow);
   cmd->add_option("-o,--output", a->output, "per-sample JSONL");
   cmd->add_flag("--json", a->json, "print the summary as one JSON object");
   add_setting_flag(cmd, "runtime.dtype", a->dtype);

@@ -34,6 +34,7 @@ struct GenerateArgs {
   std::string device = "cpu";
   int64_t kv_cache_mb = 1024;
   int64_t max_prompt_tokens = 0;
+  std::string overflow = "truncate_left";
 };
 
 void run_generate(GenerateArgs args) {
@@ -60,6 +61,8 @@ void run_generate(GenerateArgs args) {
   prompt_options.system_prompt = args.system_prompt;
   prompt_options.max_prompt_tokens = args.max_prompt_tokens;
   prompt_options.context_tokens = model->config().max_position_embeddings;
+  prompt_options.overflow = prompt_overflows().parse(args.overflow, "--overflow");
+  prompt_options.source = args.dataset;
   PromptBuilder builder(*tokenizer, prompt_options);
   std::vector<GenerationRequest> requests;
   std::vector<std::string> prompt_texts;
@@ -136,6 +139,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--raw", args->raw, "no chat template: the text is the prompt (BOS added as the tokenizer says)");
   cmd->add_option("-s,--system-prompt", args->system_prompt, "system prompt (default: none)");
   add_setting_flag(cmd, "rollout.max_prompt_tokens", args->max_prompt_tokens);
+  add_setting_flag(cmd, "rollout.overflow", args->overflow);
   add_setting_flag(cmd, "runtime.dtype", args->dtype);
   add_setting_flag(cmd, "runtime.device", args->device);
   add_setting_flag(cmd, "model.kv_cache_mb", args->kv_cache_mb);

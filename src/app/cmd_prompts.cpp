@@ -37,6 +37,7 @@ void run_prompts(const PromptsArgs& args) {
   options.system_prompt = args.system_prompt_set ? args.system_prompt : default_system_prompt(args.reward_type);
   options.max_prompt_tokens = args.max_prompt_tokens;
   options.overflow = prompt_overflows().parse(args.overflow, "--overflow");
+  options.source = args.dataset;
   PromptBuilder builder(*tokenizer, options);
   DatasetCursor cursor(static_cast<int64_t>(dataset.records.size()), args.seed, args.shuffle);
   const int64_t n = std::min<int64_t>(args.count, static_cast<int64_t>(dataset.records.size()));
@@ -67,7 +68,7 @@ void add_prompts_command(CLI::App& app) {
       ->each([args](const std::string&) { args->system_prompt_set = true; });
   add_setting_flag(cmd, "rollout.reward_type", args->reward_type);
   add_setting_flag(cmd, "rollout.max_prompt_tokens", args->max_prompt_tokens);
-  cmd->add_option("--overflow", args->overflow, "over max-prompt-tokens: " + prompt_overflows().names())->capture_default_str();
+  add_setting_flag(cmd, "rollout.overflow", args->overflow);
   cmd->add_flag("--shuffle", args->shuffle, "walk the dataset in the seeded shuffled order");
   cmd->add_option("--seed", args->seed, "shuffle seed")->capture_default_str();
   cmd->add_flag("--skip-bad-lines", args->skip_bad_lines, "skip malformed lines with a count instead of failing");

@@ -16,7 +16,7 @@ PromptRecord parse_prompt_record(const std::string& line, const std::string& whe
   OJson json;
   try {
     json = OJson::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw_user_error("{}: not valid JSON ({})", where, e.what());
   }
   if (!json.is_object()) throw_user_error("{}: expected a JSON object, got {}", where, json.type_name());

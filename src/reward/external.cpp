@@ -146,12 +146,18 @@ void ExternalReward::score_batch(const std::vector<ExternalRequest>& requests, s
         auto json = nlohmann::json::parse(line, nullptr, false);
         if (json.is_object() && json.contains("reward") && json["reward"].is_number()) {
           reply.reward = json["reward"].get<double>();
+          ++n_replies_;
           if (json.contains("parts") && json["parts"].is_object()) {
             for (auto it = json["parts"].begin(); it != json["parts"].end(); ++it) {
               if (it.value().is_number()) reply.parts[it.key()] = it.value().get<double>();
             }
           }
         } else {
+          if (n_replies_ == 0) {
+            throw_user_error("--reward-cmd '{}': its first reply is not a JSON object with a numeric \"reward\": {}; "
+                             "it must answer each request line with one line such as {{\"reward\": 1.0}}",
+                             config_.command, line.substr(0, 200));
+          }
           reply.failed = true;
           reply.reward = config_.failure_reward;
           ++n_failures_;
@@ -185,6 +191,12 @@ void ExternalReward::score_batch(const std::vector<ExternalRequest>& requests, s
           int status = 0;
           ::waitpid(pid_, &status, 0);
           pid_ = -1;
+          if (WIFEXITED(status) && (WEXITSTATUS(status) == 126 || WEXITSTATUS(status) == 127)) {
+            drain_stderr();
+            throw_user_error("--reward-cmd '{}': the shell cannot run it (exit {}: {}); its stderr:\n{}", config_.command,
+                             WEXITSTATUS(status), WEXITSTATUS(status) == 127 ? "command not found" : "not executable",
+                             stderr_tail_);
+          }
           failure = WIFEXITED(status) ? fmt::format("it exited with status {}", WEXITSTATUS(status))
                                       : fmt::format("it was killed by signal {}", WTERMSIG(status));
         }

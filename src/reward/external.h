@@ -5,7 +5,9 @@
 //   {"reward": 1.0, "parts": {"name": 0.5, ...}}      ("parts" optional)
 // A reply that does not come within the timeout (or a child that dies) gets the child killed and
 // restarted; that request gets the failure reward and is counted. After max_restarts restarts the
-// run stops with the child's stderr tail in the error. A malformed reply is a counted failure.
+// run stops with the child's stderr tail in the error. A malformed reply is a counted failure once
+// the command has answered well; a malformed first reply, or a command the shell cannot run (exit
+// 126/127), is a setup error and stops the run at once.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -61,6 +63,7 @@ class ExternalReward {
   int to_child_ = -1, from_child_ = -1, child_err_ = -1;
   std::string stdout_buffer_, stderr_tail_;
   int64_t n_failures_ = 0, n_restarts_ = 0;
+  int64_t n_replies_ = 0;  // well-formed replies so far
 };
 
 }  // namespace rlcpp

@@ -119,6 +119,7 @@ RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, 
   prompt_options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
   prompt_options.max_prompt_tokens = c.max_prompt_tokens;
   prompt_options.context_tokens = model_config.max_position_embeddings;
+  prompt_options.overflow = c.overflow;
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
   reward_.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
   options_.sampling = c.sampling;

@@ -89,6 +89,8 @@ RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& m
       config.system_prompt ? *config.system_prompt : default_system_prompt(reward_types().name(config.reward_type));
   prompt_options.max_prompt_tokens = config.max_prompt_tokens;
   prompt_options.context_tokens = model_config.max_position_embeddings;
+  prompt_options.overflow = config.overflow;
+  prompt_options.source = config.dataset;
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
   sampling_ = config.sampling;
   sampling_.stop_token_ids = default_stop_tokens(model_config, tokenizer);

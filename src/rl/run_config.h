@@ -20,6 +20,7 @@
 #include "engine/sampling.h"
 #include "parallel/weight_sync.h"
 #include "reward/reward.h"
+#include "text/prompt_builder.h"
 #include "train/trainer.h"
 #include "util/json.h"
 
@@ -64,7 +65,8 @@ struct RunConfig {
   int64_t inference_batch_size = 0;    // prompts per rollout round per rollout worker (0: train_batch_size)
   int64_t inference_microbatch_size = 0;  // prompts per generate call (0: the whole round)
   SamplingParams sampling;             // temperature, top-k/p, max_new_tokens
-  int64_t max_prompt_tokens = 0;       // longer prompts are truncated from the left (0: no limit)
+  int64_t max_prompt_tokens = 0;       // the prompt length limit (0: the model's positions less one)
+  PromptOverflow overflow = PromptOverflow::kTruncateLeft;  // what a prompt over the limit gets
   std::optional<std::string> system_prompt;  // unset: the reward type's default
   RewardType reward_type = RewardType::kBoxed;  // the built-in grader
   RewardScale reward_scale;            // what each outcome of the grader is worth

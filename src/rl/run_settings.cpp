@@ -295,6 +295,9 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.sampling.max_new_tokens; }, 1));
   s.push_back(int_setting("rollout.max_prompt_tokens", "--mpt,--max-prompt-tokens", "prompt length cap (0: none)",
                           [](C& c) -> int64_t& { return c.max_prompt_tokens; }, 0));
+  s.push_back(enum_setting("rollout.overflow", "--overflow",
+                           "a prompt over -mpt (or the model's max_position_embeddings less one)", prompt_overflows(),
+                           [](C& c) -> PromptOverflow& { return c.overflow; }));
   s.push_back(make("rollout.system_prompt", "-s,--system-prompt", {}, "system prompt (default: the reward type's)",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) {
                  if (v.is_null()) c.system_prompt.reset();

@@ -1,5 +1,7 @@
 #include "text/prompt_builder.h"
 
+#include <spdlog/spdlog.h>
+
 #include "util/error.h"
 
 namespace rlcpp {
@@ -7,7 +9,8 @@ namespace rlcpp {
 const EnumTable<PromptOverflow>& prompt_overflows() {
   static const EnumTable<PromptOverflow> table(
       "overflow policy", {{PromptOverflow::kTruncateLeft, "truncate_left", "keep the last max-prompt-tokens tokens"},
-                          {PromptOverflow::kDrop, "drop", "leave the prompt out"}});
+                          {PromptOverflow::kDrop, "drop", "leave the prompt out"},
+                          {PromptOverflow::kError, "error", "stop with an error naming the prompt's line"}});
   return table;
 }
 
@@ -39,11 +42,26 @@ std::optional<BuiltPrompt> PromptBuilder::build(const PromptRecord& record) {
   prompt.text = template_.render(messages, true, options_.template_variables);
   prompt.ids = tokenizer_.encode(prompt.text, false);  // the template already holds BOS where the model wants it
   int64_t limit = options_.max_prompt_tokens;
-  if (options_.context_tokens > 1 && (limit <= 0 || limit > options_.context_tokens - 1)) limit = options_.context_tokens - 1;
-  if (limit > 0 && static_cast<int64_t>(prompt.ids.size()) > limit) {
+  std::string why = fmt::format("-mpt {}", limit);
+  if (options_.context_tokens > 1 && (limit <= 0 || limit > options_.context_tokens - 1)) {
+    limit = options_.context_tokens - 1;
+    why = fmt::format("the model's max_position_embeddings {} less one position for the response", options_.context_tokens);
+  }
+  const auto n = static_cast<int64_t>(prompt.ids.size());
+  if (limit > 0 && n > limit) {
+    const std::string where = fmt::format("{}:{}", options_.source.empty() ? "prompt" : options_.source, record.line);
+    if (options_.overflow == PromptOverflow::kError) {
+      throw_user_error("{}: the prompt is {} tokens, over the limit of {} ({}); shorten it, or give --overflow "
+                       "truncate_left or drop", where, n, limit, why);
+    }
     if (options_.overflow == PromptOverflow::kDrop) {
       ++n_dropped_;
       return std::nullopt;
+    }
+    if (n_truncated_ == 0) {
+      spdlog::warn("{}: the prompt is {} tokens, over the limit of {} ({}): its first {} tokens are cut (--overflow "
+                   "truncate_left; drop or error are the others); further prompts cut are counted", where, n, limit,
+                   why, n - limit);
     }
     prompt.ids.erase(prompt.ids.begin(), prompt.ids.end() - limit);
     prompt.truncated = true;

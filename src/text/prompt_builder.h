@@ -14,7 +14,7 @@
 
 namespace rlcpp {
 
-enum class PromptOverflow { kTruncateLeft, kDrop };
+enum class PromptOverflow { kTruncateLeft, kDrop, kError };
 
 const EnumTable<PromptOverflow>& prompt_overflows();
 
@@ -27,6 +27,7 @@ struct PromptOptions {
   int64_t max_prompt_tokens = 0;      // 0: unlimited
   int64_t context_tokens = 0;         // the model's positions: prompts keep room for a response under it too (0: none)
   PromptOverflow overflow = PromptOverflow::kTruncateLeft;
+  std::string source;                 // the dataset's path, for messages naming a prompt's line
   nlohmann::ordered_json template_variables = nlohmann::ordered_json::object();  // e.g. enable_thinking
 };
 
@@ -40,7 +41,8 @@ class PromptBuilder {
  public:
   PromptBuilder(const Tokenizer& tokenizer, PromptOptions options);
   // nullopt when the prompt is over max_prompt_tokens (or leaves no room under context_tokens) and
-  // the policy is drop.
+  // the policy is drop; a UserError naming the line when it is error. The first truncated prompt
+  // is a warning; the rest are counted.
   std::optional<BuiltPrompt> build(const PromptRecord& record);
   int64_t n_truncated() const { return n_truncated_; }
   int64_t n_dropped() const { return n_dropped_; }

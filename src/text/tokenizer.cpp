@@ -86,7 +86,7 @@ Tokenizer::Tokenizer(const std::string& tokenizer_json, const std::string& confi
   Json json;
   try {
     json = Json::parse(tokenizer_json);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw_user_error("{}: not valid JSON: {}", where, e.what());
   }
   if (!json.is_object() || !json.contains("model")) throw_user_error("{}: no \"model\" in tokenizer.json", where);
@@ -153,7 +153,7 @@ Tokenizer::Tokenizer(const std::string& tokenizer_json, const std::string& confi
     Json config;
     try {
       config = Json::parse(config_json);
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
       throw_user_error("{}: tokenizer_config.json is not valid JSON: {}", where, e.what());
     }
     if (config.contains("chat_template")) {
