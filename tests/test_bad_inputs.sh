@@ -65,6 +65,12 @@ variant t5; printf '{"model": ' > t5/tokenizer.json
 expect tokenizer json-truncated 2 't5/tokenizer.json' -- "$rlcpp" tokenize --model t5 hi
 variant t7; sed -i 's/"merges":\[\]/"merges":[],"x":1e999/' t7/tokenizer.json
 expect tokenizer number-overflow 2 't7/tokenizer.json: not valid JSON.*overflow' -- "$rlcpp" tokenize --model t7 hi
+variant t8; edit_tokenizer t8 't["model"] = 0'
+expect tokenizer model-not-an-object 2 't8/tokenizer.json' -- "$rlcpp" tokenize --model t8 hi
+variant t9; python3 -c 'import json; json.dump({"eos_token": "<|im_end|>", "tokenizer_class": 7}, open("t9/tokenizer_config.json", "w"))'
+expect tokenizer config-field-of-wrong-type 2 't9/tokenizer.json.*(type|boolean)' -- "$rlcpp" tokenize --model t9 hi
+variant m8; python3 -c 'import json; c=json.load(open("m8/config.json")); c["architectures"]=[7]; json.dump(c, open("m8/config.json","w"))'
+expect model config-field-of-wrong-type 2 'm8/config.json.*type' -- "$rlcpp" info m8
 variant t6; edit_tokenizer t6 't["model"]["merges"] = ["a"]'
 expect tokenizer bad-merge 2 'tokenizer.json' -- "$rlcpp" tokenize --model t6 hi
 

@@ -57,7 +57,7 @@ const EnumTable<RopeScalingType>& rope_scaling_types() {
   return table;
 }
 
-ModelConfig ModelConfig::from_json(const Json& json, const std::string& where) {
+ModelConfig ModelConfig::from_json(const Json& json, const std::string& where) try {
   if (!json.is_object()) throw_user_error("{}: expected a JSON object", where);
   ModelConfig c;
   c.raw = json;
@@ -118,6 +118,8 @@ ModelConfig ModelConfig::from_json(const Json& json, const std::string& where) {
   c.bos_token_id = json_get_or<int64_t>(json, "bos_token_id", -1, where);
   if (json.contains("eos_token_id")) add_token_ids(json["eos_token_id"], &c.eos_token_ids);
   return c;
+} catch (const Json::exception& e) {  // a field of the wrong type, where the checks above do not look
+  throw_user_error("{}: unexpected contents: {}", where, e.what());
 }
 
 ModelConfig ModelConfig::load(const fs::path& dir) {

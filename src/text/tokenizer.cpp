@@ -82,7 +82,7 @@ std::shared_ptr<Tokenizer> Tokenizer::from_dir(const fs::path& dir) {
   return std::make_shared<Tokenizer>(read_file(path, "tokenizer"), config, path.string());
 }
 
-Tokenizer::Tokenizer(const std::string& tokenizer_json, const std::string& config_json, const std::string& where) {
+Tokenizer::Tokenizer(const std::string& tokenizer_json, const std::string& config_json, const std::string& where) try {
   Json json;
   try {
     json = Json::parse(tokenizer_json);
@@ -184,6 +184,8 @@ Tokenizer::Tokenizer(const std::string& tokenizer_json, const std::string& confi
       }
     }
   }
+} catch (const Json::exception& e) {  // a field of the wrong type, where the checks above do not look
+  throw_user_error("{} (or tokenizer_config.json beside it): unexpected contents: {}", where, e.what());
 }
 
 std::optional<int32_t> Tokenizer::special_id(const std::string& content) const {
