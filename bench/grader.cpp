@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
       gsm.add(true, grade(right, t));
     }
     if (integer && t.size() > 3 && t[0] != '-') {
-      for (const std::string& sep : {",", "{,}", ",\\!"}) gsm.add(true, grade(with_thousands(t, sep), t));
+      for (const char* sep : {",", "{,}", ",\\!"}) gsm.add(true, grade(with_thousands(t, sep), t));
       gsm.add(false, grade(with_thousands(t, ", "), t));  // "41, 250": two numbers
     }
     // Wrong answers.

@@ -142,7 +142,7 @@ TEST(Dist, TwoTrainersWithHalfTheSamplesEqualOneWithAll) {
   dp->set_gradient_reducer([&](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*trainers, params, 4096); });
   const std::vector<TrainSample> half(samples.begin() + 4 * trainers->rank(), samples.begin() + 4 * (trainers->rank() + 1));
   for (int step = 0; step < 3; ++step) {
-    single->step({samples, single->policy_logprobs(samples), {}});
+    single->step({samples, single->policy_logprobs(samples), {}, {}});
     auto tokens = torch::tensor({dp->loss_tokens(half)}, torch::kFloat64);
     trainers->all_reduce_sum(tokens);
     dp->step({half, dp->policy_logprobs(half), {}, {}, tokens.item<double>(), static_cast<double>(samples.size())});

@@ -104,8 +104,8 @@ TEST(Trainer, MicrobatchSizeDoesNotChangeTheStep) {
     auto old = trainer.policy_logprobs(samples);
     auto ref = trainer.reference_logprobs(samples);
     // Perturb the policy so that ratios and KL are not trivially 1 and 0 in the second step.
-    trainer.step({samples, old, ref});
-    auto metrics = trainer.step({samples, old, ref}).values;
+    trainer.step({samples, old, ref, {}});
+    auto metrics = trainer.step({samples, old, ref, {}}).values;
     EXPECT_GT(metrics["kl"], 0.0);
     results.push_back(weights_of(*model));
   }
@@ -123,8 +123,10 @@ TEST(Trainer, StepRaisesTheLikelihoodOfPositiveAdvantageResponses) {
   const auto before = trainer.policy_logprobs(samples);
   for (int step = 0; step < 5; ++step) {
     const auto old = trainer.policy_logprobs(samples);
-    const auto m = trainer.step({samples, old, {}}).values;
-    if (step == 0) EXPECT_NEAR(m.at("ratio_mean"), 1.0, 1e-6);  // old log-probs are the policy's own
+    const auto m = trainer.step({samples, old, {}, {}}).values;
+    if (step == 0) {
+      EXPECT_NEAR(m.at("ratio_mean"), 1.0, 1e-6);  // old log-probs are the policy's own
+    }
     EXPECT_GT(m.at("grad_norm"), 0.0);
   }
   const auto after = trainer.policy_logprobs(samples);
@@ -278,7 +280,7 @@ TEST(Trainer, EntropyBonusHasTheGradientOfTheSoftmaxEntropy) {
     Trainer trainer(m, nullptr, config);
     double before = 0;
     const auto old = trainer.policy_logprobs(samples, &before);
-    const auto metrics = trainer.step({samples, old, {}}).values;
+    const auto metrics = trainer.step({samples, old, {}, {}}).values;
     return std::make_tuple(metrics.at("entropy"), before, weights_of(*m));
   };
   const auto [entropy, no_grad_entropy, with_bonus] = step(0.1);
@@ -325,7 +327,7 @@ TEST(Trainer, SkippedSamplesLeaveTheLossAndItsDenominators) {
   Trainer trainer(m, nullptr, config);
   const auto old = trainer.policy_logprobs(samples);
   EXPECT_EQ(trainer.skipped_samples(samples, old), (std::vector<uint8_t>{0, 0, 0, 0}));  // ratio 1 everywhere
-  trainer.step({samples, old, {}});
+  trainer.step({samples, old, {}, {}});
   const auto after = trainer.skipped_samples(samples, old);
   EXPECT_GT(std::count(after.begin(), after.end(), 1), 0);
 }
@@ -372,12 +374,12 @@ TEST(Trainer, NonFiniteStepsAreSkippedAndCounted) {
   auto samples = fixed_samples();
   samples[1].advantage = std::nan("");
   const auto before = weights_of(*model);
-  const auto metrics = trainer.step({samples, trainer.policy_logprobs(samples), {}}).values;
+  const auto metrics = trainer.step({samples, trainer.policy_logprobs(samples), {}, {}}).values;
   EXPECT_EQ(metrics.at("nonfinite"), 1.0);
   EXPECT_EQ(trainer.n_steps(), 1);
   expect_same_weights({before, weights_of(*model)}, 1e-300);
   samples[1].advantage = -1.0;  // the next finite step applies
-  EXPECT_EQ(trainer.step({samples, trainer.policy_logprobs(samples), {}}).values.at("nonfinite"), 0.0);
+  EXPECT_EQ(trainer.step({samples, trainer.policy_logprobs(samples), {}, {}}).values.at("nonfinite"), 0.0);
   double moved = 0;
   const auto after = weights_of(*model);
   for (size_t k = 0; k < after.size(); ++k) moved = std::max(moved, (after[k] - before[k]).abs().max().item<double>());

@@ -32,6 +32,8 @@ class TrainerRank {
   int T() const { return topo_.num_trainers; }
   // This trainer's share of saved groups: its own under the same -t, else dealt by the balance.
   std::vector<GroupRollout> deal(const TrainerGroups& saved) const;
+  // One round from the workers: this trainer's share of its kept groups joins `into`.
+  void collect(std::deque<GroupRollout>& into);
   // One round's kept groups join the buffer: the round collected ahead if there is one.
   void collect_round();
   // At a checkpoint under -nb >= 1: the round the workers are generating, collected now (as if at
@@ -108,29 +110,25 @@ TrainerGroups TrainerRank::gather(const std::vector<GroupRollout>& mine) {
   return all;
 }
 
-void TrainerRank::collect_round() {
-  if (collected_) {
-    for (auto& g : *collected_) buffer_.push_back(std::move(g));
-    collected_.reset();
-    return;
-  }
+void TrainerRank::collect(std::deque<GroupRollout>& into) {
   const auto wait_start = Clock::now();
   const RoundReceipt receipt = [&] {
     trace::Span wait("collect_rollouts");
-    return channel_->collect(buffer_);
+    return channel_->collect(into);
   }();
   if (leader_) leader_->note_round(receipt, std::chrono::duration<double>(Clock::now() - wait_start).count());
+}
+
+void TrainerRank::collect_round() {
+  if (!collected_) return collect(buffer_);
+  for (auto& g : *collected_) buffer_.push_back(std::move(g));
+  collected_.reset();
 }
 
 void TrainerRank::collect_ahead() {
   std::deque<GroupRollout> held = buffer_;  // the balance weighs what this trainer holds
   const auto before = static_cast<long>(held.size());
-  const auto wait_start = Clock::now();
-  const RoundReceipt receipt = [&] {
-    trace::Span wait("collect_rollouts");
-    return channel_->collect(held);
-  }();
-  if (leader_) leader_->note_round(receipt, std::chrono::duration<double>(Clock::now() - wait_start).count());
+  collect(held);
   collected_.emplace(held.begin() + before, held.end());
 }
 
