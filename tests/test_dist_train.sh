@@ -149,6 +149,10 @@ for nb in 0 1; do
     diff <(metrics_of "runs/mid$nb-whole/metrics.jsonl") <(metrics_of "runs/mid$nb/metrics.jsonl") | head -4
   fi
 done
+# -nb may change on resume, also in the middle of a round (no round is waited for that was never sent).
+mkdir -p runs/mid-other && cp -r runs/mid0-whole/step-9 runs/mid0-whole/metrics.jsonl runs/mid-other/ && echo step-9 > runs/mid-other/latest
+run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 1 -ibs 2 -nb 1 --max-steps 16 --si 3 -p mid-other --resume auto > mid-other.log 2>&1 \
+  && [ "$(wc -l < runs/mid-other/metrics.jsonl)" -eq 16 ] && ok resume-mid-round-other-nb || { bad resume-mid-round-other-nb; tail -3 mid-other.log; }
 cp -r runs/crash-whole runs/regrow && rm -rf runs/regrow/step-24 && echo step-20 > runs/regrow/latest
 run_mpi 2 "${base[@]}" -t 1 -i 1 -tbs 2 -ibs 2 --max-steps 30 -p regrow --resume auto > regrow.log 2>&1 \
   && [ "$(wc -l < runs/regrow/metrics.jsonl)" -eq 30 ] && grep -q 'resuming from runs/regrow/step-20' regrow.log \

@@ -186,6 +186,20 @@ TEST(RunSettings, NumbersMustBeFiniteAndInRange) {
   EXPECT_NO_THROW(load("train:\n  learning_rate: 0\nalgorithm:\n  clip_eps_low: 0.999\n"));
 }
 
+// A checkpoint written before a setting existed records no value for it: it resumes under the
+// setting's default (the behaviour it had), and a run asking for another value is refused.
+TEST(RunSettings, ResumeTreatsASettingTheCheckpointPredatesAsItsDefault) {
+  const RunConfig given = load("rollout:\n  temperature: 0.7\n");
+  nlohmann::ordered_json recorded = run_config_json(given);
+  EXPECT_TRUE(incompatible_settings(recorded, given).empty());
+  recorded["rollout"].erase("overflow");
+  EXPECT_TRUE(incompatible_settings(recorded, given).empty());
+  const auto differing = incompatible_settings(recorded, load("rollout:\n  temperature: 0.7\n  overflow: drop\n"));
+  ASSERT_EQ(differing.size(), 1u);
+  EXPECT_EQ(differing[0], "rollout.overflow: (absent: default \"truncate_left\") -> \"drop\"");
+  EXPECT_EQ(incompatible_settings(recorded, load("rollout:\n  temperature: 0.9\n")).size(), 1u);
+}
+
 TEST(RunSettings, ProjectIsOneFolderName) {
   for (const char* bad : {"../../escape", "a/b", "\"\"", ".", ".."}) {
     SCOPED_TRACE(bad);

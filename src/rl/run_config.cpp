@@ -294,16 +294,19 @@ std::string run_config_yaml(const RunConfig& config) {
 }
 
 std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& recorded, const RunConfig& config) {
-  const auto now = run_config_json(config);
+  const auto now = run_config_json(config), defaults = run_config_json(RunConfig{});
   std::vector<std::string> out;
   for (const auto& setting : run_settings()) {
     if (setting.resume_may_differ || !setting.converts_to.empty()) continue;
     const size_t dot = setting.name.find('.');
     const std::string group = setting.name.substr(0, dot), key = setting.name.substr(dot + 1);
     const auto& current = now[group][key];
+    // A setting the checkpoint does not record is newer than it: the run had its default's behaviour.
     const bool known = recorded.contains(group) && recorded[group].contains(key);
-    if (!known || recorded[group][key] != current) {
-      out.push_back(fmt::format("{}: {} -> {}", setting.name, known ? recorded[group][key].dump() : "(absent)", current.dump()));
+    const auto& then = known ? recorded[group][key] : defaults[group][key];
+    if (then != current) {
+      out.push_back(fmt::format("{}: {} -> {}", setting.name, known ? then.dump() : "(absent: default " + then.dump() + ")",
+                                current.dump()));
     }
   }
   return out;

@@ -39,7 +39,7 @@ class TrainerRank {
   // At a checkpoint under -nb >= 1: the round the workers are generating, collected now (as if at
   // the round's end) and kept apart until the next collect_round.
   void collect_ahead();
-  // Trains steps [step, last], then (-nb 0) sends the next round if the run goes on.
+  // Trains steps [step, last], then sends the next round if the run goes on and none is coming.
   void train_round(int64_t& step, int64_t last);
   void train_step(int64_t step);
   void save_checkpoint(int64_t step);
@@ -135,7 +135,9 @@ void TrainerRank::collect_ahead() {
 void TrainerRank::train_round(int64_t& step, int64_t last) {
   const bool more_rounds = last < run_.plan.total_steps;
   while (step <= last) train_step(step++);
-  if (leader_ && more_rounds && c_.n_behind == 0) {
+  // The next round, unless it went ahead (-nb >= 1) or was collected with the checkpoint resumed
+  // from (-nb may change on resume).
+  if (leader_ && more_rounds && !round_ahead_ && !collected_) {
     leader_->sync_weights();
     leader_->send_round();
   }
