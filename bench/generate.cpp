@@ -73,18 +73,31 @@ int main(int argc, char** argv) {
   app.add_option("--groups", groups, "prompts in the group workload")->capture_default_str();
   app.add_option("-g,--group-size", group_size, "samples per prompt")->capture_default_str();
   app.add_option("--threads", threads, "intra-op threads (0: default)")->capture_default_str();
+  int64_t lora_rank = 0;
+  std::string frozen_dtype;
+  app.add_option("--lora-rank", lora_rank, "LoRA adapters of this rank on every linear layer, unmerged (0: none)")
+      ->capture_default_str();
+  app.add_option("--frozen-dtype", frozen_dtype, "weights stored in this dtype, computed in fp32 (bfloat16, float16)");
   CLI11_PARSE(app, argc, argv);
   configure_threads(threads);
 
   const ModelConfig config = shape == "tiny" ? tiny_config() : qwen25_05b_config(layers);
-  auto model = std::make_shared<Transformer>(config, ModelOptions{});
+  ModelOptions options;
+  if (!frozen_dtype.empty()) options.frozen_dtype = dtypes().parse(frozen_dtype, "--frozen-dtype");
+  auto model = std::make_shared<Transformer>(config, options);
   model->init_weights(0.02, 0);
+  if (lora_rank > 0) {
+    LoraConfig lora;
+    lora.rank = lora_rank;
+    model->add_adapters(lora, 0);
+  }
   model->eval();
   EngineConfig engine_config;
   engine_config.kv_cache_mb = 2048;
   Engine engine(model, engine_config);
-  std::printf("shape %s: %ld layers, %.1f M parameters, fp32, %d intra-op threads; KV cache %.0f MiB allocated\n",
+  std::printf("shape %s: %ld layers, %.1f M parameters, fp32%s%s, LoRA rank %ld, %d intra-op threads; KV cache %.0f MiB allocated\n",
               shape.c_str(), static_cast<long>(config.num_hidden_layers), config.parameter_count() / 1e6,
+              frozen_dtype.empty() ? "" : " computed, stored in ", frozen_dtype.c_str(), static_cast<long>(lora_rank),
               torch::get_num_threads(), engine_config.kv_cache_mb * 1.0);
   run(engine, requests_of(1, 1, 8, 4, config.vocab_size, 0));  // warm-up
   double single_decode = 0;

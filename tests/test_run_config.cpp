@@ -92,9 +92,6 @@ TEST(ChatLearnFields, ARunFileUsingEveryFieldLoadsAndMapsTheValues) {
 }
 
 TEST(ChatLearnFields, RefusedFeaturesNameTheirPlanAndOffValuesPass) {
-  EXPECT_THROW_MSG(load("model:\n  lora:\n    enable_lora: true\n"), UserError, "lora.enable_lora = true", "LoRA",
-                   "issue 19", "set it to false");
-  EXPECT_THROW_MSG(load("model:\n  lora:\n    lora_dim: 16\n"), UserError, "lora.lora_dim = 16", "issue 19");
   EXPECT_THROW_MSG(load("model:\n  zero_size: 2\n"), UserError, "zero_size = 2", "issue 22");
   EXPECT_THROW_MSG(load("model:\n  tensor_model_parallel_size: 2\n"), UserError, "issue 23");
   EXPECT_THROW_MSG(load("model:\n  offload_weights: true\n"), UserError, "offload_weights", "issue 25");
@@ -103,6 +100,34 @@ TEST(ChatLearnFields, RefusedFeaturesNameTheirPlanAndOffValuesPass) {
   EXPECT_THROW_MSG(load("runtime:\n  no_such_field: 1\n"), UserError, "unknown setting \"no_such_field\"");
   EXPECT_NO_THROW(load("model:\n  lora:\n    enable_lora: false\n  offload_weights: no\n  zero_size: 1\n"));
   EXPECT_FALSE(load("runtime:\n  stream_data_loader_type: fixed\n").algo.dynamic_batching);
+}
+
+TEST(ChatLearnFields, LoraConfigMapsOntoTheLoraSettings) {
+  const RunConfig on = load("model:\n  lora:\n    enable_lora: true\n");
+  EXPECT_EQ(on.lora.rank, 8);  // ChatLearn's default lora_dim
+  EXPECT_EQ(on.lora.scaling(), 1.0);
+  EXPECT_TRUE(on.lora.targets.empty());  // all linear layers
+  const RunConfig full = load("model:\n  lora:\n    enable_lora: true\n    lora_dim: 16\n    lora_scaling: 2.0\n"
+                              "    lora_dropout: 0.1\n    column_only_qkv: true\n    part_module_name: layers.0.\n"
+                              "    lora_layer: ColumnParallelLinear,Embedding,LinearLayer,RowParallelLinear,VocabParallelEmbedding\n");
+  EXPECT_EQ(full.lora.rank, 16);
+  EXPECT_EQ(full.lora.alpha, 32.0);
+  EXPECT_EQ(full.lora.scaling(), 2.0);
+  EXPECT_EQ(full.lora.dropout, 0.1);
+  EXPECT_EQ(full.lora.targets, (std::vector<std::string>{"q_proj", "k_proj", "v_proj"}));
+  EXPECT_EQ(full.lora.name_scope, "layers.0.");
+  EXPECT_TRUE(full.lora.adapts("model.layers.0.self_attn.k_proj"));
+  EXPECT_FALSE(full.lora.adapts("model.layers.0.self_attn.o_proj"));
+  EXPECT_FALSE(full.lora.adapts("model.layers.1.self_attn.q_proj"));
+  EXPECT_FALSE(load("model:\n  lora:\n    enable_lora: false\n    lora_dim: 16\n").lora.enabled());
+  EXPECT_THROW_MSG(load("model:\n  lora:\n    enable_lora: true\n    lora_layer: Embedding\n"), UserError, "lora_layer");
+  EXPECT_THROW_MSG(load("model:\n  lora_rank: 8\n  lora_alpha: 16\n  lora:\n    lora_scaling: 2\n"), UserError,
+                   "lora_scaling", "lora_alpha");
+  // The printed configuration reads back to the same adapters.
+  const RunConfig again = load(run_config_yaml(full));
+  EXPECT_EQ(again.lora.rank, 16);
+  EXPECT_EQ(again.lora.scaling(), 2.0);
+  EXPECT_EQ(again.lora.targets, full.lora.targets);
 }
 
 TEST(ChatLearnFields, TheReadmeTableIsTheOneTheCodePrints) {

@@ -17,6 +17,7 @@
 #include "rl/chatlearn_fields.h"
 #include "rl/colocated.h"
 #include "rl/distributed.h"
+#include "rl/memory_plan.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -25,12 +26,16 @@ namespace {
 
 // The run's configuration and topology, checked on every rank before any work. A failure is
 // reported once — by the lowest rank that failed — and every rank exits with code 2.
-std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, const std::shared_ptr<Communicator>& world) {
+std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, const std::shared_ptr<Communicator>& world,
+                                                      bool memory_check) {
   std::string error;
   RunConfig config;
   std::optional<Topology> topology;
   try {
     config = resolve_run_config(raw);
+    if (memory_check && world->rank() == 0) {
+      check_run_memory(config, estimate_run_memory(config, ModelConfig::load(config.model)), available_memory_bytes());
+    }
     if (config.distributed()) {
       topology = Topology::create(world, static_cast<int>(config.trainers()), static_cast<int>(config.inferencers()));
     } else if (world->size() > 1) {
@@ -62,9 +67,15 @@ void add_train_command(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   add_run_flags(cmd, *flags);
   auto chatlearn_fields = std::make_shared<bool>(false);
+  auto dry_run = std::make_shared<bool>(false);
+  auto skip_memory_check = std::make_shared<bool>(false);
+  cmd->add_flag("--dry-run", *dry_run,
+                "check the settings, print the run's estimated peak memory line by line, and exit without training");
+  cmd->add_flag("--skip-memory-check", *skip_memory_check,
+                "start even when the memory estimate exceeds what the machine has available");
   cmd->add_flag("--chatlearn-fields", *chatlearn_fields,
                 "print how every ChatLearn config field is handled (implemented, mapped, refused, notice) and exit");
-  cmd->callback([flags, chatlearn_fields] {
+  cmd->callback([flags, chatlearn_fields, dry_run, skip_memory_check] {
     if (*chatlearn_fields) {
       std::cout << chatlearn_fields_markdown();
       return;
@@ -74,8 +85,17 @@ void add_train_command(CLI::App& app) {
       std::cout << run_config_yaml(resolve_run_config(raw, /*check_files=*/false));
       return;
     }
+    if (*dry_run) {
+      const RunConfig config = resolve_run_config(raw);
+      const auto estimate = estimate_run_memory(config, ModelConfig::load(config.model));
+      const double available = available_memory_bytes();
+      std::cout << fmt::format("estimated peak memory of {} (one {} process):\n{}available now: {:.2f} GiB\n",
+                               config.model, config.distributed() ? "trainer" : "training", estimate.table(),
+                               available / (1024.0 * 1024.0 * 1024.0));
+      return;
+    }
     auto world = mpi_world();  // a world of one process without mpirun
-    const auto [config, topology] = prepare(raw, world);
+    const auto [config, topology] = prepare(raw, world, !*skip_memory_check);
     if (config.debug) spdlog::set_level(spdlog::level::debug);
     if (!topology) {
       run_colocated(config);

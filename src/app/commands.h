@@ -15,6 +15,7 @@ void add_generate_command(CLI::App& app);
 void add_grade_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_init_command(CLI::App& app);
+void add_merge_command(CLI::App& app);
 void add_sft_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_report_command(CLI::App& app);

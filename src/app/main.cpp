@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   rlcpp::add_grade_command(app);
   rlcpp::add_train_command(app);
   rlcpp::add_init_command(app);
+  rlcpp::add_merge_command(app);
   rlcpp::add_sft_command(app);
   rlcpp::add_eval_command(app);
   rlcpp::add_report_command(app);

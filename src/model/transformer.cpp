@@ -1,6 +1,11 @@
 #include "model/transformer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "io/checkpoint.h"
 #include "model/logprobs.h"
@@ -12,8 +17,89 @@ namespace rlcpp {
 
 namespace {
 
-torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+Linear make_linear(int64_t in, int64_t out, bool bias) { return std::make_shared<LinearImpl>(in, out, bias); }
+
+// `t` in `dtype` (itself when it already is).
+torch::Tensor as_dtype(const torch::Tensor& t, torch::ScalarType dtype) {
+  return !t.defined() || t.scalar_type() == dtype ? t : t.to(dtype);
+}
+
+// Activation checkpointing of one decoder layer: the forward runs without a graph and keeps only
+// the layer's input; the backward runs the layer again with a graph (the RNG replayed, so dropout
+// draws the same mask) and differentiates it. The layer's trainable parameters are inputs, so
+// their gradients flow even when x needs none (the first layer under LoRA).
+struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, torch::TensorList params,
+                               DecoderLayerImpl* layer, const torch::Tensor& cos, const torch::Tensor& sin,
+                               const torch::Tensor& mask) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["cos"] = cos;
+    ctx->saved_data["sin"] = sin;
+    ctx->saved_data["mask"] = mask;
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->saved_data["x_grad"] = x.requires_grad();
+    ctx->saved_data["n_params"] = static_cast<int64_t>(params.size());
+    auto generator = at::globalContext().defaultGenerator(x.device());
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      ctx->saved_data["rng"] = generator.get_state();
+    }
+    std::vector<torch::Tensor> kept(params.begin(), params.end());
+    ctx->saved_data["params"] = c10::List<torch::Tensor>(kept);
+    return layer->forward(x, cos, sin, mask);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto x = ctx->get_saved_variables()[0];
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    const bool x_grad = ctx->saved_data["x_grad"].toBool();
+    auto params_list = ctx->saved_data["params"].toTensorList();
+    std::vector<torch::Tensor> params(params_list.begin(), params_list.end());
+    auto generator = at::globalContext().defaultGenerator(x.device());
+    torch::Tensor rng_now;
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      rng_now = generator.get_state();
+      generator.set_state(ctx->saved_data["rng"].toTensor());
+    }
+    torch::Tensor out;
+    auto input = x.detach().requires_grad_(x_grad);
+    {
+      torch::AutoGradMode grad(true);
+      out = layer->forward(input, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(),
+                           ctx->saved_data["mask"].toTensor());
+    }
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(rng_now);
+    }
+    std::vector<torch::Tensor> wrt;
+    if (x_grad) wrt.push_back(input);
+    wrt.insert(wrt.end(), params.begin(), params.end());
+    torch::autograd::variable_list grads;
+    if (!wrt.empty()) grads = torch::autograd::grad({out}, wrt, {grad_out[0]}, false, false, /*allow_unused=*/true);
+    torch::autograd::variable_list result;
+    result.push_back(x_grad ? grads[0] : torch::Tensor());
+    for (size_t k = 0; k < params.size(); ++k) result.push_back(grads[k + (x_grad ? 1 : 0)]);
+    result.resize(result.size() + 4);  // layer, cos, sin, mask: no gradient
+    return result;
+  }
+};
+
+// The parameters of `module` that training updates (requires_grad), adapters included.
+std::vector<torch::Tensor> trained_tensors(torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  for (const auto& item : module.named_modules()) {
+    if (auto* linear = dynamic_cast<LinearImpl*>(item.value().get()); linear != nullptr && linear->has_adapter()) {
+      out.push_back(linear->lora_A);
+      out.push_back(linear->lora_B);
+    }
+  }
+  for (const auto& p : module.parameters()) {
+    if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
 }
 
 // The dtype softmax and norms run in: fp32 for half types, fp64 for fp64.
@@ -64,6 +150,42 @@ ModelOptions model_options_from_flags(const std::string& dtype, const std::strin
 
 torch::Tensor positions_from_mask(const torch::Tensor& attention_mask) {
   return (attention_mask.to(torch::kInt64).cumsum(1) - 1).clamp_min(0);
+}
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) {
+  // Uninitialised: loaded from a checkpoint or set by Transformer::init_weights.
+  weight = register_parameter("weight", torch::empty({out, in}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  const auto dtype = x.scalar_type();
+  auto y = torch::nn::functional::linear(x, as_dtype(weight, dtype), as_dtype(bias, dtype));
+  if (lora_A.defined() && adapter_enabled) {
+    auto h = lora_dropout > 0 && is_training() ? torch::dropout(x, lora_dropout, /*train=*/true) : x;
+    y = y + torch::matmul(torch::matmul(h, lora_A.t()), lora_B.t()) * lora_scaling;
+  }
+  return y;
+}
+
+void LinearImpl::add_adapter(int64_t rank, double scaling, double dropout, torch::ScalarType dtype,
+                             at::Generator& generator) {
+  const int64_t in = weight.size(1), out = weight.size(0);
+  // PEFT's A: kaiming_uniform_(a = sqrt(5)), i.e. uniform(-1/sqrt(in), 1/sqrt(in)).
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  auto a = at::empty({rank, in}, torch::TensorOptions().dtype(torch::kFloat64)).uniform_(-bound, bound, generator);
+  auto opts = torch::TensorOptions().dtype(dtype).device(weight.device());
+  lora_A = a.to(opts).requires_grad_(true);
+  lora_B = torch::zeros({out, rank}, opts).requires_grad_(true);
+  lora_scaling = scaling;
+  lora_dropout = dropout;
+}
+
+torch::Tensor LinearImpl::merged_weight(torch::ScalarType dtype) const {
+  torch::NoGradGuard no_grad;
+  auto w = weight.to(dtype);
+  if (!lora_A.defined()) return w;
+  return w + torch::matmul(lora_B.to(dtype), lora_A.to(dtype)) * lora_scaling;
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -172,12 +294,159 @@ Transformer::Transformer(ModelConfig config, ModelOptions options)
     lm_head = register_module("lm_head", make_linear(config_.hidden_size, config_.vocab_size, false));
   }
   to(options_.device, options_.dtype);
+  if (options_.frozen_dtype != torch::ScalarType::Undefined) store_frozen_weights();
+}
+
+void Transformer::store_frozen_weights() {
+  // Before loading: the weights are replaced, not converted (nothing is allocated at full size).
+  torch::NoGradGuard no_grad;
+  for (auto& item : named_parameters()) {
+    auto& p = item.value();
+    p.set_requires_grad(false);
+    if (p.dim() == 2) p.set_data(torch::empty(p.sizes(), p.options().dtype(options_.frozen_dtype)));
+  }
+}
+
+void Transformer::add_adapters(const LoraConfig& config, uint64_t seed) {
+  RLCPP_CHECK(config.enabled() && adapted_.empty(), "adapters of rank {} on a model with {} adapted layers", config.rank,
+              adapted_.size());
+  lora_ = config;
+  for (auto& p : parameters()) p.set_requires_grad(false);
+  auto generator = at::detail::createCPUGenerator(seed);
+  for (const auto& item : named_modules()) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (linear == nullptr || linear.get() == lm_head.get() || !config.adapts(item.key())) continue;
+    linear->add_adapter(config.rank, config.scaling(), config.dropout, options_.dtype, generator);
+    adapted_.emplace_back(item.key(), linear.get());
+  }
+  if (adapted_.empty()) {
+    throw_user_error("LoRA: no linear layer matches --lora-target-modules {}{} in this {} model",
+                     lora_targets_text(config.targets),
+                     config.name_scope.empty() ? "" : fmt::format(" within name scope \"{}\"", config.name_scope),
+                     config_.model_type);
+  }
+}
+
+void Transformer::set_adapters_enabled(bool enabled) {
+  for (auto& [name, linear] : adapted_) linear->adapter_enabled = enabled;
+}
+
+std::vector<torch::Tensor> Transformer::trainable_parameters() const {
+  if (!has_adapters()) return parameters();
+  std::vector<torch::Tensor> out;
+  for (const auto& [name, linear] : adapted_) {
+    out.push_back(linear->lora_A);
+    out.push_back(linear->lora_B);
+  }
+  return out;
+}
+
+NamedTensors Transformer::trained_weights() const {
+  if (!has_adapters()) return named_weights();
+  NamedTensors out;
+  for (const auto& [name, linear] : adapted_) {
+    out.emplace_back(name + ".lora_A.weight", linear->lora_A);
+    out.emplace_back(name + ".lora_B.weight", linear->lora_B);
+  }
+  return out;
+}
+
+NamedTensors Transformer::merged_weights() const {
+  NamedTensors out = named_weights();
+  for (auto& [name, tensor] : out) {
+    const std::string module = name.substr(0, name.rfind('.'));
+    const auto it = std::find_if(adapted_.begin(), adapted_.end(), [&](const auto& a) { return a.first == module; });
+    if (it != adapted_.end() && name.ends_with(".weight")) {
+      tensor = it->second->merged_weight(options_.dtype);
+    } else if (tensor.scalar_type() != options_.dtype && tensor.is_floating_point()) {
+      tensor = tensor.to(options_.dtype);
+    }
+  }
+  return out;
+}
+
+void Transformer::save_adapter(const std::filesystem::path& dir, const std::string& base_model) const {
+  RLCPP_CHECK(has_adapters(), "save_adapter on a model without adapters");
+  std::filesystem::create_directories(dir);
+  write_file_atomic(dir / kAdapterConfigFile, peft_adapter_config(lora_, base_model).dump(2) + "\n");
+  NamedTensors tensors;
+  for (const auto& [name, tensor] : trained_weights()) tensors.emplace_back(kPeftKeyPrefix + name, tensor.detach());
+  save_safetensors(dir / kAdapterWeightsFile, tensors);
+}
+
+void Transformer::load_adapter(const std::filesystem::path& dir) {
+  const PeftAdapter adapter = read_peft_adapter(dir);
+  const auto file = dir / kAdapterWeightsFile;
+  if (!std::filesystem::exists(file)) throw_user_error("{}: missing (the adapter's weights)", file.string());
+  const auto weights_file = SafetensorsFile::open(file);
+  std::vector<std::string> weight_names;
+  for (const auto& info : weights_file->tensors()) weight_names.push_back(info.name);
+  // The modules that carry an adapter are those the file has matrices for.
+  LoraConfig config = adapter.config;
+  std::set<std::string> modules;
+  const std::string prefix = kPeftKeyPrefix;
+  for (const auto& name : weight_names) {
+    std::string key = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+    for (const char* part : {".lora_A.weight", ".lora_B.weight", ".lora_A.default.weight", ".lora_B.default.weight"}) {
+      if (key.ends_with(part)) modules.insert(key.substr(0, key.size() - std::strlen(part)));
+    }
+  }
+  if (modules.empty()) throw_user_error("{}: no LoRA matrices (keys ...lora_A.weight / ...lora_B.weight)", file.string());
+  for (const auto& m : modules) {
+    std::string leaf = m.substr(m.rfind('.') + 1);
+    if (std::find(config.targets.begin(), config.targets.end(), leaf) == config.targets.end() && !config.targets.empty()) {
+      config.targets.push_back(leaf);
+    }
+  }
+  config.name_scope.clear();
+  lora_ = config;
+  for (auto& p : parameters()) p.set_requires_grad(false);
+  auto generator = at::detail::createCPUGenerator(0);
+  std::set<std::string> found;
+  adapted_.clear();
+  for (const auto& item : named_modules()) {  // in model order
+    if (!modules.count(item.key())) continue;
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (linear == nullptr || linear.get() == lm_head.get()) continue;
+    if (!linear->has_adapter()) linear->add_adapter(config.rank, config.scaling(), config.dropout, options_.dtype, generator);
+    adapted_.emplace_back(item.key(), linear.get());
+    found.insert(item.key());
+  }
+  for (const auto& m : modules) {
+    if (!found.count(m)) {
+      throw_user_error("{}: adapter for \"{}\", which is not a linear layer of this {} model", file.string(), m,
+                       config_.model_type);
+    }
+  }
+  NamedTensors tensors;
+  for (const auto& name : weight_names) {
+    std::string key = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+    const auto pos = key.find(".default.weight");
+    if (pos != std::string::npos) key = key.substr(0, pos) + ".weight";
+    tensors.emplace_back(key, weights_file->tensor(name));
+  }
+  const auto loaded = update_weights(tensors, file.string());
+  for (const auto& [name, tensor] : trained_weights()) {
+    if (!loaded.count(name)) throw_user_error("{}: matrix \"{}{}\" is missing", file.string(), prefix, name);
+  }
 }
 
 std::shared_ptr<Transformer> Transformer::from_pretrained(const std::filesystem::path& dir, ModelOptions options) {
+  if (is_peft_adapter_dir(dir) && !std::filesystem::exists(dir / "config.json")) {
+    const PeftAdapter adapter = read_peft_adapter(dir);
+    if (!std::filesystem::exists(std::filesystem::path(adapter.base_model) / "config.json")) {
+      throw_user_error("{}: its base model {} (base_model_name_or_path) is not a model directory here; edit the field "
+                       "or merge the adapter on a machine that has the base (rlcpp merge BASE ADAPTER OUT)",
+                       (dir / kAdapterConfigFile).string(), adapter.base_model);
+    }
+    auto model = from_pretrained(adapter.base_model, options);
+    model->load_adapter(dir);
+    return model;
+  }
   auto model = std::make_shared<Transformer>(ModelConfig::load(dir), options);
   CheckpointReader reader(dir);
   model->load_weights(reader, dir.string());
+  model->eval();  // inference until a trainer says otherwise (LoRA dropout is off in eval)
   return model;
 }
 
@@ -195,8 +464,17 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
   }
   auto [cos, sin] = rope_.cos_sin(positions, options_.dtype);
   auto mask = build_attention_mask(attention_mask, batch, length, options_.dtype, options_.device);
-  auto h = model->embed_tokens->forward(ids);
-  for (const auto& layer : *model->layers) h = layer->as<DecoderLayerImpl>()->forward(h, cos, sin, mask);
+  auto h = as_dtype(model->embed_tokens->forward(ids), options_.dtype);
+  const bool checkpoint = options_.gradient_checkpointing && is_training() && torch::GradMode::is_enabled();
+  for (const auto& block : *model->layers) {
+    auto* layer = block->as<DecoderLayerImpl>();
+    if (checkpoint) {
+      const auto params = trained_tensors(*layer);
+      h = CheckpointedLayer::apply(h, torch::TensorList(params), layer, cos, sin, mask);
+    } else {
+      h = layer->forward(h, cos, sin, mask);
+    }
+  }
   return model->norm->forward(h);
 }
 
@@ -205,7 +483,7 @@ torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const 
   RLCPP_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(), "packed ids {} and positions {} must be [T]",
               ids.sizes(), positions.sizes());
   auto [cos, sin] = rope_.cos_sin(positions.to(options_.device), options_.dtype);  // [T, D]
-  auto h = model->embed_tokens->forward(ids.to(options_.device));
+  auto h = as_dtype(model->embed_tokens->forward(ids.to(options_.device)), options_.dtype);
   int64_t layer = 0;
   for (const auto& block : *model->layers) {
     h = block->as<DecoderLayerImpl>()->forward_packed(h, cos, sin, layer++, backend);
@@ -214,7 +492,7 @@ torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const 
 }
 
 torch::Tensor Transformer::output_weight() const {
-  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+  return as_dtype(lm_head ? lm_head->weight : model->embed_tokens->weight, options_.dtype);
 }
 
 torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
@@ -283,6 +561,9 @@ void Transformer::load_weights(const NamedTensors& tensors, const std::string& s
 std::set<std::string> Transformer::update_weights(const NamedTensors& tensors, const std::string& source) {
   torch::NoGradGuard no_grad;
   auto params = named_parameters();
+  for (const auto& [name, tensor] : trained_weights()) {
+    if (has_adapters()) params.insert(name, tensor);
+  }
   std::set<std::string> loaded;
   for (const auto& [name, tensor] : tensors) {
     auto* param = params.find(name);
@@ -313,7 +594,9 @@ void Transformer::save_pretrained(const std::filesystem::path& dir, uint64_t max
   auto config_json = config_.raw;
   config_json["torch_dtype"] = dtypes().name(options_.dtype);
   write_file_atomic(dir / "config.json", config_json.dump(2) + "\n");
-  save_checkpoint(dir, named_weights(), max_shard_bytes);
+  save_checkpoint(dir, has_adapters() || options_.frozen_dtype != torch::ScalarType::Undefined ? merged_weights()
+                                                                                             : named_weights(),
+                  max_shard_bytes);
 }
 
 void Transformer::init_weights(double stddev, uint64_t seed) {

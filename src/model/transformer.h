@@ -9,7 +9,6 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 
 #include <filesystem>
 #include <memory>
@@ -19,6 +18,7 @@
 #include "io/safetensors.h"
 #include "model/attention_backend.h"
 #include "model/logprobs.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/rope.h"
 #include "util/enum_table.h"
@@ -32,6 +32,10 @@ struct ModelOptions {
   torch::Device device = torch::kCPU;         // cpu | cuda[:n]
   torch::ScalarType dtype = torch::kFloat32;  // float32 | bfloat16 | float16 | float64
   int64_t logprob_chunk_tokens = 512;         // tokens per chunk of the fused log-prob head
+  // Frozen weights (the base under LoRA, a reference model) stored in this dtype and computed in
+  // `dtype` (converted per layer as it runs); Undefined: stored in `dtype`.
+  torch::ScalarType frozen_dtype = torch::ScalarType::Undefined;
+  bool gradient_checkpointing = false;        // training forward keeps only each layer's input; backward recomputes
 };
 
 // float32 (fp32), bfloat16 (bf16), float16 (fp16), float64 (fp64).
@@ -49,6 +53,27 @@ class RMSNormImpl : public torch::nn::Module {
   double eps_;
 };
 
+// A linear layer y = x W^T + b, optionally with a LoRA adapter (see lora.h). The adapter's tensors
+// are not registered parameters: the module's parameters stay exactly the Hugging Face weights.
+// A weight stored in another dtype than x's (a frozen half-precision base) is converted as it runs.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, bool bias);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  // A = Kaiming-uniform (from `generator`), B = 0, in x's compute dtype on the weight's device.
+  void add_adapter(int64_t rank, double scaling, double dropout, torch::ScalarType dtype, at::Generator& generator);
+  bool has_adapter() const { return lora_A.defined(); }
+  // W + scaling * B A in `dtype` (W itself without an adapter).
+  torch::Tensor merged_weight(torch::ScalarType dtype) const;
+
+  torch::Tensor weight, bias;      // bias undefined when absent
+  torch::Tensor lora_A, lora_B;    // [r, in], [out, r]; undefined without an adapter
+  double lora_scaling = 0, lora_dropout = 0;
+  bool adapter_enabled = true;
+};
+using Linear = std::shared_ptr<LinearImpl>;
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
@@ -59,7 +84,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                int64_t layer, AttentionBackend& backend);
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Linear q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RMSNormImpl> q_norm, k_norm;  // Qwen3 only
 
  private:
@@ -70,7 +95,7 @@ class MlpImpl : public torch::nn::Module {
  public:
   explicit MlpImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_proj, up_proj, down_proj;
 };
 
 class DecoderLayerImpl : public torch::nn::Module {
@@ -98,7 +123,8 @@ class Transformer : public torch::nn::Module {
  public:
   Transformer(ModelConfig config, ModelOptions options);
 
-  // Loads config.json + weights from a Hugging Face directory into a model of `options`.
+  // Loads config.json + weights from a Hugging Face directory into a model of `options`; a PEFT
+  // adapter directory loads its base model (base_model_name_or_path) with the adapter on it.
   static std::shared_ptr<Transformer> from_pretrained(const std::filesystem::path& dir, ModelOptions options = {});
 
   // Final hidden states (after the last norm) [B, T, H]. attention_mask [B, T] (1 = token, 0 = pad,
@@ -128,8 +154,29 @@ class Transformer : public torch::nn::Module {
   LogprobsEntropy token_logprobs_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
                                          double temperature = 1.0, const torch::Tensor& attention_mask = {});
 
-  // The output projection [V, H]: lm_head, or the embedding when tied.
+  // The output projection [V, H] in the compute dtype: lm_head, or the embedding when tied.
   torch::Tensor output_weight() const;
+
+  // LoRA (see lora.h). add_adapters puts fresh adapters on the linear layers `config` names and
+  // freezes every base weight; A is drawn from `seed`.
+  void add_adapters(const LoraConfig& config, uint64_t seed);
+  bool has_adapters() const { return !adapted_.empty(); }
+  const LoraConfig& lora() const { return lora_; }
+  // Off: the base model alone (the reference policy under LoRA). See AdaptersOff.
+  void set_adapters_enabled(bool enabled);
+  // What training updates: the adapters' A and B under LoRA, else every parameter.
+  std::vector<torch::Tensor> trainable_parameters() const;
+  // The trained weights under their names: the adapters ("<module>.lora_A.weight", ...) under
+  // LoRA, else named_weights(). What a weight sync sends and update_weights takes.
+  NamedTensors trained_weights() const;
+  // The full model with every adapter merged in (W + scaling B A), in the compute dtype.
+  NamedTensors merged_weights() const;
+  // PEFT's adapter directory: adapter_config.json (base_model_name_or_path = `base_model`) and
+  // adapter_model.safetensors with PEFT's key names.
+  void save_adapter(const std::filesystem::path& dir, const std::string& base_model) const;
+  // Puts the adapters of a PEFT directory on this model (every module its weights file names) and
+  // loads them; a module this model lacks or a misshapen matrix is a UserError naming the file.
+  void load_adapter(const std::filesystem::path& dir);
 
   // Copies weights in (cast to the model's dtype and device). Every parameter must be present with
   // its exact shape; a missing or misshapen weight is a UserError naming it and `source`.
@@ -139,7 +186,7 @@ class Transformer : public torch::nn::Module {
   std::set<std::string> update_weights(const NamedTensors& tensors, const std::string& source);
   // Parameters under their Hugging Face names, tied lm_head omitted (as HF saves it).
   NamedTensors named_weights() const;
-  // Writes config.json and the weights (optionally sharded) into `dir`.
+  // Writes config.json and the weights (optionally sharded) into `dir`; adapters are merged in.
   void save_pretrained(const std::filesystem::path& dir, uint64_t max_shard_bytes = 0) const;
 
   // Random initialisation as Hugging Face does: normal(0, initializer_range), norms 1, biases 0.
@@ -149,12 +196,29 @@ class Transformer : public torch::nn::Module {
   const ModelOptions& options() const { return options_; }
 
   std::shared_ptr<DecoderImpl> model;
-  torch::nn::Linear lm_head{nullptr};  // null when tied
+  Linear lm_head;  // null when tied
 
  private:
+  // Stores the frozen weights in options_.frozen_dtype (after loading).
+  void store_frozen_weights();
+
   ModelConfig config_;
   ModelOptions options_;
   Rope rope_;
+  LoraConfig lora_;
+  std::vector<std::pair<std::string, LinearImpl*>> adapted_;  // module name → its layer, in model order
+};
+
+// Scoped: the model's adapters off (the base model) until the end of the scope.
+class AdaptersOff {
+ public:
+  explicit AdaptersOff(Transformer& model) : model_(model) { model_.set_adapters_enabled(false); }
+  ~AdaptersOff() { model_.set_adapters_enabled(true); }
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+
+ private:
+  Transformer& model_;
 };
 
 // positions [B, T] from a left-padded attention mask: 0 at the first real token of each row.

@@ -13,7 +13,6 @@ namespace {
 using F = FieldFate;
 
 // What refusals say: the feature and the issue that will build it.
-const char* kLora = "LoRA is not implemented yet (planned: LoRA adapters with PEFT checkpoints, issue 19); rlcpp trains all weights";
 const char* kOffload = "offload is not implemented yet (planned for device runs: optimizer and weight offload, issue 25)";
 const char* kTp = "tensor parallelism is not implemented yet (planned: issue 23)";
 const char* kPp = "pipeline parallelism is not planned; tensor parallelism (issue 23) and ZeRO (issue 22) will shard large models";
@@ -112,14 +111,19 @@ const std::vector<ChatLearnField>& chatlearn_fields() {
       {"free_memory", "ModelConfig", F::kRefused, "", kOffload, {"false"}},
       {"args_dict", "ModelConfig", F::kNotice, "", "a placeholder for other arguments; rlcpp takes none there"},
       // LoraConfig (lora: block of a model)
-      {"lora.enable_lora", "LoraConfig", F::kRefused, "", kLora, {"false"}},
-      {"lora.part_module_name", "LoraConfig", F::kRefused, "", kLora, {"null"}},
-      {"lora.lora_dim", "LoraConfig", F::kRefused, "", kLora, {"8"}},
-      {"lora.lora_dropout", "LoraConfig", F::kRefused, "", kLora, {"0", "0.0"}},
-      {"lora.lora_scaling", "LoraConfig", F::kRefused, "", kLora, {"1", "1.0"}},
-      {"lora.lora_layer", "LoraConfig", F::kRefused, "", kLora,
-       {"ColumnParallelLinear,Embedding,LinearLayer,RowParallelLinear,VocabParallelEmbedding"}},
-      {"lora.column_only_qkv", "LoraConfig", F::kRefused, "", kLora, {"false"}},
+      {"lora.enable_lora", "LoraConfig", F::kMapped, "model.enable_lora", "LoRA on (rank lora_dim) or off"},
+      {"lora.part_module_name", "LoraConfig", F::kMapped, "model.lora_name_scope", "only layers whose name contains it"},
+      {"lora.lora_dim", "LoraConfig", F::kMapped, "model.lora_rank", "LoRA rank r"},
+      {"lora.lora_dropout", "LoraConfig", F::kMapped, "model.lora_dropout", ""},
+      {"lora.lora_scaling", "LoraConfig", F::kMapped, "model.lora_scaling", "alpha = scaling x r (PEFT's lora_alpha)"},
+      {"lora.lora_layer", "LoraConfig", F::kNotice, "",
+       "adapters go on the linear layers --lora-target-modules names (all of them by default); embeddings are not adapted",
+       {"ColumnParallelLinear,Embedding,LinearLayer,RowParallelLinear,VocabParallelEmbedding",
+        "ColumnParallelLinear,LinearLayer,RowParallelLinear"}},
+      {"lora.column_only_qkv", "LoraConfig", F::kMapped, "model.lora_target_modules",
+       "true: adapters on q_proj, k_proj and v_proj only", {}, [](const Json& v, const std::string& where) {
+         return read_bool(v, where) ? Json("q_proj,k_proj,v_proj") : Json(Json::value_t::discarded);
+       }},
       // BatchGenerationConfig (batch_generation: block of a model)
       {"batch_generation.ranking", "BatchGenerationConfig", F::kImplemented, "rollout.ranking",
        "each round's prompts shortest first"},

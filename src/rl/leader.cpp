@@ -101,7 +101,7 @@ void Leader::sync_weights() {
   if (run_.policy_version == synced_version_) return;
   const int T = topo_.num_trainers, I = topo_.num_inferencers;
   for (int w = 0; w < I; ++w) send_control(*topo_.world, ControlMessage::sync(c_.verify_sync), T + w);
-  const NamedTensors weights = run_.policy->named_weights();
+  const NamedTensors weights = run_.policy->trained_weights();  // under LoRA, the adapters alone
   const SyncStats stats = weight_sync_->sync(weights, run_.policy_version);
   synced_version_ = run_.policy_version;
   pending_.sync += stats.seconds;

@@ -10,6 +10,7 @@
 #include "rl/distributed.h"
 #include "rl/rollout.h"
 #include "rl/rollout_channel.h"
+#include "rl/run_state.h"
 #include "text/tokenizer.h"
 #include "util/trace.h"
 
@@ -18,8 +19,7 @@ namespace rlcpp {
 void run_rollout_worker(const RunConfig& c, const Topology& topo) {
   const RewardFunction reward = run_reward_function(c);
   auto tokenizer = Tokenizer::from_dir(c.model);
-  auto policy = Transformer::from_pretrained(c.model, model_options_from_flags(c.dtype, c.device));
-  policy->eval();
+  auto policy = load_policy(c, std::nullopt);  // the trainer's shape (adapters included); weights come by sync
   EngineConfig engine_config;
   engine_config.kv_cache_mb = c.kv_cache_mb;
   Engine engine(policy, engine_config, tokenizer);
@@ -33,7 +33,7 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
       case ControlMessage::Op::kSync: {
         const SyncStats stats = weight_sync.sync({}, 0, [&](const NamedTensors& bucket) { engine.update_weights(bucket); });
         engine.set_version(stats.version);
-        if (message.verify) topo.world->send_bytes(std::to_string(weights_hash(policy->named_weights())), 0, kHashTag);
+        if (message.verify) topo.world->send_bytes(std::to_string(weights_hash(policy->trained_weights())), 0, kHashTag);
         break;
       }
       case ControlMessage::Op::kRound: {

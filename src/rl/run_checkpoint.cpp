@@ -37,7 +37,29 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& run_dir) {
   return out;
 }
 
+// Copies the tokenizer and generation files of `from` into `to`.
+void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+                           "vocab.json", "merges.txt"}) {
+    if (fs::exists(from / name)) fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing);
+  }
+}
+
 }  // namespace
+
+void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::path& tokenizer_from,
+                     const std::string& base_model, bool save_merged) {
+  if (policy.has_adapters()) {
+    policy.save_adapter(dir, base_model);
+    if (save_merged) {
+      policy.save_pretrained(dir / "merged");
+      copy_tokenizer_files(tokenizer_from, dir / "merged");
+    }
+  } else {
+    policy.save_pretrained(dir);
+  }
+  copy_tokenizer_files(tokenizer_from, dir);
+}
 
 fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& c, int64_t max_checkpoints) {
   const fs::path final_dir = run_dir / fmt::format("step-{}", step);
@@ -45,13 +67,8 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
   fs::path writing = tmp;  // what is being written, for the error
   try {
     fs::remove_all(tmp);
-    writing = tmp / "model.safetensors";
-    c.policy->save_pretrained(tmp);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
-                             "vocab.json", "merges.txt"}) {
-      writing = tmp / name;
-      if (fs::exists(c.tokenizer_from / name)) fs::copy_file(c.tokenizer_from / name, tmp / name, fs::copy_options::overwrite_existing);
-    }
+    writing = tmp / (c.policy->has_adapters() ? kAdapterWeightsFile : "model.safetensors");
+    save_policy_dir(tmp, *c.policy, c.tokenizer_from, c.base_model, c.save_merged);
     const fs::path state_dir = tmp / "trainer_state";
     fs::create_directories(state_dir);
     writing = state_dir / "state.json";
@@ -106,6 +123,9 @@ fs::path save_run_checkpoint(const RunConfig& config, const fs::path& run_dir, i
   contents.state = std::move(state);
   contents.config = run_config_json(config);
   contents.tokenizer_from = config.model;
+  // As given when it is a path that exists from here, so the adapter finds its base from any directory.
+  contents.base_model = fs::exists(config.model) ? fs::absolute(config.model).lexically_normal().string() : config.model;
+  contents.save_merged = config.save_merged;
   const auto dir = save_run_checkpoint(run_dir, step, contents, config.max_checkpoints);
   spdlog::info("checkpoint {}", dir.string());
   return dir;

@@ -1,5 +1,6 @@
 // A run's checkpoints: save_dir/<project>/step-<n>/ holds a complete Hugging Face model directory
-// plus trainer_state/ — state.json (step, policy version, data cursor, rollout buffer, ...),
+// (under LoRA: PEFT's adapter directory over the base model, and with --save-merged the merged
+// model in merged/) plus trainer_state/ — state.json (step, policy version, data cursor, rollout buffer, ...),
 // config.json (the resolved run configuration), optimizer.pt (AdamW moments and steps) and rng.pt
 // (LibTorch's generator state). Each is written to a temporary directory and renamed, `latest` is
 // updated last, and old ones are pruned to --max-checkpoints.
@@ -21,7 +22,15 @@ struct CheckpointContents {
   nlohmann::json state;                  // trainer_state/state.json
   nlohmann::ordered_json config;         // trainer_state/config.json
   std::filesystem::path tokenizer_from;  // tokenizer and generation files are copied from here
+  std::string base_model;                // LoRA: the adapter's base_model_name_or_path
+  bool save_merged = false;              // LoRA: also the merged model in merged/
 };
+
+// Writes `policy` as a model directory at `dir`: Hugging Face weights, or under LoRA PEFT's adapter
+// (over `base_model`), with the merged model in dir/merged when `save_merged`; the tokenizer and
+// generation files of `tokenizer_from` are copied beside each.
+void save_policy_dir(const std::filesystem::path& dir, const Transformer& policy, const std::filesystem::path& tokenizer_from,
+                     const std::string& base_model, bool save_merged);
 
 // Writes run_dir/step-<step>, updates `latest`, prunes to `max_checkpoints` (0: keep all).
 std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,

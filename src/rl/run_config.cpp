@@ -162,6 +162,10 @@ void check_files(const RunConfig& c) {
 
 void validate(const RunConfig& c) {
   reject_unimplemented(c);
+  if (!c.frozen_dtype.empty() && !c.lora.enabled() && c.algo.loss.kl_coef == 0) {
+    throw_user_error("--frozen-dtype {}: nothing is frozen in this run (it trains every weight and has no reference "
+                     "model, -kl 0); drop it or add --lora-rank R", c.frozen_dtype);
+  }
   check_eval_sets(c, false);
   if (c.train_minibatch_size > c.train_batch_size) {
     throw_user_error("-tMbs/--train-minibatch-size {} must be between 1 and -tbs {} (train_batch_size >= "
@@ -261,6 +265,33 @@ void read_run_file(const std::filesystem::path& path, RawSettings& raw) {
   }
 }
 
+namespace {
+
+// LoRA's settings as one LoraConfig: ChatLearn's switch and scaling folded into rank and alpha, and
+// LoRA settings given while LoRA is off refused.
+void resolve_lora(RunConfig& c, const RawSettings& raw) {
+  if (c.enable_lora) {
+    if (!*c.enable_lora) c.lora.rank = 0;
+    else if (c.lora.rank == 0) c.lora.rank = 8;  // ChatLearn's default lora_dim
+  }
+  if (c.lora_scaling > 0) {
+    if (c.lora.alpha > 0) {
+      throw_user_error("{} and {}: give LoRA's scale once (alpha = scaling x r)", raw.source.at("model.lora_scaling"),
+                       raw.source.at("model.lora_alpha"));
+    }
+    c.lora.alpha = c.lora_scaling * static_cast<double>(c.lora.rank);
+  }
+  if (c.lora.enabled()) return;
+  for (const char* name : {"model.lora_alpha", "model.lora_dropout", "model.lora_target_modules", "model.lora_name_scope"}) {
+    const auto it = raw.source.find(name);
+    if (it != raw.source.end() && it->second.rfind("-", 0) == 0) {
+      throw_user_error("{}: LoRA is off; give --lora-rank R (or --lora) to train adapters", it->second);
+    }
+  }
+}
+
+}  // namespace
+
 RunConfig resolve_run_config(const RawSettings& raw, bool with_files) {
   RunConfig c;
   for (const auto& setting : run_settings()) {
@@ -268,6 +299,7 @@ RunConfig resolve_run_config(const RawSettings& raw, bool with_files) {
     if (it == raw.values.end()) continue;
     setting.apply(c, *it, raw.source.at(setting.name), raw);
   }
+  resolve_lora(c, raw);
   validate(c);
   if (with_files) check_files(c);
   return c;

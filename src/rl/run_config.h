@@ -60,6 +60,10 @@ struct RunConfig {
   // model
   std::string model;                   // Hugging Face model directory
   int64_t kv_cache_mb = 1024;          // the engine's KV-cache budget
+  LoraConfig lora;                     // LoRA adapters (rank 0: all weights are trained)
+  std::optional<bool> enable_lora;     // ChatLearn's switch: true gives rank 8 unless set, false turns LoRA off
+  double lora_scaling = 0;             // ChatLearn's scaling (alpha = scaling x rank); 0: unset
+  std::string frozen_dtype;            // frozen weights (LoRA's base, the reference) stored in this dtype ("": dtype)
   // rollout
   int64_t num_generations = 8;         // G, samples per prompt
   int64_t inference_batch_size = 0;    // prompts per rollout round per rollout worker (0: train_batch_size)
@@ -84,6 +88,7 @@ struct RunConfig {
   int64_t train_minibatch_size = 4;    // prompts per optimizer step
   int64_t train_microbatch_size = 8;   // samples per forward/backward
   int64_t num_training_epoch = 1;      // passes over each step's rollouts
+  bool gradient_checkpointing = false; // recompute each decoder layer's activations in backward
   OptimizerConfig optimizer;           // AdamW and the LR schedule
   int64_t max_nonfinite_steps = 3;     // stop after this many consecutive steps with a non-finite gradient
   // logging
@@ -91,6 +96,7 @@ struct RunConfig {
   std::string save_dir = "runs";       // where runs are written
   int64_t save_interval = 0;           // steps between checkpoints (0: only at the end)
   int64_t max_checkpoints = 0;         // keep only the newest N step directories (0: all)
+  bool save_merged = false;            // LoRA: each checkpoint also holds the merged model under merged/
   int64_t eval_interval = -1;          // steps between evaluations (<= 0: at the end only)
   std::string eval_save_dir;           // per-sample JSONL under DIR/<project>/<set>/ ("": the run directory's eval/)
   int64_t eval_n = 1;                  // samples per eval prompt (pass@n)

@@ -2,6 +2,7 @@
 // read into a RunConfig and how it is printed back. Enum settings take their names and help from
 // the enum's table, so the help cannot list a name the parser rejects.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <cmath>
@@ -278,6 +279,44 @@ std::vector<Setting> make_settings() {
                              [](C& c) -> std::string& { return c.model; }, {"model"}));
   s.push_back(int_setting("model.kv_cache_mb", "--kv-cache-mb", "KV cache budget (MiB)",
                           [](C& c) -> int64_t& { return c.kv_cache_mb; }, 1, {}, true));
+  s.push_back(int_setting("model.lora_rank", "--lora-rank",
+                          "LoRA rank r: train adapters on the frozen base instead of every weight (0: off)",
+                          [](C& c) -> int64_t& { return c.lora.rank; }, 0, {"lora_dim"}));
+  s.push_back(make("model.enable_lora", "--lora", {}, "LoRA on (rank 8 unless --lora-rank) or off (ChatLearn's enable_lora)",
+                   [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.enable_lora = read_bool(v, where); },
+                   [](const C& c) { return Json(c.lora.enabled()); }, false));
+  s.push_back(double_setting("model.lora_alpha", "--lora-alpha", "LoRA alpha: scaling = alpha / r (0: alpha = r)",
+                             [](C& c) -> double& { return c.lora.alpha; }, kNonNegative));
+  s.push_back(make("model.lora_scaling", "", {}, "LoRA scaling (ChatLearn's): alpha = scaling x r",
+                   [](C& c, const Json& v, const std::string& where, const RawSettings&) {
+                     c.lora_scaling = read_double(v, where);
+                     if (!(c.lora_scaling > 0)) throw_user_error("{}: {} must be > 0", where, c.lora_scaling);
+                   },
+                   [](const C& c) { return Json(c.lora.scaling()); }, false, "model.lora_alpha"));
+  s.push_back(double_setting("model.lora_dropout", "--lora-dropout", "dropout on the adapters' input in training",
+                             [](C& c) -> double& { return c.lora.dropout; }, Bounds{0, 1, false, true}));
+  s.push_back(make("model.lora_target_modules", "--lora-target-modules", {},
+                   "linear layers that get adapters: all-linear, or a comma-separated list of " +
+                       fmt::format("{}", fmt::join(lora_module_names(), ",")),
+                   [](C& c, const Json& v, const std::string& where, const RawSettings&) {
+                     std::string text = v.is_array() ? "" : read_string(v, where);
+                     if (v.is_array()) {
+                       for (const auto& t : v) text += (text.empty() ? "" : ",") + read_string(t, where);
+                     }
+                     c.lora.targets = parse_lora_targets(text, where);
+                   },
+                   [](const C& c) { return Json(lora_targets_text(c.lora.targets)); }, false));
+  s.push_back(string_setting("model.lora_name_scope", "--lora-name-scope",
+                             "only layers whose name contains this get adapters (ChatLearn's part_module_name)",
+                             [](C& c) -> std::string& { return c.lora.name_scope; }));
+  s.push_back(make("model.frozen_dtype", "--frozen-dtype", {},
+                   "dtype frozen weights are stored in (LoRA's base, the reference model), computed in --dtype: " +
+                       dtypes().names() + " (default: --dtype)",
+                   [](C& c, const Json& v, const std::string& where, const RawSettings&) {
+                     const std::string text = read_string(v, where);
+                     c.frozen_dtype = text.empty() ? "" : dtypes().name(dtypes().parse(text, where));
+                   },
+                   [](const C& c) { return Json(c.frozen_dtype); }, false));
   // rollout
   s.push_back(int_setting("rollout.num_generations", "-g,--num-generations", "samples per prompt (G)",
                           [](C& c) -> int64_t& { return c.num_generations; }, 1, {"num_inference_per_prompt"}));
@@ -396,6 +435,9 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.train_microbatch_size; }, 1, {}));
   s.push_back(int_setting("train.num_training_epoch", "--num-training-epoch", "passes over each step's rollouts",
                           [](C& c) -> int64_t& { return c.num_training_epoch; }, 1));
+  s.push_back(bool_setting("train.gradient_checkpointing", "--gradient-checkpointing",
+                           "keep only each decoder layer's input in training and recompute the rest in backward",
+                           [](C& c) -> bool& { return c.gradient_checkpointing; }, {}, true));
   s.push_back(double_setting("train.learning_rate", "--lr,--learning-rate", "AdamW learning rate",
                              [](C& c) -> double& { return c.optimizer.lr; }, kNonNegative));
   s.push_back(double_setting("train.weight_decay", "--weight-decay", "AdamW weight decay",
@@ -418,6 +460,9 @@ std::vector<Setting> make_settings() {
                              [](C& c) -> std::string& { return c.save_dir; }, {}, true));
   s.push_back(int_setting("logging.save_interval", "--si,--save-interval", "steps between checkpoints (0: at the end)",
                           [](C& c) -> int64_t& { return c.save_interval; }, 0, {}, true));
+  s.push_back(bool_setting("logging.save_merged", "--save-merged",
+                           "LoRA: each checkpoint also holds the merged Hugging Face model in step-N/merged/",
+                           [](C& c) -> bool& { return c.save_merged; }, {}, true));
   s.push_back(int_setting("logging.max_checkpoints", "--max-checkpoints", "keep the newest N checkpoints (0: all)",
                           [](C& c) -> int64_t& { return c.max_checkpoints; }, 0, {}, true));
   s.push_back(int_setting("logging.eval_interval", "--ei,--eval-interval",

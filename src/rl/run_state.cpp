@@ -1,6 +1,7 @@
 #include "rl/run_state.h"
 
 #include <spdlog/spdlog.h>
+#include <torch/utils.h>
 
 #include "rl/policy_update.h"
 #include "rl/rollout_channel.h"
@@ -149,6 +150,49 @@ RunPlan decode_plan(const std::string& bytes) {
 
 }  // namespace
 
+namespace {
+
+ModelOptions run_model_options(const RunConfig& c, bool frozen) {
+  ModelOptions options = model_options_from_flags(c.dtype, c.device);
+  options.gradient_checkpointing = c.gradient_checkpointing;
+  if (frozen && !c.frozen_dtype.empty()) options.frozen_dtype = dtypes().parse(c.frozen_dtype, "--frozen-dtype");
+  return options;
+}
+
+}  // namespace
+
+std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional<fs::path>& checkpoint) {
+  if (!c.lora.enabled()) {
+    auto policy = Transformer::from_pretrained(checkpoint ? *checkpoint : fs::path(c.model), run_model_options(c, false));
+    policy->eval();
+    return policy;
+  }
+  auto policy = Transformer::from_pretrained(c.model, run_model_options(c, true));
+  if (checkpoint) {
+    if (!is_peft_adapter_dir(*checkpoint)) {
+      throw_user_error("{}: a checkpoint of full weights, not a LoRA adapter ({} missing); resume it without --lora-rank",
+                       checkpoint->string(), kAdapterConfigFile);
+    }
+    policy->load_adapter(*checkpoint);
+    LoraConfig want = c.lora, got = policy->lora();
+    if (got.rank != want.rank || got.scaling() != want.scaling()) {
+      throw_user_error("{}: adapter of rank {} and scaling {} but the run asks for rank {} and scaling {}",
+                       checkpoint->string(), got.rank, got.scaling(), want.rank, want.scaling());
+    }
+  } else {
+    policy->add_adapters(c.lora, c.seed);
+  }
+  policy->eval();
+  return policy;
+}
+
+std::shared_ptr<Transformer> load_reference(const RunConfig& c) {
+  if (c.algo.loss.kl_coef == 0 || c.lora.enabled()) return nullptr;
+  auto reference = Transformer::from_pretrained(c.model, run_model_options(c, true));
+  reference->eval();
+  return reference;
+}
+
 RunState load_run(const RunConfig& c, Communicator* trainers) {
   RunState run;
   const bool leader = trainers == nullptr || trainers->rank() == 0;
@@ -182,13 +226,10 @@ RunState load_run(const RunConfig& c, Communicator* trainers) {
     if (!leader) run.plan = decode_plan(bytes);
   }
 
-  const ModelOptions options = model_options_from_flags(c.dtype, c.device);
-  run.policy = Transformer::from_pretrained(run.plan.resume_from ? *run.plan.resume_from : fs::path(c.model), options);
-  run.policy->eval();
-  if (c.algo.loss.kl_coef != 0) {
-    run.reference = Transformer::from_pretrained(c.model, options);
-    run.reference->eval();
-  }
+  // LibTorch's own generator (LoRA dropout) starts from the run's seed; a resume restores its state.
+  torch::manual_seed(c.seed);
+  run.policy = load_policy(c, run.plan.resume_from);
+  run.reference = load_reference(c);
   run.trainer = std::make_unique<Trainer>(run.policy, run.reference, rl_trainer_config(c, run.plan.total_steps));
   if (run.plan.resume_from) {
     load_checkpoint_optimizer(*run.plan.resume_from, run.trainer->optimizer());

@@ -91,6 +91,14 @@ struct RunState {
   int64_t policy_version = 0;
 };
 
+// The policy of a run of `config`: from `checkpoint` (a step-N directory) when given, else the base
+// model; under LoRA the base (config.model, frozen, in --frozen-dtype) with the checkpoint's adapter
+// or fresh adapters. The same call gives rollout workers a model of the trainer's shape.
+std::shared_ptr<Transformer> load_policy(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint);
+// The frozen reference model of a run with a KL term (in --frozen-dtype); nullptr under LoRA (the
+// reference is the policy's base with the adapters off) or without KL.
+std::shared_ptr<Transformer> load_reference(const RunConfig& config);
+
 // Loads an RL run. Without `trainers` (or on trainer rank 0 of it) the plan is made here, with the
 // dataset; the other trainers receive the plan from rank 0 and load no dataset. Every trainer
 // counts -t × -tbs prompts per step.

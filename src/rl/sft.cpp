@@ -28,9 +28,7 @@ fs::path run_sft(const RunConfig& c) {
   const fs::path& run_dir = plan.run_dir;
   const auto& resume_from = plan.resume_from;
   auto tokenizer = Tokenizer::from_dir(c.model);
-  auto policy = Transformer::from_pretrained(resume_from ? *resume_from : fs::path(c.model),
-                                             model_options_from_flags(c.dtype, c.device));
-  policy->eval();
+  auto policy = load_policy(c, resume_from);
   const int64_t max_positions = policy->config().max_position_embeddings;
 
   DatasetOptions dataset_options;

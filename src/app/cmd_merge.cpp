@@ -1,0 +1,57 @@
+// `rlcpp merge BASE ADAPTER OUT`: a PEFT LoRA adapter merged into its base model (W + scaling B A),
+// written as a Hugging Face model directory any loader reads, with the base's tokenizer files.
+#include <fmt/format.h>
+
+#include "app/commands.h"
+#include "model/transformer.h"
+#include "util/error.h"
+
+namespace rlcpp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct MergeArgs {
+  std::string base, adapter, out, dtype = "float32";
+  bool force = false;
+};
+
+void run_merge(const MergeArgs& a) {
+  if (!fs::exists(fs::path(a.base) / "config.json")) throw_user_error("BASE {}: no config.json there; give the base model directory", a.base);
+  if (!is_peft_adapter_dir(a.adapter)) {
+    throw_user_error("ADAPTER {}: no {} there; give a LoRA checkpoint (step-N of a run with --lora-rank)", a.adapter,
+                     kAdapterConfigFile);
+  }
+  if (fs::exists(fs::path(a.out) / "config.json") && !a.force) {
+    throw_user_error("OUT {}: already holds a model; pass --force to overwrite it", a.out);
+  }
+  ModelOptions options;
+  options.dtype = dtypes().parse(a.dtype, "--dtype");
+  auto model = Transformer::from_pretrained(a.base, options);
+  model->load_adapter(a.adapter);
+  model->save_pretrained(a.out);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                           "vocab.json", "merges.txt"}) {
+    if (fs::exists(fs::path(a.base) / name)) {
+      fs::copy_file(fs::path(a.base) / name, fs::path(a.out) / name, fs::copy_options::overwrite_existing);
+    }
+  }
+  fmt::print("{}: {} merged into {} ({} adapted layers, rank {}, scaling {})\n", a.out, a.adapter, a.base,
+             model->trained_weights().size() / 2, model->lora().rank, model->lora().scaling());
+}
+
+}  // namespace
+
+void add_merge_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("merge", "merge a LoRA adapter (PEFT directory) into its base model: a full HF model");
+  auto a = std::make_shared<MergeArgs>();
+  cmd->add_option("BASE", a->base, "the base model directory")->required();
+  cmd->add_option("ADAPTER", a->adapter, "the adapter directory (adapter_config.json, adapter_model.safetensors)")->required();
+  cmd->add_option("OUT", a->out, "output model directory")->required();
+  cmd->add_option("--dtype", a->dtype, "dtype of the merged weights: " + dtypes().names())->capture_default_str();
+  cmd->add_flag("--force", a->force, "overwrite a model already in OUT");
+  cmd->callback([a] { run_merge(*a); });
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,145 @@
+#include "rl/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "model/transformer.h"
+#include "util/error.h"
+
+namespace rlcpp {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * kMiB;
+
+double dtype_bytes(const std::string& name) {
+  if (name.empty()) return 4;
+  return static_cast<double>(c10::elementSize(dtypes().parse(name, "--dtype")));
+}
+
+// Adapter parameters of `lora` on `m` (every layer; a name scope is not narrowed here).
+double lora_parameters(const LoraConfig& lora, const ModelConfig& m) {
+  const double h = static_cast<double>(m.hidden_size), q = static_cast<double>(m.q_size()),
+               kv = static_cast<double>(m.kv_size()), i = static_cast<double>(m.intermediate_size);
+  const std::vector<std::pair<std::string, double>> fan = {{"q_proj", h + q},     {"k_proj", h + kv}, {"v_proj", h + kv},
+                                                           {"o_proj", q + h},     {"gate_proj", h + i},
+                                                           {"up_proj", h + i},    {"down_proj", i + h}};
+  double per_layer = 0;
+  for (const auto& [name, in_out] : fan) {
+    if (lora.targets.empty() || std::find(lora.targets.begin(), lora.targets.end(), name) != lora.targets.end()) {
+      per_layer += static_cast<double>(lora.rank) * in_out;
+    }
+  }
+  return per_layer * static_cast<double>(m.num_hidden_layers);
+}
+
+std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
+
+}  // namespace
+
+double MemoryEstimate::total() const {
+  double sum = 0;
+  for (const auto& l : lines) sum += l.bytes;
+  return sum;
+}
+
+std::string MemoryEstimate::table() const {
+  std::string out;
+  for (const auto& l : lines) out += fmt::format("  {:<28} {:>10}  {}\n", l.what, gib(l.bytes), l.detail);
+  out += fmt::format("  {:<28} {:>10}\n", "total (peak, estimated)", gib(total()));
+  return out;
+}
+
+MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int64_t prompt_tokens) {
+  MemoryEstimate est;
+  const double e = dtype_bytes(c.dtype);  // compute dtype
+  const double frozen = c.frozen_dtype.empty() ? e : dtype_bytes(c.frozen_dtype);
+  const double params = static_cast<double>(m.parameter_count());
+  const double h = static_cast<double>(m.hidden_size), q = static_cast<double>(m.q_size()),
+               kv = static_cast<double>(m.kv_size()), inter = static_cast<double>(m.intermediate_size),
+               vocab = static_cast<double>(m.vocab_size), layers = static_cast<double>(m.num_hidden_layers),
+               heads = static_cast<double>(m.num_attention_heads);
+  const bool lora = c.lora.enabled();
+  std::string prompt_note;
+  if (prompt_tokens <= 0) {
+    prompt_tokens = c.max_prompt_tokens > 0 ? c.max_prompt_tokens : 512;
+    prompt_note = c.max_prompt_tokens > 0 ? "-mpt" : "prompts of 512 tokens assumed (set -mpt)";
+  }
+  const double t = static_cast<double>(prompt_tokens + c.sampling.max_new_tokens);
+  est.sequence_tokens = prompt_tokens + c.sampling.max_new_tokens;
+  const double b = static_cast<double>(c.train_microbatch_size);
+
+  est.lines.push_back({"runtime", 0.35 * kGiB, "LibTorch, BLAS, tokenizer, dataset"});
+  if (lora) {
+    est.lines.push_back({"base weights (frozen)", params * frozen,
+                         fmt::format("{:.0f} M parameters in {}", params / 1e6, c.frozen_dtype.empty() ? c.dtype : c.frozen_dtype)});
+    const double trained = lora_parameters(c.lora, m);
+    est.lines.push_back({"LoRA adapters + grads + AdamW", trained * e * 4,
+                         fmt::format("{:.1f} M parameters (rank {}, {})", trained / 1e6, c.lora.rank, lora_targets_text(c.lora.targets))});
+  } else {
+    est.lines.push_back({"policy weights", params * e, fmt::format("{:.0f} M parameters in {}", params / 1e6, c.dtype)});
+    est.lines.push_back({"gradients", params * e, "every weight is trained"});
+    est.lines.push_back({"AdamW moments", params * e * 2, "exp_avg and exp_avg_sq"});
+  }
+  if (c.algo.loss.kl_coef != 0 && !lora) {
+    est.lines.push_back({"reference model", params * frozen, fmt::format("-kl {}: a frozen copy", c.algo.loss.kl_coef)});
+  }
+  if (!c.distributed()) {
+    est.lines.push_back({"KV cache", static_cast<double>(c.kv_cache_mb) * kMiB, "--kv-cache-mb"});
+  }
+  // Training activations, eager attention: per token and layer the norms, projections, rotary
+  // copies and MLP intermediates; per sequence and head the T x T attention probabilities.
+  const double per_token_layer = (6 * h + 3 * (q + 2 * kv) + 4 * inter) * e;
+  const double scores = heads * t * t * e;
+  const double layer_act = b * (t * per_token_layer + scores);
+  double activations = 0;
+  std::string how;
+  if (c.gradient_checkpointing) {
+    activations = layers * b * t * h * e + 2 * layer_act + 2 * b * scores;
+    how = "--gradient-checkpointing: layer inputs, one layer recomputed";
+  } else {
+    activations = layers * layer_act + 2 * b * scores;
+    how = "every layer's activations kept for backward";
+  }
+  est.lines.push_back({"training activations", activations,
+                       fmt::format("micro-batch {} x {} tokens ({}{}); {}", c.train_microbatch_size, est.sequence_tokens,
+                                   prompt_tokens, prompt_note.empty() ? "" : ": " + prompt_note, how)});
+  const double chunk = std::min(512.0, b * t);
+  double head = 3 * chunk * vocab * e + b * t * h * e * 2;
+  if (!c.frozen_dtype.empty()) head += vocab * h * e;  // the output weight converted for the head
+  est.lines.push_back({"log-prob head", head, "chunks of 512 tokens x vocabulary"});
+  return est;
+}
+
+double available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double value = 0;
+  std::string unit;
+  while (in >> key >> value >> unit) {
+    if (key == "MemAvailable:") return value * 1024.0;
+  }
+  return 0;
+}
+
+void check_run_memory(const RunConfig& c, const MemoryEstimate& est, double available) {
+  if (available <= 0 || est.total() <= available) return;
+  std::vector<std::string> fixes;
+  if (!c.lora.enabled()) fixes.push_back("--lora-rank 16 (train adapters: no gradients, optimizer state or reference copy of the full model)");
+  if (!c.gradient_checkpointing) fixes.push_back("--gradient-checkpointing (keep one layer's activations, not every layer's)");
+  if (c.train_microbatch_size > 1) fixes.push_back(fmt::format("-tmbs {} (a smaller micro-batch)", std::max<int64_t>(1, c.train_microbatch_size / 2)));
+  if (c.frozen_dtype.empty() && (c.lora.enabled() || c.algo.loss.kl_coef != 0)) {
+    fixes.push_back("--frozen-dtype bfloat16 (frozen weights in half the memory)");
+  }
+  if (c.kv_cache_mb > 256 && !c.distributed()) fixes.push_back("--kv-cache-mb 256");
+  std::string list;
+  for (const auto& f : fixes) list += "\n  " + f;
+  throw_user_error("this run needs about {} but the machine has {} available:\n{}Settings that lower it:{}\n(--dry-run "
+                   "prints the estimate; --skip-memory-check runs anyway)",
+                   gib(est.total()), gib(available), est.table(), list);
+}
+
+}  // namespace rlcpp
