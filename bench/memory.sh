@@ -36,7 +36,7 @@ run() {  # NAME MODEL PROMPTS G MNT TMBS FLAGS...
   local args=(-m "$models/$model" "${common[@]}" -g "$g" -tbs "$prompts" -tMbs "$prompts" -tmbs "$tmbs" --mnt "$mnt" \
               -p "$name" "$@")
   local estimate
-  estimate=$("$rlcpp" train "${args[@]}" --dry-run | awk '/total/ {print $(NF-1)}')
+  estimate=$("$rlcpp" train "${args[@]}" --dry-run | awk '/^  total \(peak/ {print $4}')
   if ! /usr/bin/time -v "$rlcpp" train "${args[@]}" --skip-memory-check > "$work/$name.log" 2>&1; then
     printf '%-34s FAILED (see below)\n' "$name"; tail -5 "$work/$name.log"; return
   fi

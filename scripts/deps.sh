@@ -14,6 +14,7 @@ PACKAGES=(
   python3                                              # the example external reward (standard library only)
   chromium                                             # the report test renders the HTML in a real browser
   iproute2 util-linux                                  # the two-host test: network namespaces and a veth pair
+  time                                                 # peak RSS of runs (the memory-estimate test, bench/)
 )
 
 missing=()

@@ -13,16 +13,21 @@
 
 namespace rlcpp {
 
+// Held for the whole run, or only in one phase of a training step: the peak is everything held
+// plus the larger of the two phases.
+enum class MemoryPhase { kHeld, kBackward, kOptimizer };
+
 struct MemoryLine {
   std::string what;
   double bytes = 0;
   std::string detail;
+  MemoryPhase phase = MemoryPhase::kHeld;
 };
 
 struct MemoryEstimate {
   std::vector<MemoryLine> lines;
   int64_t sequence_tokens = 0;  // the longest training sequence assumed (prompt + response)
-  double total() const;
+  double total() const;         // held + max(forward/backward, optimizer step)
   std::string table() const;    // one line per item, then the total
 };
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The memory preflight's estimate (--dry-run) against the measured peak RSS (/usr/bin/time) of one
+# training step, on three configurations of a 4-layer Qwen2.5-0.5B-shaped random model (the bundled
+# byte-level tokenizer, GSM8K prompts): a full fine-tune with a reference model, LoRA with KL, and
+# LoRA with activation checkpointing and a bf16 frozen base. Each must be within 15%.
+# Usage: test_memory_estimate.sh RLCPP_BINARY SOURCE_DIR
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_memory_estimate.sh RLCPP_BINARY SOURCE_DIR}")
+src=$(realpath "${2:?usage: test_memory_estimate.sh RLCPP_BINARY SOURCE_DIR}")
+source "$(dirname "$0")/lib.sh"
+[ -x /usr/bin/time ] || { echo "SKIP: /usr/bin/time (Debian's time package) is not installed"; exit 77; }
+cat > shape.json <<'JSON'
+{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+ "intermediate_size": 4864, "num_hidden_layers": 4, "num_attention_heads": 14, "num_key_value_heads": 2,
+ "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true,
+ "hidden_act": "silu", "eos_token_id": 151645, "bos_token_id": 151643, "torch_dtype": "float32"}
+JSON
+"$rlcpp" init --config shape.json --tokenizer "$src/models/arith-tiny" --out model --seed 0 > /dev/null || bad init
+head -n 8 "$src/../shared/datasets/gsm8k/train.jsonl" > data.jsonl 2>/dev/null || head -n 8 "$src/examples/arith/train.jsonl" > data.jsonl
+common=(-m model -d data.jsonl -g 4 -tbs 2 -tMbs 2 -tmbs 8 --mnt 64 -mpt 256 --max-steps 1 -sd runs -lr 1e-5 --kv-cache-mb 256)
+for cfg in "full-with-reference:--kl 0.04" "lora-kl:--kl 0.04 --lora-rank 16" \
+           "lora-checkpointing-bf16:--kl 0 --lora-rank 16 --gradient-checkpointing --frozen-dtype bf16"; do
+  name=${cfg%%:*}; read -r -a flags <<< "${cfg#*:}"
+  estimate=$("$rlcpp" train "${common[@]}" "${flags[@]}" -p "$name" --dry-run | awk '/^  total \(peak/ {print $4}')
+  if ! /usr/bin/time -v "$rlcpp" train "${common[@]}" "${flags[@]}" -p "$name" > "$name.log" 2>&1; then
+    bad "$name: the run failed"; tail -3 "$name.log"; continue
+  fi
+  rss=$(awk '/Maximum resident/ {print $NF}' "$name.log")
+  python3 - "$name" "$estimate" "$rss" <<'PY' && ok "$name" || bad "$name"
+import sys
+name, est, rss = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]) / 1024**2
+err = (est - rss) / rss
+print(f"     {name:26s} estimate {est:.2f} GiB, measured peak RSS {rss:.2f} GiB ({100 * err:+.1f} %)")
+sys.exit(0 if abs(err) <= 0.15 else 1)
+PY
+done
+exit $failed
