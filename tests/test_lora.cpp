@@ -7,6 +7,7 @@
 
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "finite_differences.h"
 #include "test_util.h"
 #include "train/trainer.h"
 #include "util/json.h"
@@ -110,24 +111,7 @@ TEST(Lora, AdapterGradientsMatchFiniteDifferencesInDouble) {
     auto loss_fn = [&] { return (model->token_logprobs(in.ids, in.targets, 0.9, in.mask) * weights).sum(); };
     loss_fn().backward();
     for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
-    torch::NoGradGuard no_grad;
-    int checked = 0;
-    for (const auto& [name, param] : model->trained_weights()) {
-      auto flat = param.view({-1});
-      auto grad = param.grad().view({-1});
-      for (int64_t index : {int64_t{0}, flat.numel() / 2, flat.numel() - 1}) {
-        const double saved = flat[index].item<double>();
-        const double eps = 1e-6;
-        flat[index] = saved + eps;
-        const double up = loss_fn().item<double>();
-        flat[index] = saved - eps;
-        const double down = loss_fn().item<double>();
-        flat[index] = saved;
-        const double numeric = (up - down) / (2 * eps);
-        EXPECT_NEAR(grad[index].item<double>(), numeric, 1e-6 + 1e-5 * std::abs(numeric)) << name << "[" << index << "]";
-        ++checked;
-      }
-    }
+    const int checked = rlcpp::testing::expect_finite_difference_gradients(model->trained_weights(), loss_fn);
     EXPECT_GT(checked, 40);
   }
 }

@@ -4,6 +4,7 @@
 
 #include "model/logprobs.h"
 #include "model/transformer.h"
+#include "finite_differences.h"
 #include "test_util.h"
 
 using namespace rlcpp;
@@ -54,27 +55,7 @@ TEST(ModelGradients, TokenLogprobsMatchFiniteDifferencesInDouble) {
 
     model->zero_grad();
     loss_fn().backward();
-    torch::NoGradGuard no_grad;
-    int checked = 0;
-    for (auto& item : model->named_parameters()) {
-      auto& param = item.value();
-      auto flat = param.view({-1});
-      auto grad = param.grad().view({-1});
-      for (int64_t index : {int64_t{0}, flat.numel() / 3, flat.numel() - 1}) {
-        const double saved = flat[index].item<double>();
-        const double eps = 1e-6;
-        flat[index] = saved + eps;
-        const double up = loss_fn().item<double>();
-        flat[index] = saved - eps;
-        const double down = loss_fn().item<double>();
-        flat[index] = saved;
-        const double numeric = (up - down) / (2 * eps);
-        const double analytic = grad[index].item<double>();
-        // Central differences in fp64: truncation O(eps^2) and rounding O(1e-16/eps) ≈ 1e-10.
-        EXPECT_NEAR(analytic, numeric, 1e-6 + 1e-5 * std::abs(numeric)) << item.key() << "[" << index << "]";
-        ++checked;
-      }
-    }
+    const int checked = rlcpp::testing::expect_finite_difference_gradients(model->named_weights(), loss_fn);
     EXPECT_GT(checked, 20);
   }
 }
