@@ -250,10 +250,21 @@ TEST(FrozenDtype, HalfPrecisionStorageComputesInFloat32) {
       }
     }
     frozen->add_adapters(lora(2), 1);  // the base under LoRA
+    rounded->add_adapters(lora(2), 1);
+    randomise_b(*frozen, 2);
+    randomise_b(*rounded, 2);
     const auto in = inputs(*rounded, 7);
-    torch::NoGradGuard no_grad;
-    const auto a = frozen->forward(in.ids, in.mask);
-    EXPECT_EQ(a.scalar_type(), torch::kFloat32);
-    EXPECT_TRUE(torch::equal(a, rounded->forward(in.ids, in.mask)));
+    {
+      torch::NoGradGuard no_grad;
+      const auto a = frozen->forward(in.ids, in.mask);
+      EXPECT_EQ(a.scalar_type(), torch::kFloat32);
+      EXPECT_TRUE(torch::equal(a, rounded->forward(in.ids, in.mask)));
+    }
+    // Training through the stored weights: the adapters' gradients are those of the fp32 copy.
+    frozen->token_logprobs(in.ids, in.targets, 1.0, in.mask).sum().backward();
+    rounded->token_logprobs(in.ids, in.targets, 1.0, in.mask).sum().backward();
+    const auto a = frozen->trainable_parameters(), b = rounded->trainable_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(torch::allclose(a[k].grad(), b[k].grad(), 1e-5, 1e-7)) << k;
   }
 }

@@ -87,6 +87,25 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   }
 };
 
+// A linear layer over a frozen weight stored in another dtype than x's: the weight is converted for
+// the product and again in backward, so autograd keeps the stored (half-size) weight, not a full-
+// precision copy of it per layer. Only x (and a bias that trains) get gradients.
+struct StoredWeightLinear : public torch::autograd::Function<StoredWeightLinear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const c10::optional<torch::Tensor>& bias) {
+    ctx->saved_data["weight"] = weight;
+    return torch::nn::functional::linear(x, weight.to(x.scalar_type()),
+                                         bias ? as_dtype(*bias, x.scalar_type()) : torch::Tensor());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto& g = grad_out[0];
+    const auto weight = ctx->saved_data["weight"].toTensor().to(g.scalar_type());
+    auto grad_x = torch::matmul(g, weight);
+    return {grad_x, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // The parameters of `module` that training updates (requires_grad), adapters included.
 std::vector<torch::Tensor> trained_tensors(torch::nn::Module& module) {
   std::vector<torch::Tensor> out;
@@ -160,7 +179,12 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) {
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   const auto dtype = x.scalar_type();
-  auto y = torch::nn::functional::linear(x, as_dtype(weight, dtype), as_dtype(bias, dtype));
+  torch::Tensor y;
+  if (weight.scalar_type() != dtype && !weight.requires_grad() && (!bias.defined() || !bias.requires_grad())) {
+    y = StoredWeightLinear::apply(x, weight, bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+  } else {
+    y = torch::nn::functional::linear(x, as_dtype(weight, dtype), as_dtype(bias, dtype));
+  }
   if (lora_A.defined() && adapter_enabled) {
     auto h = lora_dropout > 0 && is_training() ? torch::dropout(x, lora_dropout, /*train=*/true) : x;
     y = y + torch::matmul(torch::matmul(h, lora_A.t()), lora_B.t()) * lora_scaling;
