@@ -1,6 +1,7 @@
 // bench/forward: forward and forward+backward tokens/s and peak RSS of a Qwen2.5-0.5B-shaped model
 // with random weights, and the peak memory of token_logprobs (chunked head vs the plain one) for
-// T = 512, 2048, 8192. Each memory figure is measured in a fresh child process.
+// T = 512, 2048, 8192, and of one layer's causal attention (blocked vs T x T scores) for the same T.
+// Each memory figure is measured in a fresh child process.
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -9,6 +10,7 @@
 #include <memory>
 
 #include "bench_util.h"
+#include "model/attention.h"
 #include "model/logprobs.h"
 #include "model/transformer.h"
 #include "util/threads.h"
@@ -27,9 +29,10 @@ struct Args {
   std::string dtype = "float32";
   std::vector<int64_t> head_lengths = {512, 2048, 8192};
   int64_t reference_max = 2048;  // the plain head needs 3 × T × 151936 × 4 bytes: skip it above this
+  int64_t attention_reference_max = 4096;  // plain attention keeps 14 × T × T × 4 bytes several times
   bool skip_model = false;
   int threads = 0;     // 0: all cores
-  std::string child;  // internal: "head:<T>:<chunked|plain>"
+  std::string child;  // internal: "head:<T>:<chunked|plain>" or "attention:<T>:<chunked|plain>"
 };
 
 // One token_logprobs head measurement: hidden [T, 896] → log-probs, then backward. Prints JSON.
@@ -50,8 +53,27 @@ void run_head_child(const Args& args, int64_t length, bool chunked) {
   std::printf("{\"peak_mib\": %.1f, \"seconds\": %.3f}\n", mib(peak - before), secs);
 }
 
-double measure_head(const std::string& self, const Args& args, int64_t length, bool chunked, double* seconds) {
-  const std::string cmd = fmt::format("'{}' --child head:{}:{} --chunk {} --threads {}", self, length,
+// One attention layer of the 0.5B shape (14 query heads, 2 kv heads, head_dim 64, one sequence of
+// T tokens): forward and backward, blocked (model/attention.h) or with T x T scores. Prints JSON.
+void run_attention_child(int64_t length, bool blocked) {
+  torch::manual_seed(0);
+  auto q = torch::randn({1, 14, length, 64}).requires_grad_();
+  auto k = torch::randn({1, 2, length, 64}).requires_grad_();
+  auto v = torch::randn({1, 2, length, 64}).requires_grad_();
+  auto mask = torch::ones({1, length}, torch::kBool);
+  const long before = proc_status_kib("VmRSS");
+  reset_peak_rss();
+  auto start = std::chrono::steady_clock::now();
+  auto out = blocked ? causal_attention(q, k, v, mask, 0.125) : causal_attention_reference(q, k, v, mask, 0.125);
+  out.sum().backward();
+  const double secs = seconds_since(start);
+  std::printf("{\"peak_mib\": %.1f, \"seconds\": %.3f}\n", mib(proc_status_kib("VmHWM") - before), secs);
+}
+
+// Runs one child measurement (KIND head or attention) in a fresh process: its peak MiB and seconds.
+double measure_child(const std::string& self, const Args& args, const char* kind, int64_t length, bool chunked,
+                     double* seconds) {
+  const std::string cmd = fmt::format("'{}' --child {}:{}:{} --chunk {} --threads {}", self, kind, length,
                                       chunked ? "chunked" : "plain", args.chunk, args.threads);
   FILE* pipe = ::popen(cmd.c_str(), "r");
   char buffer[512] = {0};
@@ -122,7 +144,9 @@ int main(int argc, char** argv) {
   app.add_option("--head-lengths", args.head_lengths, "T values for the log-prob head memory figures");
   app.add_option("--reference-max", args.reference_max, "largest T for the plain (unchunked) head")
       ->capture_default_str();
-  app.add_flag("--skip-model", args.skip_model, "only the head memory figures");
+  app.add_option("--attention-reference-max", args.attention_reference_max,
+                 "largest T for the plain (T x T) attention")->capture_default_str();
+  app.add_flag("--skip-model", args.skip_model, "only the head and attention memory figures");
   app.add_option("--threads", args.threads, "intra-op threads (0: all cores)")->capture_default_str();
   app.add_option("--child", args.child)->group("");
   CLI11_PARSE(app, argc, argv);
@@ -130,9 +154,13 @@ int main(int argc, char** argv) {
 
   if (!args.child.empty()) {
     int64_t length = 0;
-    char mode[32] = {0};
-    std::sscanf(args.child.c_str(), "head:%ld:%31s", &length, mode);
-    run_head_child(args, length, std::string(mode) == "chunked");
+    char kind[32] = {0}, mode[32] = {0};
+    std::sscanf(args.child.c_str(), "%31[^:]:%ld:%31s", kind, &length, mode);
+    if (std::string(kind) == "attention") {
+      run_attention_child(length, std::string(mode) == "chunked");
+    } else {
+      run_head_child(args, length, std::string(mode) == "chunked");
+    }
     return 0;
   }
   if (!args.skip_model) run_model(args);
@@ -143,13 +171,25 @@ int main(int argc, char** argv) {
   std::printf("  %6s  %22s  %22s\n", "T", fmt::format("chunked ({} tokens)", args.chunk).c_str(), "plain (full logits)");
   for (int64_t t : args.head_lengths) {
     double chunked_s = 0, plain_s = 0;
-    const double chunked = measure_head(exe, args, t, true, &chunked_s);
+    const double chunked = measure_child(exe, args, "head", t, true, &chunked_s);
     std::string plain_text = "skipped (too large)";
     if (t <= args.reference_max) {
-      const double plain = measure_head(exe, args, t, false, &plain_s);
+      const double plain = measure_child(exe, args, "head", t, false, &plain_s);
       plain_text = fmt::format("{:8.0f} MiB {:6.2f} s", plain, plain_s);
     }
     std::printf("  %6ld  %12.0f MiB %6.2f s  %22s\n", static_cast<long>(t), chunked, chunked_s, plain_text.c_str());
+  }
+  std::printf("causal attention, one layer (14 heads, 2 kv heads, head_dim 64, fp32, forward+backward), peak RSS above the inputs:\n");
+  std::printf("  %6s  %22s  %22s\n", "T", "blocked", "plain (T x T scores)");
+  for (int64_t t : args.head_lengths) {
+    double blocked_s = 0, plain_s = 0;
+    const double blocked = measure_child(exe, args, "attention", t, true, &blocked_s);
+    std::string plain_text = "skipped (too large)";
+    if (t <= args.attention_reference_max) {
+      const double plain = measure_child(exe, args, "attention", t, false, &plain_s);
+      plain_text = fmt::format("{:8.0f} MiB {:6.2f} s", plain, plain_s);
+    }
+    std::printf("  %6ld  %12.0f MiB %6.2f s  %22s\n", static_cast<long>(t), blocked, blocked_s, plain_text.c_str());
   }
   return 0;
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/memory: peak RSS and seconds per step of `rlcpp train` runs that full fine-tuning cannot
 # fit, on Qwen2.5-shaped random models (0.5B, 1.5B, 3B) with the real Qwen tokenizer and GSM8K
-# prompts, next to the memory preflight's estimate (--dry-run) of each.
+# prompts, next to the memory preflight's estimate (--dry-run) of each. The sft-* configurations
+# time the training step alone on one long sequence (the table's long-response rows, whose
+# generation takes hours on 2 cores).
 #   bench/memory.sh [RLCPP_BINARY] [CONFIG ...]      CONFIG: a name below (default: all)
 # Env: STEPS (2), MODELS (where the random models are kept between runs; default a temp dir).
 set -euo pipefail
@@ -51,6 +53,29 @@ print(f"{name:34s} peak RSS {rss:6.2f} GiB   estimate {est:6.2f} GiB ({100 * (es
 PY
 }
 
+# The training step alone on one sequence of TOKENS: `rlcpp sft` on one chat whose answer is
+# TOKENS words (" the" is one Qwen token), without the hours 2 cores need to generate that many.
+run_sft() {  # NAME MODEL TOKENS FLAGS...
+  local name=$1 model=$2 tokens=$3; shift 3
+  python3 - "$tokens" > "$work/$name.jsonl" <<'PY'
+import json, sys
+n = int(sys.argv[1])
+print(json.dumps({"messages": [{"role": "user", "content": "Count."}, {"role": "assistant", "content": "the" + " the" * (n - 1)}]}))
+PY
+  if ! /usr/bin/time -v "$rlcpp" sft -m "$models/$model" -d "$work/$name.jsonl" -tbs 1 --max-steps "$steps" -sd "$work/runs" \
+       -p "$name" -lr 1e-5 "$@" > "$work/$name.log" 2>&1; then
+    printf '%-34s FAILED (see below)\n' "$name"; tail -5 "$work/$name.log"; return
+  fi
+  local rss; rss=$(awk '/Maximum resident/ {print $NF}' "$work/$name.log")
+  python3 - "$name" "$work/runs/$name/metrics.jsonl" "$rss" <<'PY'
+import json, sys
+name, path, rss = sys.argv[1], sys.argv[2], int(sys.argv[3]) / 1024**2
+rows = [json.loads(l) for l in open(path)]
+step = sum(r["time"]["total"] for r in rows) / len(rows)
+print(f"{name:34s} peak RSS {rss:6.2f} GiB   {rows[0]['tokens']:.0f} learned tokens   {step:7.1f} s/step (sft)")
+PY
+}
+
 configs=("$@"); [ ${#configs[@]} -eq 0 ] && configs=(full-0.5b lora-0.5b lora-1.5b lora-3b-bf16 long-full-0.5b long-lora-0.5b)
 echo "rlcpp train, $steps steps each, GSM8K prompts, $(nproc) cores; s/step is the mean after the first step"
 for c in "${configs[@]}"; do
@@ -61,6 +86,9 @@ for c in "${configs[@]}"; do
     lora-3b-bf16)   shape q3b 2048 11008 36 16 2;  run $c q3b "${table[@]}" 8 --kl 0.04 --lora-rank 16 --lora-alpha 32 --frozen-dtype bf16 ;;
     long-full-0.5b) shape q0.5b 896 4864 24 14 2;  run $c q0.5b 1 2 4096 1 --gradient-checkpointing ;;
     long-lora-0.5b) shape q0.5b 896 4864 24 14 2;  run $c q0.5b 1 2 8192 1 --lora-rank 16 --lora-alpha 32 --gradient-checkpointing ;;
+    sft-4096-full-0.5b)  shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 4096 --gradient-checkpointing ;;
+    sft-4096-nockpt-0.5b) shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 4096 ;;
+    sft-8192-lora-0.5b)  shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 8192 --lora-rank 16 --lora-alpha 32 --gradient-checkpointing ;;
     *) echo "unknown configuration $c"; exit 2 ;;
   esac
 done

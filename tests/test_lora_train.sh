@@ -3,7 +3,8 @@
 # learns on the bundled default; its checkpoints are PEFT adapter directories (and merged models
 # with --save-merged) that `merge`, `generate` and `eval` load; a LoRA run killed and resumed ends
 # equal to an uninterrupted one; the distributed weight sync sends the adapters only; inconsistent
-# flags and the memory preflight are errors naming the flags. Usage: test_lora_train.sh RLCPP SOURCE_DIR
+# flags and the memory preflight are errors naming the flags; SFT with LoRA resumes exactly.
+# Usage: test_lora_train.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_lora_train.sh RLCPP_BINARY SOURCE_DIR}")
 src=$(realpath "${2:?usage: test_lora_train.sh RLCPP_BINARY SOURCE_DIR}")
@@ -101,4 +102,19 @@ expect_error memory-refused "--gradient-checkpointing" "${base[@]}" --kv-cache-m
 # 7. A frozen bf16 base trains too.
 "$rlcpp" train "${base[@]}" "${lora[@]}" --frozen-dtype bf16 --max-steps 2 -p bf16 > bf16.log 2>&1 \
   && [ -f runs/bf16/step-2/adapter_model.safetensors ] && ok frozen-bf16-run || { bad frozen-bf16-run; tail -3 bf16.log; }
+
+# 8. SFT with LoRA (dropout, checkpointing): adapter checkpoints, and a cut run resumed ends equal.
+sft=(-m "$model" -d "$src/examples/arith/sft.jsonl" -tbs 4 -lr 2e-3 --lora-rank 8 --lora-dropout 0.1 \
+     --gradient-checkpointing --si 2 -sd runs)
+"$rlcpp" sft "${sft[@]}" --max-steps 4 -p sft-full > sft-full.log 2>&1 || { bad sft-lora-run; tail -3 sft-full.log; }
+"$rlcpp" sft "${sft[@]}" --max-steps 2 -p sft-cut > sft-cut.log 2>&1 \
+  && "$rlcpp" sft "${sft[@]}" --max-steps 4 -p sft-cut --resume auto > sft-resumed.log 2>&1 \
+  || { bad sft-lora-resume-run; tail -3 sft-cut.log sft-resumed.log; }
+if [ -f runs/sft-full/step-4/adapter_config.json ] && [ ! -f runs/sft-full/step-4/model.safetensors ] \
+   && cmp -s runs/sft-full/step-4/adapter_model.safetensors runs/sft-cut/step-4/adapter_model.safetensors \
+   && [ "$(metrics_of runs/sft-full/metrics.jsonl)" = "$(metrics_of runs/sft-cut/metrics.jsonl)" ]; then
+  ok sft-lora-resume-exact
+else
+  bad sft-lora-resume-exact; ls runs/sft-full/step-4 2>&1 | head -5
+fi
 exit $failed

@@ -1,7 +1,8 @@
-// Gradients of token_logprobs: the chunked head against the plain one, and the whole model
-// against central finite differences in double precision.
+// Gradients of token_logprobs: the chunked head against the plain one, the blocked attention
+// against the plain one, and the whole model against central finite differences in double precision.
 #include <torch/torch.h>
 
+#include "model/attention.h"
 #include "model/logprobs.h"
 #include "model/transformer.h"
 #include "finite_differences.h"
@@ -33,6 +34,47 @@ TEST(ChunkedLogprobs, ValuesAndGradientsMatchReference) {
       EXPECT_EQ(fast[3].item<float>(), 0.0f);
     }
   }
+}
+
+// The blocked attention (rows recomputed in backward from the saved log-sum-exp) against T x T
+// scores with autograd: grouped heads, left padding, block sizes from one row to the whole sequence.
+TEST(BlockedAttention, ValuesAndGradientsMatchReference) {
+  torch::manual_seed(3);
+  const int64_t batch = 2, heads = 6, kv_heads = 2, length = 13, dim = 8;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  auto key_mask = torch::ones({batch, length}, torch::kBool);
+  key_mask[1].narrow(0, 0, 4).fill_(false);  // row 1 left-padded by 4
+  for (auto dtype : {torch::kFloat64, torch::kFloat32, torch::kBFloat16}) {
+    auto opts = torch::TensorOptions().dtype(dtype);
+    auto q = torch::randn({batch, heads, length, dim}, opts).requires_grad_();
+    auto k = torch::randn({batch, kv_heads, length, dim}, opts).requires_grad_();
+    auto v = torch::randn({batch, kv_heads, length, dim}, opts).requires_grad_();
+    auto upstream = torch::randn({batch, heads, length, dim}, opts);
+    auto slow = causal_attention_reference(q, k, v, key_mask, scale);
+    auto g = torch::autograd::grad({slow}, {q, k, v}, {upstream});
+    // fp64: the same math in another order; fp32 and bf16: rounding of the inputs' precision.
+    const double tol = dtype == torch::kFloat64 ? 1e-12 : dtype == torch::kFloat32 ? 1e-5 : 3e-2;
+    for (int64_t block : {1, 3, 5, 13, 0}) {
+      SCOPED_TRACE("dtype " + std::string(c10::toString(dtype)) + ", block " + std::to_string(block));
+      auto fast = causal_attention(q, k, v, key_mask, scale, block);
+      auto gf = torch::autograd::grad({fast}, {q, k, v}, {upstream});
+      auto close = [&](const torch::Tensor& a, const torch::Tensor& b) {
+        return torch::allclose(a.to(torch::kFloat64), b.to(torch::kFloat64), tol, tol);
+      };
+      EXPECT_TRUE(close(fast, slow)) << (fast - slow).abs().max().item<double>();
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(close(gf[i], g[i])) << "input " << i << ": " << (gf[i] - g[i]).abs().max().item<double>();
+    }
+  }
+  // A padded query attends to itself only: its output is its own value.
+  auto q = torch::randn({batch, heads, length, dim}, torch::kFloat64);
+  auto k = torch::randn({batch, kv_heads, length, dim}, torch::kFloat64);
+  auto v = torch::randn({batch, kv_heads, length, dim}, torch::kFloat64);
+  auto out = causal_attention(q, k, v, key_mask, scale, 4);
+  EXPECT_TRUE(torch::allclose(out[1][0][2], v[1][0][2]));
+  EXPECT_TRUE(torch::allclose(out[1][5][0], v[1][1][0]));  // query head 5 reads kv head 1
+  EXPECT_EQ(attention_block_rows(1, 14, 8192), 144);         // ~64 MiB of fp32 scores per block
+  EXPECT_EQ(attention_block_rows(8, 14, 320), 320);          // short sequences: one block
+  EXPECT_THROW_MSG(causal_attention(q, k, v, key_mask.to(torch::kInt64), scale), InternalError, "key_mask");
 }
 
 TEST(ModelGradients, TokenLogprobsMatchFiniteDifferencesInDouble) {

@@ -17,7 +17,11 @@ void add_sft_command(CLI::App& app) {
                  "model.path", "rollout.system_prompt", "train.train_batch_size", "train.train_microbatch_size",
                  "train.learning_rate", "train.weight_decay", "train.max_grad_norm", "train.lr_schedule",
                  "train.warmup_steps", "train.min_lr_ratio", "logging.project", "logging.save_dir",
-                 "logging.save_interval", "logging.max_checkpoints", "logging.log_interval"});
+                 "logging.save_interval", "logging.max_checkpoints", "logging.log_interval",
+                 // LoRA, activation checkpointing and a half-precision frozen base, as in `train`
+                 "model.lora_rank", "model.enable_lora", "model.lora_alpha", "model.lora_scaling", "model.lora_dropout",
+                 "model.lora_target_modules", "model.lora_name_scope", "model.frozen_dtype",
+                 "train.gradient_checkpointing", "logging.save_merged"});
   cmd->callback([flags] {
     RawSettings raw = collect_run_settings(*flags);
     // One chat per "group": a step's chats form one mini-batch, micro-batches of -tmbs chats.

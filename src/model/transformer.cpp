@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "io/checkpoint.h"
+#include "model/attention.h"
 #include "model/logprobs.h"
 #include "util/error.h"
 #include "util/torch_format.h"
@@ -124,24 +125,6 @@ std::vector<torch::Tensor> trained_tensors(torch::nn::Module& module) {
 // The dtype softmax and norms run in: fp32 for half types, fp64 for fp64.
 torch::ScalarType compute_dtype(torch::ScalarType dtype) { return logprob_dtype(dtype); }
 
-// Additive attention mask [B, 1, T, T]: causal, keys at padding masked. A padded query keeps its own
-// key so its softmax stays finite (its output is never used).
-torch::Tensor build_attention_mask(const torch::Tensor& attention_mask, int64_t batch, int64_t length,
-                                   torch::ScalarType dtype, torch::Device device) {
-  auto bool_opts = torch::TensorOptions().dtype(torch::kBool).device(device);
-  auto allowed = torch::ones({length, length}, bool_opts).tril().unsqueeze(0);  // [1, T, T]
-  if (attention_mask.defined()) {
-    auto keys = attention_mask.to(device).to(torch::kBool).unsqueeze(1);  // [B, 1, T]
-    auto diagonal = torch::eye(length, bool_opts).unsqueeze(0);
-    allowed = allowed.logical_and(keys).logical_or(diagonal);           // [B, T, T]
-  } else {
-    allowed = allowed.expand({batch, length, length});
-  }
-  auto mask = torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype).device(device));
-  mask.masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
-  return mask.unsqueeze(1);
-}
-
 }  // namespace
 
 const EnumTable<torch::ScalarType>& dtypes() {
@@ -238,7 +221,6 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                      const torch::Tensor& mask) {
   const int64_t batch = x.size(0), length = x.size(1);
-  const int64_t group = n_heads_ / n_kv_heads_;
   auto q = q_proj->forward(x).view({batch, length, n_heads_, head_dim_});
   auto k = k_proj->forward(x).view({batch, length, n_kv_heads_, head_dim_});
   auto v = v_proj->forward(x).view({batch, length, n_kv_heads_, head_dim_}).transpose(1, 2);
@@ -248,14 +230,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   q = Rope::apply(q.transpose(1, 2), cos, sin);  // [B, Hq, T, D]
   k = Rope::apply(k.transpose(1, 2), cos, sin);  // [B, Hkv, T, D]
-  // Grouped-query attention without copying k/v: the G query heads of a kv head are stacked on the
-  // time axis, [B, Hkv, G*T, D] (q head h uses kv head h / G, as Hugging Face's repeat_kv).
-  auto qg = q.reshape({batch, n_kv_heads_, group * length, head_dim_});
-  auto scores = torch::matmul(qg, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  scores = scores.view({batch, n_kv_heads_, group, length, length}) + mask.unsqueeze(2);
-  auto probs = torch::softmax(scores, -1, compute_dtype(x.scalar_type())).to(x.scalar_type());
-  auto out = torch::matmul(probs.view({batch, n_kv_heads_, group * length, length}), v);  // [B, Hkv, G*T, D]
-  out = out.view({batch, n_heads_, length, head_dim_}).transpose(1, 2).reshape({batch, length, n_heads_ * head_dim_});
+  auto out = causal_attention(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim_)));  // [B, Hq, T, D]
+  out = out.transpose(1, 2).reshape({batch, length, n_heads_ * head_dim_});
   return o_proj->forward(out);
 }
 
@@ -487,7 +463,10 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
     positions = torch::arange(length, ids.options().dtype(torch::kInt64)).unsqueeze(0).expand({batch, length});
   }
   auto [cos, sin] = rope_.cos_sin(positions, options_.dtype);
-  auto mask = build_attention_mask(attention_mask, batch, length, options_.dtype, options_.device);
+  // Which keys are real tokens, [B, T]; attention adds causality (model/attention.h).
+  auto mask = attention_mask.defined()
+                  ? attention_mask.to(options_.device).to(torch::kBool)
+                  : torch::ones({batch, length}, torch::TensorOptions().dtype(torch::kBool).device(options_.device));
   auto h = as_dtype(model->embed_tokens->forward(ids), options_.dtype);
   const bool checkpoint = options_.gradient_checkpointing && is_training() && torch::GradMode::is_enabled();
   for (const auto& block : *model->layers) {

@@ -77,7 +77,8 @@ using Linear = std::shared_ptr<LinearImpl>;
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
-  // x [B, T, H]; cos/sin [B, T, D]; mask [B, 1, T, T] additive (0 or -inf). Returns [B, T, H].
+  // x [B, T, H]; cos/sin [B, T, D]; mask [B, T] bool, false at padded keys (causality is added by
+  // causal_attention, model/attention.h). Returns [B, T, H].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   // Packed tokens x [T, H] of several sequences; cos/sin [T, D]; keys and values through `backend`.

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/attention.h"
 #include "model/transformer.h"
 #include "util/error.h"
 
@@ -97,20 +98,23 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
   if (!c.distributed()) {
     est.lines.push_back({"KV cache", static_cast<double>(c.kv_cache_mb) * kMiB, "--kv-cache-mb"});
   }
-  // Training activations, eager attention: per token and layer the norms, projections, rotary
-  // copies and MLP intermediates; per sequence and head the T x T attention probabilities.
+  // Training activations: per token and layer the norms, projections, rotary copies and MLP
+  // intermediates. Attention keeps no T x T tensor (model/attention.h): one block of query rows'
+  // scores, probabilities and their gradients exist at a time, in fp32.
   const double per_token_layer = (6 * h + 3 * (q + 2 * kv) + 4 * inter) * e;
-  const double scores = heads * t * t * e;
+  const double rows = static_cast<double>(attention_block_rows(c.train_microbatch_size, m.num_attention_heads,
+                                                               est.sequence_tokens));
+  const double attention_block = 3 * b * heads * rows * t * 4;
   // Calibrated on measured peaks (tests/test_memory_estimate.sh): autograd keeps about 1.6 times
-  // the tensors counted above (dtype casts, views copied by reshape, softmax and SiLU outputs).
-  const double layer_act = 1.6 * b * (t * per_token_layer + scores);
+  // the tensors counted above (dtype casts, views copied by reshape, SiLU outputs).
+  const double layer_act = 1.6 * b * t * per_token_layer;
   double activations = 0;
   std::string how;
   if (c.gradient_checkpointing) {
-    activations = layers * b * t * h * e + layer_act + 2 * b * scores;
+    activations = layers * b * t * h * e + layer_act + attention_block;
     how = "--gradient-checkpointing: layer inputs, one layer recomputed";
   } else {
-    activations = layers * layer_act + 2 * b * scores;
+    activations = layers * layer_act + attention_block;
     how = "every layer's activations kept for backward";
   }
   est.lines.push_back({"training activations", activations,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <torch/utils.h>
 
 #include <chrono>
 #include <fstream>
@@ -28,6 +29,7 @@ fs::path run_sft(const RunConfig& c) {
   const fs::path& run_dir = plan.run_dir;
   const auto& resume_from = plan.resume_from;
   auto tokenizer = Tokenizer::from_dir(c.model);
+  torch::manual_seed(c.seed);  // LoRA dropout; a resume restores the generator's state
   auto policy = load_policy(c, resume_from);
   const int64_t max_positions = policy->config().max_position_embeddings;
 

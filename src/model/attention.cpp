@@ -1,0 +1,145 @@
+#include "model/attention.h"
+
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "model/logprobs.h"
+#include "util/error.h"
+#include "util/torch_format.h"
+
+namespace rlcpp {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr double kBlockScoreBytes = 64.0 * 1024 * 1024;  // one block's scores in fp32
+
+// Which keys each query row of [start, start + rows) may read, [B, 1, 1, rows, start + rows]:
+// causal, not padding, and always its own position.
+torch::Tensor allowed_keys(const torch::Tensor& key_mask, int64_t start, int64_t rows) {
+  const int64_t end = start + rows;
+  auto index = torch::TensorOptions().dtype(torch::kInt64).device(key_mask.device());
+  auto i = torch::arange(start, end, index).unsqueeze(1);  // [rows, 1]
+  auto j = torch::arange(0, end, index).unsqueeze(0);      // [1, end]
+  auto allowed = j.le(i).unsqueeze(0).logical_and(key_mask.narrow(1, 0, end).unsqueeze(1));
+  allowed = allowed.logical_or(j.eq(i).unsqueeze(0));  // [B, rows, end]
+  return allowed.unsqueeze(1).unsqueeze(1);
+}
+
+// The scores of one block of query rows in the softmax dtype, masked: [B, Hkv, G, rows, end].
+// qb [B, Hkv, G * rows, D] (the G query heads of a kv head stacked, so k is read once), kb [B, Hkv, end, D].
+torch::Tensor block_scores(const torch::Tensor& qb, const torch::Tensor& kb, const torch::Tensor& key_mask,
+                           int64_t start, int64_t rows, double scale, torch::ScalarType acc) {
+  const int64_t batch = qb.size(0), kv_heads = qb.size(1), end = kb.size(2);
+  const int64_t group = qb.size(2) / rows;
+  auto scores = (torch::matmul(qb, kb.transpose(-1, -2)) * scale).to(acc);
+  scores = scores.view({batch, kv_heads, group, rows, end});
+  return scores.masked_fill_(allowed_keys(key_mask, start, rows).logical_not(), -std::numeric_limits<double>::infinity());
+}
+
+class BlockedAttention : public torch::autograd::Function<BlockedAttention> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& key_mask, double scale, int64_t block) {
+    const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), dim = q.size(3);
+    const int64_t kv_heads = k.size(1), group = heads / kv_heads;
+    const auto acc = logprob_dtype(q.scalar_type());
+    auto qg = q.contiguous().view({batch, kv_heads, group, length, dim});
+    auto out = torch::empty({batch, kv_heads, group, length, dim}, q.options());
+    auto lse = torch::empty({batch, kv_heads, group, length}, q.options().dtype(acc));
+    for (int64_t start = 0; start < length; start += block) {
+      const int64_t rows = std::min(block, length - start), end = start + rows;
+      auto qb = qg.narrow(3, start, rows).reshape({batch, kv_heads, group * rows, dim});
+      auto scores = block_scores(qb, k.narrow(2, 0, end), key_mask, start, rows, scale, acc);
+      auto row_lse = scores.logsumexp(-1, /*keepdim=*/true);
+      auto probs = scores.sub_(row_lse).exp_().to(q.scalar_type()).view({batch, kv_heads, group * rows, end});
+      out.narrow(3, start, rows).copy_(torch::matmul(probs, v.narrow(2, 0, end)).view({batch, kv_heads, group, rows, dim}));
+      lse.narrow(3, start, rows).copy_(row_lse.squeeze(-1));
+    }
+    ctx->save_for_backward({q, k, v, key_mask, out, lse});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["block"] = block;
+    return out.view({batch, heads, length, dim});
+  }
+
+  // With P = softmax(S) saved only as lse: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)),
+  // dQ = scale * dS K, dK = scale * dS^T Q, one block of query rows at a time.
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &key_mask = saved[3], &out = saved[4], &lse = saved[5];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const int64_t block = ctx->saved_data["block"].toInt();
+    const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), dim = q.size(3);
+    const int64_t kv_heads = k.size(1), group = heads / kv_heads;
+    const auto dtype = q.scalar_type(), acc = lse.scalar_type();
+    auto qg = q.contiguous().view({batch, kv_heads, group, length, dim});
+    auto dout = grad_outputs[0].contiguous().view({batch, kv_heads, group, length, dim});
+    auto delta = (dout.to(acc) * out.to(acc)).sum(-1, /*keepdim=*/true);  // [B, Hkv, G, T, 1]
+    auto dq = torch::empty_like(qg);
+    auto dk = torch::zeros(k.sizes(), k.options().dtype(acc));
+    auto dv = torch::zeros(v.sizes(), v.options().dtype(acc));
+    for (int64_t start = 0; start < length; start += block) {
+      const int64_t rows = std::min(block, length - start), end = start + rows;
+      auto qb = qg.narrow(3, start, rows).reshape({batch, kv_heads, group * rows, dim});
+      auto kb = k.narrow(2, 0, end), vb = v.narrow(2, 0, end);
+      auto probs = block_scores(qb, kb, key_mask, start, rows, scale, acc)
+                       .sub_(lse.narrow(3, start, rows).unsqueeze(-1))
+                       .exp_();  // [B, Hkv, G, rows, end]
+      auto dob = dout.narrow(3, start, rows).reshape({batch, kv_heads, group * rows, dim});
+      const auto flat = std::vector<int64_t>{batch, kv_heads, group * rows, end};
+      dv.narrow(2, 0, end).add_(torch::matmul(probs.to(dtype).view(flat).transpose(-1, -2), dob).to(acc));
+      auto dp = torch::matmul(dob, vb.transpose(-1, -2)).to(acc).view(probs.sizes());
+      auto ds = probs.mul_(dp.sub_(delta.narrow(3, start, rows))).mul_(scale).to(dtype).view(flat);
+      dq.narrow(3, start, rows).copy_(torch::matmul(ds, kb).view({batch, kv_heads, group, rows, dim}));
+      dk.narrow(2, 0, end).add_(torch::matmul(ds.transpose(-1, -2), qb).to(acc));
+    }
+    return {dq.view({batch, heads, length, dim}), dk.to(dtype), dv.to(dtype), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                  const torch::Tensor& key_mask) {
+  RLCPP_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
+                  q.size(2) == k.size(2) && q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
+              "attention: q {} must be [B, Hq, T, D] and k, v {} / {} [B, Hkv, T, D] with Hkv dividing Hq", q.sizes(),
+              k.sizes(), v.sizes());
+  RLCPP_CHECK(key_mask.scalar_type() == torch::kBool && key_mask.dim() == 2 && key_mask.size(0) == q.size(0) &&
+                  key_mask.size(1) == q.size(2),
+              "attention: key_mask {} must be bool [B, T] for q {}", key_mask.sizes(), q.sizes());
+}
+
+}  // namespace
+
+int64_t attention_block_rows(int64_t batch, int64_t heads, int64_t length) {
+  const double per_row = 4.0 * static_cast<double>(std::max<int64_t>(1, batch * heads * length));
+  const auto rows = static_cast<int64_t>(kBlockScoreBytes / per_row) / 16 * 16;
+  return std::clamp<int64_t>(rows, 16, std::max<int64_t>(length, 1));
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& key_mask, double scale, int64_t block_rows) {
+  check_shapes(q, k, v, key_mask);
+  RLCPP_CHECK(block_rows >= 0, "attention: block_rows must be >= 0, got {}", block_rows);
+  if (block_rows == 0) block_rows = attention_block_rows(q.size(0), q.size(1), q.size(2));
+  return BlockedAttention::apply(q, k.contiguous(), v.contiguous(), key_mask, scale, block_rows);
+}
+
+torch::Tensor causal_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                         const torch::Tensor& key_mask, double scale) {
+  check_shapes(q, k, v, key_mask);
+  const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), dim = q.size(3), kv_heads = k.size(1);
+  const int64_t group = heads / kv_heads;
+  auto qg = q.reshape({batch, kv_heads, group * length, dim});
+  auto scores = (torch::matmul(qg, k.transpose(-1, -2)) * scale).view({batch, kv_heads, group, length, length});
+  scores = scores.masked_fill(allowed_keys(key_mask, 0, length).logical_not(), -std::numeric_limits<double>::infinity());
+  auto probs = torch::softmax(scores, -1, logprob_dtype(q.scalar_type())).to(q.scalar_type());
+  auto out = torch::matmul(probs.view({batch, kv_heads, group * length, length}), v);
+  return out.view({batch, heads, length, dim});
+}
+
+}  // namespace rlcpp
