@@ -86,6 +86,19 @@ for c in "${configs[@]}"; do
     lora-3b-bf16)   shape q3b 2048 11008 36 16 2;  run $c q3b "${table[@]}" 8 --kl 0.04 --lora-rank 16 --lora-alpha 32 --frozen-dtype bf16 ;;
     long-full-0.5b) shape q0.5b 896 4864 24 14 2;  run $c q0.5b 1 2 4096 1 --gradient-checkpointing ;;
     long-lora-0.5b) shape q0.5b 896 4864 24 14 2;  run $c q0.5b 1 2 8192 1 --lora-rank 16 --lora-alpha 32 --gradient-checkpointing ;;
+    lora-0.5b-ckpt) shape q0.5b 896 4864 24 14 2;  run $c q0.5b "${table[@]}" 2 --kl 0.04 --lora-rank 16 --lora-alpha 32 \
+                      --gradient-checkpointing --kv-cache-mb 256 ;;
+    anchor)  # the PyTorch-eager GRPO step (../shared/anchors/torch): full fine-tune, no reference model
+      a="$shared/anchors/torch/grpo_step.py"
+      if [ -f "$a" ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+        /usr/bin/time -v /usr/bin/python3 "$a" --prompts 2 --group 8 --new 64 --prompt-len 128 --steps "$steps" > "$work/anchor.log" 2>&1 \
+          || { echo "anchor FAILED"; tail -5 "$work/anchor.log"; continue; }
+        printf '%-34s peak RSS %6.2f GiB   (PyTorch eager, full fine-tune, prompts of 128 tokens)\n' "anchor" \
+          "$(awk '/Maximum resident/ {print $NF / 1024 / 1024}' "$work/anchor.log")"
+        grep -v -e '^\s' -e '^Command' "$work/anchor.log" | head -8
+      else
+        echo "anchor: skipped ($a and Debian's python3-torch needed)"
+      fi ;;
     sft-4096-full-0.5b)  shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 4096 --gradient-checkpointing ;;
     sft-4096-nockpt-0.5b) shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 4096 ;;
     sft-8192-lora-0.5b)  shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 8192 --lora-rank 16 --lora-alpha 32 --gradient-checkpointing ;;

@@ -40,6 +40,9 @@ else
   bad checkpoint-layout; ls -R $step | head -20
 fi
 
+out=$("$rlcpp" info $step 2>&1) && grep -q "PEFT LoRA" <<<"$out" && grep -q "r 8, alpha 16" <<<"$out" \
+  && grep -q "architecture     Qwen2ForCausalLM" <<<"$out" && ok info-describes-adapter || { bad info-describes-adapter; echo "$out" | head -5; }
+
 # 3. merge writes a full model; the adapter directory, the merged one and --save-merged's generate alike.
 "$rlcpp" merge "$model" $step merged-out > merge.log 2>&1 || { bad merge; cat merge.log; }
 gen() { "$rlcpp" generate --model "$1" --prompt "What is 47 + 38?" --mnt 24 --temperature 0 2>/dev/null; }
@@ -94,9 +97,11 @@ expect_error() {  # NAME PATTERN ARGS...
 expect_error alpha-without-rank "--lora-alpha" "${base[@]}" --lora-alpha 16 -p e1
 expect_error frozen-without-frozen "--frozen-dtype" "${base[@]}" --kl 0 --frozen-dtype bf16 -p e2
 expect_error bad-target "q_proj, k_proj" "${base[@]}" --lora-rank 4 --lora-target-modules qkv -p e3
+expect_error save-merged-without-lora "--save-merged" "${base[@]}" --save-merged -p e5
 expect_error memory-refused "--gradient-checkpointing" "${base[@]}" --kv-cache-mb 100000000 -p e4
 "$rlcpp" train "${base[@]}" "${lora[@]}" --frozen-dtype bf16 --dry-run > dry.log 2>&1 \
   && grep -q "base weights (frozen)" dry.log && grep -q "total" dry.log && [ ! -d runs/learn-dry ] \
+  && grep -q "tokens ([0-9]*: the dataset's longest prompt)" dry.log \
   && ok dry-run || { bad dry-run; cat dry.log | tail -5; }
 
 # 7. A frozen bf16 base trains too.

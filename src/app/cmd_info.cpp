@@ -1,4 +1,5 @@
-// `rlcpp info MODEL_DIR`: what a Hugging Face model directory holds, without loading the weights.
+// `rlcpp info MODEL_DIR`: what a Hugging Face model directory holds, without loading the weights; of
+// a PEFT LoRA adapter directory, the adapter and then its base model.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -6,8 +7,10 @@
 
 #include "app/commands.h"
 #include "io/checkpoint.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/rope.h"
+#include "util/error.h"
 
 namespace rlcpp {
 
@@ -24,7 +27,37 @@ std::string human_bytes(uint64_t bytes) {
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, units[unit]);
 }
 
+void run_info(const std::string& dir);
+
+// A LoRA adapter directory: its settings and tensors, then its base model described as any model.
+void run_adapter_info(const std::string& dir) {
+  const PeftAdapter adapter = read_peft_adapter(dir);
+  const std::filesystem::path weights = std::filesystem::path(dir) / kAdapterWeightsFile;
+  if (!std::filesystem::exists(weights)) throw_user_error("{}: no {} beside adapter_config.json", dir, kAdapterWeightsFile);
+  const auto file = SafetensorsFile::open(weights);
+  int64_t params = 0;
+  for (const auto& info : file->tensors()) params += info.numel();
+  std::cout << fmt::format("adapter          {} (PEFT LoRA)\n", dir);
+  std::cout << fmt::format("lora             r {}, alpha {} (scaling {}), dropout {}, targets {}{}\n", adapter.config.rank,
+                           adapter.config.alpha, adapter.config.scaling(), adapter.config.dropout,
+                           lora_targets_text(adapter.config.targets),
+                           adapter.config.name_scope.empty() ? "" : ", name scope " + adapter.config.name_scope);
+  std::cout << fmt::format("adapter weights  {} tensors, {} parameters ({:.3f} M), {}\n", file->tensors().size(), params,
+                           params / 1e6, human_bytes(std::filesystem::file_size(weights)));
+  std::cout << fmt::format("base model       {}\n", adapter.base_model);
+  if (!std::filesystem::exists(std::filesystem::path(adapter.base_model) / "config.json")) {
+    std::cout << "                 (not a model directory on this machine)\n";
+    return;
+  }
+  std::cout << "\n";
+  run_info(adapter.base_model);
+}
+
 void run_info(const std::string& dir) {
+  if (is_peft_adapter_dir(dir) && !std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
+    run_adapter_info(dir);
+    return;
+  }
   const ModelConfig c = ModelConfig::load(dir);
   CheckpointReader reader(dir);
   std::map<std::string, std::pair<int64_t, uint64_t>> by_dtype;  // dtype → (tensors, bytes)
@@ -67,7 +100,7 @@ void run_info(const std::string& dir) {
 void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "describe a Hugging Face model directory (shape, dtypes, size, rope)");
   auto dir = std::make_shared<std::string>();
-  cmd->add_option("model_dir", *dir, "model directory (config.json + *.safetensors)")->required();
+  cmd->add_option("model_dir", *dir, "model directory (config.json + *.safetensors), or a LoRA adapter directory")->required();
   cmd->callback([dir] { run_info(*dir); });
 }
 

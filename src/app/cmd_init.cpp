@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "app/commands.h"
+#include "io/checkpoint.h"
 #include "model/transformer.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -38,11 +39,7 @@ void run_init(const InitArgs& a) {
   auto model = std::make_shared<Transformer>(config, ModelOptions{});
   model->init_weights(stddev, a.seed);
   model->save_pretrained(a.out);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
-    if (fs::exists(fs::path(a.tokenizer) / name)) {
-      fs::copy_file(fs::path(a.tokenizer) / name, fs::path(a.out) / name, fs::copy_options::overwrite_existing);
-    }
-  }
+  copy_tokenizer_files(a.tokenizer, a.out);
   int64_t n = 0;
   for (const auto& p : model->parameters()) n += p.numel();
   fmt::print("{}: {} parameters, normal(0, {}) with seed {}, tokenizer of {} tokens from {}\n", a.out, n, stddev, a.seed,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "app/commands.h"
+#include "io/checkpoint.h"
 #include "model/transformer.h"
 #include "util/error.h"
 
@@ -31,12 +32,7 @@ void run_merge(const MergeArgs& a) {
   auto model = Transformer::from_pretrained(a.base, options);
   model->load_adapter(a.adapter);
   model->save_pretrained(a.out);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-                           "vocab.json", "merges.txt"}) {
-    if (fs::exists(fs::path(a.base) / name)) {
-      fs::copy_file(fs::path(a.base) / name, fs::path(a.out) / name, fs::copy_options::overwrite_existing);
-    }
-  }
+  copy_tokenizer_files(a.base, a.out);
   fmt::print("{}: {} merged into {} ({} adapted layers, rank {}, scaling {})\n", a.out, a.adapter, a.base,
              model->trained_weights().size() / 2, model->lora().rank, model->lora().scaling());
 }

@@ -34,7 +34,7 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
   try {
     config = resolve_run_config(raw);
     if (memory_check && world->rank() == 0) {
-      check_run_memory(config, estimate_run_memory(config, ModelConfig::load(config.model)), available_memory_bytes());
+      check_run_memory(config, estimate_run_memory(config), available_memory_bytes());
     }
     if (config.distributed()) {
       topology = Topology::create(world, static_cast<int>(config.trainers()), static_cast<int>(config.inferencers()));
@@ -87,7 +87,7 @@ void add_train_command(CLI::App& app) {
     }
     if (*dry_run) {
       const RunConfig config = resolve_run_config(raw);
-      const auto estimate = estimate_run_memory(config, ModelConfig::load(config.model));
+      const auto estimate = estimate_run_memory(config);
       const double available = available_memory_bytes();
       std::cout << fmt::format("estimated peak memory of {} (one {} process):\n{}available now: {:.2f} GiB\n",
                                config.model, config.distributed() ? "trainer" : "training", estimate.table(),

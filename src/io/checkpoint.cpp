@@ -137,4 +137,13 @@ void save_checkpoint(const fs::path& model_dir, const NamedTensors& tensors, uin
   write_file_atomic(model_dir / kIndexFile, index.dump(2) + "\n");
 }
 
+void copy_tokenizer_files(const std::filesystem::path& from, const std::filesystem::path& to) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+                           "vocab.json", "merges.txt"}) {
+    if (std::filesystem::exists(from / name)) {
+      std::filesystem::copy_file(from / name, to / name, std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+}
+
 }  // namespace rlcpp

@@ -39,4 +39,9 @@ class CheckpointReader {
 void save_checkpoint(const std::filesystem::path& model_dir, const NamedTensors& tensors,
                      uint64_t max_shard_bytes = 0);
 
+// Copies the tokenizer and generation files a Hugging Face model directory carries (tokenizer.json,
+// tokenizer_config.json, generation_config.json, special_tokens_map.json, vocab.json, merges.txt)
+// from `from` into `to`, those that exist.
+void copy_tokenizer_files(const std::filesystem::path& from, const std::filesystem::path& to);
+
 }  // namespace rlcpp

@@ -7,7 +7,10 @@
 #include <sstream>
 
 #include "model/attention.h"
+#include "io/prompt_dataset.h"
 #include "model/transformer.h"
+#include "reward/reward.h"
+#include "text/prompt_builder.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -75,6 +78,8 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
   if (prompt_tokens <= 0) {
     prompt_tokens = c.max_prompt_tokens > 0 ? c.max_prompt_tokens : 512;
     prompt_note = c.max_prompt_tokens > 0 ? "-mpt" : "prompts of 512 tokens assumed (set -mpt)";
+  } else if (c.max_prompt_tokens <= 0) {
+    prompt_note = "the dataset's longest prompt";
   }
   const double t = static_cast<double>(prompt_tokens + c.sampling.max_new_tokens);
   est.sequence_tokens = prompt_tokens + c.sampling.max_new_tokens;
@@ -133,6 +138,36 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
                          MemoryPhase::kOptimizer});
   }
   return est;
+}
+
+namespace {
+
+// The longest prompt of the run's dataset in tokens, over its first 2,000 records (tokenizing all of
+// GSM8K's 7,473 takes 7 s here; a preflight should take about one).
+int64_t longest_prompt_tokens(const RunConfig& c, const ModelConfig& m) {
+  const auto tokenizer = Tokenizer::from_dir(c.model);
+  DatasetOptions dataset_options;
+  dataset_options.skip_bad_lines = c.skip_bad_lines;
+  const auto dataset = load_prompt_dataset(c.dataset, dataset_options);
+  PromptOptions options;
+  options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
+  options.context_tokens = m.max_position_embeddings;
+  options.overflow = PromptOverflow::kDrop;  // the run itself reports prompts that do not fit
+  options.source = c.dataset;
+  PromptBuilder builder(*tokenizer, options);
+  int64_t longest = 0;
+  const size_t n = std::min<size_t>(dataset.records.size(), 2000);
+  for (size_t i = 0; i < n; ++i) {
+    if (auto built = builder.build(dataset.records[i])) longest = std::max<int64_t>(longest, built->ids.size());
+  }
+  return longest;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_run_memory(const RunConfig& c) {
+  const auto model = ModelConfig::load(c.model);
+  return estimate_run_memory(c, model, c.max_prompt_tokens > 0 ? 0 : longest_prompt_tokens(c, model));
 }
 
 double available_memory_bytes() {

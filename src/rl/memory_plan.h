@@ -35,6 +35,11 @@ struct MemoryEstimate {
 // `prompt_tokens`: the longest prompt (0: -mpt, else 512 assumed and said so).
 MemoryEstimate estimate_run_memory(const RunConfig& config, const ModelConfig& model, int64_t prompt_tokens = 0);
 
+// The estimate of a run about to start: the model's config.json and, when -mpt is unset, the
+// longest prompt of the dataset's first 2,000 records as the rollout builds them (system prompt,
+// chat template, tokenizer).
+MemoryEstimate estimate_run_memory(const RunConfig& config);
+
 // The memory this machine has for a run now (MemAvailable; 0 when unknown).
 double available_memory_bytes();
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/checkpoint.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/json.h"
@@ -35,14 +36,6 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& run_dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-// Copies the tokenizer and generation files of `from` into `to`.
-void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
-                           "vocab.json", "merges.txt"}) {
-    if (fs::exists(from / name)) fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing);
-  }
 }
 
 }  // namespace

@@ -288,6 +288,10 @@ void resolve_lora(RunConfig& c, const RawSettings& raw) {
       throw_user_error("{}: LoRA is off; give --lora-rank R (or --lora) to train adapters", it->second);
     }
   }
+  if (c.save_merged) {
+    throw_user_error("{}: only a LoRA run has something to merge (a full fine-tune's step-N/ already is the whole "
+                     "model); drop it, or give --lora-rank R", raw.source.at("logging.save_merged"));
+  }
 }
 
 }  // namespace
