@@ -130,6 +130,24 @@ void run_model(const Args& args) {
               mib(train_peak));
 }
 
+// One table of child measurements of KIND at each --head-lengths T: the memory-saving computation
+// against the plain one (skipped above plain_max).
+void print_fast_vs_plain(const std::string& exe, const Args& args, const char* kind, const std::string& title,
+                         const std::string& fast_name, const std::string& plain_name, int64_t plain_max) {
+  std::printf("%s, peak RSS above the inputs:\n", title.c_str());
+  std::printf("  %6s  %22s  %22s\n", "T", fast_name.c_str(), plain_name.c_str());
+  for (int64_t t : args.head_lengths) {
+    double fast_s = 0, plain_s = 0;
+    const double fast = measure_child(exe, args, kind, t, true, &fast_s);
+    std::string plain_text = "skipped (too large)";
+    if (t <= plain_max) {
+      const double plain = measure_child(exe, args, kind, t, false, &plain_s);
+      plain_text = fmt::format("{:8.0f} MiB {:6.2f} s", plain, plain_s);
+    }
+    std::printf("  %6ld  %12.0f MiB %6.2f s  %22s\n", static_cast<long>(t), fast, fast_s, plain_text.c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,29 +185,11 @@ int main(int argc, char** argv) {
   const std::string self = "/proc/self/exe";
   std::string exe(4096, '\0');
   exe.resize(std::max<ssize_t>(0, ::readlink(self.c_str(), exe.data(), exe.size())));
-  std::printf("token_logprobs head (hidden [T, 896] x vocab 151936, fp32, forward+backward), peak RSS above the inputs:\n");
-  std::printf("  %6s  %22s  %22s\n", "T", fmt::format("chunked ({} tokens)", args.chunk).c_str(), "plain (full logits)");
-  for (int64_t t : args.head_lengths) {
-    double chunked_s = 0, plain_s = 0;
-    const double chunked = measure_child(exe, args, "head", t, true, &chunked_s);
-    std::string plain_text = "skipped (too large)";
-    if (t <= args.reference_max) {
-      const double plain = measure_child(exe, args, "head", t, false, &plain_s);
-      plain_text = fmt::format("{:8.0f} MiB {:6.2f} s", plain, plain_s);
-    }
-    std::printf("  %6ld  %12.0f MiB %6.2f s  %22s\n", static_cast<long>(t), chunked, chunked_s, plain_text.c_str());
-  }
-  std::printf("causal attention, one layer (14 heads, 2 kv heads, head_dim 64, fp32, forward+backward), peak RSS above the inputs:\n");
-  std::printf("  %6s  %22s  %22s\n", "T", "blocked", "plain (T x T scores)");
-  for (int64_t t : args.head_lengths) {
-    double blocked_s = 0, plain_s = 0;
-    const double blocked = measure_child(exe, args, "attention", t, true, &blocked_s);
-    std::string plain_text = "skipped (too large)";
-    if (t <= args.attention_reference_max) {
-      const double plain = measure_child(exe, args, "attention", t, false, &plain_s);
-      plain_text = fmt::format("{:8.0f} MiB {:6.2f} s", plain, plain_s);
-    }
-    std::printf("  %6ld  %12.0f MiB %6.2f s  %22s\n", static_cast<long>(t), blocked, blocked_s, plain_text.c_str());
-  }
+  print_fast_vs_plain(exe, args, "head",
+                      "token_logprobs head (hidden [T, 896] x vocab 151936, fp32, forward+backward)",
+                      fmt::format("chunked ({} tokens)", args.chunk), "plain (full logits)", args.reference_max);
+  print_fast_vs_plain(exe, args, "attention",
+                      "causal attention, one layer (14 heads, 2 kv heads, head_dim 64, fp32, forward+backward)", "blocked",
+                      "plain (T x T scores)", args.attention_reference_max);
   return 0;
 }
