@@ -1,6 +1,10 @@
 #include "io/checkpoint.h"
 
 #include <nlohmann/json.hpp>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 
 #include "util/error.h"
 #include "util/file.h"
@@ -92,6 +96,15 @@ torch::Tensor CheckpointReader::tensor(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) throw_user_error("{}: no weight named \"{}\"", dir_.string(), name);
   return files_[it->second]->tensor(name);
+}
+
+void CheckpointReader::release(const std::string& name) const {
+  const auto view = tensor(name);
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(view.data_ptr()) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(view.data_ptr()) + view.nbytes() + page - 1) / page * page;
+  // Advice only: a failure leaves the pages resident, which is merely today's behaviour.
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 uint64_t CheckpointReader::bytes_on_disk() const {

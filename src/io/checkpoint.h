@@ -23,6 +23,10 @@ class CheckpointReader {
   bool contains(const std::string& name) const { return where_.count(name) != 0; }
   const StTensorInfo& info(const std::string& name) const;
   torch::Tensor tensor(const std::string& name) const;  // zero-copy CPU view
+  // Drops the mapped pages of `name` from this process's resident memory (they stay in the page
+  // cache and fault back in if read again). For a loader that has copied the tensor out: without it
+  // a load holds the file's pages and the copy at once, twice the weights at its peak.
+  void release(const std::string& name) const;
   const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
   uint64_t bytes_on_disk() const;
 

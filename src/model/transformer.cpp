@@ -542,16 +542,17 @@ LogprobsEntropy Transformer::token_logprobs_entropy(const torch::Tensor& input_i
 }
 
 void Transformer::load_weights(const CheckpointReader& reader, const std::string& source) {
-  NamedTensors tensors;
   for (const auto& item : named_parameters()) {
     const std::string& name = item.key();
     if (!reader.contains(name)) {
       throw_user_error("{}: weight \"{}\" is missing ({} expects it; is config.json the right one for these weights?)",
                        source, name, config_.architecture.empty() ? config_.model_type : config_.architecture);
     }
-    tensors.emplace_back(name, reader.tensor(name));
+    // One tensor at a time, its file pages released once copied: the load peaks at the weights
+    // plus one tensor, not at twice the weights.
+    update_weights({{name, reader.tensor(name)}}, source);
+    reader.release(name);
   }
-  load_weights(tensors, source);
 }
 
 void Transformer::load_weights(const NamedTensors& tensors, const std::string& source) {
