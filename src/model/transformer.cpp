@@ -542,16 +542,18 @@ LogprobsEntropy Transformer::token_logprobs_entropy(const torch::Tensor& input_i
 }
 
 void Transformer::load_weights(const CheckpointReader& reader, const std::string& source) {
-  for (const auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    if (!reader.contains(name)) {
+  const auto params = named_parameters();
+  for (const auto& item : params) {
+    if (!reader.contains(item.key())) {
       throw_user_error("{}: weight \"{}\" is missing ({} expects it; is config.json the right one for these weights?)",
-                       source, name, config_.architecture.empty() ? config_.model_type : config_.architecture);
+                       source, item.key(), config_.architecture.empty() ? config_.model_type : config_.architecture);
     }
-    // One tensor at a time, its file pages released once copied: the load peaks at the weights
-    // plus one tensor, not at twice the weights.
-    update_weights({{name, reader.tensor(name)}}, source);
-    reader.release(name);
+  }
+  // One tensor at a time, its file pages released once copied: the load peaks at the weights plus
+  // one tensor, not at twice the weights.
+  for (const auto& item : params) {
+    update_weights({{item.key(), reader.tensor(item.key())}}, source);
+    reader.release(item.key());
   }
 }
 
