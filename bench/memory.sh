@@ -86,6 +86,8 @@ for c in "${configs[@]}"; do
     lora-1.5b-ckpt) shape q1.5b 1536 8960 28 12 2; run $c q1.5b "${table[@]}" 2 --kl 0.04 --lora-rank 16 --lora-alpha 32 \
                       --gradient-checkpointing --kv-cache-mb 256 ;;
     lora-3b-bf16)   shape q3b 2048 11008 36 16 2;  run $c q3b "${table[@]}" 8 --kl 0.04 --lora-rank 16 --lora-alpha 32 --frozen-dtype bf16 ;;
+    lora-3b-bf16-ckpt) shape q3b 2048 11008 36 16 2; run $c q3b "${table[@]}" 2 --kl 0.04 --lora-rank 16 --lora-alpha 32 \
+                      --frozen-dtype bf16 --gradient-checkpointing --kv-cache-mb 256 ;;
     long-full-0.5b) shape q0.5b 896 4864 24 14 2;  run $c q0.5b 1 2 4096 1 --gradient-checkpointing ;;
     long-lora-0.5b) shape q0.5b 896 4864 24 14 2;  run $c q0.5b 1 2 8192 1 --lora-rank 16 --lora-alpha 32 --gradient-checkpointing ;;
     lora-0.5b-ckpt) shape q0.5b 896 4864 24 14 2;  run $c q0.5b "${table[@]}" 2 --kl 0.04 --lora-rank 16 --lora-alpha 32 \
