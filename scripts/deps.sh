@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ccache pkg-config git
   libtorch-dev libopenblas0-pthread libgloo-dev        # tensors; fast BLAS (≈30× over reference BLAS); c10d headers
+  libhwy-dev                                           # Google Highway: the CPU kernels' SIMD, dispatched at run time
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
   libpcre2-dev libutf8proc-dev                         # tokenizer regex and NFC

@@ -18,6 +18,8 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 expect version 0 '^rlcpp [0-9]+\.[0-9]+\.[0-9]+' -- "$rlcpp" --version
 expect info 0 'head_dim 24' -- "$rlcpp" info "$fixtures/qwen3-tiny"
 expect info-params 0 'parameters +[0-9]+ on disk' -- "$rlcpp" info "$fixtures/llama-tiny"
+expect info-system 0 'kernels +[A-Z0-9_]+ \(dispatched at run time' -- "$rlcpp" info --system
+expect info-nothing 2 'error: info: give a model directory' -- "$rlcpp" info
 expect info-untied 0 'tied embeddings +no' -- "$rlcpp" info "$fixtures/llama-tiny"
 expect parity 0 'max \|logits - reference\| += [0-9.e-]+' -- "$rlcpp" parity "$fixtures/qwen2-tiny"
 expect info-missing 2 "error: .*$tmp/none.*config.json" -- "$rlcpp" info "$tmp/none"

@@ -1,16 +1,24 @@
 // `rlcpp info MODEL_DIR`: what a Hugging Face model directory holds, without loading the weights; of
-// a PEFT LoRA adapter directory, the adapter and then its base model.
+// a PEFT LoRA adapter directory, the adapter and then its base model. `rlcpp info --system`: the
+// machine as rlcpp sees it (cores, the SIMD target the CPU kernels dispatch to, LibTorch's threads).
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
 
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <thread>
 
 #include "app/commands.h"
 #include "io/checkpoint.h"
+#include "kernels/matmul.h"
 #include "model/lora.h"
 #include "model/model_config.h"
 #include "model/rope.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace rlcpp {
 
@@ -95,13 +103,40 @@ void run_info(const std::string& dir) {
   std::cout << fmt::format("tokens           bos {}, eos [{}]\n", c.bos_token_id, eos);
 }
 
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+void system_info() {
+  std::cout << fmt::format("cpu              {} ({} hardware threads)\n", cpu_model(), std::thread::hardware_concurrency());
+  std::cout << fmt::format("kernels          {} (dispatched at run time; this CPU supports {})\n", kernels::dispatch_target(),
+                           kernels::supported_targets());
+  std::cout << fmt::format("kernel threads   {} ($RLCPP_KERNEL_THREADS)\n", ThreadPool::global().size());
+  std::cout << fmt::format("libtorch         {}, {} intra-op thread(s), CUDA {}\n", TORCH_VERSION, at::get_num_threads(),
+                           torch::cuda::is_available() ? fmt::format("{} device(s)", torch::cuda::device_count()) : "no");
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "describe a Hugging Face model directory (shape, dtypes, size, rope)");
+  auto* cmd = app.add_subcommand("info", "describe a Hugging Face model directory (shape, dtypes, size, rope), or --system");
   auto dir = std::make_shared<std::string>();
-  cmd->add_option("model_dir", *dir, "model directory (config.json + *.safetensors), or a LoRA adapter directory")->required();
-  cmd->callback([dir] { run_info(*dir); });
+  auto system = std::make_shared<bool>(false);
+  cmd->add_option("model_dir", *dir, "model directory (config.json + *.safetensors), or a LoRA adapter directory");
+  cmd->add_flag("--system", *system, "describe this machine: cores, the CPU kernels' SIMD target, LibTorch threads");
+  cmd->callback([dir, system] {
+    if (*system) system_info();
+    if (!dir->empty()) {
+      if (*system) std::cout << "\n";
+      run_info(*dir);
+    } else if (!*system) {
+      throw_user_error("info: give a model directory (rlcpp info MODEL_DIR) or --system");
+    }
+  });
 }
 
 }  // namespace rlcpp

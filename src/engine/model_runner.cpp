@@ -1,5 +1,6 @@
 #include "engine/model_runner.h"
 
+#include "model/kernel_linear.h"
 #include "model/logprobs.h"
 
 namespace rlcpp {
@@ -57,7 +58,7 @@ torch::Tensor ModelRunner::run(const ScheduledBatch& batch, const Scheduler& sch
   auto hidden = model_.hidden_states_packed(longs(ids, {total}), longs(positions, {total}), attention);
   auto last = hidden.index_select(0, longs(last_rows, {n_work}));
   // The same projection and dtype as the trainer's log-prob head (logprobs.cpp).
-  return torch::matmul(last, model_.output_weight().t()).to(logprob_dtype(last.scalar_type()));
+  return linear_no_grad(last, model_.output_weight()).to(logprob_dtype(last.scalar_type()));
 }
 
 }  // namespace rlcpp

@@ -58,7 +58,9 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
     auto safe_targets = targets.clamp_min(0);
     const int64_t n = hidden.size(0);
     torch::Tensor grad_hidden = torch::empty_like(hidden);
-    torch::Tensor grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(acc));
+    // A frozen head (LoRA, a reference model) needs no [V, H] gradient: skip its products entirely.
+    const bool weight_grad = ctx->needs_input_grad(1);
+    torch::Tensor grad_weight = weight_grad ? torch::zeros(weight.sizes(), weight.options().dtype(acc)) : torch::Tensor();
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       auto h = hidden.narrow(0, start, len);
@@ -69,9 +71,15 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
       if (temperature != 1.0) grad_logits.div_(temperature);
       auto grad_logits_model = grad_logits.to(hidden.scalar_type());
       grad_hidden.narrow(0, start, len).copy_(torch::matmul(grad_logits_model, weight));
-      grad_weight.add_(torch::matmul(grad_logits_model.t(), h).to(acc));
+      if (!weight_grad) continue;
+      if (h.scalar_type() == acc) {
+        grad_weight.addmm_(grad_logits_model.t(), h);  // in place: no second [V, H] buffer per chunk
+      } else {
+        grad_weight.add_(torch::matmul(grad_logits_model.t(), h).to(acc));
+      }
     }
-    return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    if (weight_grad) grad_weight = grad_weight.to(weight.scalar_type());
+    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 

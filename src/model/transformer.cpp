@@ -9,6 +9,7 @@
 
 #include "io/checkpoint.h"
 #include "model/attention.h"
+#include "model/kernel_linear.h"
 #include "model/logprobs.h"
 #include "util/error.h"
 #include "util/torch_format.h"
@@ -162,8 +163,9 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) {
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   const auto dtype = x.scalar_type();
-  torch::Tensor y;
-  if (weight.scalar_type() != dtype && !weight.requires_grad() && (!bias.defined() || !bias.requires_grad())) {
+  torch::Tensor y = kernel_linear(x, weight, bias);  // generation's small batches on CPU
+  if (y.defined()) {
+  } else if (weight.scalar_type() != dtype && !weight.requires_grad() && (!bias.defined() || !bias.requires_grad())) {
     y = StoredWeightLinear::apply(x, weight, bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
   } else {
     y = torch::nn::functional::linear(x, as_dtype(weight, dtype), as_dtype(bias, dtype));

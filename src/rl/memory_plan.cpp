@@ -9,7 +9,7 @@
 #include "model/attention.h"
 #include "io/prompt_dataset.h"
 #include "model/transformer.h"
-#include "reward/reward.h"
+#include "rl/rollout.h"
 #include "text/prompt_builder.h"
 #include "util/error.h"
 
@@ -149,11 +149,9 @@ int64_t longest_prompt_tokens(const RunConfig& c, const ModelConfig& m) {
   DatasetOptions dataset_options;
   dataset_options.skip_bad_lines = c.skip_bad_lines;
   const auto dataset = load_prompt_dataset(c.dataset, dataset_options);
-  PromptOptions options;
-  options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
-  options.context_tokens = m.max_position_embeddings;
+  PromptOptions options = run_prompt_options(c, m);
+  options.max_prompt_tokens = 0;             // the longest as written: -mpt is unset here
   options.overflow = PromptOverflow::kDrop;  // the run itself reports prompts that do not fit
-  options.source = c.dataset;
   PromptBuilder builder(*tokenizer, options);
   int64_t longest = 0;
   const size_t n = std::min<size_t>(dataset.records.size(), 2000);

@@ -80,18 +80,21 @@ PromptPick pick_from_json(const nlohmann::json& j) {
           j.at("line").get<int64_t>(), j.at("seed").get<uint64_t>()};
 }
 
+PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_config) {
+  PromptOptions options;
+  options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
+  options.max_prompt_tokens = c.max_prompt_tokens;
+  options.context_tokens = model_config.max_position_embeddings;
+  options.overflow = c.overflow;
+  options.source = c.dataset;
+  return options;
+}
+
 RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer,
                                    Engine* engine, const PromptDataset* dataset, DatasetCursor* cursor,
                                    const RewardFunction* reward)
     : c_(config), engine_(engine), dataset_(dataset), cursor_(cursor), reward_(reward) {
-  PromptOptions prompt_options;
-  prompt_options.system_prompt =
-      config.system_prompt ? *config.system_prompt : default_system_prompt(reward_types().name(config.reward_type));
-  prompt_options.max_prompt_tokens = config.max_prompt_tokens;
-  prompt_options.context_tokens = model_config.max_position_embeddings;
-  prompt_options.overflow = config.overflow;
-  prompt_options.source = config.dataset;
-  prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
+  prompts_ = std::make_unique<PromptBuilder>(tokenizer, run_prompt_options(config, model_config));
   sampling_ = config.sampling;
   sampling_.stop_token_ids = default_stop_tokens(model_config, tokenizer);
 }

@@ -79,6 +79,10 @@ struct RolloutRound {
   double generate_seconds = 0, reward_seconds = 0;
 };
 
+// How a run turns dataset records into prompt ids: its system prompt, length limit and overflow
+// policy (the rollout generator and the memory preflight read prompts the same way).
+PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_config);
+
 class RolloutGenerator {
  public:
   // `engine`, `dataset`, `cursor` and `reward` must outlive the generator. A generator that only

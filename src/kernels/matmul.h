@@ -1,0 +1,38 @@
+// Small-batch matrix products for generation on CPU: y = x · Wᵀ (+ b) with W stored in fp32, bf16
+// or fp16 and every product and sum in fp32. One source (Google Highway) compiled for each SIMD
+// target; the fastest one this CPU supports is picked at run time, so one binary runs well on
+// AVX2, AVX-512 and NEON machines. The output rows are split over the kernel thread pool.
+//
+// At decode batch sizes a matmul is a pass over W: this reads each weight once for all n rows of x
+// (4 weight rows × 4 input rows per inner tile), where LibTorch's GEMV runs on one thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rlcpp {
+class ThreadPool;
+}
+
+namespace rlcpp::kernels {
+
+enum class WeightType { f32, bf16, f16 };
+
+// y[n, out] = x[n, in] · w[out, in]ᵀ + bias[out] (bias may be null). x, w and y are dense
+// row-major; w holds `type` elements. pool: ThreadPool::global() when null.
+void matmul_nt(const float* x, int64_t n, int64_t in, const void* w, WeightType type, int64_t out,
+               const float* bias, float* y, ThreadPool* pool = nullptr);
+
+// The SIMD target the dispatcher picks on this CPU ("AVX3", "AVX2", "NEON", ...), and every
+// target this binary carries that the CPU supports, best first.
+std::string dispatch_target();
+std::string supported_targets();
+
+// Tests: restrict dispatch to targets in `mask` (a Highway target bit set; 0 restores all).
+void restrict_targets_for_test(int64_t mask);
+// Bits of the compiled targets this CPU supports, best first (for the tests to try each).
+std::vector<int64_t> supported_target_bits();
+std::string target_name(int64_t bit);
+
+}  // namespace rlcpp::kernels

@@ -1,0 +1,21 @@
+// The bridge from the model's linear layers to the CPU kernels (kernels/matmul.h): generation's
+// small batches run there, multi-threaded and reading half-precision weights as stored; everything
+// else (training, large batches, other devices) stays on LibTorch.
+#pragma once
+
+#include <torch/types.h>
+
+namespace rlcpp {
+
+// Rows up to which the kernels beat LibTorch's BLAS (bench/forward's matmul table).
+constexpr int64_t kKernelMaxRows = 16;
+
+// x [..., in] · weightᵀ (+ bias) through the kernels when they apply: no autograd, CPU, fp32 x of at
+// most kKernelMaxRows rows, weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or
+// when $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
+torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
+
+// kernel_linear, else LibTorch's product with the weight (and bias) converted to x's dtype.
+torch::Tensor linear_no_grad(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
+
+}  // namespace rlcpp
