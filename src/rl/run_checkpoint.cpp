@@ -5,8 +5,14 @@
 #include <spdlog/spdlog.h>
 #include <torch/serialize.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "io/checkpoint.h"
@@ -36,6 +42,27 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& run_dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Writes the archive `fill` builds straight into `path`, without holding its bytes in memory: a
+// full fine-tune's optimizer state is twice the model, and a copy in a string (then another of
+// that string) made checkpoint saving the peak of such runs. LibTorch's writer must never see a
+// failed write (its destructor would throw again and terminate): the first error is remembered,
+// the rest of the archive discarded, and the error raised once the writer is done.
+void save_archive(const fs::path& path, const std::function<void(torch::serialize::OutputArchive&)>& fill) {
+  torch::serialize::OutputArchive archive;
+  fill(archive);
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) throw_user_error("cannot create '{}': {}", path.string(), std::strerror(errno));
+  int error = 0;
+  archive.save_to([&](const void* data, size_t n) -> size_t {
+    if (error == 0 && std::fwrite(data, 1, n, file) != n) error = errno != 0 ? errno : EIO;
+    return n;
+  });
+  if (std::fflush(file) != 0 && error == 0) error = errno;
+  if (error == 0 && ::fsync(::fileno(file)) != 0) error = errno;
+  if (std::fclose(file) != 0 && error == 0) error = errno;
+  if (error != 0) throw_user_error("cannot write '{}': {}", path.string(), std::strerror(error));
 }
 
 }  // namespace
@@ -68,12 +95,8 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
     write_file_atomic(writing, c.state.dump(1) + "\n");
     writing = state_dir / "config.json";
     write_file_atomic(writing, c.config.dump(2) + "\n");
-    // LibTorch's file writer throws from its destructor when the disk is full (std::terminate):
-    // serialise to memory, and write the bytes through the checked path.
-    writing = state_dir / "optimizer.pt";
-    std::ostringstream optimizer_bytes;
-    torch::save(*c.optimizer, optimizer_bytes);
-    write_file_atomic(writing, optimizer_bytes.str());
+    writing = state_dir / "optimizer.pt";  // inside the temporary directory: no rename of its own
+    save_archive(writing, [&](torch::serialize::OutputArchive& archive) { c.optimizer->save(archive); });
     {
       auto generator = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(generator.mutex());
