@@ -17,7 +17,9 @@ cat > shape.json <<'JSON'
 JSON
 "$rlcpp" init --config shape.json --tokenizer "$src/models/arith-tiny" --out model --seed 0 > /dev/null || bad init
 head -n 8 "$src/../shared/datasets/gsm8k/train.jsonl" > data.jsonl 2>/dev/null || head -n 8 "$src/examples/arith/train.jsonl" > data.jsonl
-common=(-m model -d data.jsonl -g 4 -tbs 2 -tMbs 2 -tmbs 8 --mnt 64 -mpt 256 --max-steps 1 -sd runs -lr 1e-5 --kv-cache-mb 256)
+# Two steps: AdamW's moments exist from the first update on, so the second step's backward is the
+# steady-state peak the estimate is for.
+common=(-m model -d data.jsonl -g 4 -tbs 2 -tMbs 2 -tmbs 8 --mnt 64 -mpt 256 --max-steps 2 -sd runs -lr 1e-5 --kv-cache-mb 256)
 for cfg in "full-with-reference:--kl 0.04" "lora-kl:--kl 0.04 --lora-rank 16" \
            "lora-checkpointing-bf16:--kl 0 --lora-rank 16 --gradient-checkpointing --frozen-dtype bf16"; do
   name=${cfg%%:*}; read -r -a flags <<< "${cfg#*:}"

@@ -7,6 +7,7 @@ namespace rlcpp {
 
 torch::Tensor ModelRunner::run(const ScheduledBatch& batch, const Scheduler& scheduler) {
   torch::NoGradGuard no_grad;
+  KernelScope kernels;  // generation's small batches on the CPU kernels (model/kernel_linear.h)
   for (const auto& copy : batch.copies) cache_.copy_block(copy.src, copy.dst);
   const int64_t bs = cache_.block_size();
   const int64_t n_work = static_cast<int64_t>(batch.work.size());

@@ -20,10 +20,15 @@ bool kernels_enabled() {
   return enabled;
 }
 
+thread_local bool in_scope = false;
+
 }  // namespace
 
+KernelScope::KernelScope() : previous_(in_scope) { in_scope = true; }
+KernelScope::~KernelScope() { in_scope = previous_; }
+
 torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  if (!kernels_enabled()) return {};
+  if (!in_scope || !kernels_enabled()) return {};
   const bool needs_graph = x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad());
   if (torch::GradMode::is_enabled() && needs_graph) return {};
   if (!x.device().is_cpu() || !weight.device().is_cpu() || x.scalar_type() != torch::kFloat32 || weight.dim() != 2) {

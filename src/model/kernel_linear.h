@@ -10,7 +10,21 @@ namespace rlcpp {
 // Rows up to which the kernels beat LibTorch's BLAS (bench/forward's matmul table).
 constexpr int64_t kKernelMaxRows = 16;
 
-// x [..., in] · weightᵀ (+ bias) through the kernels when they apply: no autograd, CPU, fp32 x of at
+// Turns the kernels on for this thread while in scope: the generation engine's steps. Elsewhere
+// (the trainer's scoring and training passes) products stay on LibTorch, so the old log-probs of
+// an on-policy step equal the training pass's exactly (ratio 1).
+class KernelScope {
+ public:
+  KernelScope();
+  ~KernelScope();
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x of at
 // most kKernelMaxRows rows, weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or
 // when $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
 torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});

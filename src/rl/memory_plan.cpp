@@ -126,8 +126,10 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
                        fmt::format("micro-batch {} x {} tokens ({}{}); {}", c.train_microbatch_size, est.sequence_tokens,
                                    prompt_tokens, prompt_note.empty() ? "" : ": " + prompt_note, how),
                        MemoryPhase::kBackward});
+  // A chunk's logits and their gradient; a trained head also keeps its [V, H] gradient in the
+  // backward. A frozen head (LoRA) builds no such gradient (model/logprobs.cpp).
   const double chunk = std::min(512.0, b * t);
-  double head = 3 * chunk * vocab * e + b * t * h * e * 2;
+  double head = (lora ? 1 : 3) * chunk * vocab * e + b * t * h * e * 2;
   if (!c.frozen_dtype.empty()) head += vocab * h * e;  // the output weight converted for the head
   est.lines.push_back({"log-prob head", head, "chunks of 512 tokens x vocabulary", MemoryPhase::kBackward});
   if (!lora) {
