@@ -7,7 +7,8 @@
 
 namespace rlcpp {
 
-// Rows up to which the kernels beat LibTorch's BLAS (bench/forward's matmul table).
+// Rows up to which the kernels are used (bench_kernels: still ahead of LibTorch's BLAS at 32 rows
+// in a contended run; 16 until a clean run tunes it).
 constexpr int64_t kKernelMaxRows = 16;
 
 // Turns the kernels on for this thread while in scope: the generation engine's steps. Elsewhere
