@@ -1,21 +1,33 @@
-// bench/generate: engine throughput on random-weight models of a given shape.
+// bench/generate: engine throughput on random-weight models of a given shape (or a model directory).
 //   1. decode tokens/s with 1, 8, 32 and 64 concurrent sequences at fixed lengths (no stop token);
 //   2. groups of G samples of long prompts with prefix sharing on and off;
 // with the KV memory used. Shapes: a tiny Qwen2 (the fixture's) and Qwen2.5-0.5B.
+//   --llama-workload: instead, llama.cpp's anchor workload (../shared/anchors/llamacpp): pp<N> one
+// prefill of N tokens, tg<N> N decode steps of one sequence from an empty cache, par<S>x<N> S
+// sequences decoding together for N steps; medians of --reps runs, as JSON with --json (see
+// bench/llamacpp.sh, which runs both programs and prints the ratios).
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <random>
 
 #include "bench_util.h"
 #include "engine/engine.h"
+#include "util/thread_pool.h"
 #include "util/threads.h"
 
 using namespace rlcpp;
 using namespace rlcpp::bench;
 
 namespace {
+
+double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  return xs[xs.size() / 2];
+}
 
 ModelConfig tiny_config() {
   nlohmann::json json = {{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}, {"vocab_size", 512},
@@ -78,14 +90,33 @@ int main(int argc, char** argv) {
   app.add_option("--lora-rank", lora_rank, "LoRA adapters of this rank on every linear layer, unmerged (0: none)")
       ->capture_default_str();
   app.add_option("--frozen-dtype", frozen_dtype, "weights stored in this dtype, computed in fp32 (bfloat16, float16)");
+  std::string model_dir, rollout_dtype, kv_dtype, json_path;
+  bool llama_workload = false;
+  int64_t pp = 256, tg = 64, par_steps = 32, reps = 3;
+  std::vector<int64_t> par = {8, 32, 64};
+  app.add_option("--model", model_dir, "a Hugging Face model directory instead of random weights of --shape");
+  app.add_option("--rollout-dtype", rollout_dtype, "the engine's weights: float32, bfloat16 or float16 (rlcpp train's flag)");
+  app.add_option("--kv-cache-dtype", kv_dtype, "the engine's KV cache dtype");
+  app.add_flag("--llama-workload", llama_workload, "llama.cpp's anchor workload: pp, tg and par (see the top of this file)");
+  app.add_option("--pp", pp, "prompt tokens of the prefill measurement")->capture_default_str();
+  app.add_option("--tg", tg, "decode steps of the one-sequence measurement")->capture_default_str();
+  app.add_option("--par", par, "concurrent sequences of the parallel measurements");
+  app.add_option("--par-steps", par_steps, "decode steps of the parallel measurements")->capture_default_str();
+  app.add_option("--reps", reps, "runs of each measurement (the median is reported)")->capture_default_str();
+  app.add_option("--json", json_path, "also write the llama-workload figures here");
   CLI11_PARSE(app, argc, argv);
   configure_threads(threads);
 
-  const ModelConfig config = shape == "tiny" ? tiny_config() : qwen25_05b_config(layers);
   ModelOptions options;
   if (!frozen_dtype.empty()) options.frozen_dtype = dtypes().parse(frozen_dtype, "--frozen-dtype");
-  auto model = std::make_shared<Transformer>(config, options);
-  model->init_weights(0.02, 0);
+  std::shared_ptr<Transformer> model;
+  if (!model_dir.empty()) {
+    model = Transformer::from_pretrained(model_dir, options);
+  } else {
+    model = std::make_shared<Transformer>(shape == "tiny" ? tiny_config() : qwen25_05b_config(layers), options);
+    model->init_weights(0.02, 0);
+  }
+  const ModelConfig& config = model->config();
   if (lora_rank > 0) {
     LoraConfig lora;
     lora.rank = lora_rank;
@@ -94,10 +125,49 @@ int main(int argc, char** argv) {
   model->eval();
   EngineConfig engine_config;
   engine_config.kv_cache_mb = 2048;
+  engine_config.weights_dtype = dtype_or_default(rollout_dtype, "--rollout-dtype");
+  engine_config.kv_dtype = dtype_or_default(kv_dtype, "--kv-cache-dtype");
   Engine engine(model, engine_config);
-  std::printf("shape %s: %ld layers, %.1f M parameters, fp32%s%s, LoRA rank %ld, %d intra-op threads; KV cache %.0f MiB allocated\n",
+  if (llama_workload) {
+    run(engine, requests_of(1, 1, 16, 2, config.vocab_size, 0));  // warm-up, and the rollout copy made
+    nlohmann::json results = {{"rollout_dtype", rollout_dtype.empty() ? "float32" : rollout_dtype},
+                              {"kv_dtype", kv_dtype.empty() ? "float32" : kv_dtype},
+                              {"threads", ThreadPool::global().size()}, {"tests", nlohmann::json::array()}};
+    auto report = [&](const std::string& name, const std::vector<double>& tps) {
+      std::printf("rlcpp %-10s t/s  median %8.2f  runs", name.c_str(), median(tps));
+      for (double x : tps) std::printf(" %.2f", x);
+      std::printf("\n");
+      std::fflush(stdout);
+      results["tests"].push_back({{"name", name}, {"median", median(tps)}, {"runs", tps}});
+    };
+    std::vector<double> tps;
+    for (int64_t r = 0; r < reps; ++r) {  // prefill: one sequence, one new token
+      run(engine, requests_of(1, 1, pp, 1, config.vocab_size, 10 + r));
+      tps.push_back(pp / engine.last_stats().prefill_seconds);
+    }
+    report("pp" + std::to_string(pp), tps);
+    tps.clear();
+    for (int64_t r = 0; r < reps; ++r) {  // decode from an (almost) empty cache: a 1-token prompt
+      const Run x = run(engine, requests_of(1, 1, 1, tg + 1, config.vocab_size, 20 + r));
+      tps.push_back(x.stats.n_decode_tokens / x.stats.decode_seconds);
+    }
+    report("tg" + std::to_string(tg), tps);
+    for (int64_t s : par) {
+      tps.clear();
+      for (int64_t r = 0; r < reps; ++r) {
+        const Run x = run(engine, requests_of(s, 1, 1, par_steps + 1, config.vocab_size, 30 + r));
+        tps.push_back(x.stats.n_decode_tokens / x.stats.decode_seconds);
+      }
+      report("par" + std::to_string(s) + "x" + std::to_string(par_steps), tps);
+    }
+    if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
+    return 0;
+  }
+  if (!model_dir.empty()) shape = model_dir;
+  std::printf("shape %s: %ld layers, %.1f M parameters, fp32%s%s%s%s, LoRA rank %ld, %d intra-op threads; KV cache %.0f MiB allocated\n",
               shape.c_str(), static_cast<long>(config.num_hidden_layers), config.parameter_count() / 1e6,
-              frozen_dtype.empty() ? "" : " computed, stored in ", frozen_dtype.c_str(), static_cast<long>(lora_rank),
+              frozen_dtype.empty() ? "" : " computed, stored in ", frozen_dtype.c_str(),
+              rollout_dtype.empty() ? "" : ", rollout weights ", rollout_dtype.c_str(), static_cast<long>(lora_rank),
               torch::get_num_threads(), engine_config.kv_cache_mb * 1.0);
   run(engine, requests_of(1, 1, 8, 4, config.vocab_size, 0));  // warm-up
   double single_decode = 0;

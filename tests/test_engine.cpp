@@ -314,3 +314,167 @@ TEST(Sampler, EmpiricalFrequenciesMatchTheTruncatedDistribution) {
     }
   }
 }
+
+namespace {
+
+// The sampler as it was (a full softmax, sort and log-softmax per row in LibTorch): the
+// partial-selection sampler must draw the same tokens from the same uniform numbers.
+std::pair<int64_t, double> sorting_reference(const torch::Tensor& row, const SamplingParams& p, double u) {
+  if (p.temperature <= 0) {
+    const int64_t token = row.argmax().item<int64_t>();
+    return {token, torch::log_softmax(row, -1)[token].item<double>()};
+  }
+  auto probs = torch::softmax(row / p.temperature, -1);
+  torch::Tensor ids;
+  if (p.top_k > 0 || p.top_p < 1.0 || p.min_p > 0.0) {
+    auto [sorted, order] = probs.sort(-1, /*descending=*/true);
+    int64_t keep = sorted.size(0);
+    if (p.top_k > 0) keep = std::min(keep, p.top_k);
+    if (p.top_p < 1.0) {
+      auto before = sorted.narrow(0, 0, keep).cumsum(0) - sorted.narrow(0, 0, keep);
+      keep = std::max<int64_t>(1, before.lt(p.top_p).sum().item<int64_t>());
+    }
+    if (p.min_p > 0.0) {
+      const double threshold = p.min_p * sorted[0].item<double>();
+      keep = std::max<int64_t>(1, std::min(keep, sorted.narrow(0, 0, keep).ge(threshold).sum().item<int64_t>()));
+    }
+    probs = sorted.narrow(0, 0, keep);
+    ids = order.narrow(0, 0, keep);
+  }
+  auto cdf = probs.to(torch::kFloat64).cumsum(0);
+  int64_t k = torch::searchsorted(cdf, torch::tensor({u * cdf[-1].item<double>()}, torch::kFloat64), false, true)
+                  .item<int64_t>();
+  k = std::min<int64_t>(k, cdf.size(0) - 1);
+  const int64_t token = ids.defined() ? ids[k].item<int64_t>() : k;
+  return {token, torch::log_softmax(row / p.temperature, -1)[token].item<double>()};
+}
+
+}  // namespace
+
+TEST(Sampler, DrawsTheSameTokensAsTheSortingSampler) {
+  torch::manual_seed(5);
+  const int64_t vocab = 20011, rows = 96;
+  std::vector<SamplingParams> settings(7);
+  settings[1].temperature = 0.7;
+  settings[1].top_k = 50;
+  settings[2].top_p = 0.9;
+  settings[3].min_p = 0.05;
+  settings[4].top_k = 20;
+  settings[4].top_p = 0.8;
+  settings[4].min_p = 0.02;
+  settings[5].temperature = 0;
+  settings[6].top_p = 0.999;  // a prefix far longer than the first partial sort
+  for (size_t s = 0; s < settings.size(); ++s) {
+    // Peaked and flat rows: logits of scale 1 to 8 over a 20k vocabulary.
+    auto logits = torch::randn({rows, vocab}) * torch::linspace(1, 8, rows).unsqueeze(1);
+    std::vector<const SamplingParams*> params(rows, &settings[s]);
+    std::vector<std::mt19937_64> engines;
+    for (int64_t i = 0; i < rows; ++i) engines.emplace_back(1000 * s + i);
+    std::vector<std::mt19937_64*> rngs;
+    for (auto& e : engines) rngs.push_back(&e);
+    const SampleResult got = sample_tokens(logits, params, rngs);
+    for (int64_t i = 0; i < rows; ++i) {
+      std::mt19937_64 rng(1000 * s + i);
+      const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+      const auto [token, logp] = sorting_reference(logits[i], settings[s], u);
+      EXPECT_EQ(got.tokens[static_cast<size_t>(i)], token) << "setting " << s << " row " << i;
+      EXPECT_NEAR(got.logprobs[static_cast<size_t>(i)], logp, 1e-4 + 1e-5 * std::abs(logp)) << "setting " << s << " row " << i;
+    }
+  }
+}
+
+namespace {
+
+// A model holding `source`'s merged weights stored in `dtype` and computed in fp32: what the
+// engine's rollout copy should generate with.
+std::shared_ptr<Transformer> rounded_copy(const Transformer& source, torch::ScalarType dtype) {
+  ModelOptions options;
+  options.frozen_dtype = dtype;
+  auto copy = std::make_shared<Transformer>(source.config(), options);
+  copy->load_weights(source.merged_weights(), "test");
+  copy->eval();
+  return copy;
+}
+
+}  // namespace
+
+TEST(Engine, HalfPrecisionRolloutWeightsFollowTheModel) {
+  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
+    SCOPED_TRACE(dir.string());
+    auto model = Transformer::from_pretrained(dir);
+    auto requests = mixed_requests(model->config().vocab_size, 0.0, 10, 3);
+    for (auto dtype : {torch::kBFloat16, torch::kFloat16}) {
+      EngineConfig config = small_engine();
+      config.weights_dtype = dtype;
+      Engine engine(model, config);
+      auto first = engine.generate(requests);
+      expect_same(first, generate_eager(*rounded_copy(*model, dtype), requests, nullptr), "rounded weights");
+      // The copy is refreshed after an in-place update of the model (as an optimizer step does)...
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& p : model->parameters()) p.mul_(1.5);
+      }
+      auto second = engine.generate(requests);
+      expect_same(second, generate_eager(*rounded_copy(*model, dtype), requests, nullptr), "after an update");
+      // ...and the model itself is untouched by it: still fp32.
+      EXPECT_EQ(model->parameters().front().scalar_type(), torch::kFloat32);
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& p : model->parameters()) p.div_(1.5);
+      }
+    }
+  }
+}
+
+TEST(Engine, RolloutCopyMergesLoraAdapters) {
+  const auto dir = rlcpp::testing::fixture_dirs().front();
+  auto model = Transformer::from_pretrained(dir);
+  LoraConfig lora;
+  lora.rank = 4;
+  model->add_adapters(lora, 7);
+  {
+    torch::NoGradGuard no_grad;  // B = 0 at initialisation: give the adapters an effect
+    for (const auto& [name, t] : model->trained_weights()) {
+      if (name.find("lora_B") != std::string::npos) t.normal_(0, 0.05);
+    }
+  }
+  auto requests = mixed_requests(model->config().vocab_size, 0.0, 10, 4);
+  EngineConfig config = small_engine();
+  config.weights_dtype = torch::kBFloat16;
+  Engine engine(model, config);
+  expect_same(engine.generate(requests), generate_eager(*rounded_copy(*model, torch::kBFloat16), requests, nullptr),
+              "merged adapters");
+  {
+    torch::NoGradGuard no_grad;  // an adapter-only update (what a LoRA optimizer step writes)
+    for (const auto& [name, t] : model->trained_weights()) {
+      if (name.find("lora_B") != std::string::npos) t.mul_(-1);
+    }
+  }
+  expect_same(engine.generate(requests), generate_eager(*rounded_copy(*model, torch::kBFloat16), requests, nullptr),
+              "after an adapter update");
+}
+
+TEST(Engine, HalfPrecisionKvCacheStaysCloseToFp32) {
+  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
+    SCOPED_TRACE(dir.string());
+    auto model = Transformer::from_pretrained(dir);
+    auto requests = mixed_requests(model->config().vocab_size, 0.0, 8, 5);
+    auto exact = Engine(model, small_engine()).generate(requests);
+    for (auto dtype : {torch::kBFloat16, torch::kFloat16}) {
+      EngineConfig config = small_engine();
+      config.kv_dtype = dtype;
+      auto half = Engine(model, config).generate(requests);
+      ASSERT_EQ(half.size(), exact.size());
+      // Greedy paths may part after a near tie; compare each log-prob up to the first difference.
+      double worst = 0;
+      for (size_t k = 0; k < exact.size(); ++k) {
+        for (size_t t = 0; t < exact[k].token_ids.size() && t < half[k].token_ids.size(); ++t) {
+          worst = std::max(worst, static_cast<double>(std::abs(exact[k].logprobs[t] - half[k].logprobs[t])));
+          if (exact[k].token_ids[t] != half[k].token_ids[t]) break;
+        }
+      }
+      EXPECT_LT(worst, dtype == torch::kBFloat16 ? 0.05 : 0.01);
+      EXPECT_GT(worst, 0.0);  // the cache really held rounded keys and values
+    }
+  }
+}

@@ -5,7 +5,10 @@
 #include <atomic>
 #include <mutex>
 
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
 #include "kernels/matmul.h"
+#include "model/rope.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
 
@@ -104,6 +107,114 @@ TEST(Kernels, HalfPrecisionSpecialValuesConvertExactly) {
     auto w = w32.to(torch::kFloat16).contiguous();
     auto y = run_kernel(x, w, kernels::WeightType::f16, {});
     EXPECT_TRUE(torch::equal(y.view({-1}), w.to(torch::kFloat32).view({-1}))) << kernels::target_name(target);
+  }
+}
+
+// Paged attention against a dense fp64 reference: sequences of random lengths whose blocks are
+// scattered over the cache in random order; each query token attends keys 0..pos.
+TEST(Kernels, PagedAttentionMatchesDenseAttentionOnEveryTarget) {
+  RestoreTargets restore;
+  torch::manual_seed(2);
+  ThreadPool pool(3);
+  const int64_t block_size = 4, n_blocks = 40;
+  for (int64_t target : kernels::supported_target_bits()) {
+    kernels::restrict_targets_for_test(target);
+    for (auto type : {kernels::WeightType::f32, kernels::WeightType::bf16, kernels::WeightType::f16}) {
+      // (heads, kv heads, dim): MHA, GQA with groups of 7 and of 9 (split over passes), odd dims.
+      for (auto [n_heads, n_kv, dim] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+               {4, 4, 16}, {14, 2, 64}, {9, 1, 17}, {6, 3, 3}, {2, 1, 128}}) {
+        SCOPED_TRACE(kernels::target_name(target) + " type " + std::to_string(static_cast<int>(type)) + " heads " +
+                     std::to_string(n_heads) + "/" + std::to_string(n_kv) + " dim " + std::to_string(dim));
+        auto k_cache = torch::randn({n_blocks * block_size, n_kv, dim}).to(torch_type(type));
+        auto v_cache = torch::randn({n_blocks * block_size, n_kv, dim}).to(torch_type(type));
+        auto perm = torch::randperm(n_blocks, torch::kInt64);
+        // Three sequences: a prefill of 7 tokens from 0, one decode token at 22, a 5-token chunk at 9..13.
+        struct Seq { int64_t start, n_tokens; };
+        const std::vector<Seq> seqs = {{0, 7}, {22, 1}, {9, 5}};
+        std::vector<int32_t> blocks, pos;
+        std::vector<int64_t> table;
+        int64_t next_block = 0;
+        std::vector<std::vector<int32_t>> tables;
+        for (const auto& s : seqs) {
+          const int64_t offset = static_cast<int64_t>(blocks.size());
+          std::vector<int32_t> t;
+          for (int64_t b = 0; b * block_size < s.start + s.n_tokens; ++b) t.push_back(static_cast<int32_t>(perm[next_block++].item<int64_t>()));
+          blocks.insert(blocks.end(), t.begin(), t.end());
+          tables.push_back(t);
+          for (int64_t i = 0; i < s.n_tokens; ++i) {
+            pos.push_back(static_cast<int32_t>(s.start + i));
+            table.push_back(offset);
+          }
+        }
+        const int64_t tokens = static_cast<int64_t>(pos.size());
+        auto q = torch::randn({tokens, n_heads, dim});
+        auto out = torch::empty({tokens, n_heads * dim});
+        const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+        kernels::paged_attention(q.data_ptr<float>(), {tokens, pos.data(), table.data(), blocks.data()},
+                                 {k_cache.data_ptr(), v_cache.data_ptr(), type, block_size}, n_heads, n_kv, dim, scale,
+                                 out.data_ptr<float>(), &pool);
+        int64_t t = 0;
+        for (size_t s = 0; s < seqs.size(); ++s) {
+          std::vector<int64_t> slots;
+          for (int64_t p = 0; p < seqs[s].start + seqs[s].n_tokens; ++p) slots.push_back(tables[s][p / block_size] * block_size + p % block_size);
+          auto index = torch::tensor(slots, torch::kInt64);
+          auto keys = k_cache.index_select(0, index).to(torch::kFloat64);  // [L, Hkv, D]
+          auto values = v_cache.index_select(0, index).to(torch::kFloat64);
+          for (int64_t i = 0; i < seqs[s].n_tokens; ++i, ++t) {
+            const int64_t n_keys = seqs[s].start + i + 1;
+            for (int64_t h = 0; h < n_heads; ++h) {
+              const int64_t kv = h / (n_heads / n_kv);
+              auto kk = keys.narrow(0, 0, n_keys).select(1, kv), vv = values.narrow(0, 0, n_keys).select(1, kv);
+              auto probs = torch::softmax(torch::mv(kk, q[t][h].to(torch::kFloat64)) * scale, 0);
+              auto ref = torch::mv(vv.t(), probs);
+              auto got = out[t].narrow(0, h * dim, dim).to(torch::kFloat64);
+              // Each output is a convex combination of values: relative to their size.
+              const double err = (got - ref).abs().max().item<double>() / vv.abs().max().item<double>();
+              EXPECT_LT(err, 1e-5) << "token " << t << " head " << h;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// RMSNorm, SiLU·mul and rotary embedding against the model's LibTorch formulas, odd sizes
+// included (vector remainders), on every target and a 3-thread pool.
+TEST(Kernels, ElementwiseMatchesLibTorchOnEveryTarget) {
+  RestoreTargets restore;
+  torch::manual_seed(3);
+  ThreadPool pool(3);
+  auto close = [](const torch::Tensor& got, const torch::Tensor& want) {
+    return ((got - want).abs() / (want.abs() + 1e-3)).max().item<double>();
+  };
+  for (int64_t target : kernels::supported_target_bits()) {
+    kernels::restrict_targets_for_test(target);
+    SCOPED_TRACE(kernels::target_name(target));
+    for (auto [rows, dim] : std::vector<std::pair<int64_t, int64_t>>{{1, 896}, {3, 17}, {70, 64}, {5, 1}}) {
+      auto x = torch::randn({rows, dim}) * 3;
+      auto w = torch::rand({dim}) + 0.5;
+      auto out = torch::empty_like(x);
+      kernels::rms_norm(x.data_ptr<float>(), w.data_ptr<float>(), rows, dim, 1e-6f, out.data_ptr<float>(), &pool);
+      auto want = w * (x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6));
+      EXPECT_LT(close(out, want), 1e-5) << "rms_norm " << rows << "x" << dim;
+    }
+    for (int64_t n : {1, 7, 4864, 100003}) {
+      auto gate = torch::randn({n}) * 4, up = torch::randn({n});
+      auto out = torch::empty_like(gate);
+      kernels::silu_mul(gate.data_ptr<float>(), up.data_ptr<float>(), n, out.data_ptr<float>(), &pool);
+      EXPECT_LT(close(out, torch::silu(gate) * up), 1e-5) << "silu_mul " << n;
+    }
+    for (auto [tokens, heads, dim] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 14, 64}, {9, 3, 18}, {40, 2, 128}}) {
+      auto x = torch::randn({tokens, heads, dim});
+      auto angles = torch::rand({tokens, dim / 2}) * 100;
+      auto emb = torch::cat({angles, angles}, -1);
+      auto cos = emb.cos(), sin = emb.sin();
+      auto out = torch::empty_like(x);
+      kernels::rope(x.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), tokens, heads, dim,
+                    out.data_ptr<float>(), &pool);
+      EXPECT_LT((out - Rope::apply(x, cos, sin)).abs().max().item<double>(), 1e-5) << "rope " << tokens << "x" << heads << "x" << dim;
+    }
   }
 }
 

@@ -3,7 +3,8 @@
 # learns on the bundled default; its checkpoints are PEFT adapter directories (and merged models
 # with --save-merged) that `merge`, `generate` and `eval` load; a LoRA run killed and resumed ends
 # equal to an uninterrupted one; the distributed weight sync sends the adapters only; inconsistent
-# flags and the memory preflight are errors naming the flags; SFT with LoRA resumes exactly.
+# flags and the memory preflight are errors naming the flags; SFT with LoRA resumes exactly; bf16
+# rollout weights follow the adapters (colocated and distributed) and resume exactly.
 # Usage: test_lora_train.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_lora_train.sh RLCPP_BINARY SOURCE_DIR}")
@@ -122,4 +123,38 @@ if [ -f runs/sft-full/step-4/adapter_config.json ] && [ ! -f runs/sft-full/step-
 else
   bad sft-lora-resume-exact; ls runs/sft-full/step-4 2>&1 | head -5
 fi
+
+# 9. bf16 rollout weights (--rollout-dtype): the engine's copy, adapters merged in, refreshed after
+# each step. Its log-probs differ from the trainer's by the rounding (fp32's agree to 1e-5); a cut
+# run resumes exactly; distributed workers refresh theirs after each sync.
+rb=("${base[@]}" "${lora[@]}" --kl 0.01 --si 2 -tmbs 16 --rollout-dtype bfloat16)
+"$rlcpp" train "${rb[@]}" --max-steps 4 -p rb-full > rb-full.log 2>&1 || { bad rollout-bf16-run; tail -3 rb-full.log; }
+"$rlcpp" train "${base[@]}" "${lora[@]}" --kl 0.01 --si 2 -tmbs 16 --max-steps 4 -p rb-fp32 > rb-fp32.log 2>&1 \
+  || { bad rollout-fp32-run; tail -3 rb-fp32.log; }
+python3 - runs/rb-full/metrics.jsonl runs/rb-fp32/metrics.jsonl <<'PY' && ok rollout-bf16-mismatch || bad rollout-bf16-mismatch
+import json, sys
+half = [json.loads(l) for l in open(sys.argv[1])]
+full = [json.loads(l) for l in open(sys.argv[2])]
+print("     |dlogp| trainer vs engine, bf16 rollout weights: mean " + " ".join(f"{r['mismatch_abs_mean']:.2e}" for r in half)
+      + "  max " + " ".join(f"{r['mismatch_abs_max']:.2e}" for r in half))
+print("     fp32 rollout weights: max " + " ".join(f"{r['mismatch_abs_max']:.1e}" for r in full))
+ok = len(half) == 4 and len(full) == 4
+ok = ok and all(1e-5 < r["mismatch_abs_mean"] < 0.1 for r in half) and all(r["mismatch_abs_max"] < 1e-4 for r in full)
+sys.exit(0 if ok else 1)
+PY
+"$rlcpp" train "${rb[@]}" --max-steps 2 -p rb-cut > rb-cut.log 2>&1 \
+  && "$rlcpp" train "${rb[@]}" --max-steps 4 -p rb-cut --resume auto > rb-resumed.log 2>&1 \
+  || { bad rollout-bf16-resume-run; tail -3 rb-cut.log rb-resumed.log; }
+if [ "$(metrics_of runs/rb-full/metrics.jsonl)" = "$(metrics_of runs/rb-cut/metrics.jsonl)" ] \
+   && cmp -s runs/rb-full/step-4/adapter_model.safetensors runs/rb-cut/step-4/adapter_model.safetensors; then
+  ok rollout-bf16-resume-exact
+else
+  bad rollout-bf16-resume-exact; diff <(metrics_of runs/rb-full/metrics.jsonl) <(metrics_of runs/rb-cut/metrics.jsonl) | head -4
+fi
+"$mpirun" --oversubscribe -np 2 "$rlcpp" train "${rb[@]}" -t 1 -i 1 --max-steps 3 --verify-sync -p rb-dist > rb-dist.log 2>&1 \
+  && python3 -c 'import json,sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(0 if len(rows) == 3 and all(1e-5 < r["mismatch_abs_mean"] < 0.1 for r in rows) else 1)' runs/rb-dist/metrics.jsonl \
+  && ok rollout-bf16-distributed || { bad rollout-bf16-distributed; tail -3 rb-dist.log; }
+expect_error bad-rollout-dtype "--rollout-dtype" "${base[@]}" --rollout-dtype float64 -p e6
 exit $failed

@@ -27,6 +27,7 @@ struct EvalArgs {
   EvalOptions options;
   bool greedy = false, json = false;
   int64_t max_prompt_tokens = 0, kv_cache_mb = 1024;
+  std::string rollout_dtype, kv_cache_dtype;
   std::string overflow = "truncate_left";
 };
 
@@ -52,6 +53,8 @@ void run_eval(EvalArgs a) {
   a.options.sampling.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
   EngineConfig engine_config;
   engine_config.kv_cache_mb = a.kv_cache_mb;
+  engine_config.weights_dtype = dtype_or_default(a.rollout_dtype, "--rollout-dtype");
+  engine_config.kv_dtype = dtype_or_default(a.kv_cache_dtype, "--kv-cache-dtype");
   Engine engine(model, engine_config, tokenizer);
   RewardFunction reward;
   reward.add_builtin("accuracy", type, 1.0);
@@ -110,6 +113,8 @@ void add_eval_command(CLI::App& app) {
   add_setting_flag(cmd, "runtime.dtype", a->dtype);
   add_setting_flag(cmd, "runtime.device", a->device);
   add_setting_flag(cmd, "model.kv_cache_mb", a->kv_cache_mb);
+  add_setting_flag(cmd, "rollout.dtype", a->rollout_dtype);
+  add_setting_flag(cmd, "rollout.kv_cache_dtype", a->kv_cache_dtype);
   cmd->callback([a] { run_eval(*a); });
 }
 

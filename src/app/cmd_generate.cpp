@@ -33,6 +33,7 @@ struct GenerateArgs {
   std::string dtype = "float32";
   std::string device = "cpu";
   int64_t kv_cache_mb = 1024;
+  std::string rollout_dtype, kv_cache_dtype;
   int64_t max_prompt_tokens = 0;
   std::string overflow = "truncate_left";
 };
@@ -83,6 +84,8 @@ void run_generate(GenerateArgs args) {
   }
   EngineConfig engine_config;
   engine_config.kv_cache_mb = args.kv_cache_mb;
+  engine_config.weights_dtype = dtype_or_default(args.rollout_dtype, "--rollout-dtype");
+  engine_config.kv_dtype = dtype_or_default(args.kv_cache_dtype, "--kv-cache-dtype");
   Engine engine(model, engine_config, tokenizer);
   const auto samples = engine.generate(requests);
   std::ofstream file;
@@ -143,6 +146,8 @@ void add_generate_command(CLI::App& app) {
   add_setting_flag(cmd, "runtime.dtype", args->dtype);
   add_setting_flag(cmd, "runtime.device", args->device);
   add_setting_flag(cmd, "model.kv_cache_mb", args->kv_cache_mb);
+  add_setting_flag(cmd, "rollout.dtype", args->rollout_dtype);
+  add_setting_flag(cmd, "rollout.kv_cache_dtype", args->kv_cache_dtype);
   cmd->callback([args] { run_generate(*args); });
 }
 

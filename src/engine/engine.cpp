@@ -113,14 +113,59 @@ std::vector<GenerationRequest> fit_to_positions(const std::vector<GenerationRequ
 
 }  // namespace
 
+namespace {
+
+// A number that changes whenever any weight of `model` is written in place (an optimizer step, a
+// load, a weight sync): the sum of the tensors' version counters, adapters included.
+int64_t weights_signature(const Transformer& model) {
+  int64_t sum = 0;
+  for (const auto& p : model.parameters()) sum += static_cast<int64_t>(p._version());
+  if (model.has_adapters()) {
+    for (const auto& p : model.trainable_parameters()) sum += static_cast<int64_t>(p._version());
+  }
+  return sum;
+}
+
+}  // namespace
+
 Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer)
     : model_(std::move(model)), config_(config), tokenizer_(std::move(tokenizer)) {
   const auto& mc = model_->config();
-  const auto dtype = model_->options().dtype;
+  const ModelOptions& source = model_->options();
+  const auto stored = config_.weights_dtype;
+  if (stored != torch::ScalarType::Undefined && stored != source.dtype) {
+    ModelOptions options;
+    options.device = source.device;
+    const bool half = stored == torch::kBFloat16 || stored == torch::kFloat16;
+    if (half && source.device.is_cpu()) {
+      options.dtype = torch::kFloat32;  // stored half, computed in fp32 by the kernels
+      options.frozen_dtype = stored;
+    } else {
+      options.dtype = stored;
+    }
+    copy_ = std::make_shared<Transformer>(mc, options);
+    copy_->eval();
+    for (auto& p : copy_->parameters()) p.set_requires_grad(false);
+  }
+  const auto dtype = config_.kv_dtype != torch::ScalarType::Undefined ? config_.kv_dtype : generating_model().options().dtype;
   int64_t n_blocks = config_.n_blocks;
   if (n_blocks <= 0) n_blocks = KvCache::blocks_for_bytes(mc, config_.block_size, dtype, config_.kv_cache_mb << 20);
   if (n_blocks < 1) throw_user_error("--kv-cache-mb {}: too small for one KV block of this model", config_.kv_cache_mb);
-  cache_ = std::make_unique<KvCache>(mc, n_blocks, config_.block_size, dtype, model_->options().device);
+  cache_ = std::make_unique<KvCache>(mc, n_blocks, config_.block_size, dtype, source.device);
+}
+
+void Engine::refresh_copy() {
+  if (!copy_) return;
+  const int64_t signature = weights_signature(*model_);
+  if (signature == copied_signature_) return;
+  torch::NoGradGuard no_grad;
+  auto params = copy_->named_parameters();
+  model_->for_each_merged_weight([&](const std::string& name, const torch::Tensor& w) {
+    auto* p = params.find(name);
+    RLCPP_CHECK(p != nullptr, "the engine's weight copy has no \"{}\"", name);
+    p->copy_(w);
+  });
+  copied_signature_ = signature;
 }
 
 Engine::~Engine() = default;
@@ -129,6 +174,7 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
   validate(given, model_->config().vocab_size);
   const std::vector<GenerationRequest> requests = fit_to_positions(given, model_->config().max_position_embeddings);
   const auto start = std::chrono::steady_clock::now();
+  refresh_copy();
   SchedulerConfig sc{config_.max_num_seqs, config_.max_prefill_tokens, config_.prefix_sharing};
   Scheduler scheduler(sc, cache_->n_blocks(), cache_->block_size());
   stats_ = EngineStats{};
@@ -137,7 +183,7 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
                           requests[r].seed);
     stats_.n_prompt_tokens += static_cast<int64_t>(requests[r].prompt_ids.size());
   }
-  ModelRunner runner(*model_, *cache_);
+  ModelRunner runner(generating_model(), *cache_);
   std::vector<std::optional<std::string>> cut_text(static_cast<size_t>(scheduler.n_sequences()));
   while (!scheduler.done()) {
     ScheduledBatch batch = scheduler.schedule();

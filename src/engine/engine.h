@@ -23,6 +23,12 @@ struct EngineConfig {
   int64_t max_num_seqs = 256;       // sequences decoding at once
   int64_t max_prefill_tokens = 4096;
   bool prefix_sharing = true;       // one prefill per group of samples
+  // The weights generation runs on (--rollout-dtype). Undefined, or the model's dtype: the model's
+  // own weights. Otherwise the engine's own copy stored in this dtype (adapters merged in; on the
+  // CPU a half-precision copy is computed in fp32 by the kernels), refreshed from the model before
+  // a generate whenever the model's weights changed since the last one.
+  torch::ScalarType weights_dtype = torch::ScalarType::Undefined;
+  torch::ScalarType kv_dtype = torch::ScalarType::Undefined;  // KV cache elements (--kv-cache-dtype; Undefined: compute dtype)
 };
 
 struct EngineStats {
@@ -53,9 +59,16 @@ class Engine {
   int64_t version() const { return version_; }
   const EngineStats& last_stats() const { return stats_; }
   const EngineConfig& config() const { return config_; }
+  // The model generation runs: the given one, or the engine's copy in weights_dtype.
+  Transformer& generating_model() { return copy_ ? *copy_ : *model_; }
 
  private:
+  // Copies the model's (merged) weights into copy_ when they changed since the last copy.
+  void refresh_copy();
+
   std::shared_ptr<Transformer> model_;
+  std::shared_ptr<Transformer> copy_;  // null: generation runs on model_
+  int64_t copied_signature_ = -1;
   EngineConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<KvCache> cache_;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/attention.h"
+#include "model/kernel_linear.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -37,17 +39,48 @@ void KvCache::copy_block(int32_t src, int32_t dst) {
   }
 }
 
+bool paged_kernel_applies(const KvCache& cache, torch::ScalarType dtype) {
+  if (!kernels_active() || dtype != torch::kFloat32 || cache.n_blocks() == 0 || !cache.k(0).device().is_cpu()) return false;
+  const auto kv = cache.k(0).scalar_type();
+  return kv == torch::kFloat32 || kv == torch::kBFloat16 || kv == torch::kFloat16;
+}
+
+namespace {
+
+kernels::WeightType kernel_type(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kBFloat16: return kernels::WeightType::bf16;
+    case torch::kFloat16: return kernels::WeightType::f16;
+    default: return kernels::WeightType::f32;
+  }
+}
+
+}  // namespace
+
 torch::Tensor PagedAttention::attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
                                      const torch::Tensor& v) {
   auto& k_cache = cache_.k(layer);
   auto& v_cache = cache_.v(layer);
   k_cache.index_copy_(0, step_.slot_mapping, k.to(k_cache.scalar_type()));
   v_cache.index_copy_(0, step_.slot_mapping, v.to(v_cache.scalar_type()));
+  if (step_.kernel) {
+    const int64_t tokens = q.size(0), n_heads = q.size(1), dim = q.size(2);
+    const auto qc = q.contiguous();
+    auto out = torch::empty({tokens, n_heads * dim}, q.options());
+    kernels::PagedQueries queries{tokens, step_.token_pos.data(), step_.token_table.data(), step_.blocks.data()};
+    kernels::PagedKv kv{k_cache.data_ptr(), v_cache.data_ptr(), kernel_type(k_cache.scalar_type()), cache_.block_size()};
+    kernels::paged_attention(qc.data_ptr<float>(), queries, kv, n_heads, k.size(1), dim,
+                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim))), out.data_ptr<float>());
+    return out;
+  }
   const int64_t batch = step_.key_slots.size(0), keys = step_.key_slots.size(1), queries = step_.query_index.size(1);
   const int64_t n_heads = q.size(1), n_kv = k.size(1), dim = q.size(2), group = n_heads / n_kv;
   // Context of each sequence [B, Hkv, Lk, D] and its new queries [B, Hkv, G*Tq, D] (grouped as the model does).
-  auto keys_t = k_cache.index_select(0, step_.key_slots.view({-1})).view({batch, keys, n_kv, dim}).permute({0, 2, 1, 3});
-  auto values = v_cache.index_select(0, step_.key_slots.view({-1})).view({batch, keys, n_kv, dim}).permute({0, 2, 1, 3});
+  auto gather = [&](const torch::Tensor& cache) {  // in q's dtype when the cache stores another
+    return cache.index_select(0, step_.key_slots.view({-1})).to(q.scalar_type()).view({batch, keys, n_kv, dim}).permute({0, 2, 1, 3});
+  };
+  auto keys_t = gather(k_cache);
+  auto values = gather(v_cache);
   auto queries_t = q.index_select(0, step_.query_index.view({-1}))
                        .view({batch, queries, n_heads, dim})
                        .permute({0, 2, 1, 3})

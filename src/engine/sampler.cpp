@@ -1,6 +1,11 @@
 #include "engine/sampler.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/softmax.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace rlcpp {
 
@@ -52,39 +57,113 @@ torch::Tensor sampling_distribution(const torch::Tensor& logits_row, const Sampl
   return out;
 }
 
+namespace {
+
+// One row's token and log-prob from its uniform draw u (see sampler.h). Over the vocabulary this is
+// one max pass and one exp pass (vectorised); truncation sorts only the candidates it needs:
+// those at or above min_p, the top_k by partial selection, and for top_p a sorted prefix grown
+// until it holds the mass.
+std::pair<int32_t, float> sample_row(const float* logits, int64_t vocab, const SamplingParams& p, double u,
+                                     std::vector<float>& probs, std::vector<int32_t>& ids) {
+  const bool greedy = p.temperature <= 0;
+  const float scale = greedy ? 1.0f : static_cast<float>(1.0 / p.temperature);
+  int64_t argmax = 0;
+  const float max = kernels::max_of(logits, vocab, &argmax) * scale;
+  probs.resize(static_cast<size_t>(vocab));
+  // Unnormalised probabilities exp(z - max z), z = logits / T: the largest is exactly 1.
+  const double total = kernels::exp_sum(logits, vocab, scale, max, probs.data());
+  auto logprob = [&](int64_t token) {
+    return static_cast<float>(static_cast<double>(logits[token] * scale - max) - std::log(total));
+  };
+  if (greedy) return {static_cast<int32_t>(argmax), logprob(argmax)};
+  int64_t token = -1;
+  if (!truncates(p)) {
+    // The first token whose cumulative mass exceeds u of the total.
+    const double target = u * total;
+    double cdf = 0;
+    int64_t last_nonzero = argmax;
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (probs[i] <= 0) continue;
+      last_nonzero = i;
+      cdf += probs[i];
+      if (cdf > target) {
+        token = i;
+        break;
+      }
+    }
+    if (token < 0) token = last_nonzero;  // rounding left the target above the sum
+    return {static_cast<int32_t>(token), logprob(token)};
+  }
+  // Candidates in order of probability, ties by id.
+  ids.clear();
+  const float floor = static_cast<float>(p.min_p);  // min_p of the largest, which is 1
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (probs[i] >= floor && probs[i] > 0) ids.push_back(static_cast<int32_t>(i));
+  }
+  auto before = [&](int32_t a, int32_t b) { return probs[a] != probs[b] ? probs[a] > probs[b] : a < b; };
+  int64_t keep = static_cast<int64_t>(ids.size());
+  if (p.top_k > 0 && p.top_k < keep) {
+    std::nth_element(ids.begin(), ids.begin() + p.top_k, ids.end(), before);
+    keep = p.top_k;
+  }
+  int64_t sorted = std::min<int64_t>(keep, p.top_p < 1.0 ? 64 : keep);
+  while (true) {
+    std::partial_sort(ids.begin(), ids.begin() + sorted, ids.begin() + keep, before);
+    if (p.top_p >= 1.0) break;
+    // Smallest prefix whose mass (of the whole distribution) reaches top_p: the token crossing it is kept.
+    const double need = p.top_p * total;
+    double mass = 0;
+    int64_t j = 0;
+    while (j < sorted && mass < need) mass += probs[ids[j++]];
+    if (mass >= need || sorted == keep) {
+      keep = std::max<int64_t>(1, j);
+      break;
+    }
+    sorted = std::min(keep, sorted * 8);
+  }
+  double kept = 0;
+  for (int64_t j = 0; j < keep; ++j) kept += probs[ids[j]];
+  const double target = u * kept;
+  double cdf = 0;
+  token = ids[keep - 1];
+  for (int64_t j = 0; j < keep; ++j) {
+    cdf += probs[ids[j]];
+    if (cdf > target) {
+      token = ids[j];
+      break;
+    }
+  }
+  return {static_cast<int32_t>(token), logprob(token)};
+}
+
+}  // namespace
+
 SampleResult sample_tokens(const torch::Tensor& logits, const std::vector<const SamplingParams*>& params,
                            const std::vector<std::mt19937_64*>& rngs) {
   RLCPP_CHECK(logits.dim() == 2 && static_cast<size_t>(logits.size(0)) == params.size() && params.size() == rngs.size(),
               "logits {} for {} params and {} rngs", logits.sizes(), params.size(), rngs.size());
-  const int64_t n = logits.size(0);
+  const int64_t n = logits.size(0), vocab = logits.size(1);
   SampleResult result;
   result.tokens.resize(static_cast<size_t>(n));
   result.logprobs.resize(static_cast<size_t>(n));
-  // Sampling is a handful of vector ops per row on the CPU; the logits come over once.
+  RLCPP_CHECK(vocab > 0, "sampling from an empty vocabulary");
+  // The logits come over once; each row draws one uniform number from its own RNG (greedy too: one
+  // draw per token), then rows are sampled in parallel.
   auto rows = logits.to(torch::kCPU).to(torch::kFloat32).contiguous();
+  std::vector<double> u(static_cast<size_t>(n));
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  for (int64_t i = 0; i < n; ++i) {
-    const SamplingParams& p = *params[static_cast<size_t>(i)];
-    auto row = rows[i];
-    const double u = uniform(*rngs[static_cast<size_t>(i)]);  // drawn for every row, greedy too: one draw per token
-    int64_t token;
-    if (p.temperature <= 0) {
-      token = row.argmax().item<int64_t>();
-    } else {
-      auto [probs, ids] = truncated(row, p);
-      auto cdf = probs.to(torch::kFloat64).cumsum(0);
-      const double target = u * cdf[-1].item<double>();
-      int64_t k = torch::searchsorted(cdf, torch::tensor({target}, torch::kFloat64), /*out_int32=*/false,
-                                      /*right=*/true)
-                      .item<int64_t>();
-      k = std::min<int64_t>(k, cdf.size(0) - 1);
-      token = ids.defined() ? ids[k].item<int64_t>() : k;
+  for (int64_t i = 0; i < n; ++i) u[static_cast<size_t>(i)] = uniform(*rngs[static_cast<size_t>(i)]);
+  const float* data = rows.data_ptr<float>();
+  ThreadPool::global().parallel_for(n, [&](int64_t begin, int64_t end) {
+    std::vector<float> probs;
+    std::vector<int32_t> ids;
+    for (int64_t i = begin; i < end; ++i) {
+      const auto [token, logp] =
+          sample_row(data + i * vocab, vocab, *params[static_cast<size_t>(i)], u[static_cast<size_t>(i)], probs, ids);
+      result.tokens[static_cast<size_t>(i)] = token;
+      result.logprobs[static_cast<size_t>(i)] = logp;
     }
-    const double t = p.temperature > 0 ? p.temperature : 1.0;
-    const auto logp = torch::log_softmax(row / t, -1)[token].item<float>();
-    result.tokens[static_cast<size_t>(i)] = static_cast<int32_t>(token);
-    result.logprobs[static_cast<size_t>(i)] = logp;
-  }
+  });
   return result;
 }
 

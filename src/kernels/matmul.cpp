@@ -16,49 +16,11 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "kernels/simd-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace rlcpp::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-inline float scalar_of(float w) { return w; }
-inline float scalar_of(hwy::bfloat16_t w) { return hwy::F32FromBF16(w); }
-inline float scalar_of(hwy::float16_t w) {
-  uint16_t h;
-  std::memcpy(&h, &w, 2);
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: renormalise
-    int e = -1;
-    uint32_t m = mant;
-    do {
-      ++e;
-      m <<= 1;
-    } while ((m & 0x400) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((m & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-template <class DF>
-HWY_INLINE hn::Vec<DF> load_weights(DF df, const float* HWY_RESTRICT w) {
-  return hn::LoadU(df, w);
-}
-template <class DF>
-HWY_INLINE hn::Vec<DF> load_weights(DF df, const hwy::bfloat16_t* HWY_RESTRICT w) {
-  return hn::PromoteTo(df, hn::LoadU(hn::Rebind<hwy::bfloat16_t, DF>(), w));
-}
-template <class DF>
-HWY_INLINE hn::Vec<DF> load_weights(DF df, const hwy::float16_t* HWY_RESTRICT w) {
-  return hn::PromoteTo(df, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), w));
-}
 
 // y[j, r] = x[j] · w[r] (+ bias[r]) for RW weight rows and RX input rows: each weight vector is
 // loaded once for the RX rows, each input vector once for the RW rows.
@@ -73,7 +35,7 @@ HWY_INLINE void tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_REST
   int64_t k = 0;
   for (; k + lanes <= in; k += lanes) {
     hn::Vec<decltype(df)> wv[RW];
-    for (int r = 0; r < RW; ++r) wv[r] = load_weights(df, w + r * in + k);
+    for (int r = 0; r < RW; ++r) wv[r] = load_as_float(df, w + r * in + k);
     for (int j = 0; j < RX; ++j) {
       const auto xv = hn::LoadU(df, x + j * in + k);
       for (int r = 0; r < RW; ++r) acc[r][j] = hn::MulAdd(wv[r], xv, acc[r][j]);

@@ -1,15 +1,18 @@
-// The bridge from the model's linear layers to the CPU kernels (kernels/matmul.h): generation's
-// small batches run there, multi-threaded and reading half-precision weights as stored; everything
-// else (training, large batches, other devices) stays on LibTorch.
+// The bridge from the model to the CPU kernels (kernels/): inside the engine's steps, generation's
+// small batches run their linear layers (reading half-precision weights as stored), RMSNorm,
+// SiLU·mul and rotary embedding there, multi-threaded; everything else (training, scoring, large
+// batches, other devices) stays on LibTorch.
 #pragma once
 
 #include <torch/types.h>
 
 namespace rlcpp {
 
-// Rows up to which the kernels are used (bench_kernels: still ahead of LibTorch's BLAS at 32 rows
-// in a contended run; 16 until a clean run tunes it).
+// Rows up to which the kernels are used. fp32 weights: 16 (bench_kernels: still ahead of LibTorch's
+// BLAS at 32 rows in a contended run; 16 until a clean run tunes it). Half-precision weights: 64,
+// since LibTorch would first convert the whole weight to fp32 (and its own bf16 GEMM is slow).
 constexpr int64_t kKernelMaxRows = 16;
+constexpr int64_t kKernelMaxRowsHalf = 64;
 
 // Turns the kernels on for this thread while in scope: the generation engine's steps. Elsewhere
 // (the trainer's scoring and training passes) products stay on LibTorch, so the old log-probs of
@@ -25,10 +28,20 @@ class KernelScope {
   bool previous_;
 };
 
+// Inside a KernelScope and not disabled by $RLCPP_KERNELS=0: the engine's steps may use the kernels.
+bool kernels_active();
+
 // x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x of at
-// most kKernelMaxRows rows, weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or
+// most kKernelMaxRows rows (kKernelMaxRowsHalf for half weights), weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or
 // when $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
 torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
+
+// The fused element-wise kernels under the same conditions (CPU, fp32, no graph, inside a
+// KernelScope; any row count). Undefined when they do not apply.
+torch::Tensor kernel_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+torch::Tensor kernel_silu_mul(const torch::Tensor& gate, const torch::Tensor& up);
+// Packed x [T, H, D], cos/sin [T, D].
+torch::Tensor kernel_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // kernel_linear, else LibTorch's product with the weight (and bias) converted to x's dtype.
 torch::Tensor linear_no_grad(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});

@@ -137,6 +137,10 @@ const EnumTable<torch::ScalarType>& dtypes() {
   return table;
 }
 
+torch::ScalarType dtype_or_default(const std::string& text, const std::string& flag) {
+  return text.empty() ? torch::ScalarType::Undefined : dtypes().parse(text, flag);
+}
+
 ModelOptions model_options_from_flags(const std::string& dtype, const std::string& device) {
   ModelOptions options;
   options.dtype = dtypes().parse(dtype, "--dtype");
@@ -202,6 +206,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (auto y = kernel_rms_norm(x, weight, eps_); y.defined()) return y;  // the engine's steps
   const auto dtype = x.scalar_type();
   auto h = x.to(compute_dtype(dtype));
   h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
@@ -247,8 +252,12 @@ torch::Tensor AttentionImpl::forward_packed(const torch::Tensor& x, const torch:
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  q = Rope::apply(q, cos, sin);  // [T, H, D] with cos [T, 1, D]
-  k = Rope::apply(k, cos, sin);
+  auto rotate = [&](const torch::Tensor& x) {  // [T, H, D] with cos [T, D]
+    auto y = kernel_rope(x, cos, sin);             // the engine's steps
+    return y.defined() ? y : Rope::apply(x, cos, sin);
+  };
+  q = rotate(q);
+  k = rotate(k);
   return o_proj->forward(backend.attend(layer, q, k, v));
 }
 
@@ -259,7 +268,9 @@ MlpImpl::MlpImpl(const ModelConfig& c) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  auto gate = gate_proj->forward(x), up = up_proj->forward(x);
+  auto h = kernel_silu_mul(gate, up);  // the engine's steps
+  return down_proj->forward(h.defined() ? h : torch::silu(gate) * up);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
@@ -353,17 +364,24 @@ NamedTensors Transformer::trained_weights() const {
   return out;
 }
 
-NamedTensors Transformer::merged_weights() const {
-  NamedTensors out = named_weights();
-  for (auto& [name, tensor] : out) {
+void Transformer::for_each_merged_weight(
+    const std::function<void(const std::string&, const torch::Tensor&)>& fn) const {
+  for (const auto& [name, tensor] : named_weights()) {
     const std::string module = name.substr(0, name.rfind('.'));
     const auto it = std::find_if(adapted_.begin(), adapted_.end(), [&](const auto& a) { return a.first == module; });
     if (it != adapted_.end() && name.ends_with(".weight")) {
-      tensor = it->second->merged_weight(options_.dtype);
+      fn(name, it->second->merged_weight(options_.dtype));
     } else if (tensor.scalar_type() != options_.dtype && tensor.is_floating_point()) {
-      tensor = tensor.to(options_.dtype);
+      fn(name, tensor.to(options_.dtype));
+    } else {
+      fn(name, tensor);
     }
   }
+}
+
+NamedTensors Transformer::merged_weights() const {
+  NamedTensors out;
+  for_each_merged_weight([&](const std::string& name, const torch::Tensor& t) { out.emplace_back(name, t); });
   return out;
 }
 
@@ -496,8 +514,10 @@ torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const 
   return model->norm->forward(h);
 }
 
-torch::Tensor Transformer::output_weight() const {
-  return as_dtype(lm_head ? lm_head->weight : model->embed_tokens->weight, options_.dtype);
+torch::Tensor Transformer::output_weight() const { return as_dtype(stored_output_weight(), options_.dtype); }
+
+torch::Tensor Transformer::stored_output_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
 torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {

@@ -11,6 +11,7 @@
 #include <torch/nn/modules/embedding.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -40,6 +41,8 @@ struct ModelOptions {
 
 // float32 (fp32), bfloat16 (bf16), float16 (fp16), float64 (fp64).
 const EnumTable<torch::ScalarType>& dtypes();
+// A dtype flag's value; Undefined for "" (the flag's default). A bad name is a UserError naming `flag`.
+torch::ScalarType dtype_or_default(const std::string& text, const std::string& flag);
 // ModelOptions from the --dtype and --device flags; bad values are UserErrors naming the flag.
 ModelOptions model_options_from_flags(const std::string& dtype, const std::string& device);
 
@@ -157,6 +160,8 @@ class Transformer : public torch::nn::Module {
 
   // The output projection [V, H] in the compute dtype: lm_head, or the embedding when tied.
   torch::Tensor output_weight() const;
+  // The same as stored (a frozen half-precision copy is not converted): for linear_no_grad.
+  torch::Tensor stored_output_weight() const;
 
   // LoRA (see lora.h). add_adapters puts fresh adapters on the linear layers `config` names and
   // freezes every base weight; A is drawn from `seed`.
@@ -172,6 +177,8 @@ class Transformer : public torch::nn::Module {
   NamedTensors trained_weights() const;
   // The full model with every adapter merged in (W + scaling B A), in the compute dtype.
   NamedTensors merged_weights() const;
+  // The same one weight at a time (each merged tensor is made only for the call).
+  void for_each_merged_weight(const std::function<void(const std::string&, const torch::Tensor&)>& fn) const;
   // PEFT's adapter directory: adapter_config.json (base_model_name_or_path = `base_model`) and
   // adapter_model.safetensors with PEFT's key names.
   void save_adapter(const std::filesystem::path& dir, const std::string& base_model) const;

@@ -54,9 +54,7 @@ class ColocatedRun {
 
 ColocatedRun::ColocatedRun(const RunConfig& c)
     : c_(c), run_(load_run(c)), reward_(run_reward_function(c)), relay_(c, run_.plan.saved.relay_buffer.groups) {
-  EngineConfig engine_config;
-  engine_config.kv_cache_mb = c.kv_cache_mb;
-  engine_ = std::make_unique<Engine>(run_.policy, engine_config, run_.tokenizer);
+  engine_ = std::make_unique<Engine>(run_.policy, run_engine_config(c), run_.tokenizer);
   engine_->set_version(run_.policy_version);
   evaluator_ = std::make_unique<RunEvaluator>(c, run_.policy->config(), *run_.tokenizer, run_.plan.run_dir);
   rollouts_ = std::make_unique<RolloutGenerator>(c, run_.policy->config(), *run_.tokenizer, engine_.get(), &run_.dataset,

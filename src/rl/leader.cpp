@@ -61,9 +61,7 @@ Leader::Leader(const RunConfig& c, const Topology& topo, RunState& run) : c_(c),
   pending_.discarded = saved.round.discarded;
   evaluator_ = std::make_unique<RunEvaluator>(c, run.policy->config(), *run.tokenizer, run.plan.run_dir);
   if (!evaluator_->empty()) {
-    EngineConfig engine_config;
-    engine_config.kv_cache_mb = c.kv_cache_mb;
-    eval_engine_ = std::make_unique<Engine>(run.policy, engine_config, run.tokenizer);
+    eval_engine_ = std::make_unique<Engine>(run.policy, run_engine_config(c), run.tokenizer);
   }
   weight_sync_ = std::make_unique<WeightSync>(topo.sync_group, static_cast<uint64_t>(c.sync_bucket_mb) << 20,
                                               c.param_sync_comm_type);

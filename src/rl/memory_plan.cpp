@@ -102,6 +102,10 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
   }
   if (!c.distributed()) {
     est.lines.push_back({"KV cache", static_cast<double>(c.kv_cache_mb) * kMiB, "--kv-cache-mb"});
+    if (!c.rollout_dtype.empty() && c.rollout_dtype != c.dtype) {
+      est.lines.push_back({"rollout weights", params * dtype_bytes(c.rollout_dtype),
+                           fmt::format("--rollout-dtype {}: the engine's own copy", c.rollout_dtype)});
+    }
   }
   // Training activations: per token and layer the norms, projections, rotary copies and MLP
   // intermediates. Attention keeps no T x T tensor (model/attention.h): one block of query rows'

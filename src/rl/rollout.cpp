@@ -80,6 +80,14 @@ PromptPick pick_from_json(const nlohmann::json& j) {
           j.at("line").get<int64_t>(), j.at("seed").get<uint64_t>()};
 }
 
+EngineConfig run_engine_config(const RunConfig& c) {
+  EngineConfig config;
+  config.kv_cache_mb = c.kv_cache_mb;
+  config.weights_dtype = dtype_or_default(c.rollout_dtype, "--rollout-dtype");
+  config.kv_dtype = dtype_or_default(c.kv_cache_dtype, "--kv-cache-dtype");
+  return config;
+}
+
 PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_config) {
   PromptOptions options;
   options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));

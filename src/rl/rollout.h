@@ -82,6 +82,8 @@ struct RolloutRound {
 // How a run turns dataset records into prompt ids: its system prompt, length limit and overflow
 // policy (the rollout generator and the memory preflight read prompts the same way).
 PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_config);
+// The engine settings of a run: KV cache budget and dtype, and the rollout weights' dtype.
+EngineConfig run_engine_config(const RunConfig& c);
 
 class RolloutGenerator {
  public:

@@ -20,9 +20,7 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
   const RewardFunction reward = run_reward_function(c);
   auto tokenizer = Tokenizer::from_dir(c.model);
   auto policy = load_policy(c, std::nullopt);  // the trainer's shape (adapters included); weights come by sync
-  EngineConfig engine_config;
-  engine_config.kv_cache_mb = c.kv_cache_mb;
-  Engine engine(policy, engine_config, tokenizer);
+  Engine engine(policy, run_engine_config(c), tokenizer);
   RolloutGenerator generator(c, policy->config(), *tokenizer, &engine, nullptr, nullptr, &reward);
   RolloutChannel channel(topo.world, nullptr, topo.num_trainers, topo.num_inferencers);
   WeightSync weight_sync(topo.sync_group, static_cast<uint64_t>(c.sync_bucket_mb) << 20, c.param_sync_comm_type);

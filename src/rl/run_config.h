@@ -66,6 +66,8 @@ struct RunConfig {
   std::string frozen_dtype;            // frozen weights (LoRA's base, the reference) stored in this dtype ("": dtype)
   // rollout
   int64_t num_generations = 8;         // G, samples per prompt
+  std::string rollout_dtype;           // the engine's weights ("": dtype; see EngineConfig::weights_dtype)
+  std::string kv_cache_dtype;          // the engine's KV cache ("": its compute dtype)
   int64_t inference_batch_size = 0;    // prompts per rollout round per rollout worker (0: train_batch_size)
   int64_t inference_microbatch_size = 0;  // prompts per generate call (0: the whole round)
   SamplingParams sampling;             // temperature, top-k/p, max_new_tokens

@@ -157,6 +157,25 @@ Setting string_setting(std::string name, std::string flags, std::string help, Re
                        may_differ);
 }
 
+// A dtype by any of its names, stored as its canonical name ("" when empty: the default).
+// `allowed`: the dtypes it may take (empty: any).
+template <typename Ref>
+Setting dtype_setting(std::string name, std::string flags, std::string help, Ref ref,
+                      std::vector<torch::ScalarType> allowed = {}, bool may_differ = false) {
+  auto read = [allowed](const Json& v, const std::string& where) -> std::string {
+    const std::string text = read_string(v, where);
+    if (text.empty()) return "";
+    const auto dtype = dtypes().parse(text, where);
+    if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), dtype) == allowed.end()) {
+      std::string names;
+      for (auto a : allowed) names += (names.empty() ? "" : ", ") + dtypes().name(a);
+      throw_user_error("{}: {} is not one of {}", where, text, names);
+    }
+    return dtypes().name(dtype);
+  };
+  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read, {}, may_differ);
+}
+
 // A setting given in another unit (ChatLearn counts samples, the reference counts prompts):
 // `samples` is converted with G and must agree with `prompts_name` when both are given.
 Setting samples_setting(std::string name, std::string help, int64_t RunConfig::*prompts, std::string prompts_name) {
@@ -309,14 +328,20 @@ std::vector<Setting> make_settings() {
   s.push_back(string_setting("model.lora_name_scope", "--lora-name-scope",
                              "only layers whose name contains this get adapters (ChatLearn's part_module_name)",
                              [](C& c) -> std::string& { return c.lora.name_scope; }));
-  s.push_back(make("model.frozen_dtype", "--frozen-dtype", {},
-                   "dtype frozen weights are stored in (LoRA's base, the reference model), computed in --dtype: " +
-                       dtypes().names() + " (default: --dtype)",
-                   [](C& c, const Json& v, const std::string& where, const RawSettings&) {
-                     const std::string text = read_string(v, where);
-                     c.frozen_dtype = text.empty() ? "" : dtypes().name(dtypes().parse(text, where));
-                   },
-                   [](const C& c) { return Json(c.frozen_dtype); }, false));
+  s.push_back(dtype_setting("model.frozen_dtype", "--frozen-dtype",
+                            "dtype frozen weights are stored in (LoRA's base, the reference model), computed in --dtype: " +
+                                dtypes().names() + " (default: --dtype)",
+                            [](C& c) -> std::string& { return c.frozen_dtype; }));
+  const std::vector<torch::ScalarType> rollout_dtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
+  s.push_back(dtype_setting("rollout.dtype", "--rollout-dtype",
+                            "dtype of the weights the engine generates with: float32, bfloat16 or float16 (default: "
+                            "--dtype). Another than --dtype: the engine keeps its own copy, refreshed after each "
+                            "update (half precision on the CPU is computed in fp32 by the kernels)",
+                            [](C& c) -> std::string& { return c.rollout_dtype; }, rollout_dtypes, true));
+  s.push_back(dtype_setting("rollout.kv_cache_dtype", "--kv-cache-dtype",
+                            "dtype of the engine's KV cache: float32, bfloat16 or float16 (default: the engine's "
+                            "compute dtype)",
+                            [](C& c) -> std::string& { return c.kv_cache_dtype; }, rollout_dtypes, true));
   // rollout
   s.push_back(int_setting("rollout.num_generations", "-g,--num-generations", "samples per prompt (G)",
                           [](C& c) -> int64_t& { return c.num_generations; }, 1, {"num_inference_per_prompt"}));

@@ -1,0 +1,121 @@
+// Highway's dynamic dispatch, as in matmul.cpp: compiled once per SIMD target.
+#include "kernels/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/thread_pool.h"
+
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/elementwise.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace rlcpp::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void RmsNormRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT w, int64_t r0, int64_t r1, int64_t dim,
+                 float eps, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t vec = dim / lanes * lanes;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * dim;
+    float* o = out + r * dim;
+    auto acc = hn::Zero(df);
+    for (int64_t i = 0; i < vec; i += lanes) {
+      const auto v = hn::LoadU(df, xr + i);
+      acc = hn::MulAdd(v, v, acc);
+    }
+    float ss = hn::GetLane(hn::SumOfLanes(df, acc));
+    for (int64_t i = vec; i < dim; ++i) ss += xr[i] * xr[i];
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    const auto vs = hn::Set(df, scale);
+    for (int64_t i = 0; i < vec; i += lanes) {
+      hn::StoreU(hn::Mul(hn::LoadU(df, w + i), hn::Mul(hn::LoadU(df, xr + i), vs)), df, o + i);
+    }
+    for (int64_t i = vec; i < dim; ++i) o[i] = w[i] * (xr[i] * scale);
+  }
+}
+
+void SiluMulRange(const float* HWY_RESTRICT gate, const float* HWY_RESTRICT up, int64_t b, int64_t e,
+                  float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto one = hn::Set(df, 1.0f);
+  int64_t i = b;
+  for (; i + lanes <= e; i += lanes) {
+    const auto g = hn::LoadU(df, gate + i);
+    const auto s = hn::Div(g, hn::Add(one, hn::Exp(df, hn::Neg(g))));
+    hn::StoreU(hn::Mul(s, hn::LoadU(df, up + i)), df, out + i);
+  }
+  for (; i < e; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void RopeRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT cos, const float* HWY_RESTRICT sin, int64_t r0,
+              int64_t r1, int64_t heads, int64_t dim, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t half = dim / 2, vec = half / lanes * lanes;
+  for (int64_t r = r0; r < r1; ++r) {  // r = token * heads + head
+    const int64_t t = r / heads;
+    const float* c = cos + t * dim;
+    const float* s = sin + t * dim;
+    const float* x1 = x + r * dim;
+    const float* x2 = x1 + half;
+    float* o1 = out + r * dim;
+    float* o2 = o1 + half;
+    for (int64_t i = 0; i < vec; i += lanes) {
+      const auto a = hn::LoadU(df, x1 + i), b = hn::LoadU(df, x2 + i);
+      hn::StoreU(hn::Sub(hn::Mul(a, hn::LoadU(df, c + i)), hn::Mul(b, hn::LoadU(df, s + i))), df, o1 + i);
+      hn::StoreU(hn::Add(hn::Mul(b, hn::LoadU(df, c + half + i)), hn::Mul(a, hn::LoadU(df, s + half + i))), df, o2 + i);
+    }
+    for (int64_t i = vec; i < half; ++i) {
+      o1[i] = x1[i] * c[i] - x2[i] * s[i];
+      o2[i] = x2[i] * c[half + i] + x1[i] * s[half + i];
+    }
+  }
+}
+
+}  // namespace rlcpp::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace rlcpp::kernels {
+
+HWY_EXPORT(RmsNormRows);
+HWY_EXPORT(SiluMulRange);
+HWY_EXPORT(RopeRows);
+
+namespace {
+ThreadPool& pool_or_global(ThreadPool* pool) { return pool != nullptr ? *pool : ThreadPool::global(); }
+// Elements below which a call stays on one thread (waking the pool costs more).
+constexpr int64_t kMinElementsPerThread = 16384;
+}  // namespace
+
+void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out, ThreadPool* pool) {
+  pool_or_global(pool).parallel_for(
+      rows, [&](int64_t b, int64_t e) { HWY_DYNAMIC_DISPATCH(RmsNormRows)(x, weight, b, e, dim, eps, out); }, 1,
+      std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(dim, 1)));
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
+  pool_or_global(pool).parallel_for(
+      n, [&](int64_t b, int64_t e) { HWY_DYNAMIC_DISPATCH(SiluMulRange)(gate, up, b, e, out); }, 64,
+      kMinElementsPerThread);
+}
+
+void rope(const float* x, const float* cos, const float* sin, int64_t tokens, int64_t heads, int64_t dim, float* out,
+          ThreadPool* pool) {
+  pool_or_global(pool).parallel_for(
+      tokens * heads, [&](int64_t b, int64_t e) { HWY_DYNAMIC_DISPATCH(RopeRows)(x, cos, sin, b, e, heads, dim, out); },
+      1, std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(dim, 1)));
+}
+
+}  // namespace rlcpp::kernels
+#endif  // HWY_ONCE

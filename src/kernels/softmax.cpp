@@ -1,0 +1,80 @@
+// Highway's dynamic dispatch, as in matmul.cpp: compiled once per SIMD target.
+#include "kernels/softmax.h"
+
+#include <cmath>
+#include <limits>
+
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/softmax.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace rlcpp::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+float MaxOf(const float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  auto m = hn::Set(df, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) m = hn::Max(m, hn::LoadU(df, x + i));
+  float best = hn::GetLane(hn::MaxOfLanes(df, m));
+  for (; i < n; ++i) best = std::max(best, x[i]);
+  return best;
+}
+
+double ExpSum(const float* HWY_RESTRICT x, int64_t n, float scale, float shift, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto vs = hn::Set(df, scale), vshift = hn::Set(df, shift);
+  double total = 0;
+  int64_t i = 0;
+  // Partial sums in float over blocks of 1024 elements, added up in double.
+  while (i + lanes <= n) {
+    auto acc = hn::Zero(df);
+    const int64_t end = std::min(n, i + 1024) / lanes * lanes;
+    for (; i < end; i += lanes) {
+      const auto e = hn::Exp(df, hn::MulSub(hn::LoadU(df, x + i), vs, vshift));
+      if (out != nullptr) hn::StoreU(e, df, out + i);
+      acc = hn::Add(acc, e);
+    }
+    total += hn::GetLane(hn::SumOfLanes(df, acc));
+  }
+  for (; i < n; ++i) {
+    const float e = std::exp(x[i] * scale - shift);
+    if (out != nullptr) out[i] = e;
+    total += e;
+  }
+  return total;
+}
+
+}  // namespace rlcpp::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace rlcpp::kernels {
+
+HWY_EXPORT(MaxOf);
+HWY_EXPORT(ExpSum);
+
+float max_of(const float* x, int64_t n, int64_t* argmax) {
+  const float m = HWY_DYNAMIC_DISPATCH(MaxOf)(x, n);
+  if (argmax != nullptr) {
+    int64_t i = 0;
+    while (i < n - 1 && !(x[i] == m)) ++i;
+    *argmax = i;
+  }
+  return m;
+}
+
+double exp_sum(const float* x, int64_t n, float scale, float shift, float* out) {
+  return HWY_DYNAMIC_DISPATCH(ExpSum)(x, n, scale, shift, out);
+}
+
+}  // namespace rlcpp::kernels
+#endif  // HWY_ONCE
