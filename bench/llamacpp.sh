@@ -38,8 +38,8 @@ EOF
   exit 2
 fi
 for bin in bench_generate bench_kernels; do
-  if [ ! -x "$BUILD/$bin" ]; then
-    echo "bench/llamacpp.sh: $BUILD/$bin is missing: cmake --build $BUILD --target bench_generate bench_kernels" >&2
+  if [ ! -x "$BUILD/bench/$bin" ]; then
+    echo "bench/llamacpp.sh: $BUILD/bench/$bin is missing: cmake --build $BUILD --target bench_generate bench_kernels" >&2
     exit 2
   fi
 done
@@ -54,7 +54,7 @@ llama() {  # weights type
     --kv F32 --fa off --reps "$REPS" --pp "$PP" --tg "$TG" --par "$PAR" --par-steps "$PAR_STEPS" --json "$WORK/llama-$1.json"
 }
 rlcpp() {  # rollout dtype
-  RLCPP_KERNEL_THREADS=$THREADS "$BUILD/bench_generate" --model "$WORK/q05" --llama-workload --rollout-dtype "$1" \
+  RLCPP_KERNEL_THREADS=$THREADS "$BUILD/bench/bench_generate" --model "$WORK/q05" --llama-workload --rollout-dtype "$1" \
     --reps "$REPS" --pp "$PP" --tg "$TG" --par ${PAR//,/ } --par-steps "$PAR_STEPS" --json "$WORK/rlcpp-$1.json"
 }
 # Interleaved, so a slow spell of the machine falls on both programs.
@@ -62,7 +62,7 @@ llama f32
 rlcpp float32
 llama f16
 rlcpp bfloat16
-bandwidth=$(RLCPP_KERNEL_THREADS=$THREADS "$BUILD/bench_kernels" --rows 1 --reps 3 | sed -n 's/^memory read bandwidth: \([0-9.]*\) GB\/s.*/\1/p')
+bandwidth=$(RLCPP_KERNEL_THREADS=$THREADS "$BUILD/bench/bench_kernels" --rows 1 --reps 3 | sed -n 's/^memory read bandwidth: \([0-9.]*\) GB\/s.*/\1/p')
 
 /usr/bin/python3 - "$WORK" "$bandwidth" <<'EOF'
 import json, sys

@@ -14,9 +14,14 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/matmul.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "kernels/simd-inl.h"
+
+#ifndef RLCPP_PREFETCH_BYTES
+#define RLCPP_PREFETCH_BYTES 4096
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace rlcpp::kernels::HWY_NAMESPACE {
@@ -32,9 +37,13 @@ HWY_INLINE void tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_REST
   hn::Vec<decltype(df)> acc[RW][RX];
   for (int r = 0; r < RW; ++r)
     for (int j = 0; j < RX; ++j) acc[r][j] = hn::Zero(df);
+  // Weights stream from memory once: fetch each row's bytes ahead of the loads (past a row's end
+  // that is the next rows', which the next tile reads).
+  constexpr int64_t ahead = RLCPP_PREFETCH_BYTES / sizeof(TW);
   int64_t k = 0;
   for (; k + lanes <= in; k += lanes) {
     hn::Vec<decltype(df)> wv[RW];
+    for (int r = 0; r < RW; ++r) hwy::Prefetch(w + r * in + k + ahead);
     for (int r = 0; r < RW; ++r) wv[r] = load_as_float(df, w + r * in + k);
     for (int j = 0; j < RX; ++j) {
       const auto xv = hn::LoadU(df, x + j * in + k);

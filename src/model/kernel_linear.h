@@ -8,10 +8,12 @@
 
 namespace rlcpp {
 
-// Rows up to which the kernels are used. fp32 weights: 16 (bench_kernels: still ahead of LibTorch's
-// BLAS at 32 rows in a contended run; 16 until a clean run tunes it). Half-precision weights: 64,
-// since LibTorch would first convert the whole weight to fp32 (and its own bf16 GEMM is slow).
-constexpr int64_t kKernelMaxRows = 16;
+// When the kernels are used. fp32 weights: while x holds at most kKernelMaxInputElements (192 KB,
+// so it stays in L2 across the weight tiles): bench_kernels measured the kernel 1.2-1.4x ahead of
+// LibTorch's BLAS at 32 rows of in = 896 and 8 rows of in = 4864, behind at 64 and 16. Half-
+// precision weights: up to kKernelMaxRowsHalf rows, since LibTorch would first convert the whole
+// weight to fp32 (and its own bf16 GEMM is slow).
+constexpr int64_t kKernelMaxInputElements = 49152;
 constexpr int64_t kKernelMaxRowsHalf = 64;
 
 // Turns the kernels on for this thread while in scope: the generation engine's steps. Elsewhere
@@ -31,8 +33,8 @@ class KernelScope {
 // Inside a KernelScope and not disabled by $RLCPP_KERNELS=0: the engine's steps may use the kernels.
 bool kernels_active();
 
-// x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x of at
-// most kKernelMaxRows rows (kKernelMaxRowsHalf for half weights), weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or
+// x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x within
+// kKernelMaxInputElements (kKernelMaxRowsHalf rows for half weights), weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or
 // when $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
 torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
