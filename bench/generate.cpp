@@ -104,6 +104,12 @@ int main(int argc, char** argv) {
   app.add_option("--par-steps", par_steps, "decode steps of the parallel measurements")->capture_default_str();
   app.add_option("--reps", reps, "runs of each measurement (the median is reported)")->capture_default_str();
   app.add_option("--json", json_path, "also write the llama-workload figures here");
+  EngineConfig engine_config;
+  bool no_chunked = false;
+  app.add_option("--max-num-seqs", engine_config.max_num_seqs, "sequences running at once")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", engine_config.max_num_batched_tokens, "tokens per engine step")
+      ->capture_default_str();
+  app.add_flag("--no-chunked-prefill", no_chunked, "prefill whole prompts in steps of their own (the group workload runs both)");
   CLI11_PARSE(app, argc, argv);
   configure_threads(threads);
 
@@ -123,7 +129,7 @@ int main(int argc, char** argv) {
     model->add_adapters(lora, 0);
   }
   model->eval();
-  EngineConfig engine_config;
+  engine_config.chunked_prefill = !no_chunked;
   engine_config.kv_cache_mb = 2048;
   engine_config.weights_dtype = dtype_or_default(rollout_dtype, "--rollout-dtype");
   engine_config.kv_dtype = dtype_or_default(kv_dtype, "--kv-cache-dtype");
@@ -187,19 +193,27 @@ int main(int argc, char** argv) {
   std::printf("groups: %ld prompts x G=%ld samples, prompt %ld tokens, %ld new tokens per sample:\n",
               static_cast<long>(groups), static_cast<long>(group_size), static_cast<long>(group_prompt),
               static_cast<long>(group_new));
-  double shared_s = 0;
-  for (bool sharing : {true, false}) {
+  // Prefix sharing on and off, and chunked prefill on and off (the longest wait of a running
+  // sequence between two tokens shows what a prompt's prefill step costs the running ones).
+  double first_s = 0;
+  struct Variant {
+    bool sharing, chunked;
+  };
+  for (Variant v : {Variant{true, engine_config.chunked_prefill}, Variant{true, !engine_config.chunked_prefill},
+                    Variant{false, engine_config.chunked_prefill}}) {
     EngineConfig c = engine_config;
-    c.prefix_sharing = sharing;
+    c.prefix_sharing = v.sharing;
+    c.chunked_prefill = v.chunked;
     Engine e(model, c);
     const Run r = run(e, requests_of(groups, group_size, group_prompt, group_new, config.vocab_size, 2));
-    if (sharing) shared_s = r.seconds;
+    if (first_s == 0) first_s = r.seconds;
     const double kv_mb = r.stats.scheduler.peak_blocks_used * c.block_size * 2.0 * config.num_hidden_layers *
                          config.num_key_value_heads * config.head_dim * 4 / 1048576.0;
-    std::printf("  prefix sharing %-3s  %.2f s  %8.1f generated tokens/s  peak KV %.1f MiB  copy-on-write %ld%s\n",
-                sharing ? "on" : "off", r.seconds, r.decode_tokens_per_s, kv_mb,
-                static_cast<long>(r.stats.scheduler.n_copies),
-                sharing ? "" : fmt::format("  (sharing is x{:.2f} faster)", r.seconds / shared_s).c_str());
+    std::printf("  prefix sharing %-3s chunked prefill %-3s  %.2f s (x%.2f)  %8.1f generated tokens/s  longest "
+                "inter-token wait %.2f s  peak KV %.1f MiB  copy-on-write %ld\n",
+                v.sharing ? "on" : "off", v.chunked ? "on" : "off", r.seconds, r.seconds / first_s,
+                r.decode_tokens_per_s, r.stats.max_inter_token_seconds, kv_mb,
+                static_cast<long>(r.stats.scheduler.n_copies));
   }
   return 0;
 }

@@ -128,8 +128,42 @@ TEST(Engine, SamplingIsDeterministicAndIndependentOfBatchComposition) {
   Engine tiny(model, small_engine(/*n_blocks=*/16, /*block_size=*/4));  // 64 slots for 11 sequences of up to 53 tokens
   expect_same(tiny.generate(requests), first, "tiny cache with preemption");
   EXPECT_GT(tiny.last_stats().scheduler.n_preemptions, 0);
+  // Prompts in 5-token chunks mixed into the decode steps, whole prompts in steps of their own,
+  // and chunks in the tiny cache (a sequence preempted mid-prompt): the same tokens.
+  for (bool chunked : {true, false}) {
+    for (int64_t n_blocks : {256, 16}) {
+      EngineConfig c = small_engine(n_blocks, 4);
+      c.chunked_prefill = chunked;
+      c.max_num_batched_tokens = chunked ? 5 : 64;
+      Engine e(model, c);
+      expect_same(e.generate(requests), first, fmt::format("chunked {} n_blocks {}", chunked, n_blocks));
+      if (chunked && n_blocks == 256) EXPECT_GT(e.last_stats().scheduler.n_prefill_steps, 11);
+    }
+  }
   auto eager = generate_eager(*model, requests, nullptr);
   expect_same(eager, first, "eager reference");
+}
+
+TEST(Engine, ChunkedPrefillMatchesWholePromptPrefill) {
+  // Log-probs of prompt chunks attending to the cached part of their own prompt: the same as one
+  // whole-prompt pass, on every fixture, sampled with prefix sharing.
+  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
+    SCOPED_TRACE(dir.string());
+    auto model = Transformer::from_pretrained(dir);
+    auto requests = mixed_requests(model->config().vocab_size, 0.9, 10, 4);
+    EngineConfig whole = small_engine();
+    whole.chunked_prefill = false;
+    EngineConfig chunks = small_engine();
+    chunks.max_num_batched_tokens = 7;
+    auto a = Engine(model, whole).generate(requests);
+    auto b = Engine(model, chunks).generate(requests);
+    expect_same(a, b, "chunked vs whole");
+    for (size_t k = 0; k < a.size(); ++k) {
+      for (size_t t = 0; t < std::min(a[k].logprobs.size(), b[k].logprobs.size()); ++t) {
+        EXPECT_NEAR(a[k].logprobs[t], b[k].logprobs[t], 1e-5);
+      }
+    }
+  }
 }
 
 TEST(Engine, RequestThatCanNeverFitIsAnError) {
@@ -217,8 +251,8 @@ TEST(Scheduler, BlockAccountingUnderRandomLoad) {
   // No model: random prompts and groups through a tiny pool; tokens are appended by hand.
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 20; ++trial) {
-    SchedulerConfig config{static_cast<int64_t>(1 + rng() % 6), static_cast<int64_t>(8 + rng() % 40),
-                           trial % 3 != 0};
+    SchedulerConfig config{static_cast<int64_t>(1 + rng() % 6), static_cast<int64_t>(trial % 2 == 0 ? 8 + rng() % 40 : 1 + rng() % 12),
+                           trial % 3 != 0, trial % 2 == 1};
     Scheduler scheduler(config, /*n_blocks=*/12, /*block_size=*/4);
     std::vector<SamplingParams> params(8);
     for (int r = 0; r < 8; ++r) {
@@ -245,6 +279,51 @@ TEST(Scheduler, BlockAccountingUnderRandomLoad) {
       ASSERT_LT(++steps, 10000);
     }
     EXPECT_EQ(scheduler.blocks().n_free(), 12);
+  }
+}
+
+TEST(Scheduler, ChunkedPrefillKeepsRunningSequencesDecoding) {
+  // A 100-token prompt arrives while a group of 3 decodes: with chunked prefill every step runs one
+  // token of each of them and at most the budget in all; without it the prompt gets a step alone.
+  for (bool chunked : {true, false}) {
+    SCOPED_TRACE(chunked ? "chunked" : "whole prompts");
+    SchedulerConfig config{/*max_num_seqs=*/8, /*max_num_batched_tokens=*/16, /*prefix_sharing=*/true, chunked};
+    Scheduler scheduler(config, /*n_blocks=*/64, /*block_size=*/4);
+    SamplingParams short_run, long_run;
+    short_run.max_new_tokens = 40;
+    long_run.max_new_tokens = 2;
+    scheduler.add_request(0, std::vector<int32_t>(6, 1), short_run, 3, 1);
+    auto first = scheduler.schedule();  // the group's prompt
+    ASSERT_EQ(first.work.size(), 1u);
+    EXPECT_TRUE(first.prefill);
+    EXPECT_EQ(first.work[0].samplers.size(), 3u);
+    scheduler.complete(first);
+    for (int64_t id : first.work[0].samplers) scheduler.append(id, 2, 0.0f);
+    scheduler.add_request(1, std::vector<int32_t>(100, 1), long_run, 1, 2);
+    int steps_with_prompt = 0;
+    bool stalled = false;
+    while (scheduler.sequence(3).n_cached < 100) {
+      auto batch = scheduler.schedule();
+      int decodes = 0;
+      for (const auto& w : batch.work) {
+        if (w.seq == 3) {
+          ++steps_with_prompt;
+          EXPECT_EQ(w.samplers.empty(), w.start + w.n_tokens < 100) << "only the last chunk samples";
+        } else {
+          EXPECT_EQ(w.n_tokens, 1);
+          ++decodes;
+        }
+      }
+      if (decodes < 3) stalled = true;
+      if (chunked) EXPECT_LE(batch.n_tokens(), 16);
+      scheduler.complete(batch);
+      for (const auto& w : batch.work) {
+        for (int64_t id : w.samplers) scheduler.append(id, 2, 0.0f);
+      }
+      ASSERT_EQ(scheduler.check_blocks(), "");
+    }
+    EXPECT_EQ(stalled, !chunked);
+    EXPECT_EQ(steps_with_prompt, chunked ? 8 : 1);  // 13 + 7 x 13 = 104 >= 100 (16 - 3 decodes a step)
   }
 }
 

@@ -133,6 +133,13 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
   const auto& mc = model_->config();
   const ModelOptions& source = model_->options();
   const auto stored = config_.weights_dtype;
+  for (auto [dtype, flag] : {std::pair{stored, "--rollout-dtype"}, std::pair{config_.kv_dtype, "--kv-cache-dtype"}}) {
+    if (dtype != torch::ScalarType::Undefined && dtype != torch::kFloat32 && dtype != torch::kBFloat16 &&
+        dtype != torch::kFloat16) {
+      throw_user_error("{} {}: the engine's weights and KV cache may be float32, bfloat16 or float16", flag,
+                       dtypes().name(dtype));
+    }
+  }
   if (stored != torch::ScalarType::Undefined && stored != source.dtype) {
     ModelOptions options;
     options.device = source.device;
@@ -151,6 +158,10 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
   int64_t n_blocks = config_.n_blocks;
   if (n_blocks <= 0) n_blocks = KvCache::blocks_for_bytes(mc, config_.block_size, dtype, config_.kv_cache_mb << 20);
   if (n_blocks < 1) throw_user_error("--kv-cache-mb {}: too small for one KV block of this model", config_.kv_cache_mb);
+  if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
+    throw_user_error("engine: max_num_batched_tokens {} and max_num_seqs {} must both be at least 1",
+                     config_.max_num_batched_tokens, config_.max_num_seqs);
+  }
   cache_ = std::make_unique<KvCache>(mc, n_blocks, config_.block_size, dtype, source.device);
 }
 
@@ -175,7 +186,8 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
   const std::vector<GenerationRequest> requests = fit_to_positions(given, model_->config().max_position_embeddings);
   const auto start = std::chrono::steady_clock::now();
   refresh_copy();
-  SchedulerConfig sc{config_.max_num_seqs, config_.max_prefill_tokens, config_.prefix_sharing};
+  SchedulerConfig sc{config_.max_num_seqs, config_.max_num_batched_tokens, config_.prefix_sharing,
+                     config_.chunked_prefill};
   Scheduler scheduler(sc, cache_->n_blocks(), cache_->block_size());
   stats_ = EngineStats{};
   for (size_t r = 0; r < requests.size(); ++r) {
@@ -185,29 +197,41 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
   }
   ModelRunner runner(generating_model(), *cache_);
   std::vector<std::optional<std::string>> cut_text(static_cast<size_t>(scheduler.n_sequences()));
+  std::vector<double> last_token_at(static_cast<size_t>(scheduler.n_sequences()), -1.0);  // seconds since start
   while (!scheduler.done()) {
     ScheduledBatch batch = scheduler.schedule();
     const auto step_start = std::chrono::steady_clock::now();
     RLCPP_CHECK(!batch.work.empty(), "scheduler made no progress with work left ({})", scheduler.check_blocks());
     auto logits = runner.run(batch, scheduler);
     scheduler.complete(batch);
-    // One logits row per work item, sampled once per sampler (a group's fresh samples share a row).
+    // One logits row per sampling work item, sampled once per sampler (a group's fresh samples
+    // share a row).
     std::vector<int64_t> rows;
     std::vector<const SamplingParams*> params;
     std::vector<std::mt19937_64*> rngs;
     std::vector<int64_t> seqs;
-    for (size_t w = 0; w < batch.work.size(); ++w) {
-      for (int64_t id : batch.work[w].samplers) {
+    int64_t row = 0;
+    for (const auto& work : batch.work) {
+      if (work.samplers.empty()) continue;
+      for (int64_t id : work.samplers) {
         Sequence& s = scheduler.sequence(id);
-        rows.push_back(static_cast<int64_t>(w));
+        rows.push_back(row);
         params.push_back(s.params);
         rngs.push_back(&s.rng);
         seqs.push_back(id);
       }
+      ++row;
     }
-    auto row_index = torch::tensor(rows, torch::kInt64).to(logits.device());
-    const SampleResult sampled = sample_tokens(logits.index_select(0, row_index), params, rngs);
+    SampleResult sampled;
+    if (!seqs.empty()) {
+      auto row_index = torch::tensor(rows, torch::kInt64).to(logits.device());
+      sampled = sample_tokens(logits.index_select(0, row_index), params, rngs);
+    }
+    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (size_t i = 0; i < seqs.size(); ++i) {
+      double& last = last_token_at[static_cast<size_t>(seqs[i])];
+      if (last >= 0) stats_.max_inter_token_seconds = std::max(stats_.max_inter_token_seconds, now - last);
+      last = now;
       scheduler.append(seqs[i], sampled.tokens[i], sampled.logprobs[i]);
       ++stats_.n_generated_tokens;
       FinishReason reason;

@@ -21,7 +21,10 @@ struct EngineConfig {
   int64_t kv_cache_mb = 1024;       // KV cache budget (ignored when n_blocks > 0)
   int64_t n_blocks = 0;             // explicit block count (tests)
   int64_t max_num_seqs = 256;       // sequences decoding at once
-  int64_t max_prefill_tokens = 4096;
+  // Tokens per step (scheduler.h): with chunked prefill, a step's decodes plus the prompt chunks
+  // that fill the rest, so the running sequences go on while a long prompt is prefilled.
+  int64_t max_num_batched_tokens = 512;
+  bool chunked_prefill = true;
   bool prefix_sharing = true;       // one prefill per group of samples
   // The weights generation runs on (--rollout-dtype). Undefined, or the model's dtype: the model's
   // own weights. Otherwise the engine's own copy stored in this dtype (adapters merged in; on the
@@ -35,8 +38,9 @@ struct EngineStats {
   SchedulerStats scheduler;
   int64_t n_prompt_tokens = 0, n_generated_tokens = 0;
   double seconds = 0;
-  double prefill_seconds = 0, decode_seconds = 0;  // model + sampling time of each kind of step
-  int64_t n_decode_tokens = 0;                      // tokens sampled in decode steps
+  double prefill_seconds = 0, decode_seconds = 0;  // model + sampling time of steps with and without prompt work
+  int64_t n_decode_tokens = 0;                      // tokens sampled in decode-only steps
+  double max_inter_token_seconds = 0;               // the longest wait of a sequence between two of its tokens
   int64_t kv_cache_bytes = 0;
 };
 

@@ -16,7 +16,7 @@ torch::Tensor ModelRunner::run(const ScheduledBatch& batch, const Scheduler& sch
   auto longs = [&](const std::vector<int64_t>& v, std::vector<int64_t> shape) {
     return torch::tensor(v, torch::kInt64).view(shape).to(device);
   };
-  std::vector<int64_t> ids(total), positions(total), slots(total), last_rows(n_work);
+  std::vector<int64_t> ids(total), positions(total), slots(total), last_rows;
   PagedStep step;
   step.kernel = paged_kernel_applies(cache_, model_.options().dtype);
   if (step.kernel) {
@@ -53,7 +53,7 @@ torch::Tensor ModelRunner::run(const ScheduledBatch& batch, const Scheduler& sch
         packed_index[row] = b * max_queries + t;
       }
     }
-    last_rows[b] = row - 1;
+    if (!w.samplers.empty()) last_rows.push_back(row - 1);  // a prompt chunk that samples nothing needs no logits
     if (!step.kernel) {
       for (int64_t p = 0; p < w.start + w.n_tokens; ++p) {
         key_slots[b * max_keys + p] = slot_of(p);
@@ -71,7 +71,7 @@ torch::Tensor ModelRunner::run(const ScheduledBatch& batch, const Scheduler& sch
   }
   PagedAttention attention(cache_, step);
   auto hidden = model_.hidden_states_packed(longs(ids, {total}), longs(positions, {total}), attention);
-  auto last = hidden.index_select(0, longs(last_rows, {n_work}));
+  auto last = hidden.index_select(0, longs(last_rows, {static_cast<int64_t>(last_rows.size())}));
   // The same projection and dtype as the trainer's log-prob head (logprobs.cpp).
   return linear_no_grad(last, model_.stored_output_weight()).to(logprob_dtype(last.scalar_type()));
 }

@@ -13,7 +13,8 @@ namespace rlcpp {
 class ModelRunner {
  public:
   ModelRunner(Transformer& model, KvCache& cache) : model_(model), cache_(cache) {}
-  // logits [n_work, V] fp32 (fp64 for an fp64 model), row i for batch.work[i]'s last token.
+  // logits [n, V] fp32 (fp64 for an fp64 model): one row, its last token's, per work item that
+  // samples (has samplers), in the batch's order. The other items only fill the cache.
   torch::Tensor run(const ScheduledBatch& batch, const Scheduler& scheduler);
 
  private:

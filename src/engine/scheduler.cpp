@@ -52,76 +52,111 @@ void Scheduler::add_request(int64_t request, const std::vector<int32_t>& prompt,
 
 ScheduledBatch Scheduler::schedule() {
   ScheduledBatch batch;
+  if (config_.chunked_prefill) {
+    schedule_decodes(batch);
+    schedule_prefills(batch, config_.max_num_batched_tokens - batch.n_tokens());
+  } else {
+    schedule_prefills(batch, config_.max_num_batched_tokens);
+    if (batch.work.empty()) schedule_decodes(batch);
+  }
+  if (!batch.work.empty()) ++(batch.prefill ? stats_.n_prefill_steps : stats_.n_decode_steps);
+  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, blocks_.n_blocks() - blocks_.n_free());
+  return batch;
+}
+
+SeqWork Scheduler::prefill_work(Sequence& s, int64_t start, int64_t n) {
+  SeqWork work{s.id, start, n, {}};
+  if (start + n < s.n_prefill) return work;  // a chunk: nothing to sample yet
+  work.samplers.push_back(s.id);
+  for (int64_t child_id : s.pending_children) {
+    Sequence& child = sequence(child_id);
+    child.blocks = s.blocks;
+    child.n_prefill = s.n_prefill;
+    for (int32_t b : child.blocks) blocks_.share(b);
+    child.status = SeqStatus::kRunning;
+    running_.push_back(child_id);
+    work.samplers.push_back(child_id);
+  }
+  s.pending_children.clear();
+  return work;
+}
+
+void Scheduler::schedule_prefills(ScheduledBatch& batch, int64_t budget) {
   const int64_t bs = blocks_.block_size();
-  // Prefill first: admit waiting sequences while seats, token budget and blocks allow.
-  int64_t seats_used = static_cast<int64_t>(running_.size());
-  int64_t tokens = 0;
-  while (!waiting_.empty()) {
+  const bool chunk = config_.chunked_prefill;
+  // Started prompts first (chunked prefill only), in admission order.
+  for (int64_t id : std::vector<int64_t>(running_)) {
+    Sequence& s = sequence(id);
+    if (!prefilling(s) || budget <= 0) continue;
+    const int64_t n = std::min(budget, s.n_prefill - s.n_cached);
+    batch.work.push_back(prefill_work(s, s.n_cached, n));
+    batch.prefill = true;
+    budget -= n;
+  }
+  // Then admissions, while seats, the token budget and blocks allow. Pending samples hold their
+  // seats from their leader's admission.
+  int64_t seats_used = 0;
+  for (int64_t id : running_) seats_used += seats(sequence(id));
+  while (!waiting_.empty() && budget > 0) {
     Sequence& s = sequence(waiting_.front());
     const int64_t n_tokens = static_cast<int64_t>(s.tokens.size());
     const int64_t need_blocks = (n_tokens + bs - 1) / bs;
-    const bool first = batch.work.empty();
-    if (seats_used + seats(s) > config_.max_num_seqs && !(first && running_.empty())) break;
-    if (tokens + n_tokens > config_.max_prefill_tokens && !first) break;
+    const bool alone = batch.work.empty() && running_.empty();
+    if (seats_used + seats(s) > config_.max_num_seqs && !alone) break;
+    if (!chunk && n_tokens > budget && !batch.work.empty()) break;
     if (need_blocks > blocks_.n_free()) break;
     waiting_.pop_front();
     RLCPP_CHECK(s.blocks.empty() && s.n_cached == 0, "waiting sequence {} holds {} blocks", s.id, s.blocks.size());
     for (int64_t b = 0; b < need_blocks; ++b) s.blocks.push_back(blocks_.allocate());
     s.status = SeqStatus::kRunning;
+    s.n_prefill = n_tokens;
     running_.push_back(s.id);
-    SeqWork work{s.id, 0, n_tokens, {s.id}};
-    for (int64_t child_id : s.pending_children) {
-      Sequence& child = sequence(child_id);
-      child.blocks = s.blocks;
-      for (int32_t b : child.blocks) blocks_.share(b);
-      child.status = SeqStatus::kRunning;
-      running_.push_back(child_id);
-      work.samplers.push_back(child_id);
-    }
     seats_used += seats(s);
-    s.pending_children.clear();
-    tokens += n_tokens;
-    batch.work.push_back(std::move(work));
-  }
-  if (!batch.work.empty()) {
+    const int64_t n = chunk ? std::min(budget, n_tokens) : n_tokens;
+    batch.work.push_back(prefill_work(s, 0, n));
     batch.prefill = true;
-    ++stats_.n_prefill_steps;
-  } else {
-    // Decode: one token per running sequence; a new block at a block boundary, a private copy of a
-    // shared last block; when the pool is empty, preempt the newest running sequence.
-    size_t i = 0;
-    while (i < running_.size()) {
-      Sequence& s = sequence(running_[i]);
-      const bool boundary = s.n_cached % bs == 0;
-      const bool shared = !boundary && blocks_.ref_count(s.blocks.back()) > 1;
-      if ((boundary || shared) && blocks_.n_free() == 0) {
-        const int64_t victim = running_.back();
-        preempt(victim);
-        if (victim == s.id) break;
-        continue;
-      }
-      if (boundary) {
-        RLCPP_CHECK(static_cast<int64_t>(s.blocks.size()) == s.n_cached / bs, "sequence {}: {} blocks for {} cached",
-                    s.id, s.blocks.size(), s.n_cached);
-        s.blocks.push_back(blocks_.allocate());
-      } else if (shared) {
-        const int32_t fresh = blocks_.allocate();
-        batch.copies.push_back({s.blocks.back(), fresh});
-        blocks_.release(s.blocks.back());
-        s.blocks.back() = fresh;
-        ++stats_.n_copies;
-      }
-      batch.work.push_back({s.id, s.n_cached, 1, {s.id}});
-      ++i;
-    }
-    if (!batch.work.empty()) ++stats_.n_decode_steps;
+    budget -= n;
   }
-  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, blocks_.n_blocks() - blocks_.n_free());
-  return batch;
+}
+
+void Scheduler::schedule_decodes(ScheduledBatch& batch) {
+  // One token per decoding sequence; a new block at a block boundary, a private copy of a shared
+  // last block; when the pool is empty, preempt the newest running sequence.
+  const int64_t bs = blocks_.block_size();
+  size_t i = 0;
+  while (i < running_.size()) {
+    Sequence& s = sequence(running_[i]);
+    if (prefilling(s)) {
+      ++i;
+      continue;
+    }
+    const bool boundary = s.n_cached % bs == 0;
+    const bool shared = !boundary && blocks_.ref_count(s.blocks.back()) > 1;
+    if ((boundary || shared) && blocks_.n_free() == 0) {
+      const int64_t victim = running_.back();
+      preempt(victim);
+      if (victim == s.id) break;
+      continue;
+    }
+    if (boundary) {
+      RLCPP_CHECK(static_cast<int64_t>(s.blocks.size()) == s.n_cached / bs, "sequence {}: {} blocks for {} cached",
+                  s.id, s.blocks.size(), s.n_cached);
+      s.blocks.push_back(blocks_.allocate());
+    } else if (shared) {
+      const int32_t fresh = blocks_.allocate();
+      batch.copies.push_back({s.blocks.back(), fresh});
+      blocks_.release(s.blocks.back());
+      s.blocks.back() = fresh;
+      ++stats_.n_copies;
+    }
+    batch.work.push_back({s.id, s.n_cached, 1, {s.id}});
+    ++i;
+  }
 }
 
 void Scheduler::complete(const ScheduledBatch& batch) {
   for (const auto& work : batch.work) {
+    sequence(work.seq).n_cached = work.start + work.n_tokens;
     for (int64_t id : work.samplers) sequence(id).n_cached = work.start + work.n_tokens;
   }
 }
@@ -147,6 +182,7 @@ void Scheduler::preempt(int64_t seq) {
   for (int32_t b : s.blocks) blocks_.release(b);
   s.blocks.clear();
   s.n_cached = 0;
+  s.n_prefill = 0;
   s.status = SeqStatus::kWaiting;
   ++s.n_preemptions;
   ++stats_.n_preemptions;

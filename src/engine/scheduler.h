@@ -7,6 +7,10 @@
 // sample their first token from the leader's logits. The first write into a shared, partly filled
 // block copies it (copy-on-write). When blocks run out, the newest running sequence is preempted:
 // its blocks are freed and it is later recomputed from its tokens (its RNG carries on).
+//
+// Chunked prefill (SchedulerConfig::chunked_prefill): a step runs one token of every decoding
+// sequence, then prompt chunks up to the step's token budget. An admitted sequence holds the blocks
+// of its whole prompt from the start; its group's other samples are forked when its last chunk runs.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,7 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt then response
   int64_t n_prompt = 0;
   int64_t n_cached = 0;         // leading tokens whose keys and values are in the cache
+  int64_t n_prefill = 0;        // tokens its (latest) admission prefills, in one step or in chunks
   std::vector<int32_t> blocks;  // block table: position p lives in blocks[p / block_size]
   SeqStatus status = SeqStatus::kWaiting;
   const SamplingParams* params = nullptr;
@@ -54,17 +59,23 @@ struct BlockCopy {
 };
 
 // What the scheduler decided for one step: the one struct the scheduler, runner and model meet at.
+// A prefill work item may be a chunk of its prompt (no samplers until the last chunk).
 struct ScheduledBatch {
-  bool prefill = false;
+  bool prefill = false;  // some of the work is prompt (the rest, one new token per decoding sequence)
   std::vector<SeqWork> work;
   std::vector<BlockCopy> copies;  // copy-on-write, to do before this step writes the cache
   int64_t n_tokens() const;
 };
 
 struct SchedulerConfig {
-  int64_t max_num_seqs = 256;         // sequences running at once
-  int64_t max_prefill_tokens = 4096;  // tokens per prefill step (a longer single prompt runs alone)
-  bool prefix_sharing = true;         // fork the n samples of a request from one prefill
+  int64_t max_num_seqs = 256;  // sequences running at once
+  // Tokens a step runs. Without chunked prefill: the prompts of a prefill step (a longer single
+  // prompt runs alone), and decode steps wait until no prompt can be admitted. With it: every step
+  // first runs one token of each decoding sequence, then fills the rest of the budget with prompt
+  // chunks (continuing a started prompt first), so a long prompt never stalls the running ones.
+  int64_t max_num_batched_tokens = 4096;
+  bool prefix_sharing = true;    // fork the n samples of a request from one prefill
+  bool chunked_prefill = false;  // vLLM's enable_chunked_prefill
 };
 
 struct SchedulerStats {
@@ -87,6 +98,9 @@ class Scheduler {
   void append(int64_t seq, int32_t token, float logprob);
   void finish(int64_t seq, FinishReason reason);
 
+  // A running sequence whose admitted tokens are not all in the cache yet (chunked prefill).
+  static bool prefilling(const Sequence& s) { return s.n_cached < s.n_prefill; }
+
   bool done() const { return waiting_.empty() && running_.empty(); }
   int64_t n_unfinished() const { return static_cast<int64_t>(waiting_.size() + running_.size()); }
   Sequence& sequence(int64_t id) { return *seqs_[static_cast<size_t>(id)]; }
@@ -98,6 +112,13 @@ class Scheduler {
   std::string check_blocks() const;
 
  private:
+  // Adds prefill work within `budget` tokens: started prompts' next chunks, then admissions.
+  void schedule_prefills(ScheduledBatch& batch, int64_t budget);
+  // Adds one token of each decoding sequence (preempting the newest when blocks run out).
+  void schedule_decodes(ScheduledBatch& batch);
+  // Work running tokens [start, start + n) of s; the last chunk of a prompt samples, and forks the
+  // group's pending samples from it.
+  SeqWork prefill_work(Sequence& s, int64_t start, int64_t n);
   void preempt(int64_t seq);
   int64_t seats(const Sequence& s) const { return 1 + static_cast<int64_t>(s.pending_children.size()); }
 

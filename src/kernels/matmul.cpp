@@ -7,10 +7,7 @@
 
 #include "util/thread_pool.h"
 
-// SVE's vectors have no size, so they cannot live in the tile's accumulator arrays; Arm runs NEON.
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
-#endif
+#include "kernels/targets.h"
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/matmul.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
