@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "rl/chatlearn_fields.h"
+#include "rl/rollout.h"
 #include "rl/run_config.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -195,6 +196,20 @@ TEST(RunSettings, AlgorithmKnobsAreReachable) {
   for (const char* name : {"GRPO:", "DAPO:", "DR_GRPO:", "RLOO:", "REINFORCE_PPB (alias REINFORCE_PP):", "GSPO:"}) {
     EXPECT_NE(algo->help.find(name), std::string::npos) << name << " in " << algo->help;
   }
+}
+
+TEST(RunSettings, EngineSchedulingReachesTheEngine) {
+  // vLLM's names for the scheduler's knobs, into the EngineConfig every rollout path builds.
+  const EngineConfig defaults = run_engine_config(load(""));
+  EXPECT_TRUE(defaults.chunked_prefill);
+  EXPECT_EQ(defaults.max_num_batched_tokens, 512);
+  const EngineConfig e = run_engine_config(
+      load("rollout:\n  max_num_seqs: 16\n  max_num_batched_tokens: 64\n  enable_chunked_prefill: false\n"));
+  EXPECT_EQ(e.max_num_seqs, 16);
+  EXPECT_EQ(e.max_num_batched_tokens, 64);
+  EXPECT_FALSE(e.chunked_prefill);
+  EXPECT_THROW_MSG(load("rollout:\n  max_num_batched_tokens: 0\n"), UserError, "rollout.max_num_batched_tokens",
+                   "below the minimum 1");
 }
 
 TEST(RunSettings, NumbersMustBeFiniteAndInRange) {

@@ -28,6 +28,7 @@ struct EvalArgs {
   bool greedy = false, json = false;
   int64_t max_prompt_tokens = 0, kv_cache_mb = 1024;
   std::string rollout_dtype, kv_cache_dtype;
+  EngineConfig engine;  // the scheduler's flags bind here
   std::string overflow = "truncate_left";
 };
 
@@ -51,7 +52,7 @@ void run_eval(EvalArgs a) {
   PromptBuilder prompts(*tokenizer, prompt_options);
   if (a.greedy) a.options.sampling.temperature = 0;
   a.options.sampling.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
-  EngineConfig engine_config;
+  EngineConfig engine_config = a.engine;
   engine_config.kv_cache_mb = a.kv_cache_mb;
   engine_config.weights_dtype = dtype_or_default(a.rollout_dtype, "--rollout-dtype");
   engine_config.kv_dtype = dtype_or_default(a.kv_cache_dtype, "--kv-cache-dtype");
@@ -115,6 +116,9 @@ void add_eval_command(CLI::App& app) {
   add_setting_flag(cmd, "model.kv_cache_mb", a->kv_cache_mb);
   add_setting_flag(cmd, "rollout.dtype", a->rollout_dtype);
   add_setting_flag(cmd, "rollout.kv_cache_dtype", a->kv_cache_dtype);
+  add_setting_flag(cmd, "rollout.max_num_seqs", a->engine.max_num_seqs);
+  add_setting_flag(cmd, "rollout.max_num_batched_tokens", a->engine.max_num_batched_tokens);
+  add_setting_flag(cmd, "rollout.enable_chunked_prefill", a->engine.chunked_prefill);
   cmd->callback([a] { run_eval(*a); });
 }
 

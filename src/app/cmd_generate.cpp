@@ -34,6 +34,7 @@ struct GenerateArgs {
   std::string device = "cpu";
   int64_t kv_cache_mb = 1024;
   std::string rollout_dtype, kv_cache_dtype;
+  EngineConfig engine;  // the scheduler's flags bind here
   int64_t max_prompt_tokens = 0;
   std::string overflow = "truncate_left";
 };
@@ -82,7 +83,7 @@ void run_generate(GenerateArgs args) {
     request.seed = args.seed + k;
     requests.push_back(std::move(request));
   }
-  EngineConfig engine_config;
+  EngineConfig engine_config = args.engine;
   engine_config.kv_cache_mb = args.kv_cache_mb;
   engine_config.weights_dtype = dtype_or_default(args.rollout_dtype, "--rollout-dtype");
   engine_config.kv_dtype = dtype_or_default(args.kv_cache_dtype, "--kv-cache-dtype");
@@ -148,6 +149,9 @@ void add_generate_command(CLI::App& app) {
   add_setting_flag(cmd, "model.kv_cache_mb", args->kv_cache_mb);
   add_setting_flag(cmd, "rollout.dtype", args->rollout_dtype);
   add_setting_flag(cmd, "rollout.kv_cache_dtype", args->kv_cache_dtype);
+  add_setting_flag(cmd, "rollout.max_num_seqs", args->engine.max_num_seqs);
+  add_setting_flag(cmd, "rollout.max_num_batched_tokens", args->engine.max_num_batched_tokens);
+  add_setting_flag(cmd, "rollout.enable_chunked_prefill", args->engine.chunked_prefill);
   cmd->callback([args] { run_generate(*args); });
 }
 

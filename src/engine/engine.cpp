@@ -159,7 +159,7 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
   if (n_blocks <= 0) n_blocks = KvCache::blocks_for_bytes(mc, config_.block_size, dtype, config_.kv_cache_mb << 20);
   if (n_blocks < 1) throw_user_error("--kv-cache-mb {}: too small for one KV block of this model", config_.kv_cache_mb);
   if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
-    throw_user_error("engine: max_num_batched_tokens {} and max_num_seqs {} must both be at least 1",
+    throw_user_error("--max-num-batched-tokens {} and --max-num-seqs {}: both must be at least 1",
                      config_.max_num_batched_tokens, config_.max_num_seqs);
   }
   cache_ = std::make_unique<KvCache>(mc, n_blocks, config_.block_size, dtype, source.device);

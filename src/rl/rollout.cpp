@@ -85,6 +85,9 @@ EngineConfig run_engine_config(const RunConfig& c) {
   config.kv_cache_mb = c.kv_cache_mb;
   config.weights_dtype = dtype_or_default(c.rollout_dtype, "--rollout-dtype");
   config.kv_dtype = dtype_or_default(c.kv_cache_dtype, "--kv-cache-dtype");
+  config.max_num_seqs = c.max_num_seqs;
+  config.max_num_batched_tokens = c.max_num_batched_tokens;
+  config.chunked_prefill = c.enable_chunked_prefill;
   return config;
 }
 

@@ -68,6 +68,9 @@ struct RunConfig {
   int64_t num_generations = 8;         // G, samples per prompt
   std::string rollout_dtype;           // the engine's weights ("": dtype; see EngineConfig::weights_dtype)
   std::string kv_cache_dtype;          // the engine's KV cache ("": its compute dtype)
+  int64_t max_num_seqs = 256;          // the engine's sequences at once (vLLM's name)
+  int64_t max_num_batched_tokens = 512;  // tokens per engine step (vLLM's name; see SchedulerConfig)
+  bool enable_chunked_prefill = true;  // prompts in chunks mixed into the decode steps (vLLM's name)
   int64_t inference_batch_size = 0;    // prompts per rollout round per rollout worker (0: train_batch_size)
   int64_t inference_microbatch_size = 0;  // prompts per generate call (0: the whole round)
   SamplingParams sampling;             // temperature, top-k/p, max_new_tokens
