@@ -126,10 +126,12 @@ fi
 
 # 9. bf16 rollout weights (--rollout-dtype): the engine's copy, adapters merged in, refreshed after
 # each step. Its log-probs differ from the trainer's by the rounding (fp32's agree to 1e-5); a cut
-# run resumes exactly; distributed workers refresh theirs after each sync.
-rb=("${base[@]}" "${lora[@]}" --kl 0.01 --si 2 -tmbs 16 --rollout-dtype bfloat16)
+# run resumes exactly; distributed workers refresh theirs after each sync. Prompts are prefilled in
+# 8-token chunks mixed into the decode steps, so chunked prefill composes with all of that too.
+chunks=(--max-num-batched-tokens 8)
+rb=("${base[@]}" "${lora[@]}" --kl 0.01 --si 2 -tmbs 16 --rollout-dtype bfloat16 "${chunks[@]}")
 "$rlcpp" train "${rb[@]}" --max-steps 4 -p rb-full > rb-full.log 2>&1 || { bad rollout-bf16-run; tail -3 rb-full.log; }
-"$rlcpp" train "${base[@]}" "${lora[@]}" --kl 0.01 --si 2 -tmbs 16 --max-steps 4 -p rb-fp32 > rb-fp32.log 2>&1 \
+"$rlcpp" train "${base[@]}" "${lora[@]}" --kl 0.01 --si 2 -tmbs 16 "${chunks[@]}" --max-steps 4 -p rb-fp32 > rb-fp32.log 2>&1 \
   || { bad rollout-fp32-run; tail -3 rb-fp32.log; }
 python3 - runs/rb-full/metrics.jsonl runs/rb-fp32/metrics.jsonl <<'PY' && ok rollout-bf16-mismatch || bad rollout-bf16-mismatch
 import json, sys
