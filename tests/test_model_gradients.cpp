@@ -32,6 +32,17 @@ TEST(ChunkedLogprobs, ValuesAndGradientsMatchReference) {
       EXPECT_TRUE(torch::allclose(gh_fast, g[0], 1e-4, 1e-5)) << "chunk " << chunk;
       EXPECT_TRUE(torch::allclose(gw_fast, g[1], 1e-4, 1e-5)) << "chunk " << chunk;
       EXPECT_EQ(fast[3].item<float>(), 0.0f);
+      // The entropy from the same pass equals the no-grad head's, and changes nothing else.
+      torch::Tensor entropy;
+      auto with_entropy = token_logprobs_chunked(hidden, weight, targets, temperature, chunk, &entropy);
+      const auto plain = token_logprobs_entropy(hidden.detach(), weight.detach(), targets, temperature, chunk);
+      EXPECT_TRUE(torch::equal(with_entropy.detach(), fast.detach())) << "chunk " << chunk;
+      EXPECT_FALSE(entropy.requires_grad());
+      EXPECT_TRUE(torch::allclose(entropy, plain.entropy, 1e-5, 1e-6)) << "chunk " << chunk;
+      EXPECT_GT(entropy[0].item<float>(), 0.0f);
+      EXPECT_EQ(entropy[3].item<float>(), 0.0f);
+      auto g2 = torch::autograd::grad({with_entropy}, {hidden, weight}, {upstream});
+      EXPECT_TRUE(torch::equal(g2[0], gh_fast) && torch::equal(g2[1], gw_fast)) << "chunk " << chunk;
     }
   }
 }

@@ -398,3 +398,84 @@ TEST(Trainer, NonFiniteStepsAreSkippedAndCounted) {
   EXPECT_THROW_MSG(check_nonfinite(c, bad, 4, consecutive), UserError, "step 4: 2 steps in a row", "--max-nonfinite-steps 2",
                    "last checkpoint intact");
 }
+
+// The on-policy shortcut: with the policy's version given, a step of one epoch and one mini-batch
+// over groups of that version takes the sampler's log-probs as the old ones (no scoring pass) and
+// reports entropy and mismatch from its own forward. The update equals the recompute path's within
+// 1e-5 (the engine-vs-trainer invariant), on every fixture; a stale group turns it off.
+TEST(Trainer, OnPolicyStepReusesTheSamplersLogprobs) {
+  for (const char* name : {"qwen2-tiny", "qwen3-tiny", "llama-tiny"}) {
+    SCOPED_TRACE(name);
+    auto sampler_model = Transformer::from_pretrained(rlcpp::testing::fixture(name));
+    EngineConfig engine_config;
+    engine_config.n_blocks = 128;
+    engine_config.block_size = 8;
+    Engine engine(sampler_model, engine_config);
+    std::vector<GenerationRequest> requests(2);
+    requests[0].prompt_ids = {10, 20, 30, 40, 50};
+    requests[1].prompt_ids = {7, 8};
+    for (auto& r : requests) {
+      r.params.temperature = 1.3;
+      r.params.max_new_tokens = 7;
+      r.n = 2;
+      r.seed = 5;
+    }
+    std::vector<GroupRollout> groups(2);
+    for (const auto& g : engine.generate(requests)) {
+      const double advantage = 1.0 - 0.6 * static_cast<double>(g.sample) - 0.3 * static_cast<double>(g.request);
+      groups[g.request].samples.push_back({requests[g.request].prompt_ids, g.token_ids, advantage, false, g.logprobs});
+      groups[g.request].policy_version = 3;
+    }
+    RunConfig c;
+    c.num_generations = 2;
+    c.train_batch_size = 2;
+    c.train_minibatch_size = 2;
+    c.train_microbatch_size = 3;  // two micro-batches, padded
+    c.sampling.temperature = 1.3;
+    c.algo.loss.kl_coef = 0;
+    // AdamW's first step is lr · sign(g) where |g| >> eps, which would turn a 1e-7 difference in a
+    // near-zero gradient into a full step: with lr = eps >> |g| the update is the (clipped) gradient,
+    // large enough that fp32 rounding of the weights does not hide its differences.
+    c.optimizer.lr = 1e3;
+    c.optimizer.eps = 1e3;
+    c.optimizer.weight_decay = 0;
+    ASSERT_EQ(on_policy_shortcut_off(c), "");
+    auto update = [&](std::optional<int64_t> version, const std::vector<GroupRollout>& input) {
+      auto model = Transformer::from_pretrained(rlcpp::testing::fixture(name));
+      const auto before = weights_of(*model);
+      Trainer trainer(model, nullptr, rl_trainer_config(c, 1));
+      const auto out = update_policy(trainer, c, input, nullptr, {}, version);
+      auto after = weights_of(*model);
+      for (size_t k = 0; k < after.size(); ++k) after[k] -= before[k];
+      return std::make_pair(out.metrics, after);
+    };
+    const auto [reused, reused_update] = update(3, groups);
+    const auto [scored, scored_update] = update(std::nullopt, groups);
+    EXPECT_EQ(reused.at("old_logprobs_reused"), 1.0);
+    EXPECT_EQ(scored.at("old_logprobs_reused"), 0.0);
+    double largest = 0, worst = 0;
+    for (size_t k = 0; k < scored_update.size(); ++k) {
+      largest = std::max(largest, scored_update[k].abs().max().item<double>());
+      worst = std::max(worst, (reused_update[k] - scored_update[k]).abs().max().item<double>());
+    }
+    EXPECT_GT(largest, 0.0);
+    EXPECT_LT(worst, 1e-5 * largest);
+    EXPECT_NEAR(reused.at("grad_norm"), scored.at("grad_norm"), 1e-5 * scored.at("grad_norm"));
+    // The forward's entropy and mismatch are the scoring pass's.
+    EXPECT_GT(scored.at("entropy"), 0.0);
+    EXPECT_NEAR(reused.at("entropy"), scored.at("entropy"), 1e-5);
+    EXPECT_NEAR(reused.at("mismatch_abs_max"), scored.at("mismatch_abs_max"), 1e-6);
+    EXPECT_LT(reused.at("mismatch_abs_max"), 1e-5);
+    EXPECT_NEAR(reused.at("loss"), scored.at("loss"), 1e-5);
+    // Off the shortcut: a group from an older policy, two epochs, or the setting off.
+    auto stale = groups;
+    stale[1].policy_version = 2;
+    EXPECT_EQ(update(3, stale).first.at("old_logprobs_reused"), 0.0);
+    c.num_training_epoch = 2;
+    EXPECT_NE(on_policy_shortcut_off(c), "");
+    EXPECT_EQ(update(3, groups).first.at("old_logprobs_reused"), 0.0);
+    c.num_training_epoch = 1;
+    c.reuse_rollout_logprobs = false;
+    EXPECT_EQ(update(3, groups).first.at("old_logprobs_reused"), 0.0);
+  }
+}

@@ -19,29 +19,31 @@ torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, 
   return logits;
 }
 
+// Over rows that all have a target (token_logprobs_chunked selects them). A second output, the
+// per-token entropy, is computed when asked (`with_entropy`) and carries no gradient.
 class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-                               const torch::Tensor& targets, double temperature, int64_t chunk) {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, double temperature, int64_t chunk, bool with_entropy) {
     const int64_t n = hidden.size(0);
     const auto acc = logprob_dtype(hidden.scalar_type());
     auto out = torch::zeros({n}, hidden.options().dtype(acc));
     auto lse = torch::zeros({n}, hidden.options().dtype(acc));
-    auto safe_targets = targets.clamp_min(0);
+    auto entropy = with_entropy ? torch::zeros({n}, hidden.options().dtype(acc)) : torch::zeros({0}, hidden.options().dtype(acc));
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       auto logits = chunk_logits(hidden.narrow(0, start, len), weight, temperature);
       auto chunk_lse = logits.logsumexp(-1);
-      auto picked = logits.gather(-1, safe_targets.narrow(0, start, len).unsqueeze(-1)).squeeze(-1);
+      auto picked = logits.gather(-1, targets.narrow(0, start, len).unsqueeze(-1)).squeeze(-1);
       lse.narrow(0, start, len).copy_(chunk_lse);
       out.narrow(0, start, len).copy_(picked - chunk_lse);
+      if (with_entropy) entropy.narrow(0, start, len).copy_(chunk_lse - (torch::softmax(logits, -1) * logits).sum(-1));
     }
-    auto valid = targets.ge(0);
-    out = out * valid.to(acc);
     ctx->save_for_backward({hidden, weight, targets, lse});
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk"] = chunk;
-    return out;
+    ctx->mark_non_differentiable({entropy});
+    return {out, entropy};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -53,9 +55,8 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const auto acc = lse.scalar_type();
-    // d out_i / d logit_ij = (1[j = t_i] - p_ij) / temperature, zero for ignored targets.
-    auto grad = (grad_outputs[0].to(acc) * targets.ge(0).to(acc));
-    auto safe_targets = targets.clamp_min(0);
+    // d out_i / d logit_ij = (1[j = t_i] - p_ij) / temperature.
+    auto grad = grad_outputs[0].to(acc);
     const int64_t n = hidden.size(0);
     torch::Tensor grad_hidden = torch::empty_like(hidden);
     // A frozen head (LoRA, a reference model) needs no [V, H] gradient: skip its products entirely.
@@ -67,7 +68,7 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
       auto g = grad.narrow(0, start, len).unsqueeze(-1);  // [n, 1]
       auto logits = chunk_logits(h, weight, temperature);
       auto grad_logits = logits.sub_(lse.narrow(0, start, len).unsqueeze(-1)).exp_().mul_(-g);
-      grad_logits.scatter_add_(-1, safe_targets.narrow(0, start, len).unsqueeze(-1), g);
+      grad_logits.scatter_add_(-1, targets.narrow(0, start, len).unsqueeze(-1), g);
       if (temperature != 1.0) grad_logits.div_(temperature);
       auto grad_logits_model = grad_logits.to(hidden.scalar_type());
       grad_hidden.narrow(0, start, len).copy_(torch::matmul(grad_logits_model, weight));
@@ -79,7 +80,7 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
       }
     }
     if (weight_grad) grad_weight = grad_weight.to(weight.scalar_type());
-    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -95,10 +96,19 @@ void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, cons
 }  // namespace
 
 torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                     const torch::Tensor& targets, double temperature, int64_t chunk_tokens) {
+                                     const torch::Tensor& targets, double temperature, int64_t chunk_tokens,
+                                     torch::Tensor* entropy) {
   check_inputs(hidden, weight, targets, temperature);
   RLCPP_CHECK(chunk_tokens > 0, "chunk_tokens must be positive, got {}", chunk_tokens);
-  return ChunkedLogprobFunction::apply(hidden, weight, targets.to(torch::kInt64), temperature, chunk_tokens);
+  // Only the rows with a target reach the head: the others are 0 (and get no gradient).
+  const auto all_targets = targets.to(torch::kInt64);
+  const auto rows = all_targets.ge(0).nonzero().squeeze(-1);
+  const auto acc = logprob_dtype(hidden.scalar_type());
+  auto outputs = ChunkedLogprobFunction::apply(hidden.index_select(0, rows), weight, all_targets.index_select(0, rows),
+                                               temperature, chunk_tokens, entropy != nullptr);
+  auto zeros = torch::zeros({hidden.size(0)}, hidden.options().dtype(acc));
+  if (entropy != nullptr) *entropy = zeros.index_copy(0, rows, outputs[1]);
+  return zeros.index_copy(0, rows, outputs[0]);
 }
 
 torch::Tensor token_logprobs_reference(const torch::Tensor& hidden, const torch::Tensor& weight,

@@ -3,6 +3,7 @@
 // token_logprobs_chunked computes log softmax(h W^T / temperature)[target] chunk by chunk in the
 // forward pass, saves only the per-token log-sum-exp, and recomputes each chunk's logits in the
 // backward pass. Peak memory grows with the chunk (chunk × V), not with the number of tokens.
+// Only rows with a target are projected onto the vocabulary (prompt and padding rows cost nothing).
 // token_logprobs_reference is the plain version (full logits, log_softmax, gather) it is tested against.
 #pragma once
 
@@ -12,9 +13,11 @@ namespace rlcpp {
 
 // hidden [N, H] (model dtype), weight [V, H], targets [N] int64 (a negative target is ignored:
 // its log-prob is 0 and carries no gradient). Returns [N] in fp32 (fp64 for an fp64 model).
-// Differentiable with respect to hidden and weight.
+// Differentiable with respect to hidden and weight. With `entropy`, also the entropy of
+// softmax(logits / temperature) per token, [N], from the same logits (no gradient: a metric).
 torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                     const torch::Tensor& targets, double temperature, int64_t chunk_tokens);
+                                     const torch::Tensor& targets, double temperature, int64_t chunk_tokens,
+                                     torch::Tensor* entropy = nullptr);
 
 torch::Tensor token_logprobs_reference(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& targets, double temperature);

@@ -526,14 +526,16 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
 }
 
 torch::Tensor Transformer::token_logprobs(const torch::Tensor& input_ids, const torch::Tensor& targets,
-                                          double temperature, const torch::Tensor& attention_mask) {
+                                          double temperature, const torch::Tensor& attention_mask,
+                                          torch::Tensor* entropy) {
   RLCPP_CHECK(targets.sizes() == input_ids.sizes(), "targets {} must match input_ids {}", targets.sizes(),
               input_ids.sizes());
   auto h = hidden_states(input_ids, attention_mask);
   const int64_t batch = h.size(0), length = h.size(1);
   auto flat = token_logprobs_chunked(h.reshape({batch * length, h.size(2)}), output_weight(),
                                      targets.to(options_.device).reshape({-1}), temperature,
-                                     options_.logprob_chunk_tokens);
+                                     options_.logprob_chunk_tokens, entropy);
+  if (entropy != nullptr) *entropy = entropy->view({batch, length});
   return flat.view({batch, length});
 }
 

@@ -146,8 +146,9 @@ class Transformer : public torch::nn::Module {
 
   // log p(targets[b, t] | input_ids[b, ..t]) under softmax(logits / temperature): [B, T] fp32,
   // differentiable, computed in chunks (see logprobs.h). targets < 0 are ignored (0, no gradient).
+  // With `entropy`: also each token's entropy [B, T] from the same logits, without gradient.
   torch::Tensor token_logprobs(const torch::Tensor& input_ids, const torch::Tensor& targets, double temperature = 1.0,
-                               const torch::Tensor& attention_mask = {});
+                               const torch::Tensor& attention_mask = {}, torch::Tensor* entropy = nullptr);
 
   // As token_logprobs, and the per-token entropy, both [B, T] and differentiable (one forward of
   // the layers; the entropy keeps the response rows' logits, see token_entropy).

@@ -89,7 +89,7 @@ void ColocatedRun::step(int64_t step) {
   }
   const std::vector<GroupRollout> batch = take_groups(buffer_, c_.train_batch_size);
   short_batch(c_, step, static_cast<int64_t>(batch.size()), c_.train_batch_size);
-  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, nullptr, relay_.relayed(step));
+  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, nullptr, relay_.relayed(step), engine_->version());
   relay_.add(step, batch);
   check_nonfinite(c_, update, step, nonfinite_steps_);
   if (update.trained) engine_->set_version(engine_->version() + 1);  // the engine already holds the new weights
@@ -141,6 +141,7 @@ fs::path ColocatedRun::run() {
   spdlog::info("training {} on {} ({} prompts): steps {}..{} of {} prompts x {} samples, {}", c_.model, c_.dataset,
                run_.dataset.records.size(), plan.first_step(), plan.total_steps, c_.train_batch_size,
                c_.num_generations, c_.algo.name);
+  spdlog::info("{}", old_logprobs_plan(c_));
   start_profile(c_, 0, "rlcpp train");
   for (int64_t s = plan.first_step(); s <= plan.total_steps; ++s) step(s);
   if (rollouts_->skipped_long() + rollouts_->skipped_short() > 0) {

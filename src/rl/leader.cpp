@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "rl/control.h"
+#include "rl/policy_update.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/trace.h"
@@ -80,6 +81,7 @@ void Leader::start(bool send_first_round) {
                c_.model, c_.dataset, run_.dataset.records.size(), plan.first_step(), plan.total_steps,
                topo_.num_trainers, c_.train_batch_size, c_.num_generations, topo_.num_inferencers, c_.round_prompts(),
                c_.algo.name, c_.n_behind);
+  spdlog::info("{}", old_logprobs_plan(c_));
   sync_weights();  // the workers start from the trainers' weights (a resumed run's, too)
   if (send_first_round && plan.first_step() <= plan.total_steps) send_round();
   last_step_end_ = Clock::now();

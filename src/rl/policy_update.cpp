@@ -89,7 +89,55 @@ void add_mismatch(std::map<std::string, double>& metrics, const std::vector<Trai
   metrics["mismatch_kl"] = sums[2] / n;
 }
 
+// The on-policy shortcut for this step's samples: every rank's groups from the policy as it is now,
+// nothing relayed, one mini-batch, and the sampler's log-prob for every response token. Agreed over
+// the trainer ranks (one small sum), so they all take the same path.
+bool step_is_on_policy(const RunConfig& c, const std::vector<GroupRollout>& groups, double n_relayed,
+                       size_t n_minibatches, std::optional<int64_t> policy_version, Communicator* trainers) {
+  if (!policy_version || !on_policy_shortcut_off(c).empty() || n_relayed > 0 || n_minibatches != 1) return false;
+  bool here = true;
+  for (const auto& g : groups) {
+    here = here && g.policy_version == *policy_version;
+    for (const auto& s : g.samples) here = here && s.rollout_logprobs.size() == s.response_ids.size();
+  }
+  std::vector<double> off = {here ? 0.0 : 1.0};
+  sum_over(trainers, off);
+  return off[0] == 0;
+}
+
+// Per-sample response log-probs laid out like the scoring pass's: the sampler's own.
+std::vector<std::vector<float>> rollout_logprobs_of(const std::vector<TrainSample>& samples) {
+  std::vector<std::vector<float>> out;
+  out.reserve(samples.size());
+  for (const auto& s : samples) out.push_back(s.rollout_logprobs);
+  return out;
+}
+
 }  // namespace
+
+std::string on_policy_shortcut_off(const RunConfig& c) {
+  if (!c.reuse_rollout_logprobs) return "--reuse-rollout-logprobs false";
+  if (c.num_training_epoch != 1) return fmt::format("--num-training-epoch {}", c.num_training_epoch);
+  if (c.train_minibatch_size < c.train_batch_size) {
+    return fmt::format("--train-minibatch-size {} < --train-batch-size {} (several updates a step)", c.train_minibatch_size,
+                       c.train_batch_size);
+  }
+  if (c.max_relay_episode != 0) return "the relay buffer (--max-relay-episode)";
+  if (!c.rollout_dtype.empty() && c.rollout_dtype != c.dtype) {
+    return fmt::format("--rollout-dtype {} differs from --dtype {}", c.rollout_dtype, c.dtype);
+  }
+  if (!c.kv_cache_dtype.empty() && c.kv_cache_dtype != c.dtype) {
+    return fmt::format("--kv-cache-dtype {} differs from --dtype {}", c.kv_cache_dtype, c.dtype);
+  }
+  return "";
+}
+
+std::string old_logprobs_plan(const RunConfig& c) {
+  const std::string off = on_policy_shortcut_off(c);
+  if (!off.empty()) return fmt::format("old log-probs: a scoring pass every step ({})", off);
+  return "old log-probs: the sampler's on on-policy steps (every group from the current policy; the scoring pass is "
+         "skipped), a scoring pass otherwise (--reuse-rollout-logprobs false: always)";
+}
 
 TrainerConfig rl_trainer_config(const RunConfig& c, int64_t total_steps) {
   TrainerConfig t;
@@ -108,7 +156,8 @@ TrainerConfig rl_trainer_config(const RunConfig& c, int64_t total_steps) {
 }
 
 PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vector<GroupRollout>& groups,
-                           Communicator* trainers, const std::vector<GroupRollout>& relayed) {
+                           Communicator* trainers, const std::vector<GroupRollout>& relayed,
+                           std::optional<int64_t> policy_version) {
   PolicyUpdate out;
   std::vector<TrainSample> samples;
   for (const auto* set : {&groups, &relayed}) {
@@ -140,12 +189,15 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   out.trained = true;
 
   auto t0 = Clock::now();
+  // On policy, the old log-probs are the sampler's (equal to a scoring pass's within 1e-5: the
+  // engine-vs-trainer invariant), and the first update's forward gives the entropy and mismatch.
+  const bool on_policy = step_is_on_policy(c, groups, n_relayed[0], n_minibatches, policy_version, trainers);
   double entropy = 0;
-  const auto old_logprobs = trainer.policy_logprobs(samples, &entropy);
+  const auto old_logprobs = on_policy ? rollout_logprobs_of(samples) : trainer.policy_logprobs(samples, &entropy);
   const bool has_reference = c.algo.loss.kl_coef != 0;
   const auto ref_logprobs = has_reference ? trainer.reference_logprobs(samples) : std::vector<std::vector<float>>{};
   out.logprob_seconds = seconds_since(t0);
-  add_mismatch(out.metrics, samples, old_logprobs, trainers);
+  if (!on_policy) add_mismatch(out.metrics, samples, old_logprobs, trainers);
   t0 = Clock::now();
   // The old log-probs stay those computed above, before any update, through every epoch. The first
   // pass takes the samples in order; each later pass reshuffles them into new mini-batches, seeded by
@@ -179,7 +231,10 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
       sum_over(trainers, counts);
       mb.global_tokens = std::max(1.0, counts[0]);
       mb.global_samples = std::max(1.0, counts[1]);
-      for (const auto& [k, v] : trainer.step(mb).values) sums[k] += v;
+      mb.score = on_policy;
+      const auto stepped = trainer.step(mb);
+      for (const auto& [k, v] : stepped.values) sums[k] += v;
+      if (on_policy) add_mismatch(out.metrics, mb.samples, stepped.logprobs, trainers);
       ++n_updates;
     }
   }
@@ -188,7 +243,8 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
     const bool counted = std::find(kCounted.begin(), kCounted.end(), k) != kCounted.end();
     out.metrics[k] = counted ? v : v / static_cast<double>(n_updates);
   }
-  out.metrics["entropy"] = entropy;
+  if (!on_policy) out.metrics["entropy"] = entropy;  // else the update's own (a token mean, as the pass's)
+  out.metrics["old_logprobs_reused"] = on_policy ? 1.0 : 0.0;
   out.metrics["optimizer_updates"] = static_cast<double>(n_updates);
   out.metrics["relayed_groups"] = n_relayed[0];
   if (trainers != nullptr && trainers->size() > 1) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,19 @@ struct PolicyUpdate {
 // A rank with fewer groups than another still takes part in every step.
 // `relayed`: groups of earlier steps trained on again (the relay buffer), with `groups`; counted in
 // the metrics as relayed_groups.
+// `policy_version`: the version of the policy's weights now. Given, an on-policy step (see
+// on_policy_shortcut) takes the sampler's log-probs as the old ones and skips the scoring pass;
+// the entropy and the train/rollout mismatch then come from the first update's own forward.
 PolicyUpdate update_policy(Trainer& trainer, const RunConfig& config, const std::vector<GroupRollout>& groups,
-                           Communicator* trainers = nullptr, const std::vector<GroupRollout>& relayed = {});
+                           Communicator* trainers = nullptr, const std::vector<GroupRollout>& relayed = {},
+                           std::optional<int64_t> policy_version = std::nullopt);
+
+// Why the on-policy shortcut (--reuse-rollout-logprobs) can never apply to this run's steps ("" when
+// it can: one epoch, one mini-batch per step, no relay, no staleness, rollout weights and KV cache
+// in the training dtype; each step still checks its own groups). Printed at start-up.
+std::string on_policy_shortcut_off(const RunConfig& config);
+// The start-up line saying where the old log-probs come from, and why.
+std::string old_logprobs_plan(const RunConfig& config);
 
 // After each step: counts the steps in a row whose updates were skipped for a non-finite gradient
 // (warning on each) and stops the run (UserError) at --max-nonfinite-steps.

@@ -93,6 +93,7 @@ struct RunConfig {
   int64_t train_minibatch_size = 4;    // prompts per optimizer step
   int64_t train_microbatch_size = 8;   // samples per forward/backward
   int64_t num_training_epoch = 1;      // passes over each step's rollouts
+  bool reuse_rollout_logprobs = true;  // an on-policy step takes the sampler's log-probs as the old ones (update_policy)
   bool gradient_checkpointing = false; // recompute each decoder layer's activations in backward
   OptimizerConfig optimizer;           // AdamW and the LR schedule
   int64_t max_nonfinite_steps = 3;     // stop after this many consecutive steps with a non-finite gradient

@@ -470,6 +470,11 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.train_microbatch_size; }, 1, {}));
   s.push_back(int_setting("train.num_training_epoch", "--num-training-epoch", "passes over each step's rollouts",
                           [](C& c) -> int64_t& { return c.num_training_epoch; }, 1));
+  s.push_back(bool_setting("train.reuse_rollout_logprobs", "--reuse-rollout-logprobs",
+                           "when a step is on-policy (one epoch, one mini-batch, no staleness or relay, rollout weights "
+                           "and KV cache in the training dtype), use the sampler's log-probs as the old ones and skip "
+                           "the scoring pass (false: always recompute them)",
+                           [](C& c) -> bool& { return c.reuse_rollout_logprobs; }, {}, true));
   s.push_back(bool_setting("train.gradient_checkpointing", "--gradient-checkpointing",
                            "keep only each decoder layer's input in training and recompute the rest in backward",
                            [](C& c) -> bool& { return c.gradient_checkpointing; }, {}, true));

@@ -40,7 +40,7 @@ nlohmann::ordered_json to_json(const StepRecord& r) {
   line["truncated_fraction"] = r.stats.mean(static_cast<double>(r.stats.truncated));
   for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "clip_frac_dual",
                           "grad_norm", "lr", "n_skipped", "tis_weight_mean", "tis_clip_frac", "mismatch_abs_mean",
-                          "mismatch_abs_max", "mismatch_kl", "relayed_groups", "nonfinite"}) {
+                          "mismatch_abs_max", "mismatch_kl", "relayed_groups", "nonfinite", "old_logprobs_reused"}) {
     line[key] = value_of(r.train, key);
   }
   line["optimizer_steps"] = r.optimizer_steps;

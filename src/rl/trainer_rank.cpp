@@ -161,7 +161,8 @@ void TrainerRank::train_step(int64_t step) {
   trace::Span span("step");
   const std::vector<GroupRollout> batch = take_groups(buffer_, c_.train_batch_size);
   const int64_t version_before = run_.policy_version;
-  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, topo_.role_group.get(), relay_->relayed(step));
+  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, topo_.role_group.get(), relay_->relayed(step),
+                                               version_before);
   relay_->add(step, batch);
   check_nonfinite(c_, update, step, nonfinite_steps_);
   if (update.trained) ++run_.policy_version;

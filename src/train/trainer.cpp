@@ -46,6 +46,20 @@ PackedBatch pack_samples(const std::vector<TrainSample>& samples, size_t begin, 
   return p;
 }
 
+namespace {
+
+// Each sample's response values from a packed [B, L] fp32 CPU tensor, appended to `out`.
+void append_response_values(const torch::Tensor& values, const PackedBatch& batch, const std::vector<TrainSample>& samples,
+                            size_t begin, std::vector<std::vector<float>>& out) {
+  for (int64_t row = 0; row < values.size(0); ++row) {
+    const int64_t n = static_cast<int64_t>(samples[begin + static_cast<size_t>(row)].response_ids.size());
+    auto v = values[row].narrow(0, batch.response_start[static_cast<size_t>(row)], n).contiguous();
+    out.emplace_back(v.data_ptr<float>(), v.data_ptr<float>() + n);
+  }
+}
+
+}  // namespace
+
 Trainer::Trainer(std::shared_ptr<Transformer> policy, std::shared_ptr<Transformer> reference, TrainerConfig config)
     : policy_(std::move(policy)), reference_(std::move(reference)), config_(std::move(config)) {
   RLCPP_CHECK(policy_ != nullptr, "trainer without a policy");
@@ -100,12 +114,7 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
       entropy_sum += head.entropy.sum().item<double>();
       entropy_tokens += batch.targets.ge(0).sum().item<double>();
     }
-    for (size_t k = begin; k < end; ++k) {
-      const int64_t row = static_cast<int64_t>(k - begin);
-      const int64_t n = static_cast<int64_t>(samples[k].response_ids.size());
-      auto values = logp[row].narrow(0, batch.response_start[static_cast<size_t>(row)], n).contiguous();
-      out.emplace_back(values.data_ptr<float>(), values.data_ptr<float>() + n);
-    }
+    append_response_values(logp, batch, samples, begin, out);
   }
   if (mean_entropy != nullptr) *mean_entropy = entropy_tokens > 0 ? entropy_sum / entropy_tokens : 0.0;
   return out;
@@ -177,7 +186,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
   const auto device = policy_->options().device;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   const bool entropy_bonus = config_.loss.entropy_coef != 0;
-  double counted_tokens = 0;
+  double counted_tokens = 0, entropy_sum = 0, entropy_tokens = 0;
   const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
   for (size_t begin = 0; begin < samples.size(); begin += micro) {
     trace::Span span("forward_backward");
@@ -189,8 +198,19 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       auto head = policy_->token_logprobs_with_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
       in.logprobs = head.logprobs;
       in.entropy = head.entropy;
+    } else if (mb.score) {
+      torch::Tensor entropy;
+      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask, &entropy);
+      in.entropy = entropy;
     } else {
       in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
+    }
+    if (mb.score) {
+      auto logp = in.logprobs.detach().to(torch::kCPU).to(torch::kFloat32);
+      append_response_values(logp, batch, samples, begin, metrics.logprobs);
+      auto response = batch.targets.ge(0).to(in.entropy.device());
+      entropy_sum += in.entropy.detach().masked_select(response).sum().item<double>();
+      entropy_tokens += static_cast<double>(response.sum().item<int64_t>());
     }
     in.old_logprobs = lay_out(mb.old_logprobs, batch, begin).to(device);
     if (config_.loss.kl_coef != 0) in.ref_logprobs = lay_out(mb.ref_logprobs, batch, begin).to(device);
@@ -225,6 +245,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       value = counted_tokens > 0 ? value / counted_tokens : 0.0;
     }
   }
+  if (mb.score) metrics.values["entropy"] = entropy_tokens > 0 ? entropy_sum / entropy_tokens : 0.0;
   metrics.values["n_skipped"] = static_cast<double>(n_skipped);
   finish_update(metrics, lr);
   return metrics;

@@ -66,10 +66,14 @@ struct PolicyMiniBatch {
   // Counts over the whole mini-batch across trainer ranks, skipped samples left out (the colocated
   // trainer passes its own); 0 means "this mini-batch's".
   double global_tokens = 0, global_samples = 0;
+  // The step's forward is also the scoring pass (old_logprobs are the sampler's): it returns each
+  // sample's response log-probs before the update, and the entropy over all response tokens.
+  bool score = false;
 };
 
 struct TrainStepMetrics {
   std::map<std::string, double> values;  // loss metrics summed over micro-batches (means token-weighted), grad_norm, lr
+  std::vector<std::vector<float>> logprobs;  // with PolicyMiniBatch::score: as policy_logprobs, before the update
 };
 
 class Trainer {
