@@ -64,5 +64,6 @@ if os.path.exists(sys.argv[3]):
     print(f"\nside by side (mean of the steps after the first; ratio = PyTorch eager / rlcpp, above 1: rlcpp faster)")
     print(f"  {'phase':13s} {'PyTorch':>9s} {'rlcpp':>9s} {'ratio':>7s}")
     for k in ["generate", "old_logprobs", "train", "total"]:
-        print(f"  {k:13s} {anchor[k]:8.1f}s {ours[k]:8.1f}s {anchor[k] / max(ours[k], 1e-9):6.2f}x")
+        ratio = f"{anchor[k] / ours[k]:6.2f}x" if ours[k] >= 0.01 else " (skipped: on-policy)"
+        print(f"  {k:13s} {anchor[k]:8.1f}s {ours[k]:8.1f}s {ratio}")
 PY

@@ -479,3 +479,44 @@ TEST(Trainer, OnPolicyStepReusesTheSamplersLogprobs) {
     EXPECT_EQ(update(3, groups).first.at("old_logprobs_reused"), 0.0);
   }
 }
+
+// The fused AdamW step follows LibTorch's AdamW (fp32, odd sizes, weight decay, bias correction)
+// and shares its state: LibTorch's own step continues from it.
+TEST(Trainer, FusedAdamWFollowsLibTorchsAdamW) {
+  torch::manual_seed(4);
+  std::vector<torch::Tensor> fused, plain;
+  for (auto shape : std::vector<std::vector<int64_t>>{{37}, {5, 13}, {1000, 3}, {1}}) {
+    auto p = torch::randn(shape);
+    fused.push_back(p.clone().requires_grad_());
+    plain.push_back(p.clone().requires_grad_());
+  }
+  torch::optim::AdamWOptions options(3e-2);
+  options.betas({0.8, 0.95}).eps(1e-6).weight_decay(0.1);
+  torch::optim::AdamW a(fused, options), b(plain, options);
+  auto set_grads = [&](int step) {
+    torch::manual_seed(100 + step);
+    for (size_t k = 0; k < fused.size(); ++k) {
+      auto g = torch::randn(fused[k].sizes()) * (k == 1 ? 1e-4 : 1.0);
+      fused[k].mutable_grad() = g.clone();
+      plain[k].mutable_grad() = g.clone();
+    }
+  };
+  auto expect_close = [&](const char* when) {
+    for (size_t k = 0; k < fused.size(); ++k) {
+      const double scale = plain[k].abs().max().item<double>();
+      EXPECT_LT((fused[k] - plain[k]).abs().max().item<double>(), 1e-6 * std::max(1.0, scale)) << when << ", parameter " << k;
+    }
+  };
+  for (int step = 0; step < 3; ++step) {
+    set_grads(step);
+    adamw_step(a);
+    b.step();
+    expect_close("fused steps");
+  }
+  EXPECT_EQ(a.state().size(), fused.size());  // the optimizer's own state, under its own keys
+  set_grads(3);
+  a.step();  // LibTorch's step continues the fused one's moments and step count
+  b.step();
+  expect_close("LibTorch's step after fused ones");
+  EXPECT_EQ(a.state().size(), fused.size());
+}

@@ -55,6 +55,31 @@ void SiluMulRange(const float* HWY_RESTRICT gate, const float* HWY_RESTRICT up, 
   for (; i < e; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void AdamWRange(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_RESTRICT m, float* HWY_RESTRICT v,
+                int64_t b, int64_t e, const AdamWScalars& s) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto decay = hn::Set(df, s.decay), b1 = hn::Set(df, s.beta1), c1 = hn::Set(df, s.one_minus_beta1);
+  const auto b2 = hn::Set(df, s.beta2), c2 = hn::Set(df, s.one_minus_beta2), eps = hn::Set(df, s.eps);
+  const auto step = hn::Set(df, -s.step_size), bias2 = hn::Set(df, s.bias2_sqrt);
+  int64_t i = b;
+  for (; i + lanes <= e; i += lanes) {
+    const auto gv = hn::LoadU(df, g + i);
+    const auto mv = hn::MulAdd(c1, gv, hn::Mul(hn::LoadU(df, m + i), b1));
+    const auto vv = hn::MulAdd(hn::Mul(gv, gv), c2, hn::Mul(hn::LoadU(df, v + i), b2));
+    const auto denom = hn::Add(hn::Div(hn::Sqrt(vv), bias2), eps);
+    const auto pv = hn::Mul(hn::LoadU(df, p + i), decay);
+    hn::StoreU(mv, df, m + i);
+    hn::StoreU(vv, df, v + i);
+    hn::StoreU(hn::MulAdd(step, hn::Div(mv, denom), pv), df, p + i);
+  }
+  for (; i < e; ++i) {
+    m[i] = m[i] * s.beta1 + s.one_minus_beta1 * g[i];
+    v[i] = v[i] * s.beta2 + g[i] * g[i] * s.one_minus_beta2;
+    p[i] = p[i] * s.decay - s.step_size * (m[i] / (std::sqrt(v[i]) / s.bias2_sqrt + s.eps));
+  }
+}
+
 void RopeRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT cos, const float* HWY_RESTRICT sin, int64_t r0,
               int64_t r1, int64_t heads, int64_t dim, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
@@ -86,6 +111,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace rlcpp::kernels {
 
+HWY_EXPORT(AdamWRange);
 HWY_EXPORT(RmsNormRows);
 HWY_EXPORT(SiluMulRange);
 HWY_EXPORT(RopeRows);
@@ -113,6 +139,12 @@ void rope(const float* x, const float* cos, const float* sin, int64_t tokens, in
   pool_or_global(pool).parallel_for(
       tokens * heads, [&](int64_t b, int64_t e) { HWY_DYNAMIC_DISPATCH(RopeRows)(x, cos, sin, b, e, heads, dim, out); },
       1, std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(dim, 1)));
+}
+
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s, ThreadPool* pool) {
+  pool_or_global(pool).parallel_for(
+      n, [&](int64_t b, int64_t e) { HWY_DYNAMIC_DISPATCH(AdamWRange)(p, g, m, v, b, e, s); }, 64,
+      kMinElementsPerThread);
 }
 
 }  // namespace rlcpp::kernels

@@ -23,4 +23,13 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadP
 void rope(const float* x, const float* cos, const float* sin, int64_t tokens, int64_t heads, int64_t dim, float* out,
           ThreadPool* pool = nullptr);
 
+// One AdamW step on n fp32 parameters in place, in torch::optim::AdamW's arithmetic:
+// p *= decay; m = beta1·m + (1 − beta1)·g; v = beta2·v + (1 − beta2)·g²;
+// p −= step_size · m / (√v / bias2_sqrt + eps)   (decay = 1 − lr·weight_decay, step_size = lr / (1 − beta1^t),
+// bias2_sqrt = √(1 − beta2^t)). One pass over the four arrays, split over the pool.
+struct AdamWScalars {
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt;
+};
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s, ThreadPool* pool = nullptr);
+
 }  // namespace rlcpp::kernels

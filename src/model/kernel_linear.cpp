@@ -10,9 +10,6 @@
 
 namespace rlcpp {
 
-namespace {
-
-// $RLCPP_KERNELS=0 keeps every product on LibTorch (benchmarks compare the two in one run).
 bool kernels_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("RLCPP_KERNELS");
@@ -20,6 +17,8 @@ bool kernels_enabled() {
   }();
   return enabled;
 }
+
+namespace {
 
 thread_local bool in_scope = false;
 

@@ -32,6 +32,8 @@ class KernelScope {
 
 // Inside a KernelScope and not disabled by $RLCPP_KERNELS=0: the engine's steps may use the kernels.
 bool kernels_active();
+// Not disabled by $RLCPP_KERNELS=0 (which keeps everything on LibTorch, for A/B benchmarks).
+bool kernels_enabled();
 
 // x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x within
 // kKernelMaxInputElements (kKernelMaxRowsHalf rows for half weights), weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "algo/dapo.h"
+#include "kernels/elementwise.h"
+#include "model/kernel_linear.h"
 #include "util/error.h"
 #include "util/torch_format.h"
 #include "util/progress.h"
@@ -59,6 +61,54 @@ void append_response_values(const torch::Tensor& values, const PackedBatch& batc
 }
 
 }  // namespace
+
+void adamw_step(torch::optim::AdamW& optimizer) {
+  auto dense_fp32 = [](const torch::Tensor& t) {
+    return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+  };
+  bool fused = kernels_enabled();
+  for (auto& group : optimizer.param_groups()) {
+    fused = fused && !static_cast<torch::optim::AdamWOptions&>(group.options()).amsgrad();
+    for (const auto& p : group.params()) {
+      if (p.grad().defined()) fused = fused && dense_fp32(p) && dense_fp32(p.grad());
+    }
+  }
+  if (!fused) {
+    optimizer.step();
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& group : optimizer.param_groups()) {
+    const auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
+    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      auto& slot = optimizer.state()[key];
+      if (slot == nullptr) {
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->step(0);
+        fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(fresh);
+      }
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      if (!dense_fp32(state.exp_avg()) || !dense_fp32(state.exp_avg_sq())) {
+        state.exp_avg(state.exp_avg().to(torch::kFloat32).contiguous());
+        state.exp_avg_sq(state.exp_avg_sq().to(torch::kFloat32).contiguous());
+      }
+      state.step(state.step() + 1);
+      const double bias1 = 1 - std::pow(beta1, static_cast<double>(state.step()));
+      const double bias2 = 1 - std::pow(beta2, static_cast<double>(state.step()));
+      const kernels::AdamWScalars s{static_cast<float>(1 - o.lr() * o.weight_decay()), static_cast<float>(beta1),
+                                    static_cast<float>(1 - beta1),                       static_cast<float>(beta2),
+                                    static_cast<float>(1 - beta2),                       static_cast<float>(o.eps()),
+                                    static_cast<float>(o.lr() / bias1),                  static_cast<float>(std::sqrt(bias2))};
+      kernels::adamw(p.data_ptr<float>(), p.grad().data_ptr<float>(), state.exp_avg().data_ptr<float>(),
+                     state.exp_avg_sq().data_ptr<float>(), p.numel(), s);
+    }
+  }
+}
 
 Trainer::Trainer(std::shared_ptr<Transformer> policy, std::shared_ptr<Transformer> reference, TrainerConfig config)
     : policy_(std::move(policy)), reference_(std::move(reference)), config_(std::move(config)) {
@@ -285,7 +335,7 @@ void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
   // gradient) is not applied; the step still counts, so the schedule and the plan stay aligned.
   const bool finite = std::isfinite(grad_norm);
   if (finite) {
-    optimizer_->step();
+    adamw_step(*optimizer_);
   } else {
     optimizer_->zero_grad();
   }

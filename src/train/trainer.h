@@ -133,6 +133,13 @@ class Trainer {
 
 // Right-padded token batch for samples [begin, end): ids and attention mask [B, L], targets [B, L]
 // (-1 except at positions predicting a response token), and the response-token mask [B, L].
+// torch::optim::AdamW's step with its arithmetic on the kernels' pool (every core, one pass over
+// parameter, gradient and moments) when every parameter with a gradient is a dense fp32 CPU tensor
+// and the kernels are enabled ($RLCPP_KERNELS); else LibTorch's own step. The state is the
+// optimizer's own (its keys, tensors and step counts): checkpoints, resumes and LibTorch's own
+// step continue it unchanged.
+void adamw_step(torch::optim::AdamW& optimizer);
+
 struct PackedBatch {
   torch::Tensor ids, attention_mask, targets, response_mask;
   std::vector<int64_t> response_start;  // position in the row of the first predicted response token
