@@ -31,6 +31,7 @@ struct Args {
   int64_t reference_max = 2048;  // the plain head needs 3 × T × 151936 × 4 bytes: skip it above this
   int64_t attention_reference_max = 4096;  // plain attention keeps 14 × T × T × 4 bytes several times
   bool skip_model = false;
+  bool skip_memory = false;
   int threads = 0;     // 0: all cores
   std::string child;  // internal: "head:<T>:<chunked|plain>" or "attention:<T>:<chunked|plain>"
 };
@@ -165,6 +166,7 @@ int main(int argc, char** argv) {
   app.add_option("--attention-reference-max", args.attention_reference_max,
                  "largest T for the plain (T x T) attention")->capture_default_str();
   app.add_flag("--skip-model", args.skip_model, "only the head and attention memory figures");
+  app.add_flag("--skip-memory", args.skip_memory, "only the model's figures (no head or attention memory tables)");
   app.add_option("--threads", args.threads, "intra-op threads (0: all cores)")->capture_default_str();
   app.add_option("--child", args.child)->group("");
   CLI11_PARSE(app, argc, argv);
@@ -182,6 +184,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!args.skip_model) run_model(args);
+  if (args.skip_memory) return 0;
   const std::string self = "/proc/self/exe";
   std::string exe(4096, '\0');
   exe.resize(std::max<ssize_t>(0, ::readlink(self.c_str(), exe.data(), exe.size())));

@@ -84,6 +84,65 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
   }
 };
 
+// Everything in forward (see fused_token_loss_head); backward scales the saved gradients.
+class FusedLossHeadFunction : public torch::autograd::Function<FusedLossHeadFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, double temperature, int64_t chunk,
+                               const std::function<torch::Tensor(const torch::Tensor&)>* loss_of, bool with_entropy) {
+    const int64_t n = hidden.size(0);
+    const auto acc = logprob_dtype(hidden.scalar_type());
+    auto logprobs = torch::zeros({n}, hidden.options().dtype(acc));
+    auto entropy = torch::zeros({with_entropy ? n : 0}, hidden.options().dtype(acc));
+    auto grad_hidden = torch::empty_like(hidden);
+    const bool weight_grad = weight.requires_grad();
+    auto grad_weight = weight_grad ? torch::zeros(weight.sizes(), weight.options().dtype(acc)) : torch::Tensor();
+    for (int64_t start = 0; start < n; start += chunk) {
+      const int64_t len = std::min(chunk, n - start);
+      auto h = hidden.narrow(0, start, len);
+      auto t = targets.narrow(0, start, len).unsqueeze(-1);
+      auto logits = chunk_logits(h, weight, temperature);
+      auto lse = logits.logsumexp(-1, true);
+      logprobs.narrow(0, start, len).copy_(logits.gather(-1, t).squeeze(-1) - lse.squeeze(-1));
+      // d loss / d logp of this chunk's tokens: a per-token loss needs no other token's value.
+      torch::Tensor g;
+      {
+        torch::AutoGradMode grad_mode(true);
+        auto x = logprobs.detach().clone().requires_grad_(true);
+        g = torch::autograd::grad({(*loss_of)(x)}, {x})[0].narrow(0, start, len).unsqueeze(-1);
+      }
+      // d logp_i / d logit_ij = (1[j = t_i] - p_ij) / temperature.
+      if (with_entropy) entropy.narrow(0, start, len).copy_(lse.squeeze(-1) - (torch::softmax(logits, -1) * logits).sum(-1));
+      auto grad_logits = logits.sub_(lse).exp_().mul_(-g);
+      grad_logits.scatter_add_(-1, t, g);
+      if (temperature != 1.0) grad_logits.div_(temperature);
+      auto grad_logits_model = grad_logits.to(hidden.scalar_type());
+      grad_hidden.narrow(0, start, len).copy_(torch::matmul(grad_logits_model, weight));
+      if (!weight_grad) continue;
+      if (h.scalar_type() == acc) {
+        grad_weight.addmm_(grad_logits_model.t(), h);
+      } else {
+        grad_weight.add_(torch::matmul(grad_logits_model.t(), h).to(acc));
+      }
+    }
+    if (weight_grad) grad_weight = grad_weight.to(weight.scalar_type());
+    ctx->save_for_backward({grad_hidden, weight_grad ? grad_weight : torch::zeros({0}, weight.options())});
+    ctx->saved_data["weight_grad"] = weight_grad;
+    auto loss = (*loss_of)(logprobs);
+    ctx->mark_non_differentiable({logprobs, entropy});
+    return {loss, logprobs, entropy};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const auto& go = grad_outputs[0];
+    torch::Tensor grad_weight;
+    if (ctx->saved_data["weight_grad"].toBool()) grad_weight = saved[1] * go.to(saved[1].scalar_type());
+    return {saved[0] * go.to(saved[0].scalar_type()), grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
+  }
+};
+
 void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                   double temperature) {
   RLCPP_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
@@ -109,6 +168,17 @@ torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::T
   auto zeros = torch::zeros({hidden.size(0)}, hidden.options().dtype(acc));
   if (entropy != nullptr) *entropy = zeros.index_copy(0, rows, outputs[1]);
   return zeros.index_copy(0, rows, outputs[0]);
+}
+
+LossAndLogprobs fused_token_loss_head(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                                      double temperature, int64_t chunk_tokens,
+                                      const std::function<torch::Tensor(const torch::Tensor&)>& loss_of,
+                                      bool with_entropy) {
+  check_inputs(hidden, weight, targets, temperature);
+  RLCPP_CHECK(chunk_tokens > 0, "chunk_tokens must be positive, got {}", chunk_tokens);
+  auto out = FusedLossHeadFunction::apply(hidden, weight, targets.to(torch::kInt64), temperature, chunk_tokens, &loss_of,
+                                          with_entropy);
+  return {out[0], out[1], with_entropy ? out[2] : torch::Tensor()};
 }
 
 torch::Tensor token_logprobs_reference(const torch::Tensor& hidden, const torch::Tensor& weight,

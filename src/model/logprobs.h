@@ -9,6 +9,8 @@
 
 #include <torch/types.h>
 
+#include <functional>
+
 namespace rlcpp {
 
 // hidden [N, H] (model dtype), weight [V, H], targets [N] int64 (a negative target is ignored:
@@ -36,6 +38,22 @@ LogprobsEntropy token_logprobs_entropy(const torch::Tensor& hidden, const torch:
 // backward pass (rows × V), so it is for the entropy bonus, not for every step.
 torch::Tensor token_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                             double temperature);
+
+// The fused head of a loss that is a sum of per-token terms, each depending on its own token's
+// log-prob only (the clipped policy losses and their KL penalties): one pass over the vocabulary
+// per chunk computes the log-probs, the loss gradient with respect to them (autograd of `loss_of`
+// with the chunk's entries set), and from the same logits the gradients of hidden and weight, so
+// backward recomputes nothing. hidden [N, H] and targets [N] are rows that all have a target;
+// loss_of maps log-probs [N] (in the accumulation dtype) to the scalar loss. Returns the loss,
+// differentiable with respect to hidden and weight, the log-probs [N] and, with `with_entropy`,
+// each token's entropy [N] (neither with gradient).
+struct LossAndLogprobs {
+  torch::Tensor loss, logprobs, entropy;
+};
+LossAndLogprobs fused_token_loss_head(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                                      double temperature, int64_t chunk_tokens,
+                                      const std::function<torch::Tensor(const torch::Tensor&)>& loss_of,
+                                      bool with_entropy = false);
 
 // The dtype log-probs are accumulated in for a model of `dtype`: fp64 stays fp64, all else fp32.
 inline torch::ScalarType logprob_dtype(torch::ScalarType dtype) {

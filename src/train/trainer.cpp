@@ -5,6 +5,7 @@
 #include "algo/dapo.h"
 #include "kernels/elementwise.h"
 #include "model/kernel_linear.h"
+#include "model/logprobs.h"
 #include "util/error.h"
 #include "util/torch_format.h"
 #include "util/progress.h"
@@ -106,6 +107,9 @@ void adamw_step(torch::optim::AdamW& optimizer) {
                                     static_cast<float>(o.lr() / bias1),                  static_cast<float>(std::sqrt(bias2))};
       kernels::adamw(p.data_ptr<float>(), p.grad().data_ptr<float>(), state.exp_avg().data_ptr<float>(),
                      state.exp_avg_sq().data_ptr<float>(), p.numel(), s);
+      // Written through raw pointers: bump the version counters as LibTorch's in-place ops do (the
+      // engine's half-precision rollout copy is refreshed when the weights' versions change).
+      for (const auto* t : {&p, &state.exp_avg(), &state.exp_avg_sq()}) t->unsafeGetTensorImpl()->bump_version();
     }
   }
 }
@@ -236,6 +240,9 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
   const auto device = policy_->options().device;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   const bool entropy_bonus = config_.loss.entropy_coef != 0;
+  // The fused head needs a loss whose terms each depend on one token's log-prob: not the entropy
+  // bonus (the whole distribution) nor GSPO's sequence ratio (a sample's mean).
+  const bool fused = config_.fused_head && !entropy_bonus && config_.loss.ratio_level == ImportanceLevel::kToken;
   double counted_tokens = 0, entropy_sum = 0, entropy_tokens = 0;
   const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
   for (size_t begin = 0; begin < samples.size(); begin += micro) {
@@ -244,24 +251,6 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
     const size_t end = std::min(samples.size(), begin + micro);
     const PackedBatch batch = pack_samples(samples, begin, end);
     PolicyLossInputs in;
-    if (entropy_bonus) {
-      auto head = policy_->token_logprobs_with_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
-      in.logprobs = head.logprobs;
-      in.entropy = head.entropy;
-    } else if (mb.score) {
-      torch::Tensor entropy;
-      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask, &entropy);
-      in.entropy = entropy;
-    } else {
-      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
-    }
-    if (mb.score) {
-      auto logp = in.logprobs.detach().to(torch::kCPU).to(torch::kFloat32);
-      append_response_values(logp, batch, samples, begin, metrics.logprobs);
-      auto response = batch.targets.ge(0).to(in.entropy.device());
-      entropy_sum += in.entropy.detach().masked_select(response).sum().item<double>();
-      entropy_tokens += static_cast<double>(response.sum().item<int64_t>());
-    }
     in.old_logprobs = lay_out(mb.old_logprobs, batch, begin).to(device);
     if (config_.loss.kl_coef != 0) in.ref_logprobs = lay_out(mb.ref_logprobs, batch, begin).to(device);
     std::vector<double> advantages;
@@ -279,8 +268,47 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
     }
     in.global_tokens = global_tokens;
     in.global_samples = global_samples;
-    auto out = policy_loss(in, config_.loss);
-    out.loss.backward();
+    torch::Tensor loss;  // what backward runs from
+    if (fused) {
+      // One pass over the vocabulary per chunk gives log-probs, the loss gradient and the head's
+      // gradients (logprobs.h), over the rows with a target.
+      const auto flat_targets = batch.targets.to(device).reshape({-1});
+      const auto rows = flat_targets.ge(0).nonzero().squeeze(-1);
+      auto h = policy_->hidden_states(batch.ids, batch.attention_mask);
+      auto lay_rows = [&](const torch::Tensor& values) {
+        return torch::zeros({flat_targets.size(0)}, values.options()).index_copy(0, rows, values).view(batch.targets.sizes());
+      };
+      auto loss_of = [&](const torch::Tensor& logprobs) {
+        PolicyLossInputs x = in;
+        x.logprobs = lay_rows(logprobs);
+        return policy_loss(x, config_.loss).loss;
+      };
+      auto head = fused_token_loss_head(h.reshape({-1, h.size(-1)}).index_select(0, rows), policy_->output_weight(),
+                                        flat_targets.index_select(0, rows), config_.temperature,
+                                        policy_->options().logprob_chunk_tokens, loss_of, mb.score);
+      in.logprobs = lay_rows(head.logprobs);
+      if (mb.score) in.entropy = lay_rows(head.entropy);
+      loss = head.loss;
+    } else if (entropy_bonus) {
+      auto head = policy_->token_logprobs_with_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
+      in.logprobs = head.logprobs;
+      in.entropy = head.entropy;
+    } else if (mb.score) {
+      torch::Tensor entropy;
+      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask, &entropy);
+      in.entropy = entropy;
+    } else {
+      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
+    }
+    if (mb.score) {
+      auto logp = in.logprobs.detach().to(torch::kCPU).to(torch::kFloat32);
+      append_response_values(logp, batch, samples, begin, metrics.logprobs);
+      auto response = batch.targets.ge(0).to(in.entropy.device());
+      entropy_sum += in.entropy.detach().masked_select(response).sum().item<double>();
+      entropy_tokens += static_cast<double>(response.sum().item<int64_t>());
+    }
+    auto out = policy_loss(in, config_.loss);  // the loss, and the metrics
+    (fused ? loss : out.loss).backward();
     const double n = out.metrics["n_tokens"];
     counted_tokens += n;
     for (const auto& [key, value] : out.metrics) {

@@ -55,6 +55,7 @@ struct TrainerConfig {
   int64_t train_microbatch_size = 2;  // samples per forward/backward
   double temperature = 1.0;           // log-probs under softmax(logits / T), as the sampler used
   bool filter_truncated = false;      // truncated samples leave the loss (DAPO's filter_truncated_response)
+  bool fused_head = true;             // the fused loss head where the loss allows it (model/logprobs.h)
 };
 
 // One mini-batch of an RL step, as Trainer::step takes it (every vector aligned with `samples`).
