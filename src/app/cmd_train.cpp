@@ -108,8 +108,9 @@ void add_train_command(CLI::App& app) {
       const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
       std::cerr << topology->describe() << (user ? " error: " : " internal error: ") << e.what() << std::endl;
       // The launcher forwards each rank's output asynchronously, and an abort tears the job down at
-      // once: a moment's grace lets the cause reach the user before the job ends.
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      // once: a moment's grace lets the cause reach the user before the job ends. 500 ms was not
+      // always enough with every core busy (dist_train's error-aborts-job lost the line once in CI).
+      std::this_thread::sleep_for(std::chrono::seconds(2));
       world->abort(user ? 2 : 3);
     }
   });
