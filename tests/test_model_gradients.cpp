@@ -112,3 +112,39 @@ TEST(ModelGradients, TokenLogprobsMatchFiniteDifferencesInDouble) {
     EXPECT_GT(checked, 20);
   }
 }
+
+// The fused loss head against the chunked head followed by the same per-token loss under autograd:
+// loss, log-probs, entropy and the gradients of hidden and weight (fp64, chunks of 1 row to all),
+// and a frozen weight gets no gradient.
+TEST(FusedLossHead, ValuesAndGradientsMatchTheChunkedHead) {
+  torch::manual_seed(7);
+  const int64_t n = 23, h = 12, v = 41;
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto a = torch::randn({n}, opts), b = torch::randn({n}, opts);
+  // Per token and nonlinear in its own log-prob, as the clipped losses are.
+  auto loss_of = [&](const torch::Tensor& logp) { return (a * logp.exp() + b * logp * logp).sum(); };
+  const auto targets = torch::randint(0, v, {n}, torch::kInt64);
+  for (bool frozen : {false, true}) {
+    for (int64_t chunk : {1, 4, 23, 64}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + (frozen ? ", frozen weight" : ""));
+      auto hidden = torch::randn({n, h}, opts).requires_grad_();
+      auto weight = torch::randn({v, h}, opts).requires_grad_(!frozen);
+      auto fused = fused_token_loss_head(hidden, weight, targets, 0.7, chunk, loss_of, true);
+      auto fused_grads = torch::autograd::grad({fused.loss}, frozen ? std::vector<torch::Tensor>{hidden}
+                                                                    : std::vector<torch::Tensor>{hidden, weight});
+      torch::Tensor entropy;
+      auto logp = token_logprobs_chunked(hidden, weight, targets, 0.7, chunk, &entropy);
+      auto loss = loss_of(logp);
+      auto grads = torch::autograd::grad({loss}, frozen ? std::vector<torch::Tensor>{hidden}
+                                                        : std::vector<torch::Tensor>{hidden, weight});
+      EXPECT_NEAR(fused.loss.item<double>(), loss.item<double>(), 1e-10);
+      EXPECT_TRUE(torch::allclose(fused.logprobs, logp.detach(), 1e-12, 1e-12));
+      EXPECT_TRUE(torch::allclose(fused.entropy, entropy, 1e-12, 1e-12));
+      EXPECT_FALSE(fused.logprobs.requires_grad());
+      for (size_t k = 0; k < grads.size(); ++k) {
+        EXPECT_GT(grads[k].abs().max().item<double>(), 0.0);
+        EXPECT_TRUE(torch::allclose(fused_grads[k], grads[k], 1e-10, 1e-12)) << "gradient " << k;
+      }
+    }
+  }
+}

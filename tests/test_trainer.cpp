@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/engine.h"
+#include "kernels/elementwise.h"
 #include "test_util.h"
 #include "rl/policy_update.h"
 #include "train/trainer.h"
@@ -477,6 +478,28 @@ TEST(Trainer, OnPolicyStepReusesTheSamplersLogprobs) {
     c.num_training_epoch = 1;
     c.reuse_rollout_logprobs = false;
     EXPECT_EQ(update(3, groups).first.at("old_logprobs_reused"), 0.0);
+  }
+}
+
+// The AdamW kernel itself against LibTorch's AdamW arithmetic written out with tensor ops, on odd
+// lengths (vector body and scalar tail), with weight decay and bias correction.
+TEST(Trainer, AdamWKernelComputesLibTorchsUpdate) {
+  torch::manual_seed(5);
+  for (int64_t n : {1, 7, 16, 17, 1000, 40001}) {
+    auto p = torch::randn({n}), g = torch::randn({n}), m = torch::randn({n}) * 0.1, v = torch::rand({n}) * 0.01;
+    const double lr = 3e-2, wd = 0.1, beta1 = 0.8, beta2 = 0.95, eps = 1e-6;
+    const int64_t step = 3;
+    const double bias1 = 1 - std::pow(beta1, step), bias2 = 1 - std::pow(beta2, step);
+    auto m_ref = m * beta1 + g * (1 - beta1);
+    auto v_ref = v * beta2 + g * g * (1 - beta2);
+    auto p_ref = p * (1 - lr * wd) - (lr / bias1) * m_ref / (v_ref.sqrt() / std::sqrt(bias2) + eps);
+    kernels::adamw(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), n,
+                   {static_cast<float>(1 - lr * wd), static_cast<float>(beta1), static_cast<float>(1 - beta1),
+                    static_cast<float>(beta2), static_cast<float>(1 - beta2), static_cast<float>(eps),
+                    static_cast<float>(lr / bias1), static_cast<float>(std::sqrt(bias2))});
+    EXPECT_TRUE(torch::allclose(m, m_ref, 1e-6, 1e-7)) << n;
+    EXPECT_TRUE(torch::allclose(v, v_ref, 1e-6, 1e-8)) << n;
+    EXPECT_TRUE(torch::allclose(p, p_ref, 1e-6, 1e-6)) << n;
   }
 }
 
