@@ -2,10 +2,13 @@
 // with random weights, and the peak memory of token_logprobs (chunked head vs the plain one) for
 // T = 512, 2048, 8192, and of one layer's causal attention (blocked vs T x T scores) for the same T.
 // Each memory figure is measured in a fresh child process.
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <iostream>
 #include <memory>
 
@@ -32,9 +35,48 @@ struct Args {
   int64_t attention_reference_max = 4096;  // plain attention keeps 14 × T × T × 4 bytes several times
   bool skip_model = false;
   bool skip_memory = false;
+  bool op_profile = false;  // LibTorch's profiler over one more forward+backward: self time per op
   int threads = 0;     // 0: all cores
   std::string child;  // internal: "head:<T>:<chunked|plain>" or "attention:<T>:<chunked|plain>"
 };
+
+// Self time (exclusive of nested ops) per LibTorch op over `run`, largest first: where the
+// forward+backward spends what its matrix products do not.
+template <class F>
+void print_op_profile(F&& run, double total_s) {
+  namespace prof = torch::autograd::profiler;
+  prof::enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
+  run();
+  const auto lists = prof::disableProfilerLegacy();
+  std::map<std::string, std::pair<double, int64_t>> self;  // name -> (us, calls)
+  for (const auto& events : lists) {
+    struct Open {
+      const prof::LegacyEvent* event;
+      double children_us;
+    };
+    std::vector<Open> stack;
+    for (const auto& e : events) {
+      if (e.kind() == prof::EventKind::PushRange) {
+        stack.push_back({&e, 0.0});
+      } else if (e.kind() == prof::EventKind::PopRange && !stack.empty()) {
+        const Open open = stack.back();
+        stack.pop_back();
+        const double us = open.event->cpuElapsedUs(e);
+        auto& entry = self[open.event->name()];
+        entry.first += us - open.children_us;
+        entry.second += 1;
+        if (!stack.empty()) stack.back().children_us += us;
+      }
+    }
+  }
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(self.begin(), self.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::printf("  LibTorch ops by self time (one more forward+backward, profiled; unprofiled it took %.2f s):\n", total_s);
+  for (size_t i = 0; i < std::min<size_t>(rows.size(), 30); ++i) {
+    std::printf("    %-44s %8.3f s  %6ld calls\n", rows[i].first.c_str(), rows[i].second.first / 1e6,
+                static_cast<long>(rows[i].second.second));
+  }
+}
 
 // One token_logprobs head measurement: hidden [T, 896] → log-probs, then backward. Prints JSON.
 void run_head_child(const Args& args, int64_t length, bool chunked) {
@@ -123,6 +165,14 @@ void run_model(const Args& args) {
     train_s = std::min(train_s, seconds_since(start));
   }
   const long train_peak = proc_status_kib("VmHWM");
+  if (args.op_profile) {
+    print_op_profile(
+        [&] {
+          model->zero_grad();
+          model->token_logprobs(ids, targets).sum().backward();
+        },
+        train_s);
+  }
   std::printf("batch %ld x length %ld (%.0f tokens), best of %ld\n", static_cast<long>(args.batch),
               static_cast<long>(args.length), tokens, static_cast<long>(args.repeats));
   std::printf("  forward            %8.1f tokens/s  (%.2f s)  peak RSS %.0f MiB (weights %.0f MiB)\n",
@@ -167,6 +217,7 @@ int main(int argc, char** argv) {
                  "largest T for the plain (T x T) attention")->capture_default_str();
   app.add_flag("--skip-model", args.skip_model, "only the head and attention memory figures");
   app.add_flag("--skip-memory", args.skip_memory, "only the model's figures (no head or attention memory tables)");
+  app.add_flag("--op-profile", args.op_profile, "print LibTorch's self time per op over one more forward+backward");
   app.add_option("--threads", args.threads, "intra-op threads (0: all cores)")->capture_default_str();
   app.add_option("--child", args.child)->group("");
   CLI11_PARSE(app, argc, argv);

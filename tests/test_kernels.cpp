@@ -8,6 +8,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
+#include "model/kernel_linear.h"
 #include "model/rope.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
@@ -218,6 +219,71 @@ TEST(Kernels, ElementwiseMatchesLibTorchOnEveryTarget) {
   }
 }
 
+// The autograd functions training runs (model/kernel_linear.h): forward and the backward kernels'
+// gradients against LibTorch's autograd of the plain expressions in fp64, on odd shapes, on every
+// target; a weight that needs no gradient (LoRA's frozen norms) gets none.
+TEST(Kernels, ElementwiseGradientsMatchLibTorchAutogradOnEveryTarget) {
+  RestoreTargets restore;
+  torch::manual_seed(5);
+  // Largest deviation relative to the reference's largest magnitude.
+  auto close = [](const torch::Tensor& got, const torch::Tensor& want) {
+    return ((got.to(torch::kFloat64) - want).abs().max() / want.abs().max().clamp_min(1e-30)).item<double>();
+  };
+  auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+  for (int64_t target : kernels::supported_target_bits()) {
+    kernels::restrict_targets_for_test(target);
+    SCOPED_TRACE(kernels::target_name(target));
+    for (auto [rows, dim] : std::vector<std::pair<int64_t, int64_t>>{{1, 896}, {3, 17}, {70, 64}, {300, 896}}) {
+      for (bool weight_grad : {true, false}) {
+        auto x = leaf(torch::randn({rows, dim}) * 3), w = torch::rand({dim}) + 0.5;
+        if (weight_grad) w = leaf(w);
+        auto g = torch::randn({rows, dim});
+        auto out = kernel_rms_norm(x, w, 1e-6);
+        ASSERT_TRUE(out.defined());
+        out.backward(g);
+        auto x64 = leaf(x.to(torch::kFloat64)), w64 = leaf(w.to(torch::kFloat64));
+        auto want = w64 * (x64 * torch::rsqrt(x64.pow(2).mean(-1, true) + 1e-6));
+        want.backward(g.to(torch::kFloat64));
+        EXPECT_LT(close(out, want), 1e-6) << "rms_norm " << rows << "x" << dim;
+        EXPECT_LT(close(x.grad(), x64.grad()), 1e-5) << "rms_norm dx " << rows << "x" << dim;
+        if (weight_grad) {
+          EXPECT_LT(close(w.grad(), w64.grad()), 1e-5) << "rms_norm dweight " << rows << "x" << dim;
+        } else {
+          EXPECT_FALSE(w.grad().defined());
+        }
+      }
+    }
+    for (int64_t n : {1, 7, 4864, 100003}) {
+      auto gate = leaf(torch::randn({n}) * 4), up = leaf(torch::randn({n}));
+      auto g = torch::randn({n});
+      auto out = kernel_silu_mul(gate, up);
+      ASSERT_TRUE(out.defined());
+      out.backward(g);
+      auto gate64 = leaf(gate.to(torch::kFloat64)), up64 = leaf(up.to(torch::kFloat64));
+      auto want = torch::silu(gate64) * up64;
+      want.backward(g.to(torch::kFloat64));
+      EXPECT_LT(close(out, want), 1e-6) << "silu_mul " << n;
+      EXPECT_LT(close(gate.grad(), gate64.grad()), 1e-5) << "silu_mul dgate " << n;
+      EXPECT_LT(close(up.grad(), up64.grad()), 1e-5) << "silu_mul dup " << n;
+    }
+    for (auto [tokens, heads, dim] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 14, 64}, {9, 3, 18}, {40, 2, 128}}) {
+      auto x = leaf(torch::randn({tokens, heads, dim}));
+      auto angles = torch::rand({tokens, dim / 2}) * 100;
+      auto emb = torch::cat({angles, angles}, -1);
+      auto g = torch::randn({tokens, heads, dim});
+      auto out = kernel_rope(x, emb.cos(), emb.sin());
+      ASSERT_TRUE(out.defined());
+      out.backward(g);
+      auto x64 = leaf(x.to(torch::kFloat64));
+      auto emb64 = emb.to(torch::kFloat64);
+      auto want = Rope::apply(x64, emb64.cos(), emb64.sin());
+      want.backward(g.to(torch::kFloat64));
+      EXPECT_LT(close(out, want), 1e-5) << "rope " << tokens << "x" << heads << "x" << dim;
+      EXPECT_LT(close(x.grad(), x64.grad()), 1e-5) << "rope dx " << tokens << "x" << heads << "x" << dim;
+    }
+  }
+}
+
 TEST(ThreadPool, EveryIndexRunsOnceInAlignedRanges) {
   ThreadPool pool(3);
   for (int64_t n : {1, 5, 63, 64, 1000, 1001}) {
@@ -251,3 +317,4 @@ TEST(ThreadPool, NestedCallsRunSeriallyOnTheWorker) {
   });
   EXPECT_EQ(total.load(), 40);
 }
+

@@ -23,6 +23,19 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadP
 void rope(const float* x, const float* cos, const float* sin, int64_t tokens, int64_t heads, int64_t dim, float* out,
           ThreadPool* pool = nullptr);
 
+// The backward passes of the three, for training (kernel_linear.h's autograd functions), given the
+// output gradient `grad` of the same shape as the output.
+// rms_norm: dx[r] = scale·(g⊙w) − x[r]·scale³·Σ(g⊙w⊙x[r])/dim with scale = 1/sqrt(mean(x[r]²) + eps);
+// dweight (when not null, overwritten) = Σ_r g[r]⊙x[r]·scale[r].
+void rms_norm_backward(const float* x, const float* weight, const float* grad, int64_t rows, int64_t dim, float eps,
+                       float* dx, float* dweight, ThreadPool* pool = nullptr);
+// silu_mul: dgate = g·up·σ(gate)·(1 + gate·(1 − σ(gate))), dup = g·silu(gate).
+void silu_mul_backward(const float* gate, const float* up, const float* grad, int64_t n, float* dgate, float* dup,
+                       ThreadPool* pool = nullptr);
+// rope: dx = grad·cos + rotate_halfᵀ(grad·sin), i.e. dx[:half] = g1·cos1 + g2·sin2, dx[half:] = g2·cos2 − g1·sin1.
+void rope_backward(const float* grad, const float* cos, const float* sin, int64_t tokens, int64_t heads, int64_t dim,
+                   float* dx, ThreadPool* pool = nullptr);
+
 // One AdamW step on n fp32 parameters in place, in torch::optim::AdamW's arithmetic:
 // p *= decay; m = beta1·m + (1 − beta1)·g; v = beta2·v + (1 − beta2)·g²;
 // p −= step_size · m / (√v / bias2_sqrt + eps)   (decay = 1 − lr·weight_decay, step_size = lr / (1 − beta1^t),

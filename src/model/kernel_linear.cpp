@@ -1,5 +1,6 @@
 #include "model/kernel_linear.h"
 
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/functional/linear.h>
 
 #include <cstdlib>
@@ -60,44 +61,101 @@ torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight,
 
 namespace {
 
-// Every tensor on the CPU in fp32, none needing a graph, inside a KernelScope.
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Every tensor on the CPU in fp32 and the kernels not disabled: the fused element-wise kernels run,
+// in the engine's steps and (through the autograd functions below) in training alike.
 bool elementwise_applies(std::initializer_list<const torch::Tensor*> tensors) {
-  if (!kernels_active()) return false;
+  if (!kernels_enabled()) return false;
   for (const auto* t : tensors) {
     if (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32) return false;
-    if (torch::GradMode::is_enabled() && t->requires_grad()) return false;
   }
   return true;
 }
 
+float* data(torch::Tensor& t) { return t.data_ptr<float>(); }
+const float* data(const torch::Tensor& t) { return t.data_ptr<float>(); }
+
+// weight ⊙ x / sqrt(mean(x²) + eps) over the last dimension; backward recomputes the scale.
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+    const auto xc = x.contiguous(), wc = weight.contiguous();
+    auto out = torch::empty_like(xc);
+    const int64_t dim = xc.size(-1);
+    kernels::rms_norm(data(xc), data(wc), xc.numel() / dim, dim, static_cast<float>(eps), data(out));
+    ctx->save_for_backward({xc, wc});
+    ctx->saved_data["eps"] = eps;
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& w = saved[1];
+    const auto g = grads[0].contiguous();
+    const int64_t dim = x.size(-1);
+    auto dx = torch::empty_like(x);
+    torch::Tensor dw = ctx->needs_input_grad(1) ? torch::empty_like(w) : torch::Tensor();
+    kernels::rms_norm_backward(data(x), data(w), data(g), x.numel() / dim, dim,
+                               static_cast<float>(ctx->saved_data["eps"].toDouble()), data(dx),
+                               dw.defined() ? data(dw) : nullptr);
+    return {dx, dw, torch::Tensor()};
+  }
+};
+
+struct SiluMulFunction : torch::autograd::Function<SiluMulFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
+    const auto g = gate.contiguous(), u = up.contiguous();
+    auto out = torch::empty_like(g);
+    kernels::silu_mul(data(g), data(u), g.numel(), data(out));
+    ctx->save_for_backward({g, u});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto grad = grads[0].contiguous();
+    auto dgate = torch::empty_like(saved[0]), dup = torch::empty_like(saved[1]);
+    kernels::silu_mul_backward(data(saved[0]), data(saved[1]), data(grad), grad.numel(), data(dgate), data(dup));
+    return {dgate, dup};
+  }
+};
+
+// x [T, H, D] by cos/sin [T, D] (constants: no gradient).
+struct RopeFunction : torch::autograd::Function<RopeFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+    const auto xc = x.contiguous(), c = cos.contiguous(), s = sin.contiguous();
+    auto out = torch::empty_like(xc);
+    kernels::rope(data(xc), data(c), data(s), xc.size(0), xc.size(1), xc.size(2), data(out));
+    ctx->save_for_backward({c, s});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto g = grads[0].contiguous();
+    auto dx = torch::empty_like(g);
+    kernels::rope_backward(data(g), data(saved[0]), data(saved[1]), g.size(0), g.size(1), g.size(2), data(dx));
+    return {dx, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor kernel_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  if (!elementwise_applies({&x, &weight}) || x.dim() == 0 || weight.numel() != x.size(-1)) return {};
-  const auto xc = x.contiguous(), wc = weight.contiguous();
-  auto out = torch::empty_like(xc);
-  const int64_t dim = x.size(-1);
-  kernels::rms_norm(xc.data_ptr<float>(), wc.data_ptr<float>(), xc.numel() / dim, dim, static_cast<float>(eps),
-                    out.data_ptr<float>());
-  return out;
+  if (!elementwise_applies({&x, &weight}) || x.dim() == 0 || weight.dim() != 1 || weight.numel() != x.size(-1)) return {};
+  return RmsNormFunction::apply(x, weight, eps);
 }
 
 torch::Tensor kernel_silu_mul(const torch::Tensor& gate, const torch::Tensor& up) {
   if (!elementwise_applies({&gate, &up}) || gate.sizes() != up.sizes()) return {};
-  const auto g = gate.contiguous(), u = up.contiguous();
-  auto out = torch::empty_like(g);
-  kernels::silu_mul(g.data_ptr<float>(), u.data_ptr<float>(), g.numel(), out.data_ptr<float>());
-  return out;
+  return SiluMulFunction::apply(gate, up);
 }
 
 torch::Tensor kernel_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   if (!elementwise_applies({&x, &cos, &sin}) || x.dim() != 3 || cos.dim() != 2) return {};
-  const int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2);
+  const int64_t tokens = x.size(0), dim = x.size(2);
   if (dim % 2 != 0 || cos.size(0) != tokens || cos.size(1) != dim || sin.sizes() != cos.sizes()) return {};
-  const auto xc = x.contiguous(), c = cos.contiguous(), s = sin.contiguous();
-  auto out = torch::empty_like(xc);
-  kernels::rope(xc.data_ptr<float>(), c.data_ptr<float>(), s.data_ptr<float>(), tokens, heads, dim, out.data_ptr<float>());
-  return out;
+  return RopeFunction::apply(x, cos, sin);
 }
 
 torch::Tensor linear_no_grad(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {

@@ -1,7 +1,7 @@
 // The bridge from the model to the CPU kernels (kernels/): inside the engine's steps, generation's
-// small batches run their linear layers (reading half-precision weights as stored), RMSNorm,
-// SiLU·mul and rotary embedding there, multi-threaded; everything else (training, scoring, large
-// batches, other devices) stays on LibTorch.
+// small batches run their linear layers there (reading half-precision weights as stored); RMSNorm,
+// SiLU·mul and rotary embedding run there for every fp32 CPU pass, training included, with their
+// backward passes. Larger products and other devices stay on LibTorch.
 #pragma once
 
 #include <torch/types.h>
@@ -16,9 +16,9 @@ namespace rlcpp {
 constexpr int64_t kKernelMaxInputElements = 49152;
 constexpr int64_t kKernelMaxRowsHalf = 64;
 
-// Turns the kernels on for this thread while in scope: the generation engine's steps. Elsewhere
-// (the trainer's scoring and training passes) products stay on LibTorch, so the old log-probs of
-// an on-policy step equal the training pass's exactly (ratio 1).
+// Turns the matmul kernels on for this thread while in scope: the generation engine's steps.
+// Elsewhere (the trainer's scoring and training passes) products stay on LibTorch, so the old
+// log-probs of an on-policy step equal the training pass's exactly (ratio 1).
 class KernelScope {
  public:
   KernelScope();
@@ -40,11 +40,14 @@ bool kernels_enabled();
 // when $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
 torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
-// The fused element-wise kernels under the same conditions (CPU, fp32, no graph, inside a
-// KernelScope; any row count). Undefined when they do not apply.
+// The fused element-wise kernels, multi-threaded on the kernels' pool, wherever every tensor is on
+// the CPU in fp32 and $RLCPP_KERNELS is not 0: the engine's steps, and training and scoring too
+// (autograd functions whose backward passes are kernels as well), so the trainer's forward and the
+// engine's agree to the last bit in these steps. Undefined when they do not apply (other devices
+// and dtypes keep LibTorch's ops).
 torch::Tensor kernel_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor kernel_silu_mul(const torch::Tensor& gate, const torch::Tensor& up);
-// Packed x [T, H, D], cos/sin [T, D].
+// x [T, H, D] (tokens, heads, head_dim), cos/sin [T, D].
 torch::Tensor kernel_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // kernel_linear, else LibTorch's product with the weight (and bias) converted to x's dtype.

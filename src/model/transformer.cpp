@@ -235,8 +235,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  q = Rope::apply(q.transpose(1, 2), cos, sin);  // [B, Hq, T, D]
-  k = Rope::apply(k.transpose(1, 2), cos, sin);  // [B, Hkv, T, D]
+  auto rotate = [&](const torch::Tensor& x) {  // [B, T, H, D] -> rotated [B, H, T, D]
+    const int64_t heads = x.size(2);
+    auto y = kernel_rope(x.reshape({batch * length, heads, head_dim_}), cos.reshape({batch * length, head_dim_}),
+                         sin.reshape({batch * length, head_dim_}));
+    return y.defined() ? y.view({batch, length, heads, head_dim_}).transpose(1, 2) : Rope::apply(x.transpose(1, 2), cos, sin);
+  };
+  q = rotate(q);  // [B, Hq, T, D]
+  k = rotate(k);  // [B, Hkv, T, D]
   auto out = causal_attention(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim_)));  // [B, Hq, T, D]
   out = out.transpose(1, 2).reshape({batch, length, n_heads_ * head_dim_});
   return o_proj->forward(out);
