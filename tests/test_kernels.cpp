@@ -12,6 +12,7 @@
 #include "model/rope.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
+#include "util/threads.h"
 
 using namespace rlcpp;
 
@@ -318,3 +319,27 @@ TEST(ThreadPool, NestedCallsRunSeriallyOnTheWorker) {
   EXPECT_EQ(total.load(), 40);
 }
 
+// The CPU block cache (util/threads.h): a freed large block serves the next tensor that fits it
+// (and holds what that tensor writes), one more than an eighth smaller gets its own, and small
+// tensors bypass the cache.
+TEST(CpuBlockCache, ReusesAFreedBlockForTheNextTensorThatFits) {
+  install_cpu_block_cache();
+  auto a = torch::empty({1 << 20});  // 4 MiB
+  void* p = a.data_ptr();
+  const size_t before = cpu_block_cache_bytes();
+  a = torch::Tensor();
+  EXPECT_EQ(cpu_block_cache_bytes(), before + (size_t{4} << 20));
+  auto b = torch::empty({(1 << 20) - 1000});  // within an eighth: the same block
+  EXPECT_EQ(b.data_ptr(), p);
+  EXPECT_EQ(cpu_block_cache_bytes(), before);
+  b.fill_(1.0f);
+  EXPECT_EQ(b.sum().item<double>(), static_cast<double>((1 << 20) - 1000));
+  b = torch::Tensor();
+  auto c = torch::empty({1 << 19});  // half the size: a block of its own (the unused one may be
+  EXPECT_NE(c.data_ptr(), p);         // returned to the kernel, when it is over a quarter of the peak)
+  const size_t after = cpu_block_cache_bytes();
+  EXPECT_LE(after, before + (size_t{4} << 20));
+  auto small = torch::empty({1000});
+  small = torch::Tensor();
+  EXPECT_EQ(cpu_block_cache_bytes(), after);
+}

@@ -1,12 +1,153 @@
 #include "util/threads.h"
 
 #include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
+#include <mutex>
+#include <new>
+#include <string>
+#include <algorithm>
+#include <list>
+#include <map>
+#include <vector>
 
 namespace rlcpp {
 
+namespace {
+
+class BlockCache final : public c10::Allocator {
+ public:
+  BlockCache(c10::Allocator* small, std::size_t limit) : small_(small), limit_(limit) {}
+
+  c10::DataPtr allocate(std::size_t n) const override {
+    if (n < kMinBlock) return small_->allocate(n);
+    std::size_t size = page_rounded(n);
+    std::vector<std::pair<void*, std::size_t>> evicted;
+    void* p = take(&size, &evicted);
+    for (auto [q, bytes] : evicted) ::munmap(q, bytes);
+    if (p == nullptr) p = map(size);
+    return {p, new Block{p, size, this}, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  std::size_t cached() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+
+ private:
+  static constexpr std::size_t kMinBlock = std::size_t{1} << 20;
+
+  struct Block {
+    void* p;
+    std::size_t size;
+    const BlockCache* cache;
+  };
+  struct Unused {
+    void* p;
+    std::size_t size;
+  };
+  using Lru = std::list<Unused>;  // unused blocks, the longest unused first
+
+  static std::size_t page_rounded(std::size_t n) { return (n + 4095) / 4096 * 4096; }
+
+  static void* map(std::size_t size) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    ::madvise(p, size, MADV_HUGEPAGE);
+#endif
+    return p;
+  }
+
+  // The smallest unused block of at least *size bytes and at most an eighth more (*size becomes
+  // its size). Else nullptr, and the caller maps a new block after unmapping `evicted`: the longest
+  // unused blocks, until what stays unused is within a quarter of the most ever live, so the cache
+  // holds at most that above the program's own peak.
+  void* take(std::size_t* size, std::vector<std::pair<void*, std::size_t>>* evicted) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = by_size_.lower_bound(*size);
+    if (it != by_size_.end() && it->first <= *size + *size / 8) {
+      const Unused block = *it->second;
+      lru_.erase(it->second);
+      by_size_.erase(it);
+      cached_ -= block.size;
+      *size = block.size;
+      add_live(block.size);
+      return block.p;
+    }
+    add_live(*size);
+    while (!lru_.empty() && cached_ > peak_live_ / 4) {
+      const Unused oldest = lru_.front();
+      for (auto e = by_size_.lower_bound(oldest.size); e != by_size_.end(); ++e) {
+        if (e->second == lru_.begin()) {
+          by_size_.erase(e);
+          break;
+        }
+      }
+      lru_.pop_front();
+      cached_ -= oldest.size;
+      evicted->emplace_back(oldest.p, oldest.size);
+    }
+    return nullptr;
+  }
+
+  void add_live(std::size_t size) const {
+    live_ += size;
+    peak_live_ = std::max(peak_live_, live_);
+  }
+
+  static void release(void* ctx) {
+    auto* block = static_cast<Block*>(ctx);
+    block->cache->keep(block->p, block->size);
+    delete block;
+  }
+
+  void keep(void* p, std::size_t size) const {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live_ -= size;
+      if (cached_ + size <= limit_) {
+        lru_.push_back({p, size});
+        by_size_.emplace(size, std::prev(lru_.end()));
+        cached_ += size;
+        return;
+      }
+    }
+    ::munmap(p, size);
+  }
+
+  c10::Allocator* small_;
+  std::size_t limit_;
+  mutable std::mutex mutex_;
+  mutable Lru lru_;
+  mutable std::multimap<std::size_t, Lru::iterator> by_size_;  // the same blocks by size
+  mutable std::size_t cached_ = 0, live_ = 0, peak_live_ = 0;
+};
+
+BlockCache* installed = nullptr;
+
+}  // namespace
+
+void install_cpu_block_cache() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::size_t mib = 4096;
+    if (const char* env = std::getenv("RLCPP_CPU_BLOCK_CACHE_MB"); env != nullptr && *env != '\0') {
+      mib = static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
+    }
+    if (mib == 0) return;
+    // Never destroyed: tensors may outlive every other static.
+    installed = new BlockCache(c10::GetCPUAllocator(), mib << 20);
+    c10::SetCPUAllocator(installed, /*priority=*/1);
+  });
+}
+
+std::size_t cpu_block_cache_bytes() { return installed != nullptr ? installed->cached() : 0; }
+
 int configure_threads(int requested) {
+  install_cpu_block_cache();
   int n = requested;
   if (n <= 0) {
     if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr) n = std::atoi(env);

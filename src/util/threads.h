@@ -1,12 +1,34 @@
-// Intra-op thread count for LibTorch: an explicit request, else $OMP_NUM_THREADS, else LibTorch's
-// own default. On Debian's CPU LibTorch that default is 1 intra-op thread while OpenBLAS threads
-// every matmul over all cores, and that split measured fastest (bench/forward, 2 cores, 6 layers:
-// forward 315 tokens/s at 1 thread vs 244 at 2, since two thread pools then fight over two cores).
+// Process-wide compute settings for LibTorch on the CPU: its intra-op threads, and a cache of the
+// large blocks its tensors are allocated in.
+//
+// Intra-op threads: an explicit request, else $OMP_NUM_THREADS, else LibTorch's own default. On
+// Debian's CPU LibTorch that default is 1 intra-op thread while OpenBLAS threads every matmul over
+// all cores, and that split measured fastest (bench/forward, 2 cores, 6 layers: forward 315
+// tokens/s at 1 thread vs 244 at 2, since two thread pools then fight over two cores). The fused
+// element-wise kernels (model/kernel_linear.h) run on the kernels' own pool over every core.
 #pragma once
+
+#include <cstddef>
 
 namespace rlcpp {
 
-// Sets LibTorch's intra-op threads when asked to and returns the count in effect. `requested` <= 0: automatic.
+// Sets LibTorch's intra-op threads when asked to and returns the count in effect. `requested` <= 0:
+// automatic. Also installs the block cache below (once).
 int configure_threads(int requested = 0);
+
+// LibTorch's CPU allocator returns every large block to the kernel when a tensor dies (glibc maps
+// blocks above 32 MiB afresh, and trims its heap), so each step of a forward+backward pays page
+// faults and the kernel's zeroing for gigabytes of activations and gradients again (a fifth of a
+// 0.5B-model forward+backward here). This cache keeps freed blocks of at least 1 MiB for the next
+// tensor that fits one (at most an eighth smaller, so little is wasted). When none fits, the blocks
+// unused longest go back to the kernel until the unused ones are within a quarter of the most
+// bytes ever live, so peak memory stays close to what the program itself needs (measured: a
+// 0.5B forward+backward's peak RSS did not grow). $RLCPP_CPU_BLOCK_CACHE_MB (default 4096) caps
+// the unused bytes; 0 turns the cache off. Blocks are mapped with transparent huge pages where the
+// kernel allows them.
+void install_cpu_block_cache();
+
+// Bytes the cache holds unused now (for tests and benchmarks).
+std::size_t cpu_block_cache_bytes();
 
 }  // namespace rlcpp
