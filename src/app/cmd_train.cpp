@@ -106,7 +106,10 @@ void add_train_command(CLI::App& app) {
       run_distributed(config, *topology);
     } catch (const std::exception& e) {
       const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
-      std::cerr << topology->describe() << (user ? " error: " : " internal error: ") << e.what() << std::endl;
+      // One write: std::cerr is unbuffered, so piecewise output from two failing ranks could
+      // interleave within a line on the launcher's shared stream.
+      const std::string line = topology->describe() + (user ? " error: " : " internal error: ") + e.what() + "\n";
+      std::cerr << line << std::flush;
       // The launcher forwards each rank's output asynchronously, and an abort tears the job down at
       // once: a moment's grace lets the cause reach the user before the job ends. 500 ms was not
       // always enough with every core busy (dist_train's error-aborts-job lost the line once in CI).

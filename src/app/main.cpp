@@ -68,10 +68,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const rlcpp::UserError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << std::string("error: ") + e.what() + "\n";  // one write: ranks share the launcher's stream
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "internal error: " << e.what() << "\n";
+    std::cerr << std::string("internal error: ") + e.what() + "\n";
     return 3;
   }
   return 0;
