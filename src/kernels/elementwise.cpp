@@ -144,12 +144,16 @@ void AdamWRange(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_R
   }
 }
 
-void RopeRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT cos, const float* HWY_RESTRICT sin, int64_t r0,
-              int64_t r1, int64_t heads, int64_t dim, float* HWY_RESTRICT out) {
+// Rotary embedding over rows [r0, r1) (r = token * heads + head), halves x1 = x[:half], x2 = x[half:]:
+// forward   out1 = x1·cos1 − x2·sin1,  out2 = x2·cos2 + x1·sin2;
+// backward  dx1  = g1·cos1 + g2·sin2,  dx2  = g2·cos2 − g1·sin1 (the transpose of the forward).
+template <bool kBackward>
+HWY_INLINE void RopeRowsOf(const float* HWY_RESTRICT x, const float* HWY_RESTRICT cos, const float* HWY_RESTRICT sin,
+                           int64_t r0, int64_t r1, int64_t heads, int64_t dim, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t half = dim / 2, vec = half / lanes * lanes;
-  for (int64_t r = r0; r < r1; ++r) {  // r = token * heads + head
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t t = r / heads;
     const float* c = cos + t * dim;
     const float* s = sin + t * dim;
@@ -159,39 +163,36 @@ void RopeRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT cos, const 
     float* o2 = o1 + half;
     for (int64_t i = 0; i < vec; i += lanes) {
       const auto a = hn::LoadU(df, x1 + i), b = hn::LoadU(df, x2 + i);
-      hn::StoreU(hn::Sub(hn::Mul(a, hn::LoadU(df, c + i)), hn::Mul(b, hn::LoadU(df, s + i))), df, o1 + i);
-      hn::StoreU(hn::Add(hn::Mul(b, hn::LoadU(df, c + half + i)), hn::Mul(a, hn::LoadU(df, s + half + i))), df, o2 + i);
+      const auto c1 = hn::LoadU(df, c + i), c2 = hn::LoadU(df, c + half + i);
+      const auto s1 = hn::LoadU(df, s + i), s2 = hn::LoadU(df, s + half + i);
+      if constexpr (kBackward) {
+        hn::StoreU(hn::MulAdd(a, c1, hn::Mul(b, s2)), df, o1 + i);
+        hn::StoreU(hn::NegMulAdd(a, s1, hn::Mul(b, c2)), df, o2 + i);
+      } else {
+        hn::StoreU(hn::Sub(hn::Mul(a, c1), hn::Mul(b, s1)), df, o1 + i);
+        hn::StoreU(hn::Add(hn::Mul(b, c2), hn::Mul(a, s2)), df, o2 + i);
+      }
     }
     for (int64_t i = vec; i < half; ++i) {
-      o1[i] = x1[i] * c[i] - x2[i] * s[i];
-      o2[i] = x2[i] * c[half + i] + x1[i] * s[half + i];
+      if constexpr (kBackward) {
+        o1[i] = x1[i] * c[i] + x2[i] * s[half + i];
+        o2[i] = x2[i] * c[half + i] - x1[i] * s[i];
+      } else {
+        o1[i] = x1[i] * c[i] - x2[i] * s[i];
+        o2[i] = x2[i] * c[half + i] + x1[i] * s[half + i];
+      }
     }
   }
 }
 
+void RopeRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT cos, const float* HWY_RESTRICT sin, int64_t r0,
+              int64_t r1, int64_t heads, int64_t dim, float* HWY_RESTRICT out) {
+  RopeRowsOf<false>(x, cos, sin, r0, r1, heads, dim, out);
+}
+
 void RopeBackwardRows(const float* HWY_RESTRICT g, const float* HWY_RESTRICT cos, const float* HWY_RESTRICT sin,
                       int64_t r0, int64_t r1, int64_t heads, int64_t dim, float* HWY_RESTRICT dx) {
-  const hn::ScalableTag<float> df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t half = dim / 2, vec = half / lanes * lanes;
-  for (int64_t r = r0; r < r1; ++r) {  // r = token * heads + head
-    const int64_t t = r / heads;
-    const float* c = cos + t * dim;
-    const float* s = sin + t * dim;
-    const float* g1 = g + r * dim;
-    const float* g2 = g1 + half;
-    float* o1 = dx + r * dim;
-    float* o2 = o1 + half;
-    for (int64_t i = 0; i < vec; i += lanes) {
-      const auto a = hn::LoadU(df, g1 + i), b = hn::LoadU(df, g2 + i);
-      hn::StoreU(hn::MulAdd(a, hn::LoadU(df, c + i), hn::Mul(b, hn::LoadU(df, s + half + i))), df, o1 + i);
-      hn::StoreU(hn::NegMulAdd(a, hn::LoadU(df, s + i), hn::Mul(b, hn::LoadU(df, c + half + i))), df, o2 + i);
-    }
-    for (int64_t i = vec; i < half; ++i) {
-      o1[i] = g1[i] * c[i] + g2[i] * s[half + i];
-      o2[i] = g2[i] * c[half + i] - g1[i] * s[i];
-    }
-  }
+  RopeRowsOf<true>(g, cos, sin, r0, r1, heads, dim, dx);
 }
 
 }  // namespace rlcpp::kernels::HWY_NAMESPACE
