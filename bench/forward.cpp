@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -36,6 +37,7 @@ struct Args {
   bool skip_model = false;
   bool skip_memory = false;
   bool op_profile = false;  // LibTorch's profiler over one more forward+backward: self time per op
+  bool op_profile_shapes = false;  // ... per op and input shapes
   int threads = 0;     // 0: all cores
   std::string child;  // internal: "head:<T>:<chunked|plain>" or "attention:<T>:<chunked|plain>"
 };
@@ -43,9 +45,10 @@ struct Args {
 // Self time (exclusive of nested ops) per LibTorch op over `run`, largest first: where the
 // forward+backward spends what its matrix products do not.
 template <class F>
-void print_op_profile(F&& run, double total_s) {
+void print_op_profile(F&& run, double total_s, bool by_shape) {
   namespace prof = torch::autograd::profiler;
-  prof::enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
+  prof::enableProfilerLegacy(
+      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU, /*report_input_shapes=*/by_shape));
   run();
   const auto lists = prof::disableProfilerLegacy();
   std::map<std::string, std::pair<double, int64_t>> self;  // name -> (us, calls)
@@ -62,7 +65,9 @@ void print_op_profile(F&& run, double total_s) {
         const Open open = stack.back();
         stack.pop_back();
         const double us = open.event->cpuElapsedUs(e);
-        auto& entry = self[open.event->name()];
+        std::string key = open.event->name();
+        if (by_shape) key += " " + fmt::format("{}", open.event->shapes());
+        auto& entry = self[key];
         entry.first += us - open.children_us;
         entry.second += 1;
         if (!stack.empty()) stack.back().children_us += us;
@@ -73,7 +78,7 @@ void print_op_profile(F&& run, double total_s) {
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
   std::printf("  LibTorch ops by self time (one more forward+backward, profiled; unprofiled it took %.2f s):\n", total_s);
   for (size_t i = 0; i < std::min<size_t>(rows.size(), 30); ++i) {
-    std::printf("    %-44s %8.3f s  %6ld calls\n", rows[i].first.c_str(), rows[i].second.first / 1e6,
+    std::printf("    %-60s %8.3f s  %6ld calls\n", rows[i].first.c_str(), rows[i].second.first / 1e6,
                 static_cast<long>(rows[i].second.second));
   }
 }
@@ -165,13 +170,13 @@ void run_model(const Args& args) {
     train_s = std::min(train_s, seconds_since(start));
   }
   const long train_peak = proc_status_kib("VmHWM");
-  if (args.op_profile) {
+  if (args.op_profile || args.op_profile_shapes) {
     print_op_profile(
         [&] {
           model->zero_grad();
           model->token_logprobs(ids, targets).sum().backward();
         },
-        train_s);
+        train_s, args.op_profile_shapes);
   }
   std::printf("batch %ld x length %ld (%.0f tokens), best of %ld\n", static_cast<long>(args.batch),
               static_cast<long>(args.length), tokens, static_cast<long>(args.repeats));
@@ -218,6 +223,7 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-model", args.skip_model, "only the head and attention memory figures");
   app.add_flag("--skip-memory", args.skip_memory, "only the model's figures (no head or attention memory tables)");
   app.add_flag("--op-profile", args.op_profile, "print LibTorch's self time per op over one more forward+backward");
+  app.add_flag("--op-profile-shapes", args.op_profile_shapes, "--op-profile per op and input shapes");
   app.add_option("--threads", args.threads, "intra-op threads (0: all cores)")->capture_default_str();
   app.add_option("--child", args.child)->group("");
   CLI11_PARSE(app, argc, argv);

@@ -113,6 +113,57 @@ TEST(ModelGradients, TokenLogprobsMatchFiniteDifferencesInDouble) {
   }
 }
 
+// The embedding's gradient goes straight into .grad (transformer.cpp's EmbeddingIntoGrad): the
+// entries of rows the input uses (one token twice) against finite differences, with .grad absent
+// at first; a second backward accumulates onto it (twice the first); a frozen embedding gets none.
+TEST(ModelGradients, EmbeddingRowsOfTheInputMatchFiniteDifferences) {
+  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
+    SCOPED_TRACE(dir.string());
+    ModelOptions options;
+    options.dtype = torch::kFloat64;
+    auto model = Transformer::from_pretrained(dir, options);
+    torch::manual_seed(4);
+    const int64_t vocab = model->config().vocab_size, hidden = model->config().hidden_size;
+    auto ids = torch::randint(0, vocab, {2, 6}, torch::kInt64);
+    ids[1][4] = ids[0][1].item<int64_t>();
+    auto targets = torch::randint(0, vocab, {2, 6}, torch::kInt64);
+    auto weights = torch::randn({2, 6}, torch::kFloat64);
+    auto loss_fn = [&] { return (model->token_logprobs(ids, targets) * weights).sum(); };
+    auto embedding = model->model->embed_tokens->weight;
+    ASSERT_FALSE(embedding.grad().defined());
+    loss_fn().backward();
+    ASSERT_TRUE(embedding.grad().defined());
+    const auto first = embedding.grad().clone();
+    torch::NoGradGuard no_grad;
+    for (int64_t row : {ids[0][1].item<int64_t>(), ids[1][0].item<int64_t>()}) {
+      for (int64_t col : {int64_t{0}, hidden - 1}) {
+        auto entry = embedding[row][col];
+        const double saved = entry.item<double>(), eps = 1e-6;
+        entry.fill_(saved + eps);
+        const double up = loss_fn().item<double>();
+        entry.fill_(saved - eps);
+        const double down = loss_fn().item<double>();
+        entry.fill_(saved);
+        const double numeric = (up - down) / (2 * eps);
+        EXPECT_NEAR(first[row][col].item<double>(), numeric, 1e-6 + 1e-5 * std::abs(numeric)) << row << "," << col;
+      }
+    }
+    {
+      torch::AutoGradMode grad(true);
+      loss_fn().backward();
+    }
+    EXPECT_TRUE(torch::allclose(embedding.grad(), first * 2, 1e-12, 1e-12));
+    embedding.mutable_grad() = torch::Tensor();
+    embedding.set_requires_grad(false);
+    {
+      torch::AutoGradMode grad(true);
+      auto logp = model->token_logprobs(ids, targets);
+      if (logp.requires_grad()) (logp * weights).sum().backward();
+    }
+    EXPECT_FALSE(embedding.grad().defined());
+  }
+}
+
 // The fused loss head against the chunked head followed by the same per-token loss under autograd:
 // loss, log-probs, entropy and the gradients of hidden and weight (fp64, chunks of 1 row to all),
 // and a frozen weight gets no gradient.

@@ -89,6 +89,33 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   }
 };
 
+// A trained embedding's lookup whose backward adds its rows straight into the weight's .grad (made
+// if absent) and hands autograd no gradient for the weight. LibTorch's embedding backward builds a
+// dense zero [V, H] gradient for a handful of rows, and with tied weights autograd then adds it to
+// the head's [V, H] gradient out of place before accumulating: three vocabulary-sized buffers a
+// micro-batch (0.5B: 545 MB each) that this one index_add_ replaces. The head's gradient still
+// reaches .grad through autograd, after this has run (the weight's accumulation waits for both).
+struct EmbeddingIntoGrad : public torch::autograd::Function<EmbeddingIntoGrad> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
+                               const torch::Tensor& ids) {
+    ctx->saved_data["weight"] = weight;  // the parameter itself: its .grad is written
+    ctx->save_for_backward({ids});
+    auto sizes = ids.sizes().vec();
+    sizes.push_back(weight.size(1));
+    return weight.index_select(0, ids.reshape({-1})).view(sizes);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto weight = ctx->saved_data["weight"].toTensor();
+    const auto ids = ctx->get_saved_variables()[0].reshape({-1});
+    const auto g = grads[0].reshape({-1, weight.size(1)}).to(weight.scalar_type());
+    torch::NoGradGuard no_grad;
+    if (!weight.grad().defined()) weight.mutable_grad() = torch::zeros_like(weight);
+    weight.mutable_grad().index_add_(0, ids, g);
+    return {torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // A linear layer over a frozen weight stored in another dtype than x's: the weight is converted for
 // the product and again in backward, so autograd keeps the stored (half-size) weight, not a full-
 // precision copy of it per layer. Only x (and a bias that trains) get gradients.
@@ -493,7 +520,7 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
   auto mask = attention_mask.defined()
                   ? attention_mask.to(options_.device).to(torch::kBool)
                   : torch::ones({batch, length}, torch::TensorOptions().dtype(torch::kBool).device(options_.device));
-  auto h = as_dtype(model->embed_tokens->forward(ids), options_.dtype);
+  auto h = as_dtype(embed(ids), options_.dtype);
   const bool checkpoint = options_.gradient_checkpointing && is_training() && torch::GradMode::is_enabled();
   for (const auto& block : *model->layers) {
     auto* layer = block->as<DecoderLayerImpl>();
@@ -512,12 +539,18 @@ torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const 
   RLCPP_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(), "packed ids {} and positions {} must be [T]",
               ids.sizes(), positions.sizes());
   auto [cos, sin] = rope_.cos_sin(positions.to(options_.device), options_.dtype);  // [T, D]
-  auto h = as_dtype(model->embed_tokens->forward(ids.to(options_.device)), options_.dtype);
+  auto h = as_dtype(embed(ids.to(options_.device)), options_.dtype);
   int64_t layer = 0;
   for (const auto& block : *model->layers) {
     h = block->as<DecoderLayerImpl>()->forward_packed(h, cos, sin, layer++, backend);
   }
   return model->norm->forward(h);
+}
+
+torch::Tensor Transformer::embed(const torch::Tensor& ids) {
+  const auto& weight = model->embed_tokens->weight;
+  if (torch::GradMode::is_enabled() && weight.requires_grad()) return EmbeddingIntoGrad::apply(weight, ids);
+  return model->embed_tokens->forward(ids);
 }
 
 torch::Tensor Transformer::output_weight() const { return as_dtype(stored_output_weight(), options_.dtype); }

@@ -210,6 +210,8 @@ class Transformer : public torch::nn::Module {
  private:
   // Stores the frozen weights in options_.frozen_dtype (after loading).
   void store_frozen_weights();
+  // The embedding lookup; a trained embedding's gradient goes straight into its .grad (transformer.cpp).
+  torch::Tensor embed(const torch::Tensor& ids);
 
   ModelConfig config_;
   ModelOptions options_;
