@@ -271,3 +271,15 @@ TEST(JinjaTemplates, WhitespaceMarkersInsideLoops) {
   EXPECT_EQ(render("{% for x in [1, 2] %}\n    {{ x }}\n{% endfor %}"), "    1\n    2\n");
   EXPECT_EQ(render("a\n  {% if true %}\n  b\n  {% endif %}\nc"), "a\n  b\nc");
 }
+
+// Integer arithmetic as Python's: floor division and modulo take the divisor's sign, and results
+// beyond 64 bits (Python's ints are unbounded) become floats instead of overflowing (the fuzzer's
+// finds: 566 ** 40, 5000503039666666666 * 2).
+TEST(Jinja, IntegerArithmeticNeverOverflows) {
+  EXPECT_EQ(render("{{ -7 // 2 }} {{ 7 // -2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ -8 % -1 }} {{ 2 ** 10 }}"), "-4 -4 2 -2 0 1024");
+  EXPECT_EQ(render("{{ 9223372036854775807 % 9223372036854775806 }}"), "1");
+  EXPECT_EQ(render("{{ (566 ** 40) > 9000000000000000000 }} {{ (5000503039666666666 * 2) > 9000000000000000000 }}"),
+            "True True");
+  EXPECT_EQ(render("{{ (9223372036854775807 + 1) > 9000000000000000000 }} {{ (-9223372036854775807 - 2) < 0 }}"),
+            "True True");
+}

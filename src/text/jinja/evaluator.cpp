@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 
 #include "text/jinja/builtins.h"
@@ -315,18 +316,31 @@ class Evaluator {
     const bool ints = a.kind != Value::Kind::kFloat && b.kind != Value::Kind::kFloat;
     const int64_t ai = a.kind == Value::Kind::kBool ? a.b : a.i, bi = b.kind == Value::Kind::kBool ? b.b : b.i;
     const double ad = a.as_double(), bd = b.as_double();
-    if (op == "+") return ints ? Value::integer(ai + bi) : Value::number(ad + bd);
-    if (op == "-") return ints ? Value::integer(ai - bi) : Value::number(ad - bd);
-    if (op == "*") return ints ? Value::integer(ai * bi) : Value::number(ad * bd);
-    if (op == "**") return ints && bi >= 0 ? Value::integer(static_cast<int64_t>(std::pow(ai, bi))) : Value::number(std::pow(ad, bd));
+    // Integer results that do not fit 64 bits (Python's ints are unbounded) become floats.
+    int64_t r = 0;
+    if (op == "+") return ints && !__builtin_add_overflow(ai, bi, &r) ? Value::integer(r) : Value::number(ad + bd);
+    if (op == "-") return ints && !__builtin_sub_overflow(ai, bi, &r) ? Value::integer(r) : Value::number(ad - bd);
+    if (op == "*") return ints && !__builtin_mul_overflow(ai, bi, &r) ? Value::integer(r) : Value::number(ad * bd);
+    if (op == "**") {
+      const double p = std::pow(ad, bd);
+      const bool exact = ints && bi >= 0 && std::abs(p) < 9.007199254740992e15;  // below 2^53: exact in double
+      return exact ? Value::integer(static_cast<int64_t>(p)) : Value::number(p);
+    }
     if (bd == 0) fail(e.pos, "division by zero");
     if (op == "/") return Value::number(ad / bd);
     if (op == "//") {
-      if (ints) return Value::integer(static_cast<int64_t>(std::floor(static_cast<double>(ai) / static_cast<double>(bi))));
+      if (ints && !(ai == INT64_MIN && bi == -1)) {
+        const int64_t q = ai / bi;
+        return Value::integer(q - ((ai % bi != 0) && ((ai < 0) != (bi < 0)) ? 1 : 0));  // floor, as Python
+      }
       return Value::number(std::floor(ad / bd));
     }
     if (op == "%") {
-      if (ints) return Value::integer(((ai % bi) + bi) % bi);
+      if (ints && bi == -1) return Value::integer(0);
+      if (ints) {  // the sign of the divisor, as Python
+        const int64_t m = ai % bi;
+        return Value::integer(m != 0 && ((m < 0) != (bi < 0)) ? m + bi : m);
+      }
       return Value::number(ad - bd * std::floor(ad / bd));
     }
     fail(e.pos, fmt::format("unknown operator {}", op));
