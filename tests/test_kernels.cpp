@@ -8,6 +8,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
+#include "kernels/softmax.h"
 #include "model/kernel_linear.h"
 #include "model/rope.h"
 #include "test_util.h"
@@ -281,6 +282,30 @@ TEST(Kernels, ElementwiseGradientsMatchLibTorchAutogradOnEveryTarget) {
       want.backward(g.to(torch::kFloat64));
       EXPECT_LT(close(out, want), 1e-5) << "rope " << tokens << "x" << heads << "x" << dim;
       EXPECT_LT(close(x.grad(), x64.grad()), 1e-5) << "rope dx " << tokens << "x" << heads << "x" << dim;
+    }
+  }
+}
+
+// The training head's row passes (kernels/softmax.h) against LibTorch on odd widths, every target.
+TEST(Kernels, HeadRowPassesMatchLibTorchOnEveryTarget) {
+  RestoreTargets restore;
+  torch::manual_seed(6);
+  ThreadPool pool(3);
+  for (int64_t target : kernels::supported_target_bits()) {
+    kernels::restrict_targets_for_test(target);
+    SCOPED_TRACE(kernels::target_name(target));
+    for (auto [rows, n] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 17}, {7, 1000}, {5, 151936}}) {
+      auto x = torch::randn({rows, n}) * 6;
+      auto lse = torch::empty({rows});
+      kernels::row_logsumexp(x.data_ptr<float>(), rows, n, lse.data_ptr<float>(), &pool);
+      auto want = x.to(torch::kFloat64).logsumexp(-1);
+      EXPECT_LT((lse.to(torch::kFloat64) - want).abs().max().item<double>(), 2e-6 * (1 + want.abs().max().item<double>()))
+          << rows << "x" << n;
+      auto coef = torch::randn({rows});
+      auto y = x.clone();
+      kernels::exp_scale_rows(y.data_ptr<float>(), rows, n, lse.data_ptr<float>(), coef.data_ptr<float>(), &pool);
+      auto expect = (x - lse.unsqueeze(-1)).exp() * coef.unsqueeze(-1);
+      EXPECT_LT(((y - expect).abs() / (expect.abs() + 1e-30)).max().item<double>(), 1e-5) << rows << "x" << n;
     }
   }
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "util/thread_pool.h"
+
 #include "kernels/targets.h"
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/softmax.cpp"
@@ -51,6 +53,18 @@ double ExpSum(const float* HWY_RESTRICT x, int64_t n, float scale, float shift, 
   return total;
 }
 
+// x[i] = coef · exp(x[i] − shift), in place.
+void ExpScaleInPlace(float* HWY_RESTRICT x, int64_t n, float shift, float coef) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto vshift = hn::Set(df, shift), vcoef = hn::Set(df, coef);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(hn::Mul(vcoef, hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vshift))), df, x + i);
+  }
+  for (; i < n; ++i) x[i] = coef * std::exp(x[i] - shift);
+}
+
 }  // namespace rlcpp::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -59,6 +73,7 @@ namespace rlcpp::kernels {
 
 HWY_EXPORT(MaxOf);
 HWY_EXPORT(ExpSum);
+HWY_EXPORT(ExpScaleInPlace);
 
 float max_of(const float* x, int64_t n, int64_t* argmax) {
   const float m = HWY_DYNAMIC_DISPATCH(MaxOf)(x, n);
@@ -72,6 +87,22 @@ float max_of(const float* x, int64_t n, int64_t* argmax) {
 
 double exp_sum(const float* x, int64_t n, float scale, float shift, float* out) {
   return HWY_DYNAMIC_DISPATCH(ExpSum)(x, n, scale, shift, out);
+}
+
+void row_logsumexp(const float* x, int64_t rows, int64_t n, float* lse, ThreadPool* pool) {
+  (pool != nullptr ? *pool : ThreadPool::global()).parallel_for(rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* row = x + r * n;
+      const float m = HWY_DYNAMIC_DISPATCH(MaxOf)(row, n);
+      lse[r] = static_cast<float>(m + std::log(HWY_DYNAMIC_DISPATCH(ExpSum)(row, n, 1.0f, m, nullptr)));
+    }
+  });
+}
+
+void exp_scale_rows(float* x, int64_t rows, int64_t n, const float* shift, const float* coef, ThreadPool* pool) {
+  (pool != nullptr ? *pool : ThreadPool::global()).parallel_for(rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) HWY_DYNAMIC_DISPATCH(ExpScaleInPlace)(x + r * n, n, shift[r], coef[r]);
+  });
 }
 
 }  // namespace rlcpp::kernels

@@ -2,6 +2,8 @@
 
 #include <torch/autograd.h>
 
+#include "kernels/softmax.h"
+#include "model/kernel_linear.h"
 #include "util/error.h"
 #include "util/torch_format.h"
 
@@ -19,6 +21,38 @@ torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, 
   return logits;
 }
 
+// The row passes over a chunk's logits run on the kernels (every core) for contiguous fp32 CPU
+// logits, on LibTorch otherwise.
+bool on_kernels(const torch::Tensor& logits) {
+  return kernels_enabled() && logits.device().is_cpu() && logits.scalar_type() == torch::kFloat32 &&
+         logits.is_contiguous();
+}
+
+// log Σ_j exp(logits[i, j]) of a chunk's logits [n, V]: [n].
+torch::Tensor logsumexp_rows(const torch::Tensor& logits) {
+  if (!on_kernels(logits)) return logits.logsumexp(-1);
+  auto lse = torch::empty({logits.size(0)}, logits.options());
+  kernels::row_logsumexp(logits.data_ptr<float>(), logits.size(0), logits.size(1), lse.data_ptr<float>());
+  return lse;
+}
+
+// Turns a chunk's logits [n, V] (already divided by temperature) in place into g_i · d logp_i /
+// d logit_ij = g_i · (1[j = t_i] − p_ij) / temperature, with lse [n], g [n, 1] and targets t [n, 1].
+torch::Tensor into_logprob_gradient(torch::Tensor& logits, const torch::Tensor& lse, const torch::Tensor& g,
+                                    const torch::Tensor& t, double temperature) {
+  if (on_kernels(logits)) {  // one pass: -g/T · exp(logits - lse), then + g/T at the target
+    const auto coef = (g / -temperature).contiguous();
+    const auto shift = lse.contiguous();
+    kernels::exp_scale_rows(logits.data_ptr<float>(), logits.size(0), logits.size(1), shift.data_ptr<float>(),
+                            coef.data_ptr<float>());
+    return logits.scatter_add_(-1, t, g / temperature);
+  }
+  auto grad_logits = logits.sub_(lse.unsqueeze(-1)).exp_().mul_(-g);
+  grad_logits.scatter_add_(-1, t, g);
+  if (temperature != 1.0) grad_logits.div_(temperature);
+  return grad_logits;
+}
+
 // Over rows that all have a target (token_logprobs_chunked selects them). A second output, the
 // per-token entropy, is computed when asked (`with_entropy`) and carries no gradient.
 class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFunction> {
@@ -33,7 +67,7 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       auto logits = chunk_logits(hidden.narrow(0, start, len), weight, temperature);
-      auto chunk_lse = logits.logsumexp(-1);
+      auto chunk_lse = logsumexp_rows(logits);
       auto picked = logits.gather(-1, targets.narrow(0, start, len).unsqueeze(-1)).squeeze(-1);
       lse.narrow(0, start, len).copy_(chunk_lse);
       out.narrow(0, start, len).copy_(picked - chunk_lse);
@@ -67,9 +101,8 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
       auto h = hidden.narrow(0, start, len);
       auto g = grad.narrow(0, start, len).unsqueeze(-1);  // [n, 1]
       auto logits = chunk_logits(h, weight, temperature);
-      auto grad_logits = logits.sub_(lse.narrow(0, start, len).unsqueeze(-1)).exp_().mul_(-g);
-      grad_logits.scatter_add_(-1, targets.narrow(0, start, len).unsqueeze(-1), g);
-      if (temperature != 1.0) grad_logits.div_(temperature);
+      auto grad_logits = into_logprob_gradient(logits, lse.narrow(0, start, len), g,
+                                               targets.narrow(0, start, len).unsqueeze(-1), temperature);
       auto grad_logits_model = grad_logits.to(hidden.scalar_type());
       grad_hidden.narrow(0, start, len).copy_(torch::matmul(grad_logits_model, weight));
       if (!weight_grad) continue;
@@ -102,8 +135,8 @@ class FusedLossHeadFunction : public torch::autograd::Function<FusedLossHeadFunc
       auto h = hidden.narrow(0, start, len);
       auto t = targets.narrow(0, start, len).unsqueeze(-1);
       auto logits = chunk_logits(h, weight, temperature);
-      auto lse = logits.logsumexp(-1, true);
-      logprobs.narrow(0, start, len).copy_(logits.gather(-1, t).squeeze(-1) - lse.squeeze(-1));
+      auto lse = logsumexp_rows(logits);
+      logprobs.narrow(0, start, len).copy_(logits.gather(-1, t).squeeze(-1) - lse);
       // d loss / d logp of this chunk's tokens: a per-token loss needs no other token's value.
       torch::Tensor g;
       {
@@ -112,10 +145,8 @@ class FusedLossHeadFunction : public torch::autograd::Function<FusedLossHeadFunc
         g = torch::autograd::grad({(*loss_of)(x)}, {x})[0].narrow(0, start, len).unsqueeze(-1);
       }
       // d logp_i / d logit_ij = (1[j = t_i] - p_ij) / temperature.
-      if (with_entropy) entropy.narrow(0, start, len).copy_(lse.squeeze(-1) - (torch::softmax(logits, -1) * logits).sum(-1));
-      auto grad_logits = logits.sub_(lse).exp_().mul_(-g);
-      grad_logits.scatter_add_(-1, t, g);
-      if (temperature != 1.0) grad_logits.div_(temperature);
+      if (with_entropy) entropy.narrow(0, start, len).copy_(lse - (torch::softmax(logits, -1) * logits).sum(-1));
+      auto grad_logits = into_logprob_gradient(logits, lse, g, t, temperature);
       auto grad_logits_model = grad_logits.to(hidden.scalar_type());
       grad_hidden.narrow(0, start, len).copy_(torch::matmul(grad_logits_model, weight));
       if (!weight_grad) continue;
@@ -203,7 +234,7 @@ LogprobsEntropy token_logprobs_entropy(const torch::Tensor& hidden, const torch:
   for (int64_t start = 0; start < n; start += chunk_tokens) {
     const auto index = rows.narrow(0, start, std::min(chunk_tokens, n - start));
     auto logits = chunk_logits(hidden.index_select(0, index), weight, temperature);
-    auto lse = logits.logsumexp(-1);
+    auto lse = logsumexp_rows(logits);
     auto picked = logits.gather(-1, targets.index_select(0, index).unsqueeze(-1)).squeeze(-1);
     out.logprobs.index_copy_(0, index, picked - lse);
     out.entropy.index_copy_(0, index, lse - (torch::softmax(logits, -1) * logits).sum(-1));
