@@ -4,6 +4,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <sys/mman.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -135,7 +136,14 @@ void install_cpu_block_cache() {
   std::call_once(once, [] {
     std::size_t mib = 4096;
     if (const char* env = std::getenv("RLCPP_CPU_BLOCK_CACHE_MB"); env != nullptr && *env != '\0') {
-      mib = static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
+      char* end = nullptr;
+      const unsigned long long value = std::strtoull(env, &end, 10);
+      if (*end == '\0' && env[0] != '-') {
+        mib = static_cast<std::size_t>(value);
+      } else {  // before logging and argument parsing: a plain line, and the default
+        std::fprintf(stderr, "warning: RLCPP_CPU_BLOCK_CACHE_MB=%s is not a whole number of MiB; using %zu "
+                             "(set 0 to turn the cache off)\n", env, mib);
+      }
     }
     if (mib == 0) return;
     // Never destroyed: tensors may outlive every other static.
