@@ -310,6 +310,54 @@ TEST(Kernels, HeadRowPassesMatchLibTorchOnEveryTarget) {
   }
 }
 
+// Training attention's row passes (kernels/softmax.h) against LibTorch's masked softmax: two
+// batch elements (one left-padded), two heads, a block of query rows that starts mid-sequence.
+TEST(Kernels, CausalSoftmaxRowsMatchLibTorchOnEveryTarget) {
+  RestoreTargets restore;
+  torch::manual_seed(7);
+  ThreadPool pool(3);
+  const int64_t batch = 2, heads = 2, length = 37, first = 20, block = 17;
+  const float scale = 0.3f;
+  auto key_mask = torch::ones({batch, length}, torch::kBool);
+  key_mask[1].narrow(0, 0, 9).fill_(false);
+  auto x = torch::randn({batch, heads, block, length}) * 5;
+  // The reference: position p = first + i reads keys j <= p that are unmasked, and always itself.
+  auto i = torch::arange(first, first + block).view({block, 1});
+  auto j = torch::arange(length).view({1, length});
+  auto allowed = (j.le(i).unsqueeze(0) & key_mask.unsqueeze(1)) | j.eq(i).unsqueeze(0);  // [B, block, T]
+  auto masked = (x.to(torch::kFloat64) * scale).masked_fill(allowed.unsqueeze(1).logical_not(), -INFINITY);
+  auto want_lse = masked.logsumexp(-1);
+  auto want = (masked - want_lse.unsqueeze(-1)).exp();
+  auto dp = torch::randn_like(x), delta = torch::randn({batch, heads, block});
+  kernels::CausalRows c;
+  c.rows = batch * heads * block;
+  c.n = length;
+  c.block = block;
+  c.first = first;
+  c.per_batch = heads * block;
+  c.key_mask = key_mask.data_ptr<bool>();
+  c.mask_stride = length;
+  c.scale = scale;
+  for (int64_t target : kernels::supported_target_bits()) {
+    kernels::restrict_targets_for_test(target);
+    SCOPED_TRACE(kernels::target_name(target));
+    auto probs = x.clone();
+    auto lse = torch::empty({batch, heads, block});
+    kernels::causal_softmax_rows(probs.data_ptr<float>(), c, lse.data_ptr<float>(), &pool);
+    EXPECT_LT((lse.to(torch::kFloat64) - want_lse).abs().max().item<double>(), 1e-5);
+    EXPECT_LT((probs.to(torch::kFloat64) - want).abs().max().item<double>(), 1e-6);
+    EXPECT_EQ(probs[1][0][0].narrow(0, 0, 9).abs().sum().item<float>(), 0.0f);  // padding keys read nothing
+    auto again = x.clone();
+    kernels::causal_probs_rows(again.data_ptr<float>(), c, lse.data_ptr<float>(), &pool);
+    EXPECT_LT((again - probs).abs().max().item<float>(), 1e-6f);
+    auto ds = dp.clone();
+    kernels::softmax_grad_rows(probs.data_ptr<float>(), ds.data_ptr<float>(), delta.data_ptr<float>(), c.rows, length,
+                               scale, &pool);
+    auto want_ds = probs * (dp - delta.unsqueeze(-1)) * scale;
+    EXPECT_LT((ds - want_ds).abs().max().item<float>(), 1e-5f);
+  }
+}
+
 TEST(ThreadPool, EveryIndexRunsOnceInAlignedRanges) {
   ThreadPool pool(3);
   for (int64_t n : {1, 5, 63, 64, 1000, 1001}) {

@@ -1,6 +1,7 @@
 // Highway's dynamic dispatch, as in matmul.cpp: compiled once per SIMD target.
 #include "kernels/softmax.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -65,6 +66,29 @@ void ExpScaleInPlace(float* HWY_RESTRICT x, int64_t n, float shift, float coef) 
   for (; i < n; ++i) x[i] = coef * std::exp(x[i] - shift);
 }
 
+// x[i] *= coef.
+void ScaleInPlace(float* HWY_RESTRICT x, int64_t n, float coef) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto vcoef = hn::Set(df, coef);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::Mul(vcoef, hn::LoadU(df, x + i)), df, x + i);
+  for (; i < n; ++i) x[i] *= coef;
+}
+
+// dp[i] = scale · p[i] · (dp[i] − delta).
+void SoftmaxGrad(const float* HWY_RESTRICT p, float* HWY_RESTRICT dp, int64_t n, float delta, float scale) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto vdelta = hn::Set(df, delta), vscale = hn::Set(df, scale);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto d = hn::Sub(hn::LoadU(df, dp + i), vdelta);
+    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, p + i), vscale), d), df, dp + i);
+  }
+  for (; i < n; ++i) dp[i] = p[i] * scale * (dp[i] - delta);
+}
+
 }  // namespace rlcpp::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -74,6 +98,28 @@ namespace rlcpp::kernels {
 HWY_EXPORT(MaxOf);
 HWY_EXPORT(ExpSum);
 HWY_EXPORT(ExpScaleInPlace);
+HWY_EXPORT(SoftmaxGrad);
+HWY_EXPORT(ScaleInPlace);
+
+namespace {
+
+ThreadPool& pool_or_global(ThreadPool* pool) { return pool != nullptr ? *pool : ThreadPool::global(); }
+
+// The keys row r may read lie in [0, end); those masked out below end get -inf (exp gives 0),
+// those at or past end are left for the caller. Returns end.
+int64_t mask_causal_row(float* row, const CausalRows& c, int64_t r) {
+  const int64_t position = c.first + r % c.block;
+  const bool* mask = c.key_mask + (r / c.per_batch) * c.mask_stride;
+  for (int64_t j = 0; j < position; ++j) {
+    if (!mask[j]) row[j] = -std::numeric_limits<float>::infinity();
+  }
+  return position + 1;
+}
+
+// x[end, n) = 0: keys after the query's position.
+void zero_tail(float* row, int64_t end, int64_t n) { std::fill(row + end, row + n, 0.0f); }
+
+}  // namespace
 
 float max_of(const float* x, int64_t n, int64_t* argmax) {
   const float m = HWY_DYNAMIC_DISPATCH(MaxOf)(x, n);
@@ -90,7 +136,7 @@ double exp_sum(const float* x, int64_t n, float scale, float shift, float* out) 
 }
 
 void row_logsumexp(const float* x, int64_t rows, int64_t n, float* lse, ThreadPool* pool) {
-  (pool != nullptr ? *pool : ThreadPool::global()).parallel_for(rows, [&](int64_t b, int64_t e) {
+  pool_or_global(pool).parallel_for(rows, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float* row = x + r * n;
       const float m = HWY_DYNAMIC_DISPATCH(MaxOf)(row, n);
@@ -100,8 +146,40 @@ void row_logsumexp(const float* x, int64_t rows, int64_t n, float* lse, ThreadPo
 }
 
 void exp_scale_rows(float* x, int64_t rows, int64_t n, const float* shift, const float* coef, ThreadPool* pool) {
-  (pool != nullptr ? *pool : ThreadPool::global()).parallel_for(rows, [&](int64_t b, int64_t e) {
+  pool_or_global(pool).parallel_for(rows, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) HWY_DYNAMIC_DISPATCH(ExpScaleInPlace)(x + r * n, n, shift[r], coef[r]);
+  });
+}
+
+void causal_softmax_rows(float* x, const CausalRows& c, float* lse, ThreadPool* pool) {
+  pool_or_global(pool).parallel_for(c.rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* row = x + r * c.n;
+      const int64_t end = mask_causal_row(row, c, r);
+      const float shift = HWY_DYNAMIC_DISPATCH(MaxOf)(row, end) * c.scale;  // the own key keeps it finite
+      const double sum = HWY_DYNAMIC_DISPATCH(ExpSum)(row, end, c.scale, shift, row);
+      lse[r] = static_cast<float>(shift + std::log(sum));
+      HWY_DYNAMIC_DISPATCH(ScaleInPlace)(row, end, static_cast<float>(1.0 / sum));
+      zero_tail(row, end, c.n);
+    }
+  });
+}
+
+void causal_probs_rows(float* x, const CausalRows& c, const float* lse, ThreadPool* pool) {
+  pool_or_global(pool).parallel_for(c.rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* row = x + r * c.n;
+      const int64_t end = mask_causal_row(row, c, r);
+      HWY_DYNAMIC_DISPATCH(ExpSum)(row, end, c.scale, lse[r], row);
+      zero_tail(row, end, c.n);
+    }
+  });
+}
+
+void softmax_grad_rows(const float* p, float* dp, const float* delta, int64_t rows, int64_t n, float scale,
+                       ThreadPool* pool) {
+  pool_or_global(pool).parallel_for(rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) HWY_DYNAMIC_DISPATCH(SoftmaxGrad)(p + r * n, dp + r * n, n, delta[r], scale);
   });
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/softmax.h"
+#include "model/kernel_linear.h"
 #include "model/logprobs.h"
 #include "util/error.h"
 #include "util/torch_format.h"
@@ -41,6 +43,73 @@ torch::Tensor block_scores(const torch::Tensor& qb, const torch::Tensor& kb, con
   return scores.masked_fill_(allowed_keys(key_mask, start, rows).logical_not(), -std::numeric_limits<double>::infinity());
 }
 
+// fp32 on the CPU with the kernels on: the softmax passes over each block run as row kernels on
+// every core (kernels/softmax.h), one pass each where LibTorch makes several on one thread.
+bool softmax_on_kernels(const torch::Tensor& q) {
+  return kernels_enabled() && q.device().is_cpu() && q.scalar_type() == torch::kFloat32;
+}
+
+// One block's unscaled scores q·kᵀ [B, Hkv, G * rows, end] and how the kernels read their rows.
+std::pair<torch::Tensor, kernels::CausalRows> raw_scores(const torch::Tensor& qb, const torch::Tensor& kb,
+                                                         const torch::Tensor& key_mask, int64_t start, int64_t rows,
+                                                         double scale) {
+  auto scores = torch::matmul(qb, kb.transpose(-1, -2)).contiguous();
+  kernels::CausalRows c;
+  c.rows = scores.numel() / kb.size(2);
+  c.n = kb.size(2);
+  c.block = rows;
+  c.first = start;
+  c.per_batch = qb.size(1) * qb.size(2);
+  c.key_mask = key_mask.data_ptr<bool>();
+  c.mask_stride = key_mask.size(1);
+  c.scale = static_cast<float>(scale);
+  return {scores, c};
+}
+
+// Forward of one block: the probabilities in q's dtype [B, Hkv, G * rows, end] and each row's
+// log-sum-exp in the softmax dtype [B, Hkv, G, rows].
+std::pair<torch::Tensor, torch::Tensor> block_softmax(const torch::Tensor& qb, const torch::Tensor& kb,
+                                                      const torch::Tensor& key_mask, int64_t start, int64_t rows,
+                                                      double scale, torch::ScalarType acc) {
+  const int64_t batch = qb.size(0), kv_heads = qb.size(1), group = qb.size(2) / rows;
+  if (softmax_on_kernels(qb)) {
+    auto [scores, c] = raw_scores(qb, kb, key_mask, start, rows, scale);
+    auto lse = torch::empty({batch, kv_heads, group, rows}, qb.options());
+    kernels::causal_softmax_rows(scores.data_ptr<float>(), c, lse.data_ptr<float>());
+    return {scores, lse};
+  }
+  auto scores = block_scores(qb, kb, key_mask, start, rows, scale, acc);
+  auto lse = scores.logsumexp(-1, /*keepdim=*/true);
+  auto probs = scores.sub_(lse).exp_().to(qb.scalar_type()).view({batch, kv_heads, group * rows, kb.size(2)});
+  return {probs, lse.squeeze(-1)};
+}
+
+// Backward's recompute of one block's probabilities from the saved log-sum-exp [B, Hkv, G, rows],
+// in the softmax dtype: [B, Hkv, G * rows, end].
+torch::Tensor block_probs(const torch::Tensor& qb, const torch::Tensor& kb, const torch::Tensor& key_mask,
+                          int64_t start, int64_t rows, double scale, const torch::Tensor& lse) {
+  if (softmax_on_kernels(qb)) {
+    auto [scores, c] = raw_scores(qb, kb, key_mask, start, rows, scale);
+    kernels::causal_probs_rows(scores.data_ptr<float>(), c, lse.contiguous().data_ptr<float>());
+    return scores;
+  }
+  auto probs = block_scores(qb, kb, key_mask, start, rows, scale, lse.scalar_type()).sub_(lse.unsqueeze(-1)).exp_();
+  return probs.view({qb.size(0), qb.size(1), qb.size(2), kb.size(2)});
+}
+
+// The block's score gradient dS = scale · P ⊙ (dP − delta), written over dp (both [B, Hkv, G * rows, end]
+// in the softmax dtype; delta [B, Hkv, G, rows, 1]).
+void block_score_grad(const torch::Tensor& probs, torch::Tensor& dp, const torch::Tensor& delta, double scale) {
+  if (softmax_on_kernels(probs)) {
+    const int64_t n = dp.size(-1);
+    kernels::softmax_grad_rows(probs.data_ptr<float>(), dp.data_ptr<float>(), delta.contiguous().data_ptr<float>(),
+                               dp.numel() / n, n, static_cast<float>(scale));
+    return;
+  }
+  auto dp5 = dp.view({delta.size(0), delta.size(1), delta.size(2), delta.size(3), dp.size(-1)});
+  dp5.sub_(delta).mul_(probs.view(dp5.sizes())).mul_(scale);
+}
+
 class BlockedAttention : public torch::autograd::Function<BlockedAttention> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
@@ -54,11 +123,9 @@ class BlockedAttention : public torch::autograd::Function<BlockedAttention> {
     for (int64_t start = 0; start < length; start += block) {
       const int64_t rows = std::min(block, length - start), end = start + rows;
       auto qb = qg.narrow(3, start, rows).reshape({batch, kv_heads, group * rows, dim});
-      auto scores = block_scores(qb, k.narrow(2, 0, end), key_mask, start, rows, scale, acc);
-      auto row_lse = scores.logsumexp(-1, /*keepdim=*/true);
-      auto probs = scores.sub_(row_lse).exp_().to(q.scalar_type()).view({batch, kv_heads, group * rows, end});
+      auto [probs, row_lse] = block_softmax(qb, k.narrow(2, 0, end), key_mask, start, rows, scale, acc);
       out.narrow(3, start, rows).copy_(torch::matmul(probs, v.narrow(2, 0, end)).view({batch, kv_heads, group, rows, dim}));
-      lse.narrow(3, start, rows).copy_(row_lse.squeeze(-1));
+      lse.narrow(3, start, rows).copy_(row_lse);
     }
     ctx->save_for_backward({q, k, v, key_mask, out, lse});
     ctx->saved_data["scale"] = scale;
@@ -86,14 +153,12 @@ class BlockedAttention : public torch::autograd::Function<BlockedAttention> {
       const int64_t rows = std::min(block, length - start), end = start + rows;
       auto qb = qg.narrow(3, start, rows).reshape({batch, kv_heads, group * rows, dim});
       auto kb = k.narrow(2, 0, end), vb = v.narrow(2, 0, end);
-      auto probs = block_scores(qb, kb, key_mask, start, rows, scale, acc)
-                       .sub_(lse.narrow(3, start, rows).unsqueeze(-1))
-                       .exp_();  // [B, Hkv, G, rows, end]
+      auto probs = block_probs(qb, kb, key_mask, start, rows, scale, lse.narrow(3, start, rows));
       auto dob = dout.narrow(3, start, rows).reshape({batch, kv_heads, group * rows, dim});
-      const auto flat = std::vector<int64_t>{batch, kv_heads, group * rows, end};
-      dv.narrow(2, 0, end).add_(torch::matmul(probs.to(dtype).view(flat).transpose(-1, -2), dob).to(acc));
-      auto dp = torch::matmul(dob, vb.transpose(-1, -2)).to(acc).view(probs.sizes());
-      auto ds = probs.mul_(dp.sub_(delta.narrow(3, start, rows))).mul_(scale).to(dtype).view(flat);
+      dv.narrow(2, 0, end).add_(torch::matmul(probs.to(dtype).transpose(-1, -2), dob).to(acc));
+      auto dp = torch::matmul(dob, vb.transpose(-1, -2)).to(acc).contiguous();
+      block_score_grad(probs, dp, delta.narrow(3, start, rows), scale);
+      auto ds = dp.to(dtype);
       dq.narrow(3, start, rows).copy_(torch::matmul(ds, kb).view({batch, kv_heads, group, rows, dim}));
       dk.narrow(2, 0, end).add_(torch::matmul(ds.transpose(-1, -2), qb).to(acc));
     }
@@ -126,7 +191,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   check_shapes(q, k, v, key_mask);
   RLCPP_CHECK(block_rows >= 0, "attention: block_rows must be >= 0, got {}", block_rows);
   if (block_rows == 0) block_rows = attention_block_rows(q.size(0), q.size(1), q.size(2));
-  return BlockedAttention::apply(q, k.contiguous(), v.contiguous(), key_mask, scale, block_rows);
+  return BlockedAttention::apply(q, k.contiguous(), v.contiguous(), key_mask.contiguous(), scale, block_rows);
 }
 
 torch::Tensor causal_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
