@@ -17,7 +17,9 @@ declare -A allowed=(
   [engine]="util kernels io text model"
   [reward]="util"
   [algo]="util"
-  [train]="util kernels io model algo"
+  # train's ZeRO shards "given a communicator" (DESIGN.md): parallel's Communicator interface;
+  # parallel itself stays below (util, io) and never includes train.
+  [train]="util kernels io model algo parallel"
   [parallel]="util io"
   [rl]="util kernels io text model engine reward algo train parallel"
   [serve]="util kernels io text model engine reward"

@@ -13,6 +13,7 @@
 #include "rl/rollout_channel.h"
 #include "test_util.h"
 #include "train/trainer.h"
+#include "train/zero.h"
 #include "util/error.h"
 
 using namespace rlcpp;
@@ -253,4 +254,86 @@ TEST(Dist, GroupsSurviveTheirMessageForm) {
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(to_json(back[1]), to_json(g));
   EXPECT_THROW(decode_groups("\xc1 not msgpack"), InternalError);
+}
+
+// reduce_scatter and all_gather, then ZeRO stages 1 and 2 on every rank of the world against
+// LibTorch's AdamW on the all-reduced, clipped gradients (fp64, 1e-12): parameters whose sizes do
+// not divide by the ranks, shards that cut through parameters, a parameter without a gradient,
+// buckets smaller than a shard, clipping on and off, and the state moved between layouts.
+TEST(Dist, ZeroStagesTakeTheUnshardedAdamWStep) {
+  auto world = mpi_world();
+  const int n = world->size(), r = world->rank();
+  auto in = torch::arange(6 * n, torch::kFloat64) * (r + 1);
+  auto part = torch::empty({6}, torch::kFloat64);
+  world->reduce_scatter_sum(in, part);
+  EXPECT_TRUE(torch::equal(part, (torch::arange(6, torch::kFloat64) + 6 * r) * (n * (n + 1) / 2)));
+  auto all = torch::empty({4 * n}, torch::kFloat32);
+  world->all_gather(torch::full({4}, static_cast<float>(r)), all);
+  EXPECT_TRUE(torch::equal(all, torch::arange(n, torch::kFloat32).repeat_interleave(4)));
+
+  auto make_params = [] {
+    torch::manual_seed(11);
+    std::vector<torch::Tensor> ps;
+    for (auto shape : std::vector<std::vector<int64_t>>{{7, 5}, {13}, {3, 3, 2}, {1}, {29}}) {
+      ps.push_back(torch::randn(shape, torch::kFloat64).requires_grad_());
+    }
+    return ps;
+  };
+  for (int stage : {1, 2}) {
+    for (double max_norm : {0.0, 0.5}) {
+      SCOPED_TRACE(fmt::format("stage {}, max_norm {}", stage, max_norm));
+      auto sharded = make_params(), whole = make_params();
+      torch::optim::AdamWOptions options(0.05);
+      options.weight_decay(0.1);
+      torch::optim::AdamW reference(whole, options);
+      ZeroOptimizer zero(sharded, *world, stage, /*bucket_bytes=*/8 * 5 * n);  // 5 elements per rank and bucket
+      for (int step = 0; step < 3; ++step) {
+        torch::manual_seed(100 + step);
+        std::vector<torch::Tensor> summed;
+        for (size_t i = 0; i < whole.size(); ++i) summed.push_back(torch::zeros_like(whole[i]));
+        for (int k = 0; k < n; ++k) {  // rank k's gradient; rank r sets its own
+          for (size_t i = 0; i < whole.size(); ++i) {
+            auto g = torch::randn_like(whole[i]) * (k + 1);
+            if (i == 3) continue;  // no gradient for this parameter
+            summed[i] += g;
+            if (k == r) sharded[i].mutable_grad() = g.clone();
+          }
+        }
+        // The reference gets zeros where no rank has a gradient, as all_reduce_gradients gives it.
+        for (size_t i = 0; i < whole.size(); ++i) whole[i].mutable_grad() = summed[i];
+        double want_norm = 0;
+        if (max_norm > 0) {
+          want_norm = torch::nn::utils::clip_grad_norm_(whole, max_norm);
+        } else {
+          for (size_t i = 0; i < whole.size(); ++i) {
+            if (i != 3) want_norm += summed[i].pow(2).sum().item<double>();
+          }
+          want_norm = std::sqrt(want_norm);
+        }
+        reference.step();
+        const double norm = zero.step(options, max_norm);
+        EXPECT_NEAR(norm, want_norm, 1e-12 * want_norm);
+        for (size_t i = 0; i < whole.size(); ++i) {
+          EXPECT_FALSE(sharded[i].grad().defined());  // released
+          EXPECT_TRUE(torch::allclose(sharded[i], whole[i], 1e-12, 1e-14)) << i;
+        }
+      }
+      // This rank's state is the reference's over its range; the whole state assembles from the
+      // ranks' shards and sets a fresh LibTorch AdamW that continues identically.
+      const auto mine = flat_adamw_state(reference, whole, zero.begin(), zero.end());
+      EXPECT_EQ(zero.state().step, 3);
+      EXPECT_EQ(mine.step, 3);
+      EXPECT_TRUE(torch::allclose(zero.state().exp_avg, mine.exp_avg, 1e-12, 1e-14));
+      EXPECT_TRUE(torch::allclose(zero.state().exp_avg_sq, mine.exp_avg_sq, 1e-12, 1e-14));
+      const int64_t total = flat_numel(whole);
+      std::vector<FlatAdamWState> pieces{flat_adamw_state(reference, whole, 0, total / 3),
+                                         flat_adamw_state(reference, whole, total / 3, total)};
+      auto copy = make_params();
+      torch::optim::AdamW resumed(copy, options);
+      set_adamw_state(resumed, copy, assemble_flat_state(pieces, 0, total, "test"));
+      const auto back = flat_adamw_state(resumed, copy, 0, total);
+      EXPECT_TRUE(torch::equal(back.exp_avg, flat_adamw_state(reference, whole, 0, total).exp_avg));
+      EXPECT_THROW(assemble_flat_state({pieces[1]}, 0, total, "test"), UserError);
+    }
+  }
 }

@@ -93,7 +93,7 @@ TEST(ChatLearnFields, ARunFileUsingEveryFieldLoadsAndMapsTheValues) {
 }
 
 TEST(ChatLearnFields, RefusedFeaturesNameTheirPlanAndOffValuesPass) {
-  EXPECT_THROW_MSG(load("model:\n  zero_size: 2\n"), UserError, "zero_size = 2", "issue 22");
+  EXPECT_THROW_MSG(load("model:\n  zero_size: 2\n"), UserError, "zero_size = 2", "ZeRO-3");
   EXPECT_THROW_MSG(load("model:\n  tensor_model_parallel_size: 2\n"), UserError, "issue 23");
   EXPECT_THROW_MSG(load("model:\n  offload_weights: true\n"), UserError, "offload_weights", "issue 25");
   EXPECT_THROW_MSG(load("runtime:\n  cpu_schedule_strategy: ROUND\n"), UserError, "PACK or SPREAD", "--map-by");
@@ -240,6 +240,20 @@ TEST(RunSettings, ResumeTreatsASettingTheCheckpointPredatesAsItsDefault) {
   EXPECT_EQ(incompatible_settings(recorded, load("rollout:\n  temperature: 0.9\n")).size(), 1u);
 }
 
+// A resume onto another trainer count keeps the global batch (-t × -tbs, -t × -tMbs), not -tbs.
+TEST(RunSettings, ResumeOntoAnotherTrainerCountKeepsTheGlobalBatch) {
+  auto layout = [](int t, int tbs) {
+    return load(fmt::format("runtime:\n  num_trainers: {0}\n  num_inferencers: {0}\ntrain:\n  train_batch_size: {1}\n"
+                            "  train_minibatch_size: {1}\n", t, tbs));
+  };
+  const auto recorded = run_config_json(layout(2, 3));
+  EXPECT_TRUE(incompatible_settings(recorded, layout(3, 2)).empty());
+  EXPECT_TRUE(incompatible_settings(recorded, layout(1, 6)).empty());
+  const auto differing = incompatible_settings(recorded, layout(3, 3));
+  ASSERT_EQ(differing.size(), 2u);
+  EXPECT_EQ(differing[0], "train.train_batch_size × runtime.num_trainers (the global batch): 6 -> 9");
+}
+
 TEST(RunSettings, ProjectIsOneFolderName) {
   for (const char* bad : {"../../escape", "a/b", "\"\"", ".", ".."}) {
     SCOPED_TRACE(bad);
@@ -251,4 +265,24 @@ TEST(RunSettings, ProjectIsOneFolderName) {
 TEST(RunSettings, RoundsThatCannotFitInMemoryAreRefused) {
   EXPECT_THROW_MSG(load("rollout:\n  num_generations: 100000000\n"), UserError, "-g 100000000", "GiB", "lower -g");
   EXPECT_NO_THROW(load("rollout:\n  num_generations: 64\n"));
+}
+
+// -zero and ColossalChat's plugin_config form of it (a JSON map, as a flag or in a run file).
+TEST(RunSettings, ZeroStageAndThePluginConfigForm) {
+  const std::string dist = "runtime:\n  num_trainers: 2\n  num_inferencers: 2\n";
+  EXPECT_EQ(load(dist + "  zero_stage: 2\n").zero, 2);
+  const auto c = load(dist + "  plugin_config: '{\"zero_stage\": 1, \"tp_size\": 1, \"pp_size\": 1, \"max_norm\": 0.5, "
+                             "\"microbatch_size\": 2}'\n");
+  EXPECT_EQ(c.zero, 1);
+  EXPECT_EQ(c.optimizer.max_grad_norm, 0.5);
+  EXPECT_EQ(load(dist + "  plugin_config:\n    zero_stage: 2\n").zero, 2);
+  EXPECT_THROW_MSG(load(dist + "  zero_stage: 1\n  plugin_config: '{\"zero_stage\": 2}'\n"), UserError, "zero_stage",
+                   "give it once");
+  EXPECT_THROW_MSG(load(dist + "  plugin_config: '{\"zero_stag\": 2}'\n"), UserError, "plugin_config key \"zero_stag\"");
+  EXPECT_THROW_MSG(load(dist + "  plugin_config: '{\"tp_size\": 2}'\n"), UserError, "tensor parallelism");
+  EXPECT_THROW_MSG(load(dist + "  plugin_config: '[1]'\n"), UserError, "runtime.plugin_config", "expected a map");
+  EXPECT_THROW_MSG(load(dist + "  zero_stage: 3\n"), UserError, "parameter sharding is not implemented");
+  EXPECT_THROW_MSG(load(dist + "  zero_stage: 4\n"), UserError, "a ZeRO stage is 0");
+  EXPECT_THROW_MSG(load("runtime:\n  zero_stage: 1\n"), UserError, "the colocated mode has one trainer");
+  EXPECT_EQ(load("runtime:\n  plugin_config: null\n").zero, 0);  // as printed configurations show it
 }

@@ -69,6 +69,32 @@ class MpiCommunicator final : public Communicator {
     view.write_back();
   }
 
+  void reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) override {
+    const int64_t n = output.numel();
+    RLCPP_CHECK(input.numel() == n * size_ && input.scalar_type() == output.scalar_type() && n < (int64_t{1} << 31),
+                "reduce_scatter of {} elements into {} on {} ranks", input.numel(), n, size_);
+    const auto send = input.device().is_cpu() && input.is_contiguous() ? input : input.contiguous().cpu();
+    HostView view(output);
+    const auto type = mpi_type(send.scalar_type());
+    RLCPP_CHECK(type != MPI_DATATYPE_NULL, "reduce_scatter of {}", c10::toString(send.scalar_type()));
+    check(MPI_Reduce_scatter_block(send.data_ptr(), view.host.data_ptr(), static_cast<int>(n), type, MPI_SUM, comm_),
+          "Reduce_scatter_block");
+    view.write_back();
+  }
+
+  void all_gather(const torch::Tensor& input, torch::Tensor& output) override {
+    const int64_t n = input.numel();
+    RLCPP_CHECK(output.numel() == n * size_ && input.scalar_type() == output.scalar_type() &&
+                    input.nbytes() < (size_t{1} << 31),
+                "all_gather of {} elements into {} on {} ranks", n, output.numel(), size_);
+    const auto send = input.device().is_cpu() && input.is_contiguous() ? input : input.contiguous().cpu();
+    HostView view(output);
+    check(MPI_Allgather(send.data_ptr(), static_cast<int>(send.nbytes()), MPI_BYTE, view.host.data_ptr(),
+                        static_cast<int>(send.nbytes()), MPI_BYTE, comm_),
+          "Allgather");
+    view.write_back();
+  }
+
   void broadcast(torch::Tensor& tensor, int root) override {
     HostView view(tensor);
     broadcast_raw(view.host.data_ptr(), view.host.nbytes(), root);
@@ -156,6 +182,8 @@ class SelfCommunicator final : public Communicator {
   int size() const override { return 1; }
   void barrier() override {}
   void all_reduce_sum(torch::Tensor&) override {}
+  void reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) override { output.copy_(input.view_as(output)); }
+  void all_gather(const torch::Tensor& input, torch::Tensor& output) override { output.copy_(input.view_as(output)); }
   void broadcast(torch::Tensor&, int) override {}
   void broadcast_bytes(std::string&, int) override {}
   void send_bytes(const std::string&, int dest, int) override {

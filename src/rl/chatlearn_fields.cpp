@@ -16,7 +16,7 @@ using F = FieldFate;
 const char* kOffload = "offload is not implemented yet (planned for device runs: optimizer and weight offload, issue 25)";
 const char* kTp = "tensor parallelism is not implemented yet (planned: issue 23)";
 const char* kPp = "pipeline parallelism is not planned; tensor parallelism (issue 23) and ZeRO (issue 22) will shard large models";
-const char* kZero = "ZeRO is not implemented yet (planned: stages 1-3 over MPI, issue 22)";
+const char* kZero = "zero_size shards the parameters (FSDP, ZeRO-3), not implemented yet; -zero 1 or 2 shards the AdamW state and gradients";
 const char* kRay = "Ray's runtime environment; rlcpp is one binary started by mpirun, so there is nothing to package";
 const char* kResources = "Ray resources; mpirun -np T+I (and --map-by, hostfiles) decide the processes and their placement";
 

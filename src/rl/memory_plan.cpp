@@ -95,7 +95,14 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
   } else {
     est.lines.push_back({"policy weights", params * e, fmt::format("{:.0f} M parameters in {}", params / 1e6, c.dtype)});
     est.lines.push_back({"gradients", params * e, "every weight is trained"});
-    est.lines.push_back({"AdamW moments", params * e * 2, "exp_avg and exp_avg_sq"});
+    if (c.zero > 0) {  // train/zero.h: the moments and the summed gradient of one shard
+      const double trainers = static_cast<double>(c.trainers());
+      est.lines.push_back({"AdamW moments", params * e * 2 / trainers,
+                           fmt::format("exp_avg and exp_avg_sq: ZeRO-{} keeps this trainer's 1/{}", c.zero, c.trainers())});
+      est.lines.push_back({"ZeRO gradient shard", params * e / trainers, "the summed gradient of this trainer's shard"});
+    } else {
+      est.lines.push_back({"AdamW moments", params * e * 2, "exp_avg and exp_avg_sq"});
+    }
   }
   if (c.algo.loss.kl_coef != 0 && !lora) {
     est.lines.push_back({"reference model", params * frozen, fmt::format("-kl {}: a frozen copy", c.algo.loss.kl_coef)});
@@ -191,6 +198,9 @@ void check_run_memory(const RunConfig& c, const MemoryEstimate& est, double avai
   if (available <= 0 || est.total() <= available) return;
   std::vector<std::string> fixes;
   if (!c.lora.enabled()) fixes.push_back("--lora-rank 16 (train adapters: no gradients, optimizer state or reference copy of the full model)");
+  if (!c.lora.enabled() && c.zero == 0 && c.distributed() && c.trainers() > 1) {
+    fixes.push_back(fmt::format("-zero 1 (shard the AdamW moments over the {} trainers)", c.trainers()));
+  }
   if (!c.gradient_checkpointing) fixes.push_back("--gradient-checkpointing (keep one layer's activations, not every layer's)");
   if (c.train_microbatch_size > 1) fixes.push_back(fmt::format("-tmbs {} (a smaller micro-batch)", std::max<int64_t>(1, c.train_microbatch_size / 2)));
   if (c.frozen_dtype.empty() && (c.lora.enabled() || c.algo.loss.kl_coef != 0)) {

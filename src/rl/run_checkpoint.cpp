@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/json.h"
@@ -67,6 +68,102 @@ void save_archive(const fs::path& path, const std::function<void(torch::serializ
 
 }  // namespace
 
+std::vector<fs::path> optimizer_shard_files(const fs::path& state_dir) {
+  std::vector<fs::path> out;
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator(state_dir, ignored)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind("optimizer-shard-", 0) == 0 && entry.path().extension() == ".safetensors") out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+constexpr int kShardTag = 9301;
+
+void write_shard_file(const fs::path& state_dir, int rank, int trainers, const FlatAdamWState& s) {
+  save_safetensors(state_dir / fmt::format("optimizer-shard-{:03d}-of-{:03d}.safetensors", rank, trainers),
+                   {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}},
+                   {{"begin", std::to_string(s.begin)},
+                    {"end", std::to_string(s.end)},
+                    {"total", std::to_string(s.total)},
+                    {"step", std::to_string(s.step)}});
+}
+
+}  // namespace
+
+void send_optimizer_shard(Communicator& trainers, const FlatAdamWState& mine) {
+  const nlohmann::json header = {{"begin", mine.begin}, {"end", mine.end}, {"total", mine.total}, {"step", mine.step},
+                                 {"dtype", c10::toString(mine.exp_avg.scalar_type())}};
+  trainers.send_bytes(header.dump(), 0, kShardTag);
+  trainers.send(mine.exp_avg, 0, kShardTag);
+  trainers.send(mine.exp_avg_sq, 0, kShardTag);
+}
+
+void write_optimizer_shards(const fs::path& state_dir, Communicator& trainers, const FlatAdamWState& mine) {
+  write_shard_file(state_dir, 0, trainers.size(), mine);
+  for (int r = 1; r < trainers.size(); ++r) {  // one shard in memory at a time
+    const auto header = nlohmann::json::parse(trainers.recv_bytes(r, kShardTag));
+    FlatAdamWState theirs;
+    theirs.begin = header.at("begin").get<int64_t>();
+    theirs.end = header.at("end").get<int64_t>();
+    theirs.total = header.at("total").get<int64_t>();
+    theirs.step = header.at("step").get<int64_t>();
+    theirs.exp_avg = torch::empty({theirs.end - theirs.begin}, mine.exp_avg.options().device(torch::kCPU));
+    theirs.exp_avg_sq = torch::empty_like(theirs.exp_avg);
+    trainers.recv(theirs.exp_avg, r, kShardTag);
+    trainers.recv(theirs.exp_avg_sq, r, kShardTag);
+    write_shard_file(state_dir, r, trainers.size(), theirs);
+  }
+}
+
+FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, int64_t end, int64_t total) {
+  std::vector<FlatAdamWState> pieces;
+  for (const auto& path : optimizer_shard_files(state_dir)) {
+    auto file = SafetensorsFile::open(path);
+    auto number = [&](const char* key) -> int64_t {
+      auto it = file->metadata().find(key);
+      if (it == file->metadata().end()) throw_user_error("{}: no \"{}\" in its metadata; not an rlcpp optimizer shard", path.string(), key);
+      try {
+        return std::stoll(it->second);
+      } catch (const std::exception&) {
+        throw_user_error("{}: metadata \"{}\" = \"{}\" is not a number", path.string(), key, it->second);
+      }
+    };
+    FlatAdamWState piece;
+    piece.begin = number("begin");
+    piece.end = number("end");
+    piece.total = number("total");
+    piece.step = number("step");
+    if (piece.total != total) {
+      throw_user_error("{}: the optimizer state covers {} trained elements, this run trains {}; the trained parameters "
+                       "changed (LoRA settings, the model): resume with the checkpoint's settings",
+                       path.string(), piece.total, total);
+    }
+    if (piece.end <= begin || piece.begin >= end) continue;  // not needed here: not read
+    piece.exp_avg = file->tensor("exp_avg");
+    piece.exp_avg_sq = file->tensor("exp_avg_sq");
+    if (piece.exp_avg.numel() != piece.end - piece.begin || piece.exp_avg_sq.numel() != piece.exp_avg.numel()) {
+      throw_user_error("{}: exp_avg holds {} elements for the range [{}, {})", path.string(), piece.exp_avg.numel(),
+                       piece.begin, piece.end);
+    }
+    pieces.push_back(std::move(piece));
+  }
+  if (pieces.empty() && begin < end) {
+    throw_user_error("{}: no optimizer.pt, and none of its {} optimizer shards covers elements [{}, {}): a shard file is "
+                     "missing; resume from a complete checkpoint", state_dir.string(), optimizer_shard_files(state_dir).size(),
+                     begin, end);
+  }
+  if (begin == end) {
+    FlatAdamWState empty;
+    empty.total = total;
+    return empty;
+  }
+  return assemble_flat_state(pieces, begin, end, state_dir.string());
+}
+
 void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::path& tokenizer_from,
                      const std::string& base_model, bool save_merged) {
   if (policy.has_adapters()) {
@@ -95,8 +192,13 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
     write_file_atomic(writing, c.state.dump(1) + "\n");
     writing = state_dir / "config.json";
     write_file_atomic(writing, c.config.dump(2) + "\n");
-    writing = state_dir / "optimizer.pt";  // inside the temporary directory: no rename of its own
-    save_archive(writing, [&](torch::serialize::OutputArchive& archive) { c.optimizer->save(archive); });
+    if (c.write_optimizer) {
+      writing = state_dir / "optimizer-shard-*.safetensors";
+      c.write_optimizer(state_dir);
+    } else {
+      writing = state_dir / "optimizer.pt";  // inside the temporary directory: no rename of its own
+      save_archive(writing, [&](torch::serialize::OutputArchive& archive) { c.optimizer->save(archive); });
+    }
     {
       auto generator = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(generator.mutex());
@@ -132,10 +234,12 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
 }
 
 fs::path save_run_checkpoint(const RunConfig& config, const fs::path& run_dir, int64_t step, const Transformer& policy,
-                             torch::optim::Optimizer& optimizer, nlohmann::json state) {
+                             torch::optim::Optimizer& optimizer, nlohmann::json state,
+                             std::function<void(const fs::path& state_dir)> write_optimizer) {
   CheckpointContents contents;
   contents.policy = &policy;
   contents.optimizer = &optimizer;
+  contents.write_optimizer = std::move(write_optimizer);
   contents.state = std::move(state);
   contents.config = run_config_json(config);
   contents.tokenizer_from = config.model;
@@ -181,6 +285,7 @@ std::optional<fs::path> find_resume_checkpoint(const RunConfig& config, const fs
 nlohmann::json read_checkpoint_state(const fs::path& step_dir, const RunConfig& config) {
   const fs::path state_dir = step_dir / "trainer_state";
   for (const char* name : {"state.json", "config.json", "optimizer.pt"}) {
+    if (std::string(name) == "optimizer.pt" && !optimizer_shard_files(state_dir).empty()) continue;  // ZeRO's shards
     if (!fs::exists(state_dir / name)) {
       throw_user_error("{}: missing {}; the checkpoint is incomplete (or from an older rlcpp) and cannot be resumed",
                        state_dir.string(), name);
@@ -200,12 +305,28 @@ nlohmann::json read_checkpoint_state(const fs::path& step_dir, const RunConfig& 
   return load_json_file(state_dir / "state.json");
 }
 
-void load_checkpoint_optimizer(const fs::path& step_dir, torch::optim::Optimizer& optimizer) {
+void load_checkpoint_optimizer(const fs::path& step_dir, Trainer& trainer) {
   const fs::path state_dir = step_dir / "trainer_state";
-  try {
-    torch::load(optimizer, (state_dir / "optimizer.pt").string());
-  } catch (const c10::Error& e) {
-    throw_user_error("{}: cannot load the optimizer state ({})", (state_dir / "optimizer.pt").string(), e.what_without_backtrace());
+  auto& optimizer = trainer.optimizer();
+  const auto params = optimizer.param_groups().at(0).params();
+  const bool whole = fs::exists(state_dir / "optimizer.pt");
+  if (whole) {
+    try {
+      torch::load(optimizer, (state_dir / "optimizer.pt").string());
+    } catch (const c10::Error& e) {
+      throw_user_error("{}: cannot load the optimizer state ({})", (state_dir / "optimizer.pt").string(),
+                       e.what_without_backtrace());
+    }
+  }
+  // Re-sharding: a ZeRO trainer takes its range of whatever the checkpoint holds (one whole state or
+  // the shards of any number of trainers); an unsharded trainer assembles the whole from shards.
+  if (auto* zero = trainer.zero()) {
+    zero->load_state(whole ? flat_adamw_state(optimizer, params, zero->begin(), zero->end())
+                           : read_optimizer_shards(state_dir, zero->begin(), zero->end(), zero->total()));
+    optimizer.state().clear();
+  } else if (!whole) {
+    const int64_t total = flat_numel(params);
+    set_adamw_state(optimizer, params, read_optimizer_shards(state_dir, 0, total, total));
   }
   if (fs::exists(state_dir / "rng.pt")) {
     torch::Tensor state;

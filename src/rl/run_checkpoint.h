@@ -9,9 +9,12 @@
 #include <torch/optim/optimizer.h>
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 
 #include "model/transformer.h"
+#include "parallel/communicator.h"
+#include "train/trainer.h"
 #include "rl/run_config.h"
 
 namespace rlcpp {
@@ -24,6 +27,8 @@ struct CheckpointContents {
   std::filesystem::path tokenizer_from;  // tokenizer and generation files are copied from here
   std::string base_model;                // LoRA: the adapter's base_model_name_or_path
   bool save_merged = false;              // LoRA: also the merged model in merged/
+  // ZeRO: writes the optimizer's shards into trainer_state/ in place of optimizer.pt.
+  std::function<void(const std::filesystem::path& state_dir)> write_optimizer;
 };
 
 // Writes `policy` as a model directory at `dir`: Hugging Face weights, or under LoRA PEFT's adapter
@@ -40,7 +45,8 @@ std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, 
 // with the resolved configuration and the tokenizer files of config.model); logs and returns it.
 std::filesystem::path save_run_checkpoint(const RunConfig& config, const std::filesystem::path& run_dir, int64_t step,
                                           const Transformer& policy, torch::optim::Optimizer& optimizer,
-                                          nlohmann::json state);
+                                          nlohmann::json state,
+                                          std::function<void(const std::filesystem::path& state_dir)> write_optimizer = {});
 
 // The checkpoint a run continues from, or nothing for a fresh run: --resume auto takes run_dir's
 // `latest` (nothing when there is none yet); -cp takes a step directory or a run directory's latest.
@@ -50,8 +56,19 @@ std::optional<std::filesystem::path> find_resume_checkpoint(const RunConfig& con
 // incompatible with `config` (the differing settings are named).
 nlohmann::json read_checkpoint_state(const std::filesystem::path& step_dir, const RunConfig& config);
 
-// Restores the optimizer and the RNG state saved next to state.json.
-void load_checkpoint_optimizer(const std::filesystem::path& step_dir, torch::optim::Optimizer& optimizer);
+// Restores the trainer's optimizer and the RNG state saved next to state.json. The optimizer state
+// may be one whole optimizer.pt (unsharded runs) or ZeRO's shards from any number of trainers; it
+// is re-sharded to this trainer's range (ZeRO) or assembled whole (unsharded).
+void load_checkpoint_optimizer(const std::filesystem::path& step_dir, Trainer& trainer);
+
+// ZeRO checkpoints: trainer_state/optimizer-shard-<r>-of-<T>.safetensors, each one trainer's range
+// of the flat AdamW state (exp_avg, exp_avg_sq; begin, end, total and step in its metadata).
+// Trainer 0 writes them all, receiving the others' one at a time (send_optimizer_shard).
+std::vector<std::filesystem::path> optimizer_shard_files(const std::filesystem::path& state_dir);
+void send_optimizer_shard(Communicator& trainers, const FlatAdamWState& mine);
+void write_optimizer_shards(const std::filesystem::path& state_dir, Communicator& trainers, const FlatAdamWState& mine);
+// The range [begin, end) of a checkpoint's shards, which must cover `total` trained elements.
+FlatAdamWState read_optimizer_shards(const std::filesystem::path& state_dir, int64_t begin, int64_t end, int64_t total);
 
 // run_dir/metrics.jsonl made ready for a run continuing after `resumed_step` (rewound), or for a
 // fresh one: refused when the directory already holds a run, unless --resume auto found no

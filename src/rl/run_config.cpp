@@ -134,8 +134,18 @@ void reject_unimplemented(const RunConfig& c) {
     throw_user_error("-pp {}: pipeline parallelism is not planned; leave it at 1 (tensor parallelism, issue 23, and ZeRO, "
                      "issue 22, will shard large models)", c.pp);
   }
-  if (c.zero != 0) {
-    throw_user_error("-zero {}: ZeRO is not implemented yet (planned: stages 1-3 over MPI, issue 22); leave it at 0", c.zero);
+  if (c.zero < 0 || c.zero > 3) {
+    throw_user_error("-zero/--zero-stage {}: a ZeRO stage is 0 (off), 1 (optimizer state sharded) or 2 (also gradients)",
+                     c.zero);
+  }
+  if (c.zero == 3) {
+    throw_user_error("-zero/--zero-stage 3: parameter sharding is not implemented yet (issue 22); stages 1 and 2 shard "
+                     "the AdamW moments and the gradients over the trainers");
+  }
+  if (c.zero > 0 && !c.distributed()) {
+    throw_user_error("-zero/--zero-stage {}: ZeRO shards over data-parallel trainers, which need the distributed mode "
+                     "(mpirun -np T+I rlcpp train -t T -i I ...); the colocated mode has one trainer: leave -zero at 0",
+                     c.zero);
   }
   if (!c.master_address.empty() || c.master_port != 0) {
     throw_user_error("--master_address/--master_port: rlcpp has no Ray or torch rendezvous to point at (mpirun "
@@ -340,6 +350,23 @@ std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& rec
     // A setting the checkpoint does not record is newer than it: the run had its default's behaviour.
     const bool known = recorded.contains(group) && recorded[group].contains(key);
     const auto& then = known ? recorded[group][key] : defaults[group][key];
+    // Per-trainer batches may change with the trainer count (a resume onto another -t): what must
+    // stay is the global batch, -t × -tbs prompts per step and -t × -tMbs per optimizer step.
+    if ((setting.name == "train.train_batch_size" || setting.name == "train.train_minibatch_size") &&
+        then.is_number_integer() && current.is_number_integer()) {
+      auto trainers = [](const nlohmann::ordered_json& c) {
+        const bool has = c.contains("runtime") && c["runtime"].contains("num_trainers") &&
+                         c["runtime"]["num_trainers"].is_number_integer();
+        return std::max<int64_t>(1, has ? c["runtime"]["num_trainers"].get<int64_t>() : 0);
+      };
+      const int64_t global_then = then.get<int64_t>() * trainers(recorded);
+      const int64_t global_now = current.get<int64_t>() * trainers(now);
+      if (global_then != global_now) {
+        out.push_back(fmt::format("{} × runtime.num_trainers (the global batch): {} -> {}", setting.name, global_then,
+                                  global_now));
+      }
+      continue;
+    }
     if (then != current) {
       out.push_back(fmt::format("{}: {} -> {}", setting.name, known ? then.dump() : "(absent: default " + then.dump() + ")",
                                 current.dump()));

@@ -254,8 +254,46 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.tp; }, 1, {}, true));
   s.push_back(int_setting("runtime.pipeline_parallel_size", "--pp,--pipeline-parallel-size", "trainer pipeline parallelism (not yet)",
                           [](C& c) -> int64_t& { return c.pp; }, 1, {}, true));
-  s.push_back(int_setting("runtime.zero_stage", "--zero,--zero-stage", "ZeRO stage (not yet)",
+  s.push_back(int_setting("runtime.zero_stage", "--zero,--zero-stage",
+                          "ZeRO: 1 shards the AdamW moments over the trainers, 2 also the gradients (distributed mode)",
                           [](C& c) -> int64_t& { return c.zero; }, 0, {}, true));
+  // ColossalChat's plugin_config dict (rl_example.py): its keys map onto the settings above.
+  s.push_back(make(
+      "runtime.plugin_config", "--plugin-config",  {},
+      "ColossalChat's plugin_config as JSON, e.g. '{\"zero_stage\": 1, \"tp_size\": 1, \"max_norm\": 1.0}'",
+      [](RunConfig& c, const Json& v, const std::string& where, const RawSettings& raw) {
+        if (v.is_null() || (v.is_string() && (v.get<std::string>().empty() || v.get<std::string>() == "null"))) return;
+        Json map = v;  // printed configurations show it as null: its keys are printed as their settings
+        if (v.is_string()) map = Json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (!map.is_object()) {
+          throw_user_error("{}: expected a map such as '{{\"zero_stage\": 1}}', got {}", where, scalar_text(v));
+        }
+        // key -> (the setting it stands for, where its value goes)
+        const std::vector<std::pair<std::string, std::string>> known = {{"zero_stage", "runtime.zero_stage"},
+                                                                        {"tp_size", "runtime.tensor_parallel_size"},
+                                                                        {"pp_size", "runtime.pipeline_parallel_size"},
+                                                                        {"max_norm", "train.max_grad_norm"}};
+        for (const auto& [key, value] : map.items()) {
+          const std::string at = where + " " + key;
+          if (key == "microbatch_size") continue;  // pipeline micro-batches: pp_size must be 1 (checked there)
+          auto it = std::find_if(known.begin(), known.end(), [&](const auto& k) { return k.first == key; });
+          if (it == known.end()) {
+            throw_user_error("{}: rlcpp does not know plugin_config key \"{}\" (known: zero_stage, tp_size, pp_size, "
+                             "max_norm, microbatch_size)", where, key);
+          }
+          if (raw.values.contains(it->second)) {
+            throw_user_error("{} and {} both set {}: give it once", at, raw.source.at(it->second), it->second);
+          }
+          if (key == "max_norm") {
+            c.optimizer.max_grad_norm = read_double(value, at);
+            if (!(c.optimizer.max_grad_norm >= 0)) throw_user_error("{}: must be >= 0", at);
+          } else {
+            const int64_t x = read_int(value, at);
+            (key == "zero_stage" ? c.zero : key == "tp_size" ? c.tp : c.pp) = x;
+          }
+        }
+      },
+      [](const RunConfig&) { return Json(); }, true));
   s.push_back(int_setting("runtime.producer_tensor_parallel_size", "--ptp,--producer-tensor-parallel-size",
                           "rollout tensor parallelism (not yet)", [](C& c) -> int64_t& { return c.ptp; }, 1, {}, true));
   s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (distributed mode)",

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/utils.h>
 
+#include "parallel/gradient_sync.h"
 #include "rl/policy_update.h"
 #include "rl/rollout_channel.h"
 #include "rl/run_checkpoint.h"
@@ -231,8 +232,17 @@ RunState load_run(const RunConfig& c, Communicator* trainers) {
   run.policy = load_policy(c, run.plan.resume_from);
   run.reference = load_reference(c);
   run.trainer = std::make_unique<Trainer>(run.policy, run.reference, rl_trainer_config(c, run.plan.total_steps));
+  run.trainers = trainers;
+  if (c.zero > 0 && trainers != nullptr) {
+    run.trainer->enable_zero(*trainers, static_cast<int>(c.zero), kGradientBucketBytes);
+    if (leader) {
+      spdlog::info("ZeRO stage {}: AdamW moments{} sharded over {} trainers, {} of {} trained elements here", c.zero,
+                   c.zero >= 2 ? " and gradients" : "", trainers->size(),
+                   run.trainer->zero()->end() - run.trainer->zero()->begin(), run.trainer->zero()->total());
+    }
+  }
   if (run.plan.resume_from) {
-    load_checkpoint_optimizer(*run.plan.resume_from, run.trainer->optimizer());
+    load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer);
     run.trainer->restore_steps(run.plan.saved.optimizer_steps);
     run.policy_version = run.plan.saved.policy_version;
   }
@@ -240,7 +250,12 @@ RunState load_run(const RunConfig& c, Communicator* trainers) {
 }
 
 fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState& state) {
-  return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state));
+  std::function<void(const fs::path&)> write_optimizer;
+  if (const auto* zero = run.trainer->zero()) {
+    write_optimizer = [&run, zero](const fs::path& state_dir) { write_optimizer_shards(state_dir, *run.trainers, zero->state()); };
+  }
+  return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state),
+                             write_optimizer);
 }
 
 }  // namespace rlcpp

@@ -89,6 +89,7 @@ struct RunState {
   PromptDataset dataset;
   std::unique_ptr<DatasetCursor> cursor;   // at the checkpoint's position (or after consumed_samples)
   int64_t policy_version = 0;
+  Communicator* trainers = nullptr;        // the data-parallel trainers (distributed mode), else null
 };
 
 // The policy of a run of `config`: from `checkpoint` (a step-N directory) when given, else the base

@@ -67,7 +67,7 @@ fs::path run_sft(const RunConfig& c) {
   DatasetCursor cursor(n, c.seed, /*shuffle=*/true);
   const int64_t first_step = plan.first_step();
   if (resume_from) {
-    load_checkpoint_optimizer(*resume_from, trainer.optimizer());
+    load_checkpoint_optimizer(*resume_from, trainer);
     trainer.restore_steps(plan.saved.optimizer_steps);
     cursor.restore(plan.saved.data_cursor);
     spdlog::info("resuming from {} (step {})", resume_from->string(), plan.saved.step);

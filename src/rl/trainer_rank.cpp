@@ -12,6 +12,7 @@
 #include "rl/distributed.h"
 #include "rl/leader.h"
 #include "rl/relay_buffer.h"
+#include "rl/run_checkpoint.h"
 #include "util/trace.h"
 
 namespace rlcpp {
@@ -21,7 +22,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr uint64_t kGradientBucketBytes = 25ULL << 20;  // as PyTorch DDP's bucket_cap_mb
 
 class TrainerRank {
  public:
@@ -61,7 +61,7 @@ class TrainerRank {
 
 TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
     : c_(c), topo_(topo), run_(load_run(c, topo.role_group.get())) {
-  if (T() > 1) {
+  if (T() > 1 && run_.trainer->zero() == nullptr) {
     auto group = topo_.role_group;
     run_.trainer->set_gradient_reducer(
         [group](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*group, params, kGradientBucketBytes); });
@@ -154,7 +154,11 @@ void TrainerRank::save_checkpoint(int64_t step) {
   state.relay_buffer = gather(relay_->groups());
   state.round.end_step = round_end_;
   if (collected_) state.round.collected = gather(std::vector<GroupRollout>(collected_->begin(), collected_->end()));
-  if (leader_) leader_->save_checkpoint(std::move(state));
+  if (leader_) {
+    leader_->save_checkpoint(std::move(state));
+  } else if (const auto* zero = run_.trainer->zero()) {
+    send_optimizer_shard(*topo_.role_group, zero->state());  // trainer 0 writes it with the checkpoint
+  }
 }
 
 void TrainerRank::train_step(int64_t step) {

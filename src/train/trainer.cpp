@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "algo/dapo.h"
-#include "kernels/elementwise.h"
 #include "model/kernel_linear.h"
 #include "model/logprobs.h"
 #include "util/error.h"
@@ -81,7 +80,6 @@ void adamw_step(torch::optim::AdamW& optimizer) {
   torch::NoGradGuard no_grad;
   for (auto& group : optimizer.param_groups()) {
     const auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
-    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
@@ -99,17 +97,7 @@ void adamw_step(torch::optim::AdamW& optimizer) {
         state.exp_avg_sq(state.exp_avg_sq().to(torch::kFloat32).contiguous());
       }
       state.step(state.step() + 1);
-      const double bias1 = 1 - std::pow(beta1, static_cast<double>(state.step()));
-      const double bias2 = 1 - std::pow(beta2, static_cast<double>(state.step()));
-      const kernels::AdamWScalars s{static_cast<float>(1 - o.lr() * o.weight_decay()), static_cast<float>(beta1),
-                                    static_cast<float>(1 - beta1),                       static_cast<float>(beta2),
-                                    static_cast<float>(1 - beta2),                       static_cast<float>(o.eps()),
-                                    static_cast<float>(o.lr() / bias1),                  static_cast<float>(std::sqrt(bias2))};
-      kernels::adamw(p.data_ptr<float>(), p.grad().data_ptr<float>(), state.exp_avg().data_ptr<float>(),
-                     state.exp_avg_sq().data_ptr<float>(), p.numel(), s);
-      // Written through raw pointers: bump the version counters as LibTorch's in-place ops do (the
-      // engine's half-precision rollout copy is refreshed when the weights' versions change).
-      for (const auto* t : {&p, &state.exp_avg(), &state.exp_avg_sq()}) t->unsafeGetTensorImpl()->bump_version();
+      adamw_update(p, p.grad(), state.exp_avg(), state.exp_avg_sq(), state.step(), o);
     }
   }
 }
@@ -346,27 +334,36 @@ double Trainer::loss_tokens(const std::vector<TrainSample>& samples, const std::
   return tokens;
 }
 
+void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes) {
+  zero_ = std::make_unique<ZeroOptimizer>(policy_->trainable_parameters(), group, stage, bucket_bytes);
+}
+
 void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
   trace::Span span("optimizer");
-  const auto trained = policy_->trainable_parameters();
-  if (gradient_reducer_) gradient_reducer_(trained);
-  double grad_norm = 0;
-  if (config_.optimizer.max_grad_norm > 0) {
-    grad_norm = torch::nn::utils::clip_grad_norm_(trained, config_.optimizer.max_grad_norm);
-  } else {
-    for (const auto& p : trained) {
-      if (p.grad().defined()) grad_norm += p.grad().pow(2).sum().item<double>();
-    }
-    grad_norm = std::sqrt(grad_norm);
-  }
   // A non-finite gradient (a NaN or inf loss anywhere, on any rank: the norm is of the summed
   // gradient) is not applied; the step still counts, so the schedule and the plan stay aligned.
-  const bool finite = std::isfinite(grad_norm);
-  if (finite) {
-    adamw_step(*optimizer_);
+  double grad_norm = 0;
+  if (zero_) {  // reduces, clips and updates this trainer's shard (or skips), releases the gradients
+    const auto& options = static_cast<torch::optim::AdamWOptions&>(optimizer_->param_groups().at(0).options());
+    grad_norm = zero_->step(options, config_.optimizer.max_grad_norm);
   } else {
-    optimizer_->zero_grad();
+    const auto trained = policy_->trainable_parameters();
+    if (gradient_reducer_) gradient_reducer_(trained);
+    if (config_.optimizer.max_grad_norm > 0) {
+      grad_norm = torch::nn::utils::clip_grad_norm_(trained, config_.optimizer.max_grad_norm);
+    } else {
+      for (const auto& p : trained) {
+        if (p.grad().defined()) grad_norm += p.grad().pow(2).sum().item<double>();
+      }
+      grad_norm = std::sqrt(grad_norm);
+    }
+    if (std::isfinite(grad_norm)) {
+      adamw_step(*optimizer_);
+    } else {
+      optimizer_->zero_grad();
+    }
   }
+  const bool finite = std::isfinite(grad_norm);
   ++n_steps_;
   policy_->eval();
   metrics.values["grad_norm"] = grad_norm;

@@ -14,6 +14,7 @@
 
 #include "algo/policy_loss.h"
 #include "model/transformer.h"
+#include "train/zero.h"
 #include "util/enum_table.h"
 
 namespace rlcpp {
@@ -110,6 +111,11 @@ class Trainer {
   void set_gradient_reducer(std::function<void(const std::vector<torch::Tensor>&)> reducer) {
     gradient_reducer_ = std::move(reducer);
   }
+  // ZeRO stage 1 or 2 over the data-parallel trainers `group` (train/zero.h), which must outlive
+  // the trainer: the AdamW state is then this trainer's shard, held by zero(), and optimizer()
+  // keeps only the options and the schedule's learning rate. The gradient reducer is not used.
+  void enable_zero(Communicator& group, int stage, uint64_t bucket_bytes);
+  ZeroOptimizer* zero() { return zero_.get(); }
   // The response tokens of `samples` that count in the loss (the token-level normaliser): not
   // truncated ones under filter_truncated, nor those of samples marked in `skipped`.
   double loss_tokens(const std::vector<TrainSample>& samples, const std::vector<uint8_t>& skipped = {}) const;
@@ -130,13 +136,14 @@ class Trainer {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t n_steps_ = 0;
   std::function<void(const std::vector<torch::Tensor>&)> gradient_reducer_;
+  std::unique_ptr<ZeroOptimizer> zero_;
 };
 
 // Right-padded token batch for samples [begin, end): ids and attention mask [B, L], targets [B, L]
 // (-1 except at positions predicting a response token), and the response-token mask [B, L].
-// torch::optim::AdamW's step with its arithmetic on the kernels' pool (every core, one pass over
-// parameter, gradient and moments) when every parameter with a gradient is a dense fp32 CPU tensor
-// and the kernels are enabled ($RLCPP_KERNELS); else LibTorch's own step. The state is the
+// torch::optim::AdamW's step, each parameter through adamw_update (train/zero.h: the kernels' pool
+// for dense fp32 CPU tensors) when every parameter with a gradient is a dense fp32 CPU tensor and
+// the kernels are enabled ($RLCPP_KERNELS); else LibTorch's own step. The state is the
 // optimizer's own (its keys, tensors and step counts): checkpoints, resumes and LibTorch's own
 // step continue it unchanged.
 void adamw_step(torch::optim::AdamW& optimizer);

@@ -1,0 +1,266 @@
+#include "train/zero.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/elementwise.h"
+#include "model/kernel_linear.h"
+#include "util/error.h"
+#include "util/torch_format.h"
+#include "util/trace.h"
+
+namespace rlcpp {
+
+namespace {
+
+// The key torch::optim::Optimizer keeps a parameter's state under.
+std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+std::vector<int64_t> flat_offsets(const std::vector<torch::Tensor>& params) {
+  std::vector<int64_t> offsets{0};
+  for (const auto& p : params) offsets.push_back(offsets.back() + p.numel());
+  return offsets;
+}
+
+// fn(parameter index, offset in it, offset from a, length) over the pieces of flat [a, b).
+template <class Fn>
+void pieces_of(const std::vector<int64_t>& offsets, int64_t a, int64_t b, Fn&& fn) {
+  auto i = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), a) - offsets.begin());
+  i = i == 0 ? 0 : i - 1;
+  for (int64_t at = a; at < b && i + 1 < offsets.size(); ++i) {
+    const int64_t end = std::min(b, offsets[i + 1]);
+    if (end > at) fn(i, at - offsets[i], at - a, end - at);
+    at = std::max(at, end);
+  }
+}
+
+torch::Tensor flat_view(const torch::Tensor& t) { return t.view({-1}); }
+
+}  // namespace
+
+int64_t flat_numel(const std::vector<torch::Tensor>& params) { return flat_offsets(params).back(); }
+
+FlatAdamWState flat_adamw_state(torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& params,
+                                int64_t begin, int64_t end) {
+  const auto offsets = flat_offsets(params);
+  RLCPP_CHECK(0 <= begin && begin <= end && end <= offsets.back(), "flat range [{}, {}) of {}", begin, end,
+              offsets.back());
+  FlatAdamWState out;
+  out.begin = begin;
+  out.end = end;
+  out.total = offsets.back();
+  const auto options = params.empty() ? torch::TensorOptions() : params[0].options();
+  out.exp_avg = torch::zeros({end - begin}, options);
+  out.exp_avg_sq = torch::zeros({end - begin}, options);
+  for (const auto& p : params) {
+    auto it = optimizer.state().find(state_key(p));
+    if (it != optimizer.state().end()) {
+      out.step = std::max(out.step, static_cast<torch::optim::AdamWParamState&>(*it->second).step());
+    }
+  }
+  pieces_of(offsets, begin, end, [&](size_t i, int64_t in_param, int64_t at, int64_t n) {
+    auto it = optimizer.state().find(state_key(params[i]));
+    if (it == optimizer.state().end()) return;
+    const auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    out.exp_avg.narrow(0, at, n).copy_(flat_view(s.exp_avg()).narrow(0, in_param, n));
+    out.exp_avg_sq.narrow(0, at, n).copy_(flat_view(s.exp_avg_sq()).narrow(0, in_param, n));
+  });
+  return out;
+}
+
+void set_adamw_state(torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& params,
+                     const FlatAdamWState& state) {
+  const auto offsets = flat_offsets(params);
+  RLCPP_CHECK(state.begin == 0 && state.end == offsets.back(), "AdamW state of [{}, {}) for {} elements", state.begin,
+              state.end, offsets.back());
+  optimizer.state().clear();
+  if (state.step == 0) return;  // nothing trained yet: LibTorch starts from no state
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(state.step);
+    const int64_t n = params[i].numel();
+    s->exp_avg(state.exp_avg.narrow(0, offsets[i], n).view_as(params[i]).to(params[i].options()).clone());
+    s->exp_avg_sq(state.exp_avg_sq.narrow(0, offsets[i], n).view_as(params[i]).to(params[i].options()).clone());
+    optimizer.state()[state_key(params[i])] = std::move(s);
+  }
+}
+
+FlatAdamWState assemble_flat_state(const std::vector<FlatAdamWState>& pieces, int64_t begin, int64_t end,
+                                   const std::string& where) {
+  RLCPP_CHECK(!pieces.empty(), "no optimizer shards");
+  FlatAdamWState out;
+  out.begin = begin;
+  out.end = end;
+  out.total = pieces[0].total;
+  out.step = pieces[0].step;
+  out.exp_avg = torch::empty({end - begin}, pieces[0].exp_avg.options());
+  out.exp_avg_sq = torch::empty({end - begin}, pieces[0].exp_avg.options());
+  auto sorted = pieces;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  int64_t covered = begin;
+  for (const auto& p : sorted) {
+    if (p.total != out.total || p.step != out.step) {
+      throw_user_error("{}: the optimizer shards disagree ({} elements at step {} against {} at step {}); the "
+                       "checkpoint is damaged: resume from an earlier one", where, p.total, p.step, out.total, out.step);
+    }
+    const int64_t a = std::max(covered, p.begin), b = std::min(end, p.end);
+    if (p.begin > covered || b <= a) continue;
+    out.exp_avg.narrow(0, a - begin, b - a).copy_(p.exp_avg.narrow(0, a - p.begin, b - a));
+    out.exp_avg_sq.narrow(0, a - begin, b - a).copy_(p.exp_avg_sq.narrow(0, a - p.begin, b - a));
+    covered = b;
+  }
+  if (covered < end) {
+    throw_user_error("{}: the optimizer shards cover elements up to {} of [{}, {}); a shard file is missing: resume "
+                     "from a complete checkpoint", where, covered, begin, end);
+  }
+  return out;
+}
+
+void adamw_update(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, int64_t step,
+                  const torch::optim::AdamWOptions& o) {
+  const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+  const double bias1 = 1 - std::pow(beta1, static_cast<double>(step));
+  const double bias2 = 1 - std::pow(beta2, static_cast<double>(step));
+  auto dense_fp32 = [](const torch::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+  };
+  if (kernels_enabled() && dense_fp32(p) && dense_fp32(g) && dense_fp32(m) && dense_fp32(v)) {
+    const kernels::AdamWScalars s{static_cast<float>(1 - o.lr() * o.weight_decay()), static_cast<float>(beta1),
+                                  static_cast<float>(1 - beta1),                       static_cast<float>(beta2),
+                                  static_cast<float>(1 - beta2),                       static_cast<float>(o.eps()),
+                                  static_cast<float>(o.lr() / bias1),                  static_cast<float>(std::sqrt(bias2))};
+    kernels::adamw(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), p.numel(), s);
+    // Written through raw pointers: bump the version counters as LibTorch's in-place ops do (the
+    // engine's half-precision rollout copy is refreshed when the weights' versions change).
+    for (const auto* t : {&p, &m, &v}) t->unsafeGetTensorImpl()->bump_version();
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  if (o.weight_decay() != 0) p.mul_(1 - o.lr() * o.weight_decay());
+  m.mul_(beta1).add_(g, 1 - beta1);
+  v.mul_(beta2).addcmul_(g, g, 1 - beta2);
+  auto denom = (v.sqrt() / std::sqrt(bias2)).add_(o.eps());
+  p.addcdiv_(m, denom, -o.lr() / bias1);
+}
+
+ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& group, int stage, uint64_t bucket_bytes)
+    : params_(std::move(params)), offsets_(flat_offsets(params_)), group_(group), stage_(stage) {
+  RLCPP_CHECK(stage == 1 || stage == 2, "ZeRO stage {}", stage);
+  RLCPP_CHECK(!params_.empty(), "ZeRO without trainable parameters");
+  for (const auto& p : params_) {
+    RLCPP_CHECK(p.is_contiguous() && p.scalar_type() == params_[0].scalar_type() && p.device() == params_[0].device(),
+                "ZeRO needs contiguous parameters of one dtype and device, got {} {}", p.sizes(),
+                c10::toString(p.scalar_type()));
+  }
+  const int64_t trainers = group_.size(), total = offsets_.back();
+  shard_ = (total + trainers - 1) / trainers;
+  const int64_t element = static_cast<int64_t>(params_[0].element_size());
+  bucket_ = std::clamp<int64_t>(static_cast<int64_t>(bucket_bytes) / (element * trainers), 1, std::max<int64_t>(shard_, 1));
+  state_.total = total;
+  state_.begin = std::min(total, group_.rank() * shard_);
+  state_.end = std::min(total, state_.begin + shard_);
+  state_.exp_avg = torch::zeros({state_.end - state_.begin}, params_[0].options());
+  state_.exp_avg_sq = torch::zeros_like(state_.exp_avg);
+}
+
+template <class Fn>
+void ZeroOptimizer::for_each_piece(int64_t a, int64_t b, Fn&& fn) const {
+  pieces_of(offsets_, a, b, std::forward<Fn>(fn));
+}
+
+void ZeroOptimizer::load_state(const FlatAdamWState& state) {
+  RLCPP_CHECK(state.total == state_.total && state.begin <= state_.begin && state.end >= state_.end,
+              "ZeRO state of [{}, {}) of {} for shard [{}, {}) of {}", state.begin, state.end, state.total,
+              state_.begin, state_.end, state_.total);
+  const int64_t n = state_.end - state_.begin, at = state_.begin - state.begin;
+  state_.step = state.step;
+  state_.exp_avg.copy_(state.exp_avg.narrow(0, at, n));
+  state_.exp_avg_sq.copy_(state.exp_avg_sq.narrow(0, at, n));
+}
+
+void ZeroOptimizer::reduce_gradients() {
+  trace::Span span(stage_ == 1 ? "allreduce_gradients" : "reduce_scatter_gradients");
+  torch::NoGradGuard no_grad;
+  const int64_t trainers = group_.size();
+  if (!grad_.defined()) grad_ = torch::zeros({shard_}, params_[0].options());
+  // The flat gradient over [a, b) into `out` (zeros where a parameter has none, or past the end).
+  auto read_grads = [&](int64_t a, int64_t b, torch::Tensor out) {
+    out.zero_();
+    for_each_piece(a, std::min(b, state_.total), [&](size_t i, int64_t in_param, int64_t at, int64_t n) {
+      const auto& g = params_[i].grad();
+      if (g.defined()) out.narrow(0, at, n).copy_(flat_view(g.contiguous()).narrow(0, in_param, n));
+    });
+  };
+  if (stage_ == 1) {  // the whole flat space in buckets, all-reduced; this shard's part kept
+    for (int64_t a = 0; a < state_.total; a += bucket_ * trainers) {
+      const int64_t b = std::min(a + bucket_ * trainers, state_.total);
+      auto bucket = torch::empty({b - a}, grad_.options());
+      read_grads(a, b, bucket);
+      group_.all_reduce_sum(bucket);
+      const int64_t lo = std::max(a, state_.begin), hi = std::min(b, state_.end);
+      if (hi > lo) grad_.narrow(0, lo - state_.begin, hi - lo).copy_(bucket.narrow(0, lo - a, hi - lo));
+    }
+  } else {
+    for (int64_t o = 0; o < shard_; o += bucket_) {
+      const int64_t n = std::min(bucket_, shard_ - o);
+      auto send = torch::empty({trainers, n}, grad_.options());
+      for (int64_t r = 0; r < trainers; ++r) read_grads(r * shard_ + o, r * shard_ + o + n, send[r]);
+      auto part = grad_.narrow(0, o, n);
+      group_.reduce_scatter_sum(send.view({-1}), part);
+    }
+  }
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+}
+
+void ZeroOptimizer::gather_parameters() {
+  trace::Span span("allgather_parameters");
+  torch::NoGradGuard no_grad;
+  const int64_t trainers = group_.size();
+  for (int64_t o = 0; o < shard_; o += bucket_) {
+    const int64_t n = std::min(bucket_, shard_ - o);
+    auto mine = torch::zeros({n}, params_[0].options());
+    const int64_t a = state_.begin + o;
+    for_each_piece(a, std::min(a + n, state_.end), [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
+      mine.narrow(0, at, len).copy_(flat_view(params_[i]).narrow(0, in_param, len));
+    });
+    auto all = torch::empty({trainers, n}, mine.options());
+    auto flat_all = all.view({-1});
+    group_.all_gather(mine, flat_all);
+    for (int64_t r = 0; r < trainers; ++r) {
+      const int64_t from = r * shard_ + o;
+      for_each_piece(from, std::min(from + n, state_.total), [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
+        flat_view(params_[i]).narrow(0, in_param, len).copy_(all[r].narrow(0, at, len));
+      });
+    }
+  }
+}
+
+double ZeroOptimizer::step(const torch::optim::AdamWOptions& options, double max_norm) {
+  reduce_gradients();
+  torch::NoGradGuard no_grad;
+  const int64_t n = state_.end - state_.begin;
+  auto grad = grad_.narrow(0, 0, n);
+  auto squares = grad.to(torch::kFloat64).pow(2).sum().reshape({1});
+  group_.all_reduce_sum(squares);
+  const double norm = std::sqrt(squares.item<double>());
+  if (!std::isfinite(norm)) return norm;  // every trainer sees the same norm: none updates
+  if (max_norm > 0) {
+    const double coef = max_norm / (norm + 1e-6);  // as torch::nn::utils::clip_grad_norm_
+    if (coef < 1) grad.mul_(coef);
+  }
+  ++state_.step;
+  {
+    trace::Span span("optimizer_shard");
+    for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
+      auto p = flat_view(params_[i]).narrow(0, in_param, len);
+      auto m = state_.exp_avg.narrow(0, at, len), v = state_.exp_avg_sq.narrow(0, at, len);
+      adamw_update(p, grad.narrow(0, at, len), m, v, state_.step, options);
+    });
+  }
+  gather_parameters();
+  return norm;
+}
+
+}  // namespace rlcpp

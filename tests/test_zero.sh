@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# ZeRO under mpirun (also as root), fp64 on the toy task, as many rollout workers as trainers:
+#   - stages 1 and 2 take the same steps as stage 0, with 2 and 3 trainers (weights after 3
+#     steps within 1e-12 relative; metrics equal);
+#   - a stage-2 checkpoint of 2 trainers holds one optimizer shard per trainer and no optimizer.pt,
+#     and resumes exactly (1e-12) onto 3 trainers at stage 2, onto 1 trainer at stage 0 and onto
+#     2 trainers at stage 1; a stage-0 checkpoint resumes onto stage 2;
+#   - under LoRA (the adapters sharded) stage 2 equals stage 0;
+#   - bad settings: stage 3, a stage out of range, ZeRO in the colocated mode;
+#   - a killed trainer ends a ZeRO job non-zero.
+# Usage: test_zero.sh RLCPP_BINARY MPIEXEC
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_zero.sh RLCPP_BINARY MPIEXEC}")
+mpiexec=${2:-mpirun}
+source "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+run_mpi() { local np=$1; shift; timeout 300 "$mpiexec" --oversubscribe -x OMP_NUM_THREADS=1 -np "$np" "$rlcpp" train "$@"; }
+metrics_of() { python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    for k in ("time", "tokens_per_s", "staleness", "weight_sync"): d.pop(k, None)
+    print(json.dumps(d, sort_keys=True))' "$1"; }
+# max |a - b| / max |b| over every tensor of two safetensors files (F64 or F32), read without numpy
+weights_close() {  # A B TOLERANCE
+  python3 - "$@" <<'PY'
+import json, struct, sys
+def read(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__": continue
+        b, e = info["data_offsets"]
+        size, code = {"F64": (8, "d"), "F32": (4, "f")}[info["dtype"]]
+        out[name] = struct.unpack(f"<{(e - b) // size}{code}", data[b:e])
+    return out
+a, b, tol = read(sys.argv[1]), read(sys.argv[2]), float(sys.argv[3])
+assert a.keys() == b.keys() and a, "different tensors"
+worst = 0.0
+for name in a:
+    scale = max(max(abs(x) for x in b[name]), 1e-30)
+    worst = max(worst, max(abs(x - y) for x, y in zip(a[name], b[name])) / scale)
+print(f"     max relative difference {worst:.2e} (tolerance {tol:g})")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+# metrics.jsonl of two runs equal up to the order of sums (relative 1e-9), timings aside
+metrics_close() {  # A B
+  python3 - "$@" <<'PY'
+import json, sys
+skip = {"time", "tokens_per_s", "staleness", "weight_sync"}
+def rows(path): return [{k: v for k, v in json.loads(l).items() if k not in skip} for l in open(path)]
+def close(a, b):
+    if isinstance(a, dict): return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)): return abs(a - b) <= 1e-9 * max(abs(a), abs(b)) + 1e-12
+    return a == b
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+sys.exit(0 if len(a) == len(b) and a and all(close(x, y) for x, y in zip(a, b)) else 1)
+PY
+}
+# The weights moved: a run that trained nothing would pass every comparison.
+weights_moved() { ! weights_close "$1" "$2" 1e-6 > /dev/null; }
+
+"$here/make_toy_task.sh" "$rlcpp" "$fixtures" || bad toy-task
+reward=(--reward-cmd "python3 $here/data/digits_reward.py")
+base=(-m toy -d data.jsonl -g 8 -tmbs 4 --mnt 8 -lr 3e-3 --kl 0 --dtype float64 -sd runs "${reward[@]}")
+
+# Stages 0, 1, 2 with 2 and 3 trainers: the same 3 steps.
+for T in 2 3; do
+  for stage in 0 1 2; do
+    run_mpi $((2 * T)) "${base[@]}" -t "$T" -i "$T" -tbs 1 -tMbs 1 --max-steps 3 -zero "$stage" -p "t${T}z${stage}" \
+      > "t${T}z${stage}.log" 2>&1 || { bad "t${T}-zero${stage}-run"; tail -3 "t${T}z${stage}.log"; }
+  done
+  weights_moved "runs/t${T}z0/step-3/model.safetensors" toy/model.safetensors && ok "t${T}-weights-moved" || bad "t${T}-weights-moved"
+  for stage in 1 2; do
+    if weights_close "runs/t${T}z${stage}/step-3/model.safetensors" "runs/t${T}z0/step-3/model.safetensors" 1e-12 \
+       && metrics_close "runs/t${T}z0/metrics.jsonl" "runs/t${T}z${stage}/metrics.jsonl"; then
+      ok "t${T}-zero${stage}-equals-zero0"
+    else
+      bad "t${T}-zero${stage}-equals-zero0"
+      diff <(metrics_of "runs/t${T}z0/metrics.jsonl") <(metrics_of "runs/t${T}z${stage}/metrics.jsonl") | head -4
+    fi
+  done
+done
+grep -q "ZeRO stage 2: AdamW moments and gradients sharded over 3 trainers" t3z2.log && ok zero-startup-line \
+  || bad zero-startup-line
+
+# LoRA: the adapters are the trained set that ZeRO shards.
+for stage in 0 2; do
+  run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 1 -tMbs 1 --max-steps 3 --si 1 --lora-rank 4 --lora-alpha 8 -zero "$stage" -p "lora$stage" \
+    > "lora$stage.log" 2>&1 || { bad "lora-zero$stage-run"; tail -3 "lora$stage.log"; }
+done
+weights_moved runs/lora0/step-3/adapter_model.safetensors runs/lora0/step-1/adapter_model.safetensors \
+  && weights_close runs/lora2/step-3/adapter_model.safetensors runs/lora0/step-3/adapter_model.safetensors 1e-12 \
+  && ok lora-zero2-equals-zero0 || bad lora-zero2-equals-zero0
+
+# Re-sharding: 4 steps uninterrupted against 2 steps at stage 2 on 2 trainers, resumed elsewhere
+# with the same global batch (6 prompts per step, one optimizer step each).
+t2=(-t 2 -i 2 -tbs 3 -tMbs 3) t3=(-t 3 -i 3 -tbs 2 -tMbs 2) t1=(-t 1 -i 1 -tbs 6 -tMbs 6)
+run_mpi 4 "${base[@]}" "${t2[@]}" --max-steps 4 -zero 2 -p whole > whole.log 2>&1 || bad whole-run
+run_mpi 4 "${base[@]}" "${t2[@]}" --max-steps 4 --si 2 -zero 2 -p first > first.log 2>&1 || bad first-run
+shards=$(ls runs/first/step-2/trainer_state/ 2>/dev/null | grep -c '^optimizer-shard-.*-of-002\.safetensors$')
+[ "$shards" = 2 ] && [ ! -e runs/first/step-2/trainer_state/optimizer.pt ] && ok shard-per-trainer \
+  || { bad shard-per-trainer; ls runs/first/step-2/trainer_state/; }
+resume_onto() {  # NAME NP ARGS...: continues first's step-2 checkpoint, compares step 4 with `whole`
+  local name=$1 np=$2; shift 2
+  run_mpi "$np" "${base[@]}" --max-steps 4 -p "$name" -cp runs/first/step-2 "$@" > "$name.log" 2>&1 \
+    || { bad "$name-run"; tail -3 "$name.log"; return; }
+  weights_close "runs/$name/step-4/model.safetensors" runs/whole/step-4/model.safetensors 1e-12 \
+    && ok "$name-exact" || bad "$name-exact"
+}
+resume_onto onto-t3-zero2 6 "${t3[@]}" -zero 2
+resume_onto onto-t1-zero0 2 "${t1[@]}" -zero 0
+resume_onto onto-t2-zero1 4 "${t2[@]}" -zero 1
+# ... and a stage-0 checkpoint (optimizer.pt) onto stage 2.
+run_mpi 4 "${base[@]}" "${t2[@]}" --max-steps 4 --si 2 -zero 0 -p first0 > first0.log 2>&1 || bad first0-run
+run_mpi 4 "${base[@]}" "${t2[@]}" --max-steps 4 -zero 2 -p from0 -cp runs/first0/step-2 > from0.log 2>&1 \
+  && weights_close runs/from0/step-4/model.safetensors runs/whole/step-4/model.safetensors 1e-12 \
+  && ok stage0-checkpoint-onto-zero2 || { bad stage0-checkpoint-onto-zero2; tail -3 from0.log; }
+
+# A shard missing from a checkpoint: a clear error naming it, not a crash.
+cp -r runs/first/step-2 broken && rm broken/trainer_state/optimizer-shard-001-of-002.safetensors
+run_mpi 4 "${base[@]}" "${t2[@]}" --max-steps 4 -zero 2 -p broken -cp broken > broken.log 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "a shard file is missing" broken.log && ok missing-shard-error \
+  || { bad missing-shard-error; tail -3 broken.log; }
+
+# kill -9 of a trainer mid-run: the job ends non-zero by itself (no rank left waiting in a collective).
+run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 1 -tMbs 1 --max-steps 40 --si 1 -zero 2 -p killed > killed.log 2>&1 &
+job=$! victim=""
+for _ in $(seq 1 600); do [ -e runs/killed/step-2 ] && break; sleep 0.05; done
+for pid in $(pgrep -f "rlcpp train .*-p killed\$"); do
+  tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$pid
+done
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+rc=$?
+[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok killed-trainer-ends-job \
+  || { bad killed-trainer-ends-job; echo "victim '$victim' rc $rc (124: it hung)"; }
+
+# Settings refused with the flag named.
+expect_error() {  # NAME PATTERN ARGS...
+  local name=$1 pattern=$2; shift 2
+  "$rlcpp" train "${base[@]}" --max-steps 1 -p "$name" "$@" > "$name.log" 2>&1
+  [ $? -eq 2 ] && grep -q -- "$pattern" "$name.log" && ok "$name" || { bad "$name"; cat "$name.log"; }
+}
+expect_error zero3-refused "zero-stage 3: parameter sharding is not implemented" -zero 3
+expect_error zero-range "a ZeRO stage is 0" -zero 7
+expect_error zero-colocated "the colocated mode has one trainer" -zero 1
+
+exit $failed
