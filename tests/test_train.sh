@@ -7,9 +7,6 @@ rlcpp=$(realpath "${1:?usage: test_train.sh RLCPP_BINARY}")
 source "$(dirname "$0")/lib.sh"
 lines() { if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi; }
 # metrics.jsonl without the wall-clock fields, for comparing runs
-metrics_of() { python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    d = json.loads(l); d.pop("time"); d.pop("tokens_per_s", None); print(json.dumps(d, sort_keys=True))' "$1"; }
 
 # A random model over a byte vocabulary (toy/) and 8 prompts (data.jsonl).
 "$here/make_toy_task.sh" "$rlcpp" "$fixtures" || bad toy-task

@@ -13,13 +13,6 @@ set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_zero.sh RLCPP_BINARY MPIEXEC}")
 mpiexec=${2:-mpirun}
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-run_mpi() { local np=$1; shift; timeout 300 "$mpiexec" --oversubscribe -x OMP_NUM_THREADS=1 -np "$np" "$rlcpp" train "$@"; }
-metrics_of() { python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    d = json.loads(l)
-    for k in ("time", "tokens_per_s", "staleness", "weight_sync"): d.pop(k, None)
-    print(json.dumps(d, sort_keys=True))' "$1"; }
 # max |a - b| / max |b| over every tensor of two safetensors files (F64 or F32), read without numpy
 weights_close() {  # A B TOLERANCE
   python3 - "$@" <<'PY'

@@ -7,6 +7,7 @@
 
 #include "kernels/elementwise.h"
 #include "model/kernel_linear.h"
+#include "parallel/gradient_sync.h"
 #include "util/error.h"
 #include "util/torch_format.h"
 #include "util/trace.h"
@@ -183,35 +184,36 @@ void ZeroOptimizer::load_state(const FlatAdamWState& state) {
 void ZeroOptimizer::reduce_gradients() {
   trace::Span span(stage_ == 1 ? "allreduce_gradients" : "reduce_scatter_gradients");
   torch::NoGradGuard no_grad;
-  const int64_t trainers = group_.size();
-  if (!grad_.defined()) grad_ = torch::zeros({shard_}, params_[0].options());
-  // The flat gradient over [a, b) into `out` (zeros where a parameter has none, or past the end).
-  auto read_grads = [&](int64_t a, int64_t b, torch::Tensor out) {
-    out.zero_();
-    for_each_piece(a, std::min(b, state_.total), [&](size_t i, int64_t in_param, int64_t at, int64_t n) {
-      const auto& g = params_[i].grad();
-      if (g.defined()) out.narrow(0, at, n).copy_(flat_view(g.contiguous()).narrow(0, in_param, n));
-    });
-  };
-  if (stage_ == 1) {  // the whole flat space in buckets, all-reduced; this shard's part kept
-    for (int64_t a = 0; a < state_.total; a += bucket_ * trainers) {
-      const int64_t b = std::min(a + bucket_ * trainers, state_.total);
-      auto bucket = torch::empty({b - a}, grad_.options());
-      read_grads(a, b, bucket);
-      group_.all_reduce_sum(bucket);
-      const int64_t lo = std::max(a, state_.begin), hi = std::min(b, state_.end);
-      if (hi > lo) grad_.narrow(0, lo - state_.begin, hi - lo).copy_(bucket.narrow(0, lo - a, hi - lo));
-    }
-  } else {
-    for (int64_t o = 0; o < shard_; o += bucket_) {
-      const int64_t n = std::min(bucket_, shard_ - o);
-      auto send = torch::empty({trainers, n}, grad_.options());
-      for (int64_t r = 0; r < trainers; ++r) read_grads(r * shard_ + o, r * shard_ + o + n, send[r]);
-      auto part = grad_.narrow(0, o, n);
-      group_.reduce_scatter_sum(send.view({-1}), part);
-    }
+  for (auto& p : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // every rank issues the same collectives
   }
-  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  if (stage_ == 1) {
+    all_reduce_gradients(group_, params_, bucket_ * group_.size() * static_cast<int64_t>(params_[0].element_size()));
+    return;
+  }
+  // Stage 2: per bucket, every trainer's part of the flat gradient goes to its owner, summed; the
+  // sum of this shard lands in its own place in the .grad tensors.
+  const int64_t trainers = group_.size();
+  for (int64_t o = 0; o < shard_; o += bucket_) {
+    const int64_t n = std::min(bucket_, shard_ - o);
+    auto send = torch::zeros({trainers, n}, params_[0].options());
+    for (int64_t r = 0; r < trainers; ++r) {
+      const int64_t a = r * shard_ + o;
+      for_each_piece(a, std::min(a + n, state_.total), [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
+        send[r].narrow(0, at, len).copy_(flat_view(params_[i].grad()).narrow(0, in_param, len));
+      });
+    }
+    auto part = torch::empty({n}, send.options());
+    group_.reduce_scatter_sum(send.view({-1}), part);
+    const int64_t a = state_.begin + o;
+    for_each_piece(a, std::min(a + n, state_.end), [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
+      flat_view(params_[i].mutable_grad()).narrow(0, in_param, len).copy_(part.narrow(0, at, len));
+    });
+  }
+  // Gradients wholly outside this shard are not needed any more.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (offsets_[i + 1] <= state_.begin || offsets_[i] >= state_.end) params_[i].mutable_grad() = torch::Tensor();
+  }
 }
 
 void ZeroOptimizer::gather_parameters() {
@@ -240,26 +242,43 @@ void ZeroOptimizer::gather_parameters() {
 double ZeroOptimizer::step(const torch::optim::AdamWOptions& options, double max_norm) {
   reduce_gradients();
   torch::NoGradGuard no_grad;
-  const int64_t n = state_.end - state_.begin;
-  auto grad = grad_.narrow(0, 0, n);
-  auto squares = grad.to(torch::kFloat64).pow(2).sum().reshape({1});
+  // This shard's gradient, piece by piece: views of the parameters' .grad tensors.
+  std::vector<torch::Tensor> grads;
+  for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t, int64_t len) {
+    grads.push_back(flat_view(params_[i].grad()).narrow(0, in_param, len));
+  });
+  // Σ g² in double, a million elements at a time (a whole double copy of the embedding's gradient
+  // would be the step's largest allocation).
+  auto squares = torch::zeros({1}, torch::kFloat64);
+  constexpr int64_t kChunk = 1 << 20;
+  for (const auto& g : grads) {
+    for (int64_t at = 0; at < g.numel(); at += kChunk) {
+      squares += g.narrow(0, at, std::min(kChunk, g.numel() - at)).to(torch::kFloat64).square().sum();
+    }
+  }
   group_.all_reduce_sum(squares);
   const double norm = std::sqrt(squares.item<double>());
-  if (!std::isfinite(norm)) return norm;  // every trainer sees the same norm: none updates
-  if (max_norm > 0) {
-    const double coef = max_norm / (norm + 1e-6);  // as torch::nn::utils::clip_grad_norm_
-    if (coef < 1) grad.mul_(coef);
+  if (std::isfinite(norm)) {  // every trainer sees the same norm: none updates on a non-finite one
+    if (max_norm > 0) {
+      const double coef = max_norm / (norm + 1e-6);  // as torch::nn::utils::clip_grad_norm_
+      if (coef < 1) {
+        for (auto& g : grads) g.mul_(coef);
+      }
+    }
+    ++state_.step;
+    {
+      trace::Span span("optimizer_shard");
+      size_t k = 0;
+      for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
+        auto p = flat_view(params_[i]).narrow(0, in_param, len);
+        auto m = state_.exp_avg.narrow(0, at, len), v = state_.exp_avg_sq.narrow(0, at, len);
+        adamw_update(p, grads[k++], m, v, state_.step, options);
+      });
+    }
+    gather_parameters();
   }
-  ++state_.step;
-  {
-    trace::Span span("optimizer_shard");
-    for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
-      auto p = flat_view(params_[i]).narrow(0, in_param, len);
-      auto m = state_.exp_avg.narrow(0, at, len), v = state_.exp_avg_sq.narrow(0, at, len);
-      adamw_update(p, grad.narrow(0, at, len), m, v, state_.step, options);
-    });
-  }
-  gather_parameters();
+  // The gradients the next backward accumulates into: zeroed by the trainer, as without ZeRO (a
+  // released one comes back in backward with vocabulary-sized temporaries for the tied embedding).
   return norm;
 }
 

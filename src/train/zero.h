@@ -1,13 +1,15 @@
 // ZeRO for data-parallel trainers (DeepSpeed's and ColossalAI's zero_stage 1 and 2): the trainable
 // parameters, flattened in order into one index space of `total` elements, are split into one
 // contiguous shard per trainer (ceil(total / T) elements; the last may be short). Each trainer
-// keeps the AdamW moments and the summed gradient of its own shard only, updates its shard of the
-// parameters, and the updated shards are all-gathered into every trainer's parameters in buckets.
-//   stage 1: the gradients are all-reduced whole (as without ZeRO); each trainer keeps its shard.
-//   stage 2: the gradients are reduce-scattered in buckets: only the shard's sum arrives.
-// At both, the full .grad tensors are released before the update, and clipping uses the global
-// norm (the shards' squared sums added over the trainers in double): a step equals the unsharded
-// one up to the order of the sums.
+// keeps the AdamW moments of its own shard only, updates its shard of the parameters from the
+// summed gradient, and the updated shards are all-gathered into every trainer's parameters in
+// buckets.
+//   stage 1: the gradients are all-reduced whole (as without ZeRO).
+//   stage 2: the gradients are reduce-scattered in buckets: only the shard's sum arrives (in its
+//            own place in the .grad tensors), and the gradients wholly outside the shard are
+//            released before the update.
+// Clipping uses the global norm (the shards' squared sums added over the trainers in double): a
+// step equals the unsharded one up to the order of the sums.
 #pragma once
 
 #include <torch/optim/adamw.h>
@@ -57,10 +59,10 @@ class ZeroOptimizer {
   int64_t end() const { return state_.end; }
   int64_t total() const { return state_.total; }
 
-  // After the step's backward passes, on every trainer: sums the gradients over the trainers into
-  // this shard (releasing the full .grad tensors), clips them by the global norm (max_norm 0: no
-  // clipping), and, when that norm is finite, updates the shard with AdamW and all-gathers the
-  // parameters. Returns the global gradient norm before clipping.
+  // After the step's backward passes, on every trainer: sums this shard's gradient over the
+  // trainers, clips it by the global norm (max_norm 0: no clipping), and, when that norm is
+  // finite, updates the shard with AdamW and all-gathers the parameters. Returns the global
+  // gradient norm before clipping.
   double step(const torch::optim::AdamWOptions& options, double max_norm);
 
   const FlatAdamWState& state() const { return state_; }
@@ -81,7 +83,6 @@ class ZeroOptimizer {
   int64_t shard_ = 0;         // elements per shard, ceil(total / trainers)
   int64_t bucket_ = 0;        // elements per trainer in one bucket of a collective
   FlatAdamWState state_;
-  torch::Tensor grad_;        // [shard_]: this shard's summed gradient (zero past end)
 };
 
 }  // namespace rlcpp
