@@ -95,11 +95,9 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
   } else {
     est.lines.push_back({"policy weights", params * e, fmt::format("{:.0f} M parameters in {}", params / 1e6, c.dtype)});
     est.lines.push_back({"gradients", params * e, "every weight is trained"});
-    if (c.zero > 0) {  // train/zero.h: the moments and the summed gradient of one shard
-      const double trainers = static_cast<double>(c.trainers());
-      est.lines.push_back({"AdamW moments", params * e * 2 / trainers,
+    if (c.zero > 0) {  // train/zero.h: the moments of one shard
+      est.lines.push_back({"AdamW moments", params * e * 2 / static_cast<double>(c.trainers()),
                            fmt::format("exp_avg and exp_avg_sq: ZeRO-{} keeps this trainer's 1/{}", c.zero, c.trainers())});
-      est.lines.push_back({"ZeRO gradient shard", params * e / trainers, "the summed gradient of this trainer's shard"});
     } else {
       est.lines.push_back({"AdamW moments", params * e * 2, "exp_avg and exp_avg_sq"});
     }
