@@ -147,7 +147,7 @@ void adamw_update(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, to
 }
 
 ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& group, int stage, uint64_t bucket_bytes)
-    : params_(std::move(params)), offsets_(flat_offsets(params_)), group_(group), stage_(stage) {
+    : params_(std::move(params)), offsets_(flat_offsets(params_)), group_(group), stage_(stage), bucket_bytes_(bucket_bytes) {
   RLCPP_CHECK(stage == 1 || stage == 2, "ZeRO stage {}", stage);
   RLCPP_CHECK(!params_.empty(), "ZeRO without trainable parameters");
   for (const auto& p : params_) {
@@ -188,7 +188,7 @@ void ZeroOptimizer::reduce_gradients() {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // every rank issues the same collectives
   }
   if (stage_ == 1) {
-    all_reduce_gradients(group_, params_, bucket_ * group_.size() * static_cast<int64_t>(params_[0].element_size()));
+    all_reduce_gradients(group_, params_, bucket_bytes_);
     return;
   }
   // Stage 2: per bucket, every trainer's part of the flat gradient goes to its owner, summed; the

@@ -81,7 +81,8 @@ class ZeroOptimizer {
   Communicator& group_;
   int stage_;
   int64_t shard_ = 0;         // elements per shard, ceil(total / trainers)
-  int64_t bucket_ = 0;        // elements per trainer in one bucket of a collective
+  uint64_t bucket_bytes_;     // one bucket of a collective, all trainers' parts together
+  int64_t bucket_ = 0;        // elements per trainer in one bucket
   FlatAdamWState state_;
 };
 
