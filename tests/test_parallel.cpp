@@ -160,7 +160,9 @@ TEST(Dist, TwoTrainersWithHalfTheSamplesEqualOneWithAll) {
 
 // The same through the run's own step (update_policy): a fixed source of 4 groups, one trainer
 // with -tbs 4 -tMbs 2 against two with -tbs 2 -tMbs 1 each (group g on trainer g % 2, so each
-// global mini-batch holds the same groups), 3 steps, the last with every group on trainer 0.
+// global mini-batch holds the same groups), 3 steps, the last with every group on trainer 0. The
+// two trainers all-reduce their gradients, or shard everything under ZeRO-3 (where trainer 1's
+// empty last step runs empty passes for trainer 0's micro-batches).
 TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
   auto world = mpi_world();
   if (world->size() < 2) GTEST_SKIP() << "needs mpirun -np >= 2";
@@ -190,10 +192,17 @@ TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
   whole.train_minibatch_size = 2;
   half.train_batch_size = 2;
   half.train_minibatch_size = 1;
+  for (int stage : {0, 3}) {
+  SCOPED_TRACE(fmt::format("ZeRO stage {}", stage));
   std::shared_ptr<Transformer> single_model, dp_model;
   auto single = make(single_model, whole);
   auto dp = make(dp_model, half);
-  dp->set_gradient_reducer([&](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*trainers, params, 4096); });
+  if (stage == 0) {
+    dp->set_gradient_reducer([&](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*trainers, params, 4096); });
+  } else {
+    dp->enable_zero(*trainers, stage, 4096);
+    EXPECT_EQ(dp_model->parameters()[1].numel(), 0);  // released: only the shard is kept
+  }
   const int me = trainers->rank();
   // Balanced (group g on trainer g % 2) for two steps, then a step where trainer 1 holds nothing
   // (a partial step under dynamic batching): it must still take part in every collective.
@@ -211,6 +220,7 @@ TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
     EXPECT_EQ(b.metrics.at("optimizer_updates"), 2);
     EXPECT_NEAR(a.metrics.at("loss"), b.metrics.at("loss"), 1e-9) << "step " << step;  // the whole step's loss on both
   }
+  GatheredParameters gathered(dp->zero());
   const auto a = single_model->parameters(), b = dp_model->parameters();
   double max_diff = 0, moved = 0;
   auto fresh = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options)->parameters();
@@ -218,8 +228,9 @@ TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
     max_diff = std::max(max_diff, (a[k] - b[k]).abs().max().item<double>());
     moved = std::max(moved, (a[k] - fresh[k]).abs().max().item<double>());
   }
-  EXPECT_LT(max_diff, 1e-5);
+  EXPECT_LT(max_diff, 1e-10);
   EXPECT_GT(moved, 1e-3);
+  }
 }
 
 TEST(Dist, GroupsGoToTrainersInEqualCountsWithBalancedTokens) {
@@ -256,10 +267,12 @@ TEST(Dist, GroupsSurviveTheirMessageForm) {
   EXPECT_THROW(decode_groups("\xc1 not msgpack"), InternalError);
 }
 
-// reduce_scatter and all_gather, then ZeRO stages 1 and 2 on every rank of the world against
+// reduce_scatter, all_gather and reduce, then ZeRO stages 1 to 3 on every rank of the world against
 // LibTorch's AdamW on the all-reduced, clipped gradients (fp64, 1e-12): parameters whose sizes do
 // not divide by the ranks, shards that cut through parameters, a parameter without a gradient,
-// buckets smaller than a shard, clipping on and off, and the state moved between layouts.
+// buckets smaller than a shard, clipping on and off, and the state moved between layouts. Stage 3
+// goes through the model's side (ParameterHolder): two "layers" gathered, their gradients taken in
+// any order, released; one resident parameter.
 TEST(Dist, ZeroStagesTakeTheUnshardedAdamWStep) {
   auto world = mpi_world();
   const int n = world->size(), r = world->rank();
@@ -270,6 +283,9 @@ TEST(Dist, ZeroStagesTakeTheUnshardedAdamWStep) {
   auto all = torch::empty({4 * n}, torch::kFloat32);
   world->all_gather(torch::full({4}, static_cast<float>(r)), all);
   EXPECT_TRUE(torch::equal(all, torch::arange(n, torch::kFloat32).repeat_interleave(4)));
+  auto summed = torch::full({3}, static_cast<double>(r + 1));
+  world->reduce_sum(summed, n - 1);
+  EXPECT_EQ(summed[0].item<double>(), r == n - 1 ? n * (n + 1) / 2 : r + 1);
 
   // fp32 takes the kernels' AdamW (adamw_update) against LibTorch's own step: rounding only.
   for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
@@ -282,7 +298,7 @@ TEST(Dist, ZeroStagesTakeTheUnshardedAdamWStep) {
       }
       return ps;
     };
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       for (double max_norm : {0.0, 0.5}) {
         SCOPED_TRACE(fmt::format("{}, stage {}, max_norm {}", c10::toString(dtype), stage, max_norm));
         auto sharded = make_params(), whole = make_params();
@@ -290,19 +306,46 @@ TEST(Dist, ZeroStagesTakeTheUnshardedAdamWStep) {
         options.weight_decay(0.1);
         torch::optim::AdamW reference(whole, options);
         const int64_t element = dtype == torch::kFloat64 ? 8 : 4;
-        ZeroOptimizer zero(sharded, *world, stage, /*bucket_bytes=*/element * 5 * n);  // 5 elements per rank and bucket
+        // 5 elements per rank and bucket
+        ZeroOptimizer zero(sharded, *world, stage, /*bucket_bytes=*/element * 5 * n, /*resident=*/{sharded[4]});
+        if (stage == 3) {
+          EXPECT_EQ(sharded[0].numel(), 0);
+        }
+        const std::vector<std::vector<size_t>> layers = {{1, 0}, {2, 3}};
         std::vector<int64_t> offsets{0};
         for (const auto& p : sharded) offsets.push_back(offsets.back() + p.numel());
         for (int step = 0; step < 3; ++step) {
           torch::manual_seed(100 + step);
           std::vector<torch::Tensor> summed;
+          std::vector<torch::Tensor> mine(whole.size());
           for (size_t i = 0; i < whole.size(); ++i) summed.push_back(torch::zeros_like(whole[i]));
-          for (int k = 0; k < n; ++k) {  // rank k's gradient; rank r sets its own
+          for (int k = 0; k < n; ++k) {  // rank k's gradient; rank r keeps its own
             for (size_t i = 0; i < whole.size(); ++i) {
               auto g = torch::randn_like(whole[i]) * (k + 1);
               if (i == 3) continue;  // no gradient for this parameter
               summed[i] += g;
-              if (k == r) sharded[i].mutable_grad() = g.clone();
+              if (k == r) mine[i] = g.clone();
+            }
+          }
+          if (stage < 3) {
+            for (size_t i = 0; i < whole.size(); ++i) {
+              if (mine[i].defined()) sharded[i].mutable_grad() = mine[i];
+            }
+          } else {
+            zero.gather_resident();
+            EXPECT_TRUE(torch::allclose(sharded[4], whole[4], rtol, atol));
+            sharded[4].mutable_grad() = mine[4];
+            for (const auto& layer : layers) {
+              std::vector<torch::Tensor> params, grads;
+              for (auto i : layer) {
+                params.push_back(sharded[i]);
+                grads.push_back(mine[i]);
+              }
+              zero.gather(params);
+              for (auto i : layer) EXPECT_TRUE(torch::allclose(sharded[i], whole[i], rtol, atol)) << i;
+              zero.take_gradients(params, grads);
+              zero.release(params);
+              for (auto i : layer) EXPECT_EQ(sharded[i].numel(), 0) << i;
             }
           }
           // The reference gets zeros where no rank has a gradient, as all_reduce_gradients gives it.
@@ -319,10 +362,11 @@ TEST(Dist, ZeroStagesTakeTheUnshardedAdamWStep) {
           reference.step();
           const double norm = zero.step(options, max_norm);
           EXPECT_NEAR(norm, want_norm, rtol * want_norm);
+          GatheredParameters gathered(&zero);  // stage 3: every parameter whole again
           for (size_t i = 0; i < whole.size(); ++i) {
             // stage 2 keeps only the gradients that reach into this rank's shard
-            const bool mine = zero.begin() < offsets[i + 1] && offsets[i] < zero.end();
-            if (stage == 2 && !mine) {
+            const bool in_shard = zero.begin() < offsets[i + 1] && offsets[i] < zero.end();
+            if (stage == 2 && !in_shard) {
               EXPECT_FALSE(sharded[i].grad().defined()) << i;
             }
             EXPECT_TRUE(torch::allclose(sharded[i], whole[i], rtol, atol)) << i;

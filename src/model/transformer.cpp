@@ -33,8 +33,9 @@ torch::Tensor as_dtype(const torch::Tensor& t, torch::ScalarType dtype) {
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, torch::TensorList params,
                                DecoderLayerImpl* layer, const torch::Tensor& cos, const torch::Tensor& sin,
-                               const torch::Tensor& mask) {
+                               const torch::Tensor& mask, ParameterHolder* holder) {
     ctx->save_for_backward({x});
+    ctx->saved_data["holder"] = reinterpret_cast<int64_t>(holder);
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
     ctx->saved_data["mask"] = mask;
@@ -48,7 +49,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     }
     std::vector<torch::Tensor> kept(params.begin(), params.end());
     ctx->saved_data["params"] = c10::List<torch::Tensor>(kept);
-    return layer->forward(x, cos, sin, mask);
+    return layer->forward(x, cos, sin, mask);  // with a holder, the parameters were gathered for apply
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -65,6 +66,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       rng_now = generator.get_state();
       generator.set_state(ctx->saved_data["rng"].toTensor());
     }
+    auto* holder = reinterpret_cast<ParameterHolder*>(ctx->saved_data["holder"].toInt());
+    if (holder != nullptr) holder->gather(params);
     torch::Tensor out;
     auto input = x.detach().requires_grad_(x_grad);
     {
@@ -83,8 +86,16 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     if (!wrt.empty()) grads = torch::autograd::grad({out}, wrt, {grad_out[0]}, false, false, /*allow_unused=*/true);
     torch::autograd::variable_list result;
     result.push_back(x_grad ? grads[0] : torch::Tensor());
-    for (size_t k = 0; k < params.size(); ++k) result.push_back(grads[k + (x_grad ? 1 : 0)]);
-    result.resize(result.size() + 4);  // layer, cos, sin, mask: no gradient
+    std::vector<torch::Tensor> param_grads(grads.begin() + (x_grad ? 1 : 0), grads.end());
+    out = torch::Tensor();  // the recomputed graph, and the weights it saved, go
+    if (holder != nullptr) {  // the holder takes the parameters' gradients (autograd gets none)
+      holder->take_gradients(params, param_grads);
+      holder->release(params);
+      param_grads.assign(params.size(), torch::Tensor());
+    }
+    param_grads.resize(params.size());
+    result.insert(result.end(), param_grads.begin(), param_grads.end());
+    result.resize(result.size() + 5);  // layer, cos, sin, mask, holder: no gradient
     return result;
   }
 };
@@ -387,6 +398,12 @@ std::vector<torch::Tensor> Transformer::trainable_parameters() const {
   return out;
 }
 
+std::vector<std::vector<torch::Tensor>> Transformer::layer_trainable_parameters() const {
+  std::vector<std::vector<torch::Tensor>> out;
+  for (const auto& block : *model->layers) out.push_back(trained_tensors(*block->as<DecoderLayerImpl>()));
+  return out;
+}
+
 NamedTensors Transformer::trained_weights() const {
   if (!has_adapters()) return named_weights();
   NamedTensors out;
@@ -521,15 +538,21 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
                   ? attention_mask.to(options_.device).to(torch::kBool)
                   : torch::ones({batch, length}, torch::TensorOptions().dtype(torch::kBool).device(options_.device));
   auto h = as_dtype(embed(ids), options_.dtype);
-  const bool checkpoint = options_.gradient_checkpointing && is_training() && torch::GradMode::is_enabled();
+  const bool grad = torch::GradMode::is_enabled();
+  const bool checkpoint = grad && (holder_ != nullptr || (options_.gradient_checkpointing && is_training()));
   for (const auto& block : *model->layers) {
     auto* layer = block->as<DecoderLayerImpl>();
-    if (checkpoint) {
-      const auto params = trained_tensors(*layer);
-      h = CheckpointedLayer::apply(h, torch::TensorList(params), layer, cos, sin, mask);
-    } else {
+    if (holder_ == nullptr && !checkpoint) {
       h = layer->forward(h, cos, sin, mask);
+      continue;
     }
+    const auto params = trained_tensors(*layer);
+    // Gathered before apply: autograd takes the parameters' shapes (their gradient accumulators')
+    // as apply records them.
+    if (holder_ != nullptr) holder_->gather(params);
+    h = checkpoint ? CheckpointedLayer::apply(h, torch::TensorList(params), layer, cos, sin, mask, holder_)
+                   : layer->forward(h, cos, sin, mask);
+    if (holder_ != nullptr) holder_->release(params);
   }
   return model->norm->forward(h);
 }

@@ -28,6 +28,19 @@ namespace rlcpp {
 
 class CheckpointReader;
 
+// Keeps trainable parameters that are not held whole between uses (ZeRO stage 3, train/zero.h).
+// The model asks for a decoder layer's trained tensors just before the layer runs (its forward,
+// and backward's recomputation) and gives them back right after; the gradients backward computes
+// for them go to the holder, not to .grad.
+class ParameterHolder {
+ public:
+  virtual ~ParameterHolder() = default;
+  virtual void gather(const std::vector<torch::Tensor>& params) = 0;   // their values, in place
+  virtual void release(const std::vector<torch::Tensor>& params) = 0;  // their storage may go
+  // grads[k] is params[k]'s (undefined: none) from one backward pass.
+  virtual void take_gradients(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads) = 0;
+};
+
 // Where the model lives and in which dtype: always from config, never hard-coded.
 struct ModelOptions {
   torch::Device device = torch::kCPU;         // cpu | cuda[:n]
@@ -131,6 +144,13 @@ class Transformer : public torch::nn::Module {
   // adapter directory loads its base model (base_model_name_or_path) with the adapter on it.
   static std::shared_ptr<Transformer> from_pretrained(const std::filesystem::path& dir, ModelOptions options = {});
 
+  // With a holder, each decoder layer's trained tensors are gathered for it and released after;
+  // a forward with grad then recomputes each layer in backward (as gradient_checkpointing), so no
+  // graph keeps a layer's weights. The holder must outlive its use; nullptr: the weights are held.
+  void set_parameter_holder(ParameterHolder* holder) { holder_ = holder; }
+  // Each decoder layer's trained tensors (see trainable_parameters), in layer order.
+  std::vector<std::vector<torch::Tensor>> layer_trainable_parameters() const;
+
   // Final hidden states (after the last norm) [B, T, H]. attention_mask [B, T] (1 = token, 0 = pad,
   // left padding) may be undefined (no padding); positions then come from the mask.
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});
@@ -218,6 +238,7 @@ class Transformer : public torch::nn::Module {
   Rope rope_;
   LoraConfig lora_;
   std::vector<std::pair<std::string, LinearImpl*>> adapted_;  // module name → its layer, in model order
+  ParameterHolder* holder_ = nullptr;
 };
 
 // Scoped: the model's adapters off (the base model) until the end of the scope.

@@ -19,6 +19,8 @@ class Communicator {
   virtual void barrier() = 0;
   // In place, over every rank of this communicator: sum (e.g. gradients, token counts).
   virtual void all_reduce_sum(torch::Tensor& tensor) = 0;
+  // In place: `tensor` summed over the ranks, the sum on `root` only (the others' is left as it was).
+  virtual void reduce_sum(torch::Tensor& tensor, int root) = 0;
   // `input` [size() * n] summed over the ranks; this rank keeps part rank() of the sum in `output` [n].
   virtual void reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) = 0;
   // Every rank's `input` [n], in rank order, into `output` [size() * n] on every rank.

@@ -69,6 +69,24 @@ class MpiCommunicator final : public Communicator {
     view.write_back();
   }
 
+  void reduce_sum(torch::Tensor& tensor, int root) override {
+    if (tensor.scalar_type() == torch::kBFloat16 || tensor.scalar_type() == torch::kFloat16) {
+      auto wide = tensor.to(torch::kFloat32);  // summed in fp32, then rounded once
+      reduce_sum(wide, root);
+      if (rank_ == root) tensor.copy_(wide);
+      return;
+    }
+    HostView view(tensor);
+    const auto type = mpi_type(view.host.scalar_type());
+    RLCPP_CHECK(type != MPI_DATATYPE_NULL && view.host.numel() < (int64_t{1} << 31), "reduce of {} {}",
+                view.host.numel(), c10::toString(view.host.scalar_type()));
+    void* data = view.host.data_ptr();
+    check(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : data, data, static_cast<int>(view.host.numel()), type, MPI_SUM, root,
+                     comm_),
+          "Reduce");
+    if (rank_ == root) view.write_back();
+  }
+
   void reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) override {
     const int64_t n = output.numel();
     RLCPP_CHECK(input.numel() == n * size_ && input.scalar_type() == output.scalar_type() && n < (int64_t{1} << 31),
@@ -182,6 +200,7 @@ class SelfCommunicator final : public Communicator {
   int size() const override { return 1; }
   void barrier() override {}
   void all_reduce_sum(torch::Tensor&) override {}
+  void reduce_sum(torch::Tensor&, int) override {}
   void reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) override { output.copy_(input.view_as(output)); }
   void all_gather(const torch::Tensor& input, torch::Tensor& output) override { output.copy_(input.view_as(output)); }
   void broadcast(torch::Tensor&, int) override {}

@@ -52,7 +52,8 @@ WeightSync::WeightSync(std::shared_ptr<Communicator> group, uint64_t bucket_byte
 }
 
 SyncStats WeightSync::sync(const NamedTensors& tensors, int64_t version,
-                           const std::function<void(const NamedTensors&)>& apply) {
+                           const std::function<void(const NamedTensors&)>& apply,
+                           const std::function<torch::Tensor(size_t)>& values) {
   trace::Span span("weight_sync");
   const auto start = std::chrono::steady_clock::now();
   const bool sender = group_->rank() == 0;
@@ -91,8 +92,10 @@ SyncStats WeightSync::sync(const NamedTensors& tensors, int64_t version,
       uint64_t size = 0;
       for (size_t k : plan[static_cast<size_t>(stats.buckets)]) size += tensors[k].second.nbytes();
       bytes.reserve(size);
-      for (size_t k = 0; k < entries.size(); ++k) {
-        const auto t = host_contiguous(tensors[plan[static_cast<size_t>(stats.buckets)][k]].second);
+      for (size_t k : plan[static_cast<size_t>(stats.buckets)]) {
+        const auto t = host_contiguous(values ? values(k) : tensors[k].second);
+        RLCPP_CHECK(t.nbytes() == tensors[k].second.nbytes(), "weight {}: {} bytes, its header says {}", tensors[k].first,
+                    t.nbytes(), tensors[k].second.nbytes());
         bytes.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
       }
     }
@@ -117,16 +120,20 @@ SyncStats WeightSync::sync(const NamedTensors& tensors, int64_t version,
   return stats;
 }
 
+uint64_t weights_hash_seed() { return 0xcbf29ce484222325ULL; }
+
+uint64_t weights_hash_add(uint64_t h, const std::string& name, const torch::Tensor& tensor) {
+  h = fnv1a(h, name.data(), name.size());
+  const auto t = host_contiguous(tensor);
+  const int type = static_cast<int>(t.scalar_type());
+  h = fnv1a(h, &type, sizeof(type));
+  for (int64_t d : t.sizes()) h = fnv1a(h, &d, sizeof(d));
+  return fnv1a(h, t.data_ptr(), t.nbytes());
+}
+
 uint64_t weights_hash(const NamedTensors& tensors) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const auto& [name, tensor] : tensors) {
-    h = fnv1a(h, name.data(), name.size());
-    const auto t = host_contiguous(tensor);
-    const int type = static_cast<int>(t.scalar_type());
-    h = fnv1a(h, &type, sizeof(type));
-    for (int64_t d : t.sizes()) h = fnv1a(h, &d, sizeof(d));
-    h = fnv1a(h, t.data_ptr(), t.nbytes());
-  }
+  uint64_t h = weights_hash_seed();
+  for (const auto& [name, tensor] : tensors) h = weights_hash_add(h, name, tensor);
   return h;
 }
 

@@ -36,8 +36,12 @@ class WeightSync {
 
   // On rank 0: sends `tensors` as `version`. Elsewhere: receives, calling `apply` once per bucket
   // (the tensors are valid during the call). Returns what moved.
+  // With `values` (rank 0), tensors[k] gives only the name, dtype and shape (a meta tensor will
+  // do) and values(k) the data, asked for once per tensor in ascending k and read before the next
+  // call: weights made whole piece by piece as they go (ZeRO-3).
   SyncStats sync(const NamedTensors& tensors, int64_t version,
-                 const std::function<void(const NamedTensors&)>& apply = {});
+                 const std::function<void(const NamedTensors&)>& apply = {},
+                 const std::function<torch::Tensor(size_t)>& values = {});
 
  private:
   std::shared_ptr<Communicator> group_;
@@ -47,5 +51,8 @@ class WeightSync {
 
 // FNV-1a over names, dtypes, shapes and bytes, in order: equal on two ranks iff the weights are.
 uint64_t weights_hash(const NamedTensors& tensors);
+// The same one tensor at a time: h = weights_hash_seed(), then each (name, tensor) in order.
+uint64_t weights_hash_seed();
+uint64_t weights_hash_add(uint64_t h, const std::string& name, const torch::Tensor& tensor);
 
 }  // namespace rlcpp

@@ -16,7 +16,6 @@ using F = FieldFate;
 const char* kOffload = "offload is not implemented yet (planned for device runs: optimizer and weight offload, issue 25)";
 const char* kTp = "tensor parallelism is not implemented yet (planned: issue 23)";
 const char* kPp = "pipeline parallelism is not planned; tensor parallelism (issue 23) and ZeRO (issue 22) will shard large models";
-const char* kZero = "zero_size shards the parameters (FSDP, ZeRO-3), not implemented yet; -zero 1 or 2 shards the AdamW state and gradients";
 const char* kRay = "Ray's runtime environment; rlcpp is one binary started by mpirun, so there is nothing to package";
 const char* kResources = "Ray resources; mpirun -np T+I (and --map-by, hostfiles) decide the processes and their placement";
 
@@ -24,6 +23,14 @@ const char* kResources = "Ray resources; mpirun -np T+I (and --map-by, hostfiles
 const Json kUnset = Json(Json::value_t::discarded);
 
 Json unset_if_negative(const Json& v, const std::string& where) { return read_int(v, where) < 0 ? kUnset : v; }
+
+// zero_size N > 1 (FSDP's sharding group) is ZeRO-3 over the trainers; 1 or null: not sharded.
+Json zero_size_stage(const Json& v, const std::string& where) {
+  if (v.is_null()) return kUnset;
+  const int64_t n = read_int(v, where);
+  if (n < 1) throw_user_error("{}: {}: the number of ranks the parameters are sharded over is at least 1", where, n);
+  return n == 1 ? kUnset : Json(3);
+}
 
 Json stream_loader_type(const Json& v, const std::string& where) {
   const std::string s = read_string(v, where);
@@ -100,7 +107,8 @@ const std::vector<ChatLearnField>& chatlearn_fields() {
       {"trainable", "ModelConfig", F::kNotice, "", "the policy is trained and the reference is frozen, always"},
       {"tensor_model_parallel_size", "ModelConfig", F::kRefused, "", kTp, {"1", "null"}},
       {"pipeline_model_parallel_size", "ModelConfig", F::kRefused, "", kPp, {"1", "null"}},
-      {"zero_size", "ModelConfig", F::kRefused, "", kZero, {"1", "null"}},
+      {"zero_size", "ModelConfig", F::kMapped, "runtime.zero_stage",
+       "above 1: ZeRO-3 (parameters, gradients and AdamW state sharded) over all -t trainers", {}, zero_size_stage},
       {"model_config_file", "ModelConfig", F::kNotice, "", "the architecture comes from the model directory's config.json"},
       {"config_dir", "ModelConfig", F::kNotice, "", "the architecture comes from the model directory's config.json"},
       {"model_type", "ModelConfig", F::kNotice, "", "rlcpp runs LibTorch models; config.json's model_type decides"},

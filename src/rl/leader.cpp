@@ -97,18 +97,60 @@ void Leader::send_round() {
   }
 }
 
+namespace {
+
+// ZeRO-3's optimizer when the parameters are sharded, else nullptr.
+ZeroOptimizer* sharded_parameters(RunState& run) {
+  auto* zero = run.trainer->zero();
+  return zero != nullptr && zero->stage() == 3 ? zero : nullptr;
+}
+
+// Under ZeRO-3: whether a sync follows, from trainer 0 to the other trainers.
+bool announce_sync(const Topology& topology, RunState& run, bool syncs) {
+  if (sharded_parameters(run) == nullptr || topology.num_trainers == 1) return syncs;
+  auto flag = torch::tensor({syncs ? 1.0 : 0.0}, torch::kFloat64);
+  topology.role_group->broadcast(flag, 0);
+  return flag.item<double>() > 0;
+}
+
+}  // namespace
+
+void Leader::follow_sync(const Topology& topology, RunState& run) {
+  if (!announce_sync(topology, run, false)) return;
+  LayerByLayer stream(*sharded_parameters(run), run.policy->layer_trainable_parameters());
+  stream.finish();
+}
+
 void Leader::sync_weights() {
-  if (run_.policy_version == synced_version_) return;
+  if (!announce_sync(topo_, run_, run_.policy_version != synced_version_)) return;
   const int T = topo_.num_trainers, I = topo_.num_inferencers;
   for (int w = 0; w < I; ++w) send_control(*topo_.world, ControlMessage::sync(c_.verify_sync), T + w);
   const NamedTensors weights = run_.policy->trained_weights();  // under LoRA, the adapters alone
-  const SyncStats stats = weight_sync_->sync(weights, run_.policy_version);
+  SyncStats stats;
+  uint64_t expected = 0;
+  if (auto* zero = sharded_parameters(run_)) {
+    // The released weights stream layer by layer; the header takes their shapes from the shards.
+    LayerByLayer stream(*zero, run_.policy->layer_trainable_parameters());
+    NamedTensors layout;
+    for (const auto& [name, t] : weights) {
+      layout.emplace_back(name, torch::empty(zero->shape_of(t), t.options().device(torch::kMeta)));
+    }
+    expected = weights_hash_seed();
+    stats = weight_sync_->sync(layout, run_.policy_version, {}, [&](size_t k) {
+      const auto& t = stream.get(weights[k].second);
+      if (c_.verify_sync) expected = weights_hash_add(expected, weights[k].first, t);
+      return t;
+    });
+    stream.finish();
+  } else {
+    stats = weight_sync_->sync(weights, run_.policy_version);
+    if (c_.verify_sync) expected = weights_hash(weights);
+  }
   synced_version_ = run_.policy_version;
   pending_.sync += stats.seconds;
   pending_.sync_bytes += stats.bytes;
   ++pending_.syncs;
   if (c_.verify_sync) {
-    const uint64_t expected = weights_hash(weights);
     for (int w = 0; w < I; ++w) {
       const auto got = std::stoull(topo_.world->recv_bytes(T + w, kHashTag));
       if (got != expected) {
@@ -122,8 +164,14 @@ void Leader::sync_weights() {
                 stats.buckets, stats.seconds);
 }
 
+bool Leader::evaluation_due(int64_t step) const { return evaluator_->due(step, run_.plan.total_steps); }
+
 void Leader::sync_ahead() {
-  if (++rounds_ahead_ % c_.sync_frequency == 0) sync_weights();
+  if (++rounds_ahead_ % c_.sync_frequency == 0) {
+    sync_weights();
+  } else {
+    announce_sync(topo_, run_, false);
+  }
 }
 
 void Leader::note_round(const RoundReceipt& receipt, double wait) {

@@ -20,6 +20,7 @@
 #include "rl/rollout_channel.h"
 #include "rl/run_state.h"
 #include "rl/step_record.h"
+#include "train/zero.h"
 
 namespace rlcpp {
 
@@ -43,6 +44,11 @@ class Leader {
   void sync_weights();
   // Every (sync_frequency)th round ahead of training (-nb >= 1) carries a sync.
   void sync_ahead();
+  // Under ZeRO-3 each of start, sync_weights and sync_ahead first tells the other trainers whether
+  // it syncs, and they stream the layers with it: each calls this at the same points.
+  static void follow_sync(const Topology& topology, RunState& run);
+  // Whether log_step of `step` runs an evaluation.
+  bool evaluation_due(int64_t step) const;
   // What a collected round brought the leader; `wait`: seconds spent waiting for it.
   void note_round(const RoundReceipt& receipt, double wait);
   // The step's metrics line and rollouts file. `rows`: every trainer's step_figures, [T, n].

@@ -92,6 +92,21 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
     const double trained = lora_parameters(c.lora, m);
     est.lines.push_back({"LoRA adapters + grads + AdamW", trained * e * 4,
                          fmt::format("{:.1f} M parameters (rank {}, {})", trained / 1e6, c.lora.rank, lora_targets_text(c.lora.targets))});
+  } else if (c.zero == 3) {  // train/zero.h: shards, the resident parameters whole, one layer gathered
+    const double n = static_cast<double>(c.trainers());
+    const double resident = vocab * h * (m.tie_word_embeddings ? 1 : 2) + h;
+    const double layer = (params - resident) / layers;
+    est.lines.push_back({"policy weights", (params / n + resident) * e,
+                         fmt::format("ZeRO-3: this trainer's 1/{} of {:.0f} M parameters in {}, the embedding{} whole",
+                                     c.trainers(), params / 1e6, c.dtype, m.tie_word_embeddings ? "" : " and head")});
+    est.lines.push_back({"gradients", (params / n + resident) * e, "the shard's, and the embedding's whole"});
+    est.lines.push_back({"AdamW moments", params * e * 2 / n,
+                         fmt::format("exp_avg and exp_avg_sq: this trainer's 1/{}", c.trainers())});
+    est.lines.push_back({"gathered layer", 2 * layer * e, "one decoder layer's weights and gradients at a time",
+                         MemoryPhase::kBackward});
+    est.lines.push_back({"whole model (sync, checkpoint)", params * e,
+                         "gathered to send the weights to the rollout workers and to write checkpoints",
+                         MemoryPhase::kOptimizer});
   } else {
     est.lines.push_back({"policy weights", params * e, fmt::format("{:.0f} M parameters in {}", params / 1e6, c.dtype)});
     est.lines.push_back({"gradients", params * e, "every weight is trained"});
@@ -125,10 +140,11 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
   const double layer_act = 1.4 * b * t * per_token_layer;
   double activations = 0;
   std::string how;
-  if (c.gradient_checkpointing) {
+  if (c.gradient_checkpointing || c.zero == 3) {
     // The recomputed layer's activations and their gradients exist together in its backward.
     activations = layers * b * t * h * e + 2 * layer_act + attention_block;
-    how = "--gradient-checkpointing: layer inputs, one layer recomputed";
+    how = c.gradient_checkpointing ? "--gradient-checkpointing: layer inputs, one layer recomputed"
+                                   : "ZeRO-3 recomputes each layer in backward: layer inputs, one layer recomputed";
   } else {
     activations = layers * layer_act + attention_block;
     how = "every layer's activations kept for backward";
@@ -196,8 +212,9 @@ void check_run_memory(const RunConfig& c, const MemoryEstimate& est, double avai
   if (available <= 0 || est.total() <= available) return;
   std::vector<std::string> fixes;
   if (!c.lora.enabled()) fixes.push_back("--lora-rank 16 (train adapters: no gradients, optimizer state or reference copy of the full model)");
-  if (!c.lora.enabled() && c.zero == 0 && c.distributed() && c.trainers() > 1) {
-    fixes.push_back(fmt::format("-zero 1 (shard the AdamW moments over the {} trainers)", c.trainers()));
+  if (!c.lora.enabled() && c.zero < 3 && c.distributed() && c.trainers() > 1) {
+    fixes.push_back(fmt::format("-zero {} (shard {} over the {} trainers)", c.zero == 0 ? 1 : 3,
+                                c.zero == 0 ? "the AdamW moments" : "the parameters and gradients too", c.trainers()));
   }
   if (!c.gradient_checkpointing) fixes.push_back("--gradient-checkpointing (keep one layer's activations, not every layer's)");
   if (c.train_microbatch_size > 1) fixes.push_back(fmt::format("-tmbs {} (a smaller micro-batch)", std::max<int64_t>(1, c.train_microbatch_size / 2)));

@@ -135,12 +135,8 @@ void reject_unimplemented(const RunConfig& c) {
                      "issue 22, will shard large models)", c.pp);
   }
   if (c.zero < 0 || c.zero > 3) {
-    throw_user_error("-zero/--zero-stage {}: a ZeRO stage is 0 (off), 1 (optimizer state sharded) or 2 (also gradients)",
-                     c.zero);
-  }
-  if (c.zero == 3) {
-    throw_user_error("-zero/--zero-stage 3: parameter sharding is not implemented yet (issue 22); stages 1 and 2 shard "
-                     "the AdamW moments and the gradients over the trainers");
+    throw_user_error("-zero/--zero-stage {}: a ZeRO stage is 0 (off), 1 (optimizer state sharded), 2 (also gradients) "
+                     "or 3 (also parameters)", c.zero);
   }
   if (c.zero > 0 && !c.distributed()) {
     throw_user_error("-zero/--zero-stage {}: ZeRO shards over data-parallel trainers, which need the distributed mode "

@@ -237,11 +237,12 @@ RunState load_run(const RunConfig& c, Communicator* trainers) {
     run.trainer->enable_zero(*trainers, static_cast<int>(c.zero), kGradientBucketBytes);
     if (leader) {
       spdlog::info("ZeRO stage {}: AdamW moments{} sharded over {} trainers, {} of {} trained elements here", c.zero,
-                   c.zero >= 2 ? " and gradients" : "", trainers->size(),
+                   c.zero == 3 ? ", gradients and parameters" : c.zero == 2 ? " and gradients" : "", trainers->size(),
                    run.trainer->zero()->end() - run.trainer->zero()->begin(), run.trainer->zero()->total());
     }
   }
   if (run.plan.resume_from) {
+    GatheredParameters whole(run.trainer->zero());  // ZeRO-3: the optimizer's parameters have their shapes
     load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer);
     run.trainer->restore_steps(run.plan.saved.optimizer_steps);
     run.policy_version = run.plan.saved.policy_version;

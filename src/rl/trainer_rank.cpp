@@ -30,6 +30,7 @@ class TrainerRank {
 
  private:
   int T() const { return topo_.num_trainers; }
+  ZeroOptimizer* zero() { return run_.trainer->zero(); }
   // This trainer's share of saved groups: its own under the same -t, else dealt by the balance.
   std::vector<GroupRollout> deal(const TrainerGroups& saved) const;
   // One round from the workers: this trainer's share of its kept groups joins `into`.
@@ -137,14 +138,19 @@ void TrainerRank::train_round(int64_t& step, int64_t last) {
   while (step <= last) train_step(step++);
   // The next round, unless it went ahead (-nb >= 1) or was collected with the checkpoint resumed
   // from (-nb may change on resume).
-  if (leader_ && more_rounds && !round_ahead_ && !collected_) {
-    leader_->sync_weights();
-    leader_->send_round();
+  if (more_rounds && !round_ahead_ && !collected_) {
+    if (leader_) {
+      leader_->sync_weights();
+      leader_->send_round();
+    } else {
+      Leader::follow_sync(topo_, run_);  // ZeRO-3: the layers stream with trainer 0's sync
+    }
   }
 }
 
 void TrainerRank::save_checkpoint(int64_t step) {
   trace::write();
+  GatheredParameters whole(zero());  // ZeRO-3: the model directory is written whole
   // Under -nb >= 1 the workers are generating the next round from an older policy, which a
   // resumed run could not reproduce: the round is collected now and saved with the checkpoint.
   if (round_ahead_ && !collected_) collect_ahead();
@@ -176,7 +182,15 @@ void TrainerRank::train_step(int64_t step) {
   rows[topo_.role_rank] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before);
   if (T() > 1) topo_.role_group->all_reduce_sum(rows);
   const auto trained = rollouts_due(c_, step) ? gather(batch).groups : std::vector<GroupRollout>{};
-  if (leader_) leader_->log_step(step, rows, update, trained);
+  if (zero() != nullptr && zero()->stage() == 3) {
+    // The leader's evaluation generates with the policy: whole on every trainer for it.
+    auto due = torch::tensor({leader_ && leader_->evaluation_due(step) ? 1.0 : 0.0}, torch::kFloat64);
+    topo_.role_group->broadcast(due, 0);
+    GatheredParameters whole(zero(), due.item<double>() > 0);
+    if (leader_) leader_->log_step(step, rows, update, trained);
+  } else if (leader_) {
+    leader_->log_step(step, rows, update, trained);
+  }
   // After the metrics line, so a run resumed from this checkpoint has every line up to it.
   if (checkpoint_due(c_, step, run_.plan.total_steps)) save_checkpoint(step);
 }
@@ -188,7 +202,11 @@ fs::path TrainerRank::run() {
   // A run resumed in the middle of a round first trains the rest of it (its groups are buffered).
   round_end_ = std::min(run_.plan.saved.round.end_step, total_steps);
   const bool mid_round = step <= round_end_;
-  if (leader_) leader_->start(/*send_round=*/!mid_round && !collected_);
+  if (leader_) {
+    leader_->start(/*send_round=*/!mid_round && !collected_);
+  } else {
+    Leader::follow_sync(topo_, run_);  // start's sync
+  }
   if (mid_round) train_round(step, round_end_);
   int64_t rounds_since_step = 0;
   while (step <= total_steps) {
@@ -210,6 +228,8 @@ fs::path TrainerRank::run() {
       // Rollout runs ahead: the next round starts now, with the weights as they are.
       leader_->sync_ahead();
       leader_->send_round();
+    } else if (round_ahead_) {
+      Leader::follow_sync(topo_, run_);
     }
     train_round(step, round_end_);
     if (steps > 0) rounds_since_step = 0;

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <cmath>
+#include <set>
 
 #include "algo/dapo.h"
 #include "model/kernel_linear.h"
@@ -146,6 +147,12 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
   double entropy_sum = 0, entropy_tokens = 0;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   trace::Span span("logprobs");
+  const bool lockstep = &model == policy_.get() && sharded_parameters();
+  if (lockstep) {
+    zero_->gather_resident();
+    const auto mine = static_cast<int64_t>((samples.size() + micro - 1) / micro);
+    for (int64_t k = lockstep_passes(mine) - mine; k > 0; --k) empty_pass(false);
+  }
   for (size_t begin = 0; begin < samples.size(); begin += micro) {
     progress::phase("logprobs", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
     const size_t end = std::min(samples.size(), begin + micro);
@@ -158,6 +165,7 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
     }
     append_response_values(logp, batch, samples, begin, out);
   }
+  if (lockstep) zero_->release_resident();
   if (mean_entropy != nullptr) *mean_entropy = entropy_tokens > 0 ? entropy_sum / entropy_tokens : 0.0;
   return out;
 }
@@ -233,6 +241,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
   const bool fused = config_.fused_head && !entropy_bonus && config_.loss.ratio_level == ImportanceLevel::kToken;
   double counted_tokens = 0, entropy_sum = 0, entropy_tokens = 0;
   const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
+  for (int64_t k = lockstep_passes(n_micro) - n_micro; k > 0; --k) empty_pass(true);
   for (size_t begin = 0; begin < samples.size(); begin += micro) {
     trace::Span span("forward_backward");
     progress::phase("train", static_cast<int64_t>(begin / micro), n_micro, "micro-batches");
@@ -322,6 +331,7 @@ double Trainer::begin_update() {
   for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   optimizer_->zero_grad();
   policy_->train();
+  if (zero_) zero_->gather_resident();  // stage 3: until the step
   return lr;
 }
 
@@ -335,7 +345,35 @@ double Trainer::loss_tokens(const std::vector<TrainSample>& samples, const std::
 }
 
 void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes) {
-  zero_ = std::make_unique<ZeroOptimizer>(policy_->trainable_parameters(), group, stage, bucket_bytes);
+  const auto trained = policy_->trainable_parameters();
+  std::vector<torch::Tensor> resident;  // stage 3: what the model does not gather layer by layer
+  if (stage == 3) {
+    std::set<const void*> in_layers;
+    for (const auto& layer : policy_->layer_trainable_parameters()) {
+      for (const auto& p : layer) in_layers.insert(p.unsafeGetTensorImpl());
+    }
+    for (const auto& p : trained) {
+      if (in_layers.count(p.unsafeGetTensorImpl()) == 0) resident.push_back(p);
+    }
+  }
+  zero_ = std::make_unique<ZeroOptimizer>(trained, group, stage, bucket_bytes, resident);
+  if (stage == 3) policy_->set_parameter_holder(zero_.get());
+}
+
+bool Trainer::sharded_parameters() const { return zero_ != nullptr && zero_->stage() == 3; }
+
+int64_t Trainer::lockstep_passes(int64_t mine) const {
+  if (!sharded_parameters()) return mine;
+  auto all = torch::zeros({zero_->group().size()}, torch::kFloat64);
+  all[zero_->group().rank()] = static_cast<double>(mine);
+  zero_->group().all_reduce_sum(all);
+  return static_cast<int64_t>(all.max().item<double>());
+}
+
+void Trainer::empty_pass(bool backward) const {
+  trace::Span span("empty_pass");
+  const auto h = policy_->hidden_states(torch::zeros({1, 1}, torch::kInt64));
+  if (backward) (h.sum() * 0).backward();
 }
 
 void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
@@ -383,6 +421,8 @@ TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch) {
   TrainStepMetrics metrics;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   double nll = 0;
+  const auto n_micro = static_cast<int64_t>((batch.size() + micro - 1) / micro);
+  for (int64_t k = lockstep_passes(n_micro) - n_micro; k > 0; --k) empty_pass(true);
   for (size_t begin = 0; begin < batch.size(); begin += micro) {
     const size_t end = std::min(batch.size(), begin + micro);
     int64_t length = 0;

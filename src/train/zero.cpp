@@ -39,6 +39,20 @@ void pieces_of(const std::vector<int64_t>& offsets, int64_t a, int64_t b, Fn&& f
 
 torch::Tensor flat_view(const torch::Tensor& t) { return t.view({-1}); }
 
+// Σ g² over `grads` and the trainers, in double, a million elements at a time (a whole double copy
+// of the embedding's gradient would be the step's largest allocation).
+double summed_squares(Communicator& group, const std::vector<torch::Tensor>& grads) {
+  auto squares = torch::zeros({1}, torch::kFloat64);
+  constexpr int64_t kChunk = 1 << 20;
+  for (const auto& g : grads) {
+    for (int64_t at = 0; at < g.numel(); at += kChunk) {
+      squares += g.narrow(0, at, std::min(kChunk, g.numel() - at)).to(torch::kFloat64).square().sum();
+    }
+  }
+  group.all_reduce_sum(squares);
+  return squares.item<double>();
+}
+
 }  // namespace
 
 int64_t flat_numel(const std::vector<torch::Tensor>& params) { return flat_offsets(params).back(); }
@@ -146,9 +160,10 @@ void adamw_update(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, to
   p.addcdiv_(m, denom, -o.lr() / bias1);
 }
 
-ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& group, int stage, uint64_t bucket_bytes)
+ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& group, int stage, uint64_t bucket_bytes,
+                             const std::vector<torch::Tensor>& resident)
     : params_(std::move(params)), offsets_(flat_offsets(params_)), group_(group), stage_(stage), bucket_bytes_(bucket_bytes) {
-  RLCPP_CHECK(stage == 1 || stage == 2, "ZeRO stage {}", stage);
+  RLCPP_CHECK(stage >= 1 && stage <= 3, "ZeRO stage {}", stage);
   RLCPP_CHECK(!params_.empty(), "ZeRO without trainable parameters");
   for (const auto& p : params_) {
     RLCPP_CHECK(p.is_contiguous() && p.scalar_type() == params_[0].scalar_type() && p.device() == params_[0].device(),
@@ -164,6 +179,21 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& gr
   state_.end = std::min(total, state_.begin + shard_);
   state_.exp_avg = torch::zeros({state_.end - state_.begin}, params_[0].options());
   state_.exp_avg_sq = torch::zeros_like(state_.exp_avg);
+  if (stage_ < 3) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    shapes_.push_back(params_[i].sizes().vec());
+    index_[params_[i].unsafeGetTensorImpl()] = i;
+  }
+  held_.assign(params_.size(), 1);
+  resident_ = indices_of(resident);
+  shard_params_ = torch::empty({state_.end - state_.begin}, params_[0].options());
+  shard_grad_ = torch::zeros_like(shard_params_);
+  for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
+    shard_params_.narrow(0, at, len).copy_(flat_view(params_[i]).narrow(0, in_param, len));
+  });
+  std::vector<size_t> all(params_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  release_indices(all);
 }
 
 template <class Fn>
@@ -239,7 +269,197 @@ void ZeroOptimizer::gather_parameters() {
   }
 }
 
+std::vector<size_t> ZeroOptimizer::indices_of(const std::vector<torch::Tensor>& params) const {
+  std::vector<size_t> out;
+  for (const auto& p : params) {
+    const auto it = index_.find(p.unsafeGetTensorImpl());
+    RLCPP_CHECK(it != index_.end(), "ZeRO-3: a tensor of {} that is not a trained parameter", p.sizes());
+    out.push_back(it->second);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+template <class Fn>
+void ZeroOptimizer::for_each_owned_range(const std::vector<size_t>& indices, Fn&& fn) const {
+  for (size_t k = 0; k < indices.size();) {
+    size_t last = k;
+    while (last + 1 < indices.size() && indices[last + 1] == indices[last] + 1) ++last;
+    const int64_t a = offsets_[indices[k]], b = offsets_[indices[last] + 1];
+    for (int64_t owner = a / shard_; owner * shard_ < b; ++owner) {
+      const int64_t x = std::max(a, owner * shard_), y = std::min(b, (owner + 1) * shard_);
+      if (y > x) fn(static_cast<int>(owner), x, y);
+    }
+    k = last + 1;
+  }
+}
+
+void ZeroOptimizer::gather_indices(const std::vector<size_t>& indices) {
+  torch::NoGradGuard no_grad;
+  for (auto i : indices) {
+    RLCPP_CHECK(!held_[i], "ZeRO-3: parameter {} gathered twice", i);
+    params_[i].set_data(torch::empty(shapes_[i], params_[0].options()));
+    held_[i] = 1;
+  }
+  // From each owner of a part, in pieces of at most a bucket: its shard's values to every trainer.
+  const int me = group_.rank();
+  for_each_owned_range(indices, [&](int owner, int64_t x, int64_t y) {
+    for (int64_t at = x; at < y; at += bucket_) {
+      const int64_t n = std::min(bucket_, y - at);
+      torch::Tensor part = owner == me ? shard_params_.narrow(0, at - state_.begin, n) : torch::empty({n}, shard_params_.options());
+      group_.broadcast(part, owner);
+      for_each_piece(at, at + n, [&](size_t i, int64_t in_param, int64_t from, int64_t len) {
+        flat_view(params_[i]).narrow(0, in_param, len).copy_(part.narrow(0, from, len));
+      });
+    }
+  });
+}
+
+void ZeroOptimizer::release_indices(const std::vector<size_t>& indices) {
+  torch::NoGradGuard no_grad;
+  for (auto i : indices) {
+    params_[i].set_data(torch::empty({0}, params_[0].options()));
+    params_[i].mutable_grad() = torch::Tensor();
+    held_[i] = 0;
+  }
+}
+
+void ZeroOptimizer::reduce_to_owners(const std::vector<size_t>& indices, const std::vector<torch::Tensor>& grads) {
+  torch::NoGradGuard no_grad;
+  std::unordered_map<size_t, const torch::Tensor*> grad_of;
+  for (size_t k = 0; k < indices.size(); ++k) grad_of[indices[k]] = &grads[k];
+  const int me = group_.rank();
+  for_each_owned_range(indices, [&](int owner, int64_t x, int64_t y) {
+    for (int64_t at = x; at < y; at += bucket_) {
+      const int64_t n = std::min(bucket_, y - at);
+      auto part = torch::zeros({n}, shard_grad_.options());
+      for_each_piece(at, at + n, [&](size_t i, int64_t in_param, int64_t from, int64_t len) {
+        const auto& g = *grad_of.at(i);
+        if (g.defined()) part.narrow(0, from, len).copy_(g.reshape({-1}).narrow(0, in_param, len));
+      });
+      group_.reduce_sum(part, owner);
+      if (owner == me) shard_grad_.narrow(0, at - state_.begin, n).add_(part);
+    }
+  });
+}
+
+void ZeroOptimizer::gather(const std::vector<torch::Tensor>& params) { gather_indices(indices_of(params)); }
+
+void ZeroOptimizer::release(const std::vector<torch::Tensor>& params) { release_indices(indices_of(params)); }
+
+void ZeroOptimizer::take_gradients(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads) {
+  RLCPP_CHECK(params.size() == grads.size(), "{} gradients for {} parameters", grads.size(), params.size());
+  trace::Span span("reduce_layer_gradients");
+  std::vector<std::pair<size_t, torch::Tensor>> order;
+  for (size_t k = 0; k < params.size(); ++k) order.emplace_back(indices_of({params[k]})[0], grads[k]);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<size_t> indices;
+  std::vector<torch::Tensor> sorted;
+  for (auto& [i, g] : order) {
+    indices.push_back(i);
+    sorted.push_back(std::move(g));
+  }
+  reduce_to_owners(indices, sorted);
+}
+
+void ZeroOptimizer::gather_resident() {
+  if (stage_ < 3 || resident_held_) return;
+  gather_indices(resident_);
+  resident_held_ = true;
+}
+
+void ZeroOptimizer::release_resident() {
+  if (stage_ < 3 || !resident_held_) return;
+  release_indices(resident_);
+  resident_held_ = false;
+}
+
+void ZeroOptimizer::gather_all() {
+  RLCPP_CHECK(stage_ == 3, "gather_all at ZeRO stage {}", stage_);
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!held_[i]) missing.push_back(i);
+  }
+  gather_indices(missing);
+}
+
+void ZeroOptimizer::release_all() {
+  std::vector<size_t> held;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (held_[i] && !(resident_held_ && std::binary_search(resident_.begin(), resident_.end(), i))) held.push_back(i);
+  }
+  release_indices(held);
+}
+
+const std::vector<int64_t>& ZeroOptimizer::shape_of(const torch::Tensor& param) const {
+  RLCPP_CHECK(stage_ == 3, "shape_of at ZeRO stage {}", stage_);
+  return shapes_[indices_of({param})[0]];
+}
+
+LayerByLayer::LayerByLayer(ZeroOptimizer& zero, std::vector<std::vector<torch::Tensor>> layers)
+    : zero_(zero), layers_(std::move(layers)) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (const auto& p : layers_[i]) layer_of_[p.unsafeGetTensorImpl()] = i;
+  }
+  zero_.gather_resident();
+}
+
+LayerByLayer::~LayerByLayer() {
+  if (current_ >= 0 && current_ < static_cast<int64_t>(layers_.size())) zero_.release(layers_[static_cast<size_t>(current_)]);
+  zero_.release_resident();
+}
+
+void LayerByLayer::advance() {
+  if (current_ >= 0) zero_.release(layers_[static_cast<size_t>(current_)]);
+  ++current_;
+  if (current_ < static_cast<int64_t>(layers_.size())) zero_.gather(layers_[static_cast<size_t>(current_)]);
+}
+
+const torch::Tensor& LayerByLayer::get(const torch::Tensor& param) {
+  const auto it = layer_of_.find(param.unsafeGetTensorImpl());
+  if (it != layer_of_.end()) {
+    const auto layer = static_cast<int64_t>(it->second);
+    RLCPP_CHECK(layer >= current_, "ZeRO-3 stream: layer {} asked for after layer {}", layer, current_);
+    while (current_ < layer) advance();
+  }
+  return param;
+}
+
+void LayerByLayer::finish() {
+  while (current_ < static_cast<int64_t>(layers_.size())) advance();
+  zero_.release_resident();
+}
+
+double ZeroOptimizer::step_sharded(const torch::optim::AdamWOptions& options, double max_norm) {
+  {
+    // The resident parameters' gradients (zero where a trainer has none: the collectives match).
+    std::vector<torch::Tensor> grads;
+    if (resident_held_) {
+      for (auto i : resident_) grads.push_back(params_[i].grad());
+    } else {
+      grads.resize(resident_.size());
+    }
+    trace::Span span("reduce_resident_gradients");
+    reduce_to_owners(resident_, grads);
+    release_resident();
+  }
+  torch::NoGradGuard no_grad;
+  const double norm = std::sqrt(summed_squares(group_, {shard_grad_}));
+  if (std::isfinite(norm)) {
+    if (max_norm > 0) {
+      const double coef = max_norm / (norm + 1e-6);
+      if (coef < 1) shard_grad_.mul_(coef);
+    }
+    ++state_.step;
+    trace::Span span("optimizer_shard");
+    adamw_update(shard_params_, shard_grad_, state_.exp_avg, state_.exp_avg_sq, state_.step, options);
+  }
+  shard_grad_.zero_();
+  return norm;
+}
+
 double ZeroOptimizer::step(const torch::optim::AdamWOptions& options, double max_norm) {
+  if (stage_ == 3) return step_sharded(options, max_norm);
   reduce_gradients();
   torch::NoGradGuard no_grad;
   // This shard's gradient, piece by piece: views of the parameters' .grad tensors.
@@ -247,17 +467,7 @@ double ZeroOptimizer::step(const torch::optim::AdamWOptions& options, double max
   for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t, int64_t len) {
     grads.push_back(flat_view(params_[i].grad()).narrow(0, in_param, len));
   });
-  // Σ g² in double, a million elements at a time (a whole double copy of the embedding's gradient
-  // would be the step's largest allocation).
-  auto squares = torch::zeros({1}, torch::kFloat64);
-  constexpr int64_t kChunk = 1 << 20;
-  for (const auto& g : grads) {
-    for (int64_t at = 0; at < g.numel(); at += kChunk) {
-      squares += g.narrow(0, at, std::min(kChunk, g.numel() - at)).to(torch::kFloat64).square().sum();
-    }
-  }
-  group_.all_reduce_sum(squares);
-  const double norm = std::sqrt(squares.item<double>());
+  const double norm = std::sqrt(summed_squares(group_, grads));
   if (std::isfinite(norm)) {  // every trainer sees the same norm: none updates on a non-finite one
     if (max_norm > 0) {
       const double coef = max_norm / (norm + 1e-6);  // as torch::nn::utils::clip_grad_norm_

@@ -8,6 +8,15 @@
 //   stage 2: the gradients are reduce-scattered in buckets: only the shard's sum arrives (in its
 //            own place in the .grad tensors), and the gradients wholly outside the shard are
 //            released before the update.
+//   stage 3: the parameters are sharded too: a trainer holds its shard of them (and of their
+//            summed gradient) between uses. The model gathers each decoder layer's parameters
+//            just before the layer runs and releases them after (model/transformer.h's
+//            ParameterHolder, which this is); backward recomputes the layer with them gathered
+//            again, and reduces their gradients to the shards' owners right away. The parameters
+//            outside the layers (embedding, final norm, head: "resident") are gathered for a whole
+//            pass sequence (gather_resident) and their gradients reduced at the step. Weights are
+//            broadcast from each owner and gradients reduced to it: one collective per owner of a
+//            layer's range, so every trainer must run the same passes (Trainer pads with empty ones).
 // Clipping uses the global norm (the shards' squared sums added over the trainers in double): a
 // step equals the unsharded one up to the order of the sums.
 #pragma once
@@ -15,8 +24,10 @@
 #include <torch/optim/adamw.h>
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
+#include "model/transformer.h"
 #include "parallel/communicator.h"
 
 namespace rlcpp {
@@ -49,12 +60,16 @@ FlatAdamWState assemble_flat_state(const std::vector<FlatAdamWState>& pieces, in
 void adamw_update(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, int64_t step,
                   const torch::optim::AdamWOptions& options);
 
-class ZeroOptimizer {
+class ZeroOptimizer final : public ParameterHolder {
  public:
   // `params` all of one dtype, contiguous; `group` the data-parallel trainers (it must outlive this).
-  ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& group, int stage, uint64_t bucket_bytes);
+  // Stage 3: `resident` (some of `params`) are those the model does not gather itself; every
+  // parameter's storage is released here, this trainer's shard of the values kept.
+  ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& group, int stage, uint64_t bucket_bytes,
+                const std::vector<torch::Tensor>& resident = {});
 
   int stage() const { return stage_; }
+  Communicator& group() { return group_; }
   int64_t begin() const { return state_.begin; }
   int64_t end() const { return state_.end; }
   int64_t total() const { return state_.total; }
@@ -69,12 +84,35 @@ class ZeroOptimizer {
   // Continues from `state`, which must cover this trainer's [begin, end) of the same parameters.
   void load_state(const FlatAdamWState& state);
 
+  // Stage 3 (collectives: every trainer calls them alike). ParameterHolder's, for the model:
+  void gather(const std::vector<torch::Tensor>& params) override;
+  void release(const std::vector<torch::Tensor>& params) override;
+  void take_gradients(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads) override;
+  // The resident parameters whole until the step (or release_resident); no-ops when already so.
+  void gather_resident();
+  void release_resident();
+  // Every parameter whole (a checkpoint, an evaluation) until release_all.
+  void gather_all();
+  void release_all();
+  // A trained parameter's shape (its tensor's own is [0] while released).
+  const std::vector<int64_t>& shape_of(const torch::Tensor& param) const;
+
  private:
   // fn(parameter index, offset in it, offset from `a`, length) over the pieces of flat [a, b).
   template <class Fn>
   void for_each_piece(int64_t a, int64_t b, Fn&& fn) const;
   void reduce_gradients();
   void gather_parameters();
+  // Stage 3: indices of `params` (each must be one of params_), ascending.
+  std::vector<size_t> indices_of(const std::vector<torch::Tensor>& params) const;
+  // fn(owner, flat begin, flat end) over the owners' parts of the runs of consecutive `indices`.
+  template <class Fn>
+  void for_each_owned_range(const std::vector<size_t>& indices, Fn&& fn) const;
+  void gather_indices(const std::vector<size_t>& indices);
+  void release_indices(const std::vector<size_t>& indices);
+  // Gradients (aligned with `indices`; undefined: zero) summed into their owners' shard_grad_.
+  void reduce_to_owners(const std::vector<size_t>& indices, const std::vector<torch::Tensor>& grads);
+  double step_sharded(const torch::optim::AdamWOptions& options, double max_norm);
 
   std::vector<torch::Tensor> params_;
   std::vector<int64_t> offsets_;  // offsets_[i]: where params_[i] starts in the flat space; back() = total
@@ -84,6 +122,57 @@ class ZeroOptimizer {
   uint64_t bucket_bytes_;     // one bucket of a collective, all trainers' parts together
   int64_t bucket_ = 0;        // elements per trainer in one bucket
   FlatAdamWState state_;
+  // Stage 3: the parameters' shapes, which of them are whole now, this shard's values and summed
+  // gradient ([end - begin] each), and the resident parameters' indices.
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<uint8_t> held_;
+  std::unordered_map<const void*, size_t> index_;  // TensorImpl → index in params_
+  torch::Tensor shard_params_, shard_grad_;
+  std::vector<size_t> resident_;
+  bool resident_held_ = false;
+};
+
+// ZeRO-3's weights streamed without a whole copy: the resident parameters whole, then the decoder
+// layers' one layer at a time, in layer order. The trainer that reads them asks for each trained
+// tensor in model order (get); every trainer then calls finish, which gathers the layers not
+// reached yet, so all of them take part in the same collectives.
+class LayerByLayer {
+ public:
+  // `layers`: the model's layer_trainable_parameters().
+  LayerByLayer(ZeroOptimizer& zero, std::vector<std::vector<torch::Tensor>> layers);
+  ~LayerByLayer();  // releases what is held (nothing collective)
+  LayerByLayer(const LayerByLayer&) = delete;
+  LayerByLayer& operator=(const LayerByLayer&) = delete;
+
+  // `param` (a trained tensor of a layer not before the last one asked for, or a resident one) whole.
+  const torch::Tensor& get(const torch::Tensor& param);
+  void finish();
+
+ private:
+  void advance();  // releases the current layer, gathers the next
+
+  ZeroOptimizer& zero_;
+  std::vector<std::vector<torch::Tensor>> layers_;
+  std::unordered_map<const void*, size_t> layer_of_;  // TensorImpl → its layer
+  int64_t current_ = -1;
+};
+
+// Scoped: at stage 3, every trainable parameter whole on every trainer (a collective) until the
+// end of the scope; nothing otherwise (or with `when` false, which must be alike on every trainer).
+class GatheredParameters {
+ public:
+  explicit GatheredParameters(ZeroOptimizer* zero, bool when = true)
+      : zero_(zero != nullptr && zero->stage() == 3 && when ? zero : nullptr) {
+    if (zero_) zero_->gather_all();
+  }
+  ~GatheredParameters() {
+    if (zero_) zero_->release_all();
+  }
+  GatheredParameters(const GatheredParameters&) = delete;
+  GatheredParameters& operator=(const GatheredParameters&) = delete;
+
+ private:
+  ZeroOptimizer* zero_;
 };
 
 }  // namespace rlcpp
