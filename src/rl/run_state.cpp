@@ -252,8 +252,12 @@ RunState load_run(const RunConfig& c, Communicator* trainers) {
 
 fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState& state) {
   std::function<void(const fs::path&)> write_optimizer;
-  if (const auto* zero = run.trainer->zero()) {
-    write_optimizer = [&run, zero](const fs::path& state_dir) { write_optimizer_shards(state_dir, *run.trainers, zero->state()); };
+  if (auto* zero = run.trainer->zero()) {
+    write_optimizer = [&run, zero](const fs::path& state_dir) {
+      // ZeRO-3: the model directory is written; its whole copy goes before the shards arrive.
+      if (zero->stage() == 3) zero->release_all();
+      write_optimizer_shards(state_dir, *run.trainers, zero->state());
+    };
   }
   return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state),
                              write_optimizer);

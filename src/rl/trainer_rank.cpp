@@ -150,7 +150,8 @@ void TrainerRank::train_round(int64_t& step, int64_t last) {
 
 void TrainerRank::save_checkpoint(int64_t step) {
   trace::write();
-  GatheredParameters whole(zero());  // ZeRO-3: the model directory is written whole
+  // ZeRO-3: trainer 0 writes the model directory whole (the others send it their shards).
+  GatheredParameters whole(zero(), true, /*root=*/0);
   // Under -nb >= 1 the workers are generating the next round from an older policy, which a
   // resumed run could not reproduce: the round is collected now and saved with the checkpoint.
   if (round_ahead_ && !collected_) collect_ahead();
@@ -186,7 +187,7 @@ void TrainerRank::train_step(int64_t step) {
     // The leader's evaluation generates with the policy: whole on every trainer for it.
     auto due = torch::tensor({leader_ && leader_->evaluation_due(step) ? 1.0 : 0.0}, torch::kFloat64);
     topo_.role_group->broadcast(due, 0);
-    GatheredParameters whole(zero(), due.item<double>() > 0);
+    GatheredParameters whole(zero(), due.item<double>() > 0, /*root=*/0);
     if (leader_) leader_->log_step(step, rows, update, trained);
   } else if (leader_) {
     leader_->log_step(step, rows, update, trained);

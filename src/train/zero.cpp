@@ -374,13 +374,38 @@ void ZeroOptimizer::release_resident() {
   resident_held_ = false;
 }
 
-void ZeroOptimizer::gather_all() {
+void ZeroOptimizer::gather_all(int root) {
   RLCPP_CHECK(stage_ == 3, "gather_all at ZeRO stage {}", stage_);
   std::vector<size_t> missing;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!held_[i]) missing.push_back(i);
   }
-  gather_indices(missing);
+  if (root < 0) return gather_indices(missing);
+  // Point to point: each owner sends its parts to root in ascending order, as root takes them.
+  constexpr int kGatherTag = 9302;
+  torch::NoGradGuard no_grad;
+  const int me = group_.rank();
+  if (me == root) {
+    for (auto i : missing) {
+      params_[i].set_data(torch::empty(shapes_[i], params_[0].options()));
+      held_[i] = 1;
+    }
+  }
+  for_each_owned_range(missing, [&](int owner, int64_t x, int64_t y) {
+    if (me != root && me != owner) return;
+    for (int64_t at = x; at < y; at += bucket_) {
+      const int64_t n = std::min(bucket_, y - at);
+      torch::Tensor part = me == owner ? shard_params_.narrow(0, at - state_.begin, n) : torch::empty({n}, shard_params_.options());
+      if (me != root) {
+        group_.send(part, root, kGatherTag);
+        continue;
+      }
+      if (owner != me) group_.recv(part, owner, kGatherTag);
+      for_each_piece(at, at + n, [&](size_t i, int64_t in_param, int64_t from, int64_t len) {
+        flat_view(params_[i]).narrow(0, in_param, len).copy_(part.narrow(0, from, len));
+      });
+    }
+  });
 }
 
 void ZeroOptimizer::release_all() {

@@ -91,8 +91,9 @@ class ZeroOptimizer final : public ParameterHolder {
   // The resident parameters whole until the step (or release_resident); no-ops when already so.
   void gather_resident();
   void release_resident();
-  // Every parameter whole (a checkpoint, an evaluation) until release_all.
-  void gather_all();
+  // Every parameter whole until release_all: on every trainer, or (root >= 0) on trainer `root`
+  // alone, the others sending it their shards (a checkpoint or an evaluation on trainer 0).
+  void gather_all(int root = -1);
   void release_all();
   // A trained parameter's shape (its tensor's own is [0] while released).
   const std::vector<int64_t>& shape_of(const torch::Tensor& param) const;
@@ -157,13 +158,14 @@ class LayerByLayer {
   int64_t current_ = -1;
 };
 
-// Scoped: at stage 3, every trainable parameter whole on every trainer (a collective) until the
-// end of the scope; nothing otherwise (or with `when` false, which must be alike on every trainer).
+// Scoped: at stage 3, every trainable parameter whole on every trainer, or on trainer `root`
+// alone (a collective) until the end of the scope; nothing otherwise (or with `when` false, which
+// must be alike on every trainer).
 class GatheredParameters {
  public:
-  explicit GatheredParameters(ZeroOptimizer* zero, bool when = true)
+  explicit GatheredParameters(ZeroOptimizer* zero, bool when = true, int root = -1)
       : zero_(zero != nullptr && zero->stage() == 3 && when ? zero : nullptr) {
-    if (zero_) zero_->gather_all();
+    if (zero_) zero_->gather_all(root);
   }
   ~GatheredParameters() {
     if (zero_) zero_->release_all();
