@@ -26,7 +26,8 @@ for stage in $stages; do
     'exec /usr/bin/time -f %M -o "$0/rss.$OMPI_COMM_WORLD_RANK" "$@"' "$work" \
     "$rlcpp" train -m "$work/model" -d "$work/data.jsonl" -t "$trainers" -i "$workers" -g "$g" -tbs 1 -tMbs 1 -tmbs "$tmbs" \
     --mnt "$mnt" --max-steps "$steps" --kv-cache-mb 256 --kl 0 -lr 1e-6 -zero "$stage" -sd "$work/runs" -p "zero$stage" \
-    --skip-memory-check > "$work/log.$stage" 2>&1 || { echo "stage $stage failed:"; tail -5 "$work/log.$stage"; continue; }
+    --skip-memory-check > "$work/log.$stage" 2>&1 || {
+      echo "stage $stage failed:"; grep -E "error|Error|Killed|signal" "$work/log.$stage" | head -5; continue; }
   python3 - "$work" "$stage" "$trainers" "$workers" <<'PY'
 import json, sys
 work, stage, trainers, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -36,4 +37,5 @@ step = sum(r["time"]["total"] for r in later) / len(later)
 rss = [int(open(f"{work}/rss.{r}").read().split()[-1]) / 1024 for r in range(trainers + workers)]
 print(f"{stage:<6} {step:10.1f} {max(rss[:trainers]):11.0f} MiB {max(rss[trainers:]):11.0f} MiB")
 PY
+  rm -rf "$work/runs/zero$stage"  # a 0.5B checkpoint with its optimizer shards is 6 GB
 done

@@ -100,6 +100,31 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   }
 };
 
+// ZeRO-2's tap at a decoder layer's input: an identity whose backward runs once backward has
+// finished the layer. Autograd runs gradient accumulation before any other ready node, so the
+// layer's parameters then hold this pass's gradients: the holder takes them and they are released.
+// The parameters are not inputs (their accumulation would wait for this node); `anchor`, a leaf
+// that needs a gradient, makes the node run when x needs none.
+struct LayerGradientTap : public torch::autograd::Function<LayerGradientTap> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& anchor,
+                               const std::vector<torch::Tensor>* params, ParameterHolder* holder) {
+    ctx->saved_data["params"] = c10::List<torch::Tensor>(*params);
+    ctx->saved_data["holder"] = reinterpret_cast<int64_t>(holder);
+    ctx->saved_data["x_grad"] = x.requires_grad();
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto list = ctx->saved_data["params"].toTensorList();
+    std::vector<torch::Tensor> params(list.begin(), list.end()), grads;
+    for (const auto& p : params) grads.push_back(p.grad());
+    reinterpret_cast<ParameterHolder*>(ctx->saved_data["holder"].toInt())->take_gradients(params, grads);
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    return {ctx->saved_data["x_grad"].toBool() ? grad_out[0] : torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
 // A trained embedding's lookup whose backward adds its rows straight into the weight's .grad (made
 // if absent) and hands autograd no gradient for the weight. LibTorch's embedding backward builds a
 // dense zero [V, H] gradient for a handful of rows, and with tied weights autograd then adds it to
@@ -539,20 +564,25 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
                   : torch::ones({batch, length}, torch::TensorOptions().dtype(torch::kBool).device(options_.device));
   auto h = as_dtype(embed(ids), options_.dtype);
   const bool grad = torch::GradMode::is_enabled();
-  const bool checkpoint = grad && (holder_ != nullptr || (options_.gradient_checkpointing && is_training()));
+  const bool sharded = holder_ != nullptr && holder_->shards_parameters();
+  const bool checkpoint = grad && (sharded || (options_.gradient_checkpointing && is_training()));
+  const bool tap = grad && holder_ != nullptr && !sharded;
+  const auto anchor = tap ? torch::zeros({}, h.options()).requires_grad_() : torch::Tensor();
   for (const auto& block : *model->layers) {
     auto* layer = block->as<DecoderLayerImpl>();
-    if (holder_ == nullptr && !checkpoint) {
+    if (!sharded && !checkpoint && !tap) {
       h = layer->forward(h, cos, sin, mask);
       continue;
     }
     const auto params = trained_tensors(*layer);
+    if (tap) h = LayerGradientTap::apply(h, anchor, &params, holder_);
     // Gathered before apply: autograd takes the parameters' shapes (their gradient accumulators')
     // as apply records them.
-    if (holder_ != nullptr) holder_->gather(params);
-    h = checkpoint ? CheckpointedLayer::apply(h, torch::TensorList(params), layer, cos, sin, mask, holder_)
+    if (sharded) holder_->gather(params);
+    h = checkpoint ? CheckpointedLayer::apply(h, torch::TensorList(params), layer, cos, sin, mask,
+                                              sharded ? holder_ : nullptr)
                    : layer->forward(h, cos, sin, mask);
-    if (holder_ != nullptr) holder_->release(params);
+    if (sharded) holder_->release(params);
   }
   return model->norm->forward(h);
 }

@@ -28,13 +28,16 @@ namespace rlcpp {
 
 class CheckpointReader;
 
-// Keeps trainable parameters that are not held whole between uses (ZeRO stage 3, train/zero.h).
-// The model asks for a decoder layer's trained tensors just before the layer runs (its forward,
-// and backward's recomputation) and gives them back right after; the gradients backward computes
-// for them go to the holder, not to .grad.
+// Takes each decoder layer's gradients as backward produces them (ZeRO stages 2 and 3,
+// train/zero.h), and may keep the trainable parameters not whole between uses (stage 3). With
+// shards_parameters(), the model asks for a layer's trained tensors just before the layer runs
+// (its forward, and backward's recomputation) and gives them back right after, and the gradients
+// backward computes for them go to the holder, not to .grad. Without, the parameters stay whole
+// and, as soon as backward has finished a layer, the holder takes its gradients out of .grad.
 class ParameterHolder {
  public:
   virtual ~ParameterHolder() = default;
+  virtual bool shards_parameters() const = 0;
   virtual void gather(const std::vector<torch::Tensor>& params) = 0;   // their values, in place
   virtual void release(const std::vector<torch::Tensor>& params) = 0;  // their storage may go
   // grads[k] is params[k]'s (undefined: none) from one backward pass.
@@ -144,9 +147,10 @@ class Transformer : public torch::nn::Module {
   // adapter directory loads its base model (base_model_name_or_path) with the adapter on it.
   static std::shared_ptr<Transformer> from_pretrained(const std::filesystem::path& dir, ModelOptions options = {});
 
-  // With a holder, each decoder layer's trained tensors are gathered for it and released after;
-  // a forward with grad then recomputes each layer in backward (as gradient_checkpointing), so no
-  // graph keeps a layer's weights. The holder must outlive its use; nullptr: the weights are held.
+  // With a holder that shards the parameters, each decoder layer's trained tensors are gathered
+  // for it and released after; a forward with grad then recomputes each layer in backward (as
+  // gradient_checkpointing), so no graph keeps a layer's weights. The holder must outlive its use;
+  // nullptr: no holder.
   void set_parameter_holder(ParameterHolder* holder) { holder_ = holder; }
   // Each decoder layer's trained tensors (see trainable_parameters), in layer order.
   std::vector<std::vector<torch::Tensor>> layer_trainable_parameters() const;

@@ -109,7 +109,15 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
                          MemoryPhase::kOptimizer});
   } else {
     est.lines.push_back({"policy weights", params * e, fmt::format("{:.0f} M parameters in {}", params / 1e6, c.dtype)});
-    est.lines.push_back({"gradients", params * e, "every weight is trained"});
+    if (c.zero == 2) {  // train/zero.h: the shard's sum, the embedding's whole, one layer's at a time
+      const double resident = vocab * h * (m.tie_word_embeddings ? 1 : 2) + h;
+      est.lines.push_back({"gradients", (params / static_cast<double>(c.trainers()) + resident) * e,
+                           "ZeRO-2: the shard's sum and the embedding's whole"});
+      est.lines.push_back({"layer gradients", (params - resident) / layers * e,
+                           "one decoder layer's at a time, summed into the shards in backward", MemoryPhase::kBackward});
+    } else {
+      est.lines.push_back({"gradients", params * e, "every weight is trained"});
+    }
     if (c.zero > 0) {  // train/zero.h: the moments of one shard
       est.lines.push_back({"AdamW moments", params * e * 2 / static_cast<double>(c.trainers()),
                            fmt::format("exp_avg and exp_avg_sq: ZeRO-{} keeps this trainer's 1/{}", c.zero, c.trainers())});

@@ -151,7 +151,7 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
   if (lockstep) {
     zero_->gather_resident();
     const auto mine = static_cast<int64_t>((samples.size() + micro - 1) / micro);
-    for (int64_t k = lockstep_passes(mine) - mine; k > 0; --k) empty_pass(false);
+    for (int64_t k = lockstep_passes(mine, false) - mine; k > 0; --k) empty_pass(false);
   }
   for (size_t begin = 0; begin < samples.size(); begin += micro) {
     progress::phase("logprobs", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
@@ -241,7 +241,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
   const bool fused = config_.fused_head && !entropy_bonus && config_.loss.ratio_level == ImportanceLevel::kToken;
   double counted_tokens = 0, entropy_sum = 0, entropy_tokens = 0;
   const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
-  for (int64_t k = lockstep_passes(n_micro) - n_micro; k > 0; --k) empty_pass(true);
+  for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
   for (size_t begin = 0; begin < samples.size(); begin += micro) {
     trace::Span span("forward_backward");
     progress::phase("train", static_cast<int64_t>(begin / micro), n_micro, "micro-batches");
@@ -346,8 +346,8 @@ double Trainer::loss_tokens(const std::vector<TrainSample>& samples, const std::
 
 void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes) {
   const auto trained = policy_->trainable_parameters();
-  std::vector<torch::Tensor> resident;  // stage 3: what the model does not gather layer by layer
-  if (stage == 3) {
+  std::vector<torch::Tensor> resident;  // stages 2 and 3: the trained tensors outside the decoder layers
+  if (stage >= 2) {
     std::set<const void*> in_layers;
     for (const auto& layer : policy_->layer_trainable_parameters()) {
       for (const auto& p : layer) in_layers.insert(p.unsafeGetTensorImpl());
@@ -357,13 +357,13 @@ void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes)
     }
   }
   zero_ = std::make_unique<ZeroOptimizer>(trained, group, stage, bucket_bytes, resident);
-  if (stage == 3) policy_->set_parameter_holder(zero_.get());
+  if (stage >= 2) policy_->set_parameter_holder(zero_.get());
 }
 
 bool Trainer::sharded_parameters() const { return zero_ != nullptr && zero_->stage() == 3; }
 
-int64_t Trainer::lockstep_passes(int64_t mine) const {
-  if (!sharded_parameters()) return mine;
+int64_t Trainer::lockstep_passes(int64_t mine, bool backward) const {
+  if (zero_ == nullptr || zero_->stage() < (backward ? 2 : 3)) return mine;
   auto all = torch::zeros({zero_->group().size()}, torch::kFloat64);
   all[zero_->group().rank()] = static_cast<double>(mine);
   zero_->group().all_reduce_sum(all);
@@ -422,7 +422,7 @@ TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch) {
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   double nll = 0;
   const auto n_micro = static_cast<int64_t>((batch.size() + micro - 1) / micro);
-  for (int64_t k = lockstep_passes(n_micro) - n_micro; k > 0; --k) empty_pass(true);
+  for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
   for (size_t begin = 0; begin < batch.size(); begin += micro) {
     const size_t end = std::min(batch.size(), begin + micro);
     int64_t length = 0;

@@ -114,10 +114,11 @@ class Trainer {
   // ZeRO stage 1 or 2 over the data-parallel trainers `group` (train/zero.h), which must outlive
   // the trainer: the AdamW state is then this trainer's shard, held by zero(), and optimizer()
   // keeps only the options and the schedule's learning rate. The gradient reducer is not used.
-  // At stage 3 the policy's trainable parameters are released between uses (the model gathers
-  // them through zero(), a ParameterHolder), every trainer runs as many forward passes as the one
-  // with the most micro-batches (empty ones pad: the gathers are collectives), and the model's
-  // weights are whole only inside a GatheredParameters scope (train/zero.h).
+  // At stages 2 and 3 the policy hands each layer's gradients to zero() (a ParameterHolder) in
+  // backward, and every trainer runs as many passes as the one with the most micro-batches (empty
+  // ones pad: those are collectives). At stage 3 the trainable parameters are also released
+  // between uses (the model gathers them through zero()) and the model's weights are whole only
+  // inside a GatheredParameters scope (train/zero.h).
   void enable_zero(Communicator& group, int stage, uint64_t bucket_bytes);
   ZeroOptimizer* zero() { return zero_.get(); }
   // The response tokens of `samples` that count in the loss (the token-level normaliser): not
@@ -135,8 +136,9 @@ class Trainer {
   double begin_update();                                  // sets the LR of this step, zeroes grads; returns the LR
   void finish_update(TrainStepMetrics& metrics, double lr);  // clips, steps AdamW, records grad_norm and lr
   bool sharded_parameters() const;                        // ZeRO stage 3
-  // The most of `mine` over the trainers at stage 3 (else `mine`): the passes every trainer runs.
-  int64_t lockstep_passes(int64_t mine) const;
+  // The passes every trainer runs: the most of `mine` over the trainers where the passes hold
+  // collectives (stage 3; stage 2 with `backward`), else `mine`.
+  int64_t lockstep_passes(int64_t mine, bool backward) const;
   // A one-token forward (and backward of zero) through the policy's layers: a stage-3 trainer's
   // share of the collectives when it has no micro-batch left.
   void empty_pass(bool backward) const;

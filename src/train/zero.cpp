@@ -179,15 +179,16 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& gr
   state_.end = std::min(total, state_.begin + shard_);
   state_.exp_avg = torch::zeros({state_.end - state_.begin}, params_[0].options());
   state_.exp_avg_sq = torch::zeros_like(state_.exp_avg);
-  if (stage_ < 3) return;
+  if (stage_ < 2) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     shapes_.push_back(params_[i].sizes().vec());
     index_[params_[i].unsafeGetTensorImpl()] = i;
   }
   held_.assign(params_.size(), 1);
   resident_ = indices_of(resident);
+  shard_grad_ = torch::zeros({state_.end - state_.begin}, params_[0].options());
+  if (stage_ < 3) return;
   shard_params_ = torch::empty({state_.end - state_.begin}, params_[0].options());
-  shard_grad_ = torch::zeros_like(shard_params_);
   for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
     shard_params_.narrow(0, at, len).copy_(flat_view(params_[i]).narrow(0, in_param, len));
   });
@@ -209,41 +210,6 @@ void ZeroOptimizer::load_state(const FlatAdamWState& state) {
   state_.step = state.step;
   state_.exp_avg.copy_(state.exp_avg.narrow(0, at, n));
   state_.exp_avg_sq.copy_(state.exp_avg_sq.narrow(0, at, n));
-}
-
-void ZeroOptimizer::reduce_gradients() {
-  trace::Span span(stage_ == 1 ? "allreduce_gradients" : "reduce_scatter_gradients");
-  torch::NoGradGuard no_grad;
-  for (auto& p : params_) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // every rank issues the same collectives
-  }
-  if (stage_ == 1) {
-    all_reduce_gradients(group_, params_, bucket_bytes_);
-    return;
-  }
-  // Stage 2: per bucket, every trainer's part of the flat gradient goes to its owner, summed; the
-  // sum of this shard lands in its own place in the .grad tensors.
-  const int64_t trainers = group_.size();
-  for (int64_t o = 0; o < shard_; o += bucket_) {
-    const int64_t n = std::min(bucket_, shard_ - o);
-    auto send = torch::zeros({trainers, n}, params_[0].options());
-    for (int64_t r = 0; r < trainers; ++r) {
-      const int64_t a = r * shard_ + o;
-      for_each_piece(a, std::min(a + n, state_.total), [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
-        send[r].narrow(0, at, len).copy_(flat_view(params_[i].grad()).narrow(0, in_param, len));
-      });
-    }
-    auto part = torch::empty({n}, send.options());
-    group_.reduce_scatter_sum(send.view({-1}), part);
-    const int64_t a = state_.begin + o;
-    for_each_piece(a, std::min(a + n, state_.end), [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
-      flat_view(params_[i].mutable_grad()).narrow(0, in_param, len).copy_(part.narrow(0, at, len));
-    });
-  }
-  // Gradients wholly outside this shard are not needed any more.
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (offsets_[i + 1] <= state_.begin || offsets_[i] >= state_.end) params_[i].mutable_grad() = torch::Tensor();
-  }
 }
 
 void ZeroOptimizer::gather_parameters() {
@@ -455,43 +421,36 @@ void LayerByLayer::finish() {
   zero_.release_resident();
 }
 
-double ZeroOptimizer::step_sharded(const torch::optim::AdamWOptions& options, double max_norm) {
-  {
-    // The resident parameters' gradients (zero where a trainer has none: the collectives match).
-    std::vector<torch::Tensor> grads;
-    if (resident_held_) {
-      for (auto i : resident_) grads.push_back(params_[i].grad());
-    } else {
-      grads.resize(resident_.size());
-    }
-    trace::Span span("reduce_resident_gradients");
-    reduce_to_owners(resident_, grads);
-    release_resident();
+void ZeroOptimizer::reduce_resident_gradients() {
+  trace::Span span("reduce_resident_gradients");
+  std::vector<torch::Tensor> grads;  // undefined (zero) where this trainer has none or holds none
+  for (auto i : resident_) grads.push_back(params_[i].grad());
+  reduce_to_owners(resident_, grads);
+  for (auto i : resident_) params_[i].mutable_grad() = torch::Tensor();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    RLCPP_CHECK(!params_[i].grad().defined(), "ZeRO-{}: parameter {} {} still has a gradient at the step: a layer's "
+                "gradients were not taken in backward", stage_, i, params_[i].sizes());
   }
-  torch::NoGradGuard no_grad;
-  const double norm = std::sqrt(summed_squares(group_, {shard_grad_}));
-  if (std::isfinite(norm)) {
-    if (max_norm > 0) {
-      const double coef = max_norm / (norm + 1e-6);
-      if (coef < 1) shard_grad_.mul_(coef);
-    }
-    ++state_.step;
-    trace::Span span("optimizer_shard");
-    adamw_update(shard_params_, shard_grad_, state_.exp_avg, state_.exp_avg_sq, state_.step, options);
-  }
-  shard_grad_.zero_();
-  return norm;
 }
 
 double ZeroOptimizer::step(const torch::optim::AdamWOptions& options, double max_norm) {
-  if (stage_ == 3) return step_sharded(options, max_norm);
-  reduce_gradients();
   torch::NoGradGuard no_grad;
-  // This shard's gradient, piece by piece: views of the parameters' .grad tensors.
+  // This shard's summed gradient, piece by piece (stage 1: views of the all-reduced .grad tensors).
   std::vector<torch::Tensor> grads;
-  for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t, int64_t len) {
-    grads.push_back(flat_view(params_[i].grad()).narrow(0, in_param, len));
-  });
+  if (stage_ == 1) {
+    trace::Span span("allreduce_gradients");
+    for (auto& p : params_) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // every trainer issues the same collectives
+    }
+    all_reduce_gradients(group_, params_, bucket_bytes_);
+    for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t, int64_t len) {
+      grads.push_back(flat_view(params_[i].grad()).narrow(0, in_param, len));
+    });
+  } else {
+    reduce_resident_gradients();  // the layers' were taken in backward
+    if (stage_ == 3) release_resident();
+    grads.push_back(shard_grad_);
+  }
   const double norm = std::sqrt(summed_squares(group_, grads));
   if (std::isfinite(norm)) {  // every trainer sees the same norm: none updates on a non-finite one
     if (max_norm > 0) {
@@ -501,19 +460,24 @@ double ZeroOptimizer::step(const torch::optim::AdamWOptions& options, double max
       }
     }
     ++state_.step;
-    {
-      trace::Span span("optimizer_shard");
+    trace::Span span("optimizer_shard");
+    if (stage_ == 3) {
+      adamw_update(shard_params_, shard_grad_, state_.exp_avg, state_.exp_avg_sq, state_.step, options);
+    } else {
       size_t k = 0;
       for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
         auto p = flat_view(params_[i]).narrow(0, in_param, len);
         auto m = state_.exp_avg.narrow(0, at, len), v = state_.exp_avg_sq.narrow(0, at, len);
-        adamw_update(p, grads[k++], m, v, state_.step, options);
+        auto g = stage_ == 1 ? grads[k++] : shard_grad_.narrow(0, at, len);
+        adamw_update(p, g, m, v, state_.step, options);
       });
     }
-    gather_parameters();
   }
-  // The gradients the next backward accumulates into: zeroed by the trainer, as without ZeRO (a
-  // released one comes back in backward with vocabulary-sized temporaries for the tied embedding).
+  if (std::isfinite(norm) && stage_ < 3) gather_parameters();
+  if (shard_grad_.defined()) shard_grad_.zero_();
+  // Stage 1 keeps the gradients the next backward accumulates into, zeroed by the trainer, as
+  // without ZeRO (a released one comes back in backward with vocabulary-sized temporaries for the
+  // tied embedding).
   return norm;
 }
 

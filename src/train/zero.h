@@ -5,18 +5,19 @@
 // summed gradient, and the updated shards are all-gathered into every trainer's parameters in
 // buckets.
 //   stage 1: the gradients are all-reduced whole (as without ZeRO).
-//   stage 2: the gradients are reduce-scattered in buckets: only the shard's sum arrives (in its
-//            own place in the .grad tensors), and the gradients wholly outside the shard are
-//            released before the update.
-//   stage 3: the parameters are sharded too: a trainer holds its shard of them (and of their
-//            summed gradient) between uses. The model gathers each decoder layer's parameters
-//            just before the layer runs and releases them after (model/transformer.h's
-//            ParameterHolder, which this is); backward recomputes the layer with them gathered
-//            again, and reduces their gradients to the shards' owners right away. The parameters
-//            outside the layers (embedding, final norm, head: "resident") are gathered for a whole
-//            pass sequence (gather_resident) and their gradients reduced at the step. Weights are
-//            broadcast from each owner and gradients reduced to it: one collective per owner of a
-//            layer's range, so every trainer must run the same passes (Trainer pads with empty ones).
+//   stage 2: each decoder layer's gradients are summed into their owners' shards (reduced to each
+//            owner of a part of the layer's range, in buckets) as soon as backward has finished
+//            the layer, and released (model/transformer.h's ParameterHolder, which this is): a
+//            trainer holds one layer's full gradients at a time and its shard's sum. The
+//            parameters outside the layers (embedding, final norm, head: "resident") keep their
+//            gradients in .grad until the step reduces them.
+//   stage 3: the parameters are sharded too: a trainer holds its shard of them between uses. The
+//            model gathers each decoder layer's parameters (broadcast from their owners) just
+//            before the layer runs and releases them after; backward recomputes the layer with
+//            them gathered again and reduces their gradients right away. The resident parameters
+//            are gathered for a whole pass sequence (gather_resident).
+// Stages 2 and 3 run collectives inside backward (and stage 3 inside every forward): every trainer
+// must run the same passes (Trainer pads with empty ones).
 // Clipping uses the global norm (the shards' squared sums added over the trainers in double): a
 // step equals the unsharded one up to the order of the sums.
 #pragma once
@@ -63,8 +64,8 @@ void adamw_update(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, to
 class ZeroOptimizer final : public ParameterHolder {
  public:
   // `params` all of one dtype, contiguous; `group` the data-parallel trainers (it must outlive this).
-  // Stage 3: `resident` (some of `params`) are those the model does not gather itself; every
-  // parameter's storage is released here, this trainer's shard of the values kept.
+  // Stages 2 and 3: `resident` (some of `params`) are those outside the model's decoder layers.
+  // Stage 3 releases every parameter's storage here, this trainer's shard of the values kept.
   ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& group, int stage, uint64_t bucket_bytes,
                 const std::vector<torch::Tensor>& resident = {});
 
@@ -84,7 +85,9 @@ class ZeroOptimizer final : public ParameterHolder {
   // Continues from `state`, which must cover this trainer's [begin, end) of the same parameters.
   void load_state(const FlatAdamWState& state);
 
-  // Stage 3 (collectives: every trainer calls them alike). ParameterHolder's, for the model:
+  // Stages 2 and 3 (collectives: every trainer calls them alike). ParameterHolder's, for the model
+  // (gather and release at stage 3 only):
+  bool shards_parameters() const override { return stage_ == 3; }
   void gather(const std::vector<torch::Tensor>& params) override;
   void release(const std::vector<torch::Tensor>& params) override;
   void take_gradients(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads) override;
@@ -102,8 +105,9 @@ class ZeroOptimizer final : public ParameterHolder {
   // fn(parameter index, offset in it, offset from `a`, length) over the pieces of flat [a, b).
   template <class Fn>
   void for_each_piece(int64_t a, int64_t b, Fn&& fn) const;
-  void reduce_gradients();
   void gather_parameters();
+  // The resident parameters' gradients (zero where a trainer has none) summed into the shards.
+  void reduce_resident_gradients();
   // Stage 3: indices of `params` (each must be one of params_), ascending.
   std::vector<size_t> indices_of(const std::vector<torch::Tensor>& params) const;
   // fn(owner, flat begin, flat end) over the owners' parts of the runs of consecutive `indices`.
@@ -113,7 +117,6 @@ class ZeroOptimizer final : public ParameterHolder {
   void release_indices(const std::vector<size_t>& indices);
   // Gradients (aligned with `indices`; undefined: zero) summed into their owners' shard_grad_.
   void reduce_to_owners(const std::vector<size_t>& indices, const std::vector<torch::Tensor>& grads);
-  double step_sharded(const torch::optim::AdamWOptions& options, double max_norm);
 
   std::vector<torch::Tensor> params_;
   std::vector<int64_t> offsets_;  // offsets_[i]: where params_[i] starts in the flat space; back() = total
@@ -123,8 +126,8 @@ class ZeroOptimizer final : public ParameterHolder {
   uint64_t bucket_bytes_;     // one bucket of a collective, all trainers' parts together
   int64_t bucket_ = 0;        // elements per trainer in one bucket
   FlatAdamWState state_;
-  // Stage 3: the parameters' shapes, which of them are whole now, this shard's values and summed
-  // gradient ([end - begin] each), and the resident parameters' indices.
+  // Stages 2 and 3: the parameters' shapes, which of them are whole now, this shard's summed
+  // gradient and (stage 3) values ([end - begin] each), and the resident parameters' indices.
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<uint8_t> held_;
   std::unordered_map<const void*, size_t> index_;  // TensorImpl → index in params_
