@@ -27,7 +27,7 @@ for stage in $stages; do
     "$rlcpp" train -m "$work/model" -d "$work/data.jsonl" -t "$trainers" -i "$workers" -g "$g" -tbs 1 -tMbs 1 -tmbs "$tmbs" \
     --mnt "$mnt" --max-steps "$steps" --kv-cache-mb 256 --kl 0 -lr 1e-6 -zero "$stage" -sd "$work/runs" -p "zero$stage" \
     --skip-memory-check > "$work/log.$stage" 2>&1 || {
-      echo "stage $stage failed:"; grep -E "error|Error|Killed|signal" "$work/log.$stage" | head -5; continue; }
+      echo "stage $stage failed:"; grep -E "error|Error|Killed|signal" "$work/log.$stage" | head -5 || true; continue; }
   python3 - "$work" "$stage" "$trainers" "$workers" <<'PY'
 import json, sys
 work, stage, trainers, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
