@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # ZeRO under mpirun (also as root), fp64 on the toy task, as many rollout workers as trainers:
 #   - stages 1, 2 and 3 take the same steps as stage 0, with 2 and 3 trainers (weights after 3
-#     steps within 1e-12 relative; metrics equal), and stage 3 in fp32 within 1e-6;
+#     steps within 1e-12 relative; metrics equal), and stage 3 in fp32 within 1e-6 overall;
 #   - a stage-2 checkpoint of 2 trainers holds one optimizer shard per trainer and no optimizer.pt,
 #     and resumes exactly (1e-12) onto 3 trainers at stages 2 and 3, onto 1 trainer at stage 0 and
 #     onto 2 trainers at stage 1; a stage-0 checkpoint resumes onto stage 2; a stage-3 checkpoint
 #     of 3 trainers resumes onto 2 trainers at stage 2;
-#   - under LoRA (the adapters sharded) stages 2 and 3 equal stage 0; so does stage 3 with rollout
-#     rounds ahead (-nb 2) and a hash-verified sync every second round (the streamed weight sync);
+#   - under LoRA (the adapters sharded) stages 2 (with gradient checkpointing) and 3 equal stage 0;
+#     so does stage 3 with rollout rounds ahead (-nb 2), a hash-verified sync every second round
+#     (the streamed weight sync) and evaluations (the whole model on trainer 0);
 #   - bad settings: a stage out of range, ZeRO in the colocated mode;
 #   - a killed trainer ends a ZeRO-3 job non-zero.
 # Usage: test_zero.sh RLCPP_BINARY MPIEXEC
@@ -109,8 +110,10 @@ grep -q "ZeRO stage 2: AdamW moments and gradients sharded over 3 trainers" t3z2
   && ok zero-startup-line || bad zero-startup-line
 
 # LoRA: the adapters are the trained set that ZeRO shards.
+# Stage 2 also with --gradient-checkpointing: the layers' gradients come out of the recomputation.
 for stage in 0 2 3; do
-  run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 1 -tMbs 1 --max-steps 3 --si 1 --lora-rank 4 --lora-alpha 8 -zero "$stage" -p "lora$stage" \
+  checkpointing=(); [ "$stage" = 2 ] && checkpointing=(--gradient-checkpointing true)
+  run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 1 -tMbs 1 --max-steps 3 --si 1 --lora-rank 4 --lora-alpha 8 "${checkpointing[@]}" -zero "$stage" -p "lora$stage" \
     > "lora$stage.log" 2>&1 || { bad "lora-zero$stage-run"; tail -3 "lora$stage.log"; }
 done
 weights_moved runs/lora0/step-3/adapter_model.safetensors runs/lora0/step-1/adapter_model.safetensors \

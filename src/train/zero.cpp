@@ -239,7 +239,7 @@ std::vector<size_t> ZeroOptimizer::indices_of(const std::vector<torch::Tensor>& 
   std::vector<size_t> out;
   for (const auto& p : params) {
     const auto it = index_.find(p.unsafeGetTensorImpl());
-    RLCPP_CHECK(it != index_.end(), "ZeRO-3: a tensor of {} that is not a trained parameter", p.sizes());
+    RLCPP_CHECK(it != index_.end(), "ZeRO: a tensor of {} that is not a trained parameter", p.sizes());
     out.push_back(it->second);
   }
   std::sort(out.begin(), out.end());

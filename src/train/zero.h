@@ -108,7 +108,7 @@ class ZeroOptimizer final : public ParameterHolder {
   void gather_parameters();
   // The resident parameters' gradients (zero where a trainer has none) summed into the shards.
   void reduce_resident_gradients();
-  // Stage 3: indices of `params` (each must be one of params_), ascending.
+  // Stages 2 and 3: indices of `params` (each must be one of params_), ascending.
   std::vector<size_t> indices_of(const std::vector<torch::Tensor>& params) const;
   // fn(owner, flat begin, flat end) over the owners' parts of the runs of consecutive `indices`.
   template <class Fn>
