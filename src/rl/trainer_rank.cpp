@@ -184,7 +184,7 @@ void TrainerRank::train_step(int64_t step) {
   if (T() > 1) topo_.role_group->all_reduce_sum(rows);
   const auto trained = rollouts_due(c_, step) ? gather(batch).groups : std::vector<GroupRollout>{};
   if (zero() != nullptr && zero()->stage() == 3) {
-    // The leader's evaluation generates with the policy: whole on every trainer for it.
+    // The leader's evaluation generates with the policy: whole on trainer 0 for it.
     auto due = torch::tensor({leader_ && leader_->evaluation_due(step) ? 1.0 : 0.0}, torch::kFloat64);
     topo_.role_group->broadcast(due, 0);
     GatheredParameters whole(zero(), due.item<double>() > 0, /*root=*/0);

@@ -260,6 +260,12 @@ void ZeroOptimizer::for_each_owned_range(const std::vector<size_t>& indices, Fn&
   }
 }
 
+void ZeroOptimizer::copy_into_parameters(int64_t at, const torch::Tensor& part) {
+  for_each_piece(at, at + part.numel(), [&](size_t i, int64_t in_param, int64_t from, int64_t len) {
+    flat_view(params_[i]).narrow(0, in_param, len).copy_(part.narrow(0, from, len));
+  });
+}
+
 void ZeroOptimizer::gather_indices(const std::vector<size_t>& indices) {
   torch::NoGradGuard no_grad;
   for (auto i : indices) {
@@ -274,9 +280,7 @@ void ZeroOptimizer::gather_indices(const std::vector<size_t>& indices) {
       const int64_t n = std::min(bucket_, y - at);
       torch::Tensor part = owner == me ? shard_params_.narrow(0, at - state_.begin, n) : torch::empty({n}, shard_params_.options());
       group_.broadcast(part, owner);
-      for_each_piece(at, at + n, [&](size_t i, int64_t in_param, int64_t from, int64_t len) {
-        flat_view(params_[i]).narrow(0, in_param, len).copy_(part.narrow(0, from, len));
-      });
+      copy_into_parameters(at, part);
     }
   });
 }
@@ -367,9 +371,7 @@ void ZeroOptimizer::gather_all(int root) {
         continue;
       }
       if (owner != me) group_.recv(part, owner, kGatherTag);
-      for_each_piece(at, at + n, [&](size_t i, int64_t in_param, int64_t from, int64_t len) {
-        flat_view(params_[i]).narrow(0, in_param, len).copy_(part.narrow(0, from, len));
-      });
+      copy_into_parameters(at, part);
     }
   });
 }

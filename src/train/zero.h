@@ -113,6 +113,8 @@ class ZeroOptimizer final : public ParameterHolder {
   // fn(owner, flat begin, flat end) over the owners' parts of the runs of consecutive `indices`.
   template <class Fn>
   void for_each_owned_range(const std::vector<size_t>& indices, Fn&& fn) const;
+  // Flat values [at, at + part.numel()) into the (whole) parameters they belong to.
+  void copy_into_parameters(int64_t at, const torch::Tensor& part);
   void gather_indices(const std::vector<size_t>& indices);
   void release_indices(const std::vector<size_t>& indices);
   // Gradients (aligned with `indices`; undefined: zero) summed into their owners' shard_grad_.
