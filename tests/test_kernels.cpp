@@ -65,7 +65,9 @@ TEST(Kernels, MatmulMatchesLibTorchOnOddShapesOnEveryTarget) {
     kernels::restrict_targets_for_test(target);
     ASSERT_EQ(kernels::dispatch_target(), kernels::target_name(target));
     for (auto type : {kernels::WeightType::f32, kernels::WeightType::bf16, kernels::WeightType::f16}) {
-      for (int64_t n : {1, 2, 3, 4, 5, 9, 17}) {
+      // Dot-product tiles up to kernels::kDotRows rows, then outer-product tiles of 1-4 vectors of
+      // rows (17 and 70: partial vectors; 70: more than one tile's width on every target).
+      for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 17, 33, 70}) {
         for (auto [in, out] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {64, 67}, {131, 259}, {896, 130}}) {
           SCOPED_TRACE(kernels::target_name(target) + " type " + std::to_string(static_cast<int>(type)) + " n " +
                        std::to_string(n) + " in " + std::to_string(in) + " out " + std::to_string(out));

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "util/thread_pool.h"
 
@@ -16,19 +18,34 @@
 
 #include "kernels/simd-inl.h"
 
+#if defined(__clang__)
+#define RLCPP_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define RLCPP_UNROLL _Pragma("GCC unroll 32")
+#else
+#define RLCPP_UNROLL
+#endif
+
 #ifndef RLCPP_PREFETCH_BYTES
-#define RLCPP_PREFETCH_BYTES 4096
+#define RLCPP_PREFETCH_BYTES 16384
 #endif
 
 HWY_BEFORE_NAMESPACE();
 namespace rlcpp::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Vector registers a tile's accumulators may take: AVX-512 and NEON have 32, AVX2 and SSE 16
+// (the rest hold the weight and input vectors of one step).
+constexpr int kAccumulators = (HWY_ARCH_ARM || HWY_MAX_BYTES >= 64) ? 24 : 12;
+constexpr int64_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// --- Up to kDotRows input rows: dot products along `in`, every weight read once for all rows. ---
+
 // y[j, r] = x[j] · w[r] (+ bias[r]) for RW weight rows and RX input rows: each weight vector is
 // loaded once for the RX rows, each input vector once for the RW rows.
 template <int RW, int RX, class TW>
-HWY_INLINE void tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_RESTRICT w, const float* bias,
-                     float* HWY_RESTRICT y, int64_t ldy) {
+HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_RESTRICT w, const float* bias,
+                         float* HWY_RESTRICT y, int64_t ldy) {
   const hn::ScalableTag<float> df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   hn::Vec<decltype(df)> acc[RW][RX];
@@ -56,37 +73,174 @@ HWY_INLINE void tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_REST
   }
 }
 
-// Weight rows [r0, r1) against every input row.
-template <int RW, class TW>
-HWY_INLINE void rows_of(const float* x, int64_t n, int64_t in, const TW* w, int64_t r, const float* bias, float* y,
-                        int64_t out) {
-  const float* b = bias != nullptr ? bias + r : nullptr;
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4) tile<RW, 4>(x + j * in, in, w + r * in, b, y + j * out + r, out);
-  switch (n - j) {
-    case 3: tile<RW, 3>(x + j * in, in, w + r * in, b, y + j * out + r, out); break;
-    case 2: tile<RW, 2>(x + j * in, in, w + r * in, b, y + j * out + r, out); break;
-    case 1: tile<RW, 1>(x + j * in, in, w + r * in, b, y + j * out + r, out); break;
-    default: break;
+// Weight rows [r0, r1) against all RX input rows, in tiles of as many weight rows as the
+// accumulators allow (at most 4: one row's stream each), the last rows one at a time.
+template <int RX, class TW>
+void dot_rows(const float* x, int64_t in, const TW* w, int64_t r0, int64_t r1, const float* bias, float* y,
+              int64_t out) {
+  constexpr int RW = std::max(1, std::min(4, kAccumulators / RX));
+  int64_t r = r0;
+  for (; r + RW <= r1; r += RW) dot_tile<RW, RX>(x, in, w + r * in, bias ? bias + r : nullptr, y + r, out);
+  for (; r < r1; ++r) dot_tile<1, RX>(x, in, w + r * in, bias ? bias + r : nullptr, y + r, out);
+}
+
+template <class TW>
+void dot_range(const float* x, int64_t n, int64_t in, const TW* w, int64_t r0, int64_t r1, const float* bias,
+               float* y, int64_t out) {
+  switch (n) {
+    case 1: dot_rows<1>(x, in, w, r0, r1, bias, y, out); break;
+    case 2: dot_rows<2>(x, in, w, r0, r1, bias, y, out); break;
+    case 3: dot_rows<3>(x, in, w, r0, r1, bias, y, out); break;
+    case 4: dot_rows<4>(x, in, w, r0, r1, bias, y, out); break;
+    case 5: dot_rows<5>(x, in, w, r0, r1, bias, y, out); break;
+    case 6: dot_rows<6>(x, in, w, r0, r1, bias, y, out); break;
+    case 7: dot_rows<7>(x, in, w, r0, r1, bias, y, out); break;
+    default: dot_rows<8>(x, in, w, r0, r1, bias, y, out); break;
+  }
+}
+
+// --- More rows: outer products over a transposed x, no horizontal sums. ---
+//
+// xt[k, j] = x[j, k] with rows of ldx floats (the row count padded to whole vectors). Each step of k
+// broadcasts one weight of each of RW rows and multiplies it into V vectors of xt's row k: RW × V
+// accumulators hold y[j, r] for V vectors of j. The weights are read once per V vectors of rows.
+template <int RW, int V>
+HWY_INLINE void outer_tile(const float* HWY_RESTRICT xt, int64_t ldx, int64_t in, const float* HWY_RESTRICT w,
+                           int64_t ldw, bool prefetch, const float* bias, int64_t cols, float* HWY_RESTRICT y,
+                           int64_t ldy) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  // The register tile: GCC keeps these arrays in registers only when every loop over them is unrolled.
+  hn::Vec<decltype(df)> acc[RW][V];
+  RLCPP_UNROLL
+  for (int r = 0; r < RW; ++r) {
+    RLCPP_UNROLL
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(df);
+  }
+  constexpr int64_t line = 64 / sizeof(float), ahead = RLCPP_PREFETCH_BYTES / sizeof(float);
+  for (int64_t k0 = 0; k0 < in; k0 += line) {
+    if (prefetch) {
+      RLCPP_UNROLL
+      for (int r = 0; r < RW; ++r) hwy::Prefetch(w + r * ldw + k0 + ahead);
+    }
+    const int64_t k1 = std::min(in, k0 + line);
+    for (int64_t k = k0; k < k1; ++k) {
+      hn::Vec<decltype(df)> xv[V];
+      RLCPP_UNROLL
+      for (int v = 0; v < V; ++v) xv[v] = hn::LoadU(df, xt + k * ldx + v * lanes);
+      RLCPP_UNROLL
+      for (int r = 0; r < RW; ++r) {
+        const auto b = hn::Set(df, w[r * ldw + k]);
+        RLCPP_UNROLL
+        for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(b, xv[v], acc[r][v]);
+      }
+    }
+  }
+  HWY_ALIGN float buf[RW * V * kMaxLanes];
+  RLCPP_UNROLL
+  for (int r = 0; r < RW; ++r) {
+    RLCPP_UNROLL
+    for (int v = 0; v < V; ++v) hn::Store(acc[r][v], df, buf + (r * V + v) * lanes);
+  }
+  for (int r = 0; r < RW; ++r) {
+    const float b = bias != nullptr ? bias[r] : 0.0f;
+    for (int64_t j = 0; j < cols; ++j) y[j * ldy + r] = buf[r * V * lanes + j] + b;
+  }
+}
+
+// Weight rows [r0, r0 + RW·m) (f32, rows of ldw) against every input row, V vectors of them at a time.
+template <int RW, int V>
+void outer_rows(const float* xt, int64_t ldx, int64_t n, int64_t in, const float* w, int64_t ldw, bool prefetch,
+                const float* bias, float* y, int64_t out) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  for (int64_t j = 0; j < n; j += V * lanes) {
+    outer_tile<RW, V>(xt + j, ldx, in, w, ldw, prefetch, bias, std::min<int64_t>(V * lanes, n - j), y + j * out, out);
+  }
+}
+
+// Up to kMaxVectors vectors of input rows per tile, RW weight rows as the accumulators allow;
+// the rows short of a whole tile go four, then one at a time.
+constexpr int kMaxVectors = kAccumulators >= 24 ? 4 : 3;
+
+template <int V>
+void outer_block(const float* xt, int64_t ldx, int64_t n, int64_t in, const float* w, int64_t ldw, int64_t rows,
+                 bool prefetch, const float* bias, float* y, int64_t out) {
+  constexpr int RW = kAccumulators / V;
+  int64_t r = 0;
+  for (; r + RW <= rows; r += RW)
+    outer_rows<RW, V>(xt, ldx, n, in, w + r * ldw, ldw, prefetch, bias ? bias + r : nullptr, y + r, out);
+  for (; r + 4 <= rows; r += 4)
+    outer_rows<4, V>(xt, ldx, n, in, w + r * ldw, ldw, prefetch, bias ? bias + r : nullptr, y + r, out);
+  for (; r < rows; ++r)
+    outer_rows<1, V>(xt, ldx, n, in, w + r * ldw, ldw, prefetch, bias ? bias + r : nullptr, y + r, out);
+}
+
+void outer_any(int vectors, const float* xt, int64_t ldx, int64_t n, int64_t in, const float* w, int64_t ldw,
+               int64_t rows, bool prefetch, const float* bias, float* y, int64_t out) {
+  switch (std::min(vectors, kMaxVectors)) {
+    case 1: outer_block<1>(xt, ldx, n, in, w, ldw, rows, prefetch, bias, y, out); break;
+    case 2: outer_block<2>(xt, ldx, n, in, w, ldw, rows, prefetch, bias, y, out); break;
+    case 3: outer_block<3>(xt, ldx, n, in, w, ldw, rows, prefetch, bias, y, out); break;
+    default: outer_block<kMaxVectors>(xt, ldx, n, in, w, ldw, rows, prefetch, bias, y, out); break;
+  }
+}
+
+// Weight rows [r0, r1) against the transposed input. fp32 weights are read in place; half ones are
+// widened a block of rows at a time into a thread-local fp32 buffer first (they are then read
+// once per vectors of input rows from cache, and widened once).
+template <class TW>
+void outer_range(const float* xt, int64_t ldx, int64_t n, int64_t in, const TW* w, int64_t r0, int64_t r1,
+                 const float* bias, float* y, int64_t out) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  const int vectors = static_cast<int>(std::min<int64_t>((n + lanes - 1) / lanes, kMaxVectors));
+  const float* b = bias != nullptr ? bias + r0 : nullptr;
+  if constexpr (std::is_same_v<TW, float>) {
+    outer_any(vectors, xt, ldx, n, in, w + r0 * in, in, r1 - r0, true, b, y + r0, out);
+  } else {
+    const hn::ScalableTag<float> df;
+    constexpr int64_t block = 24;
+    thread_local std::vector<float> wide;
+    wide.resize(static_cast<size_t>(block * in));
+    for (int64_t r = r0; r < r1; r += block) {
+      const int64_t rows = std::min(block, r1 - r);
+      for (int64_t i = 0; i < rows; ++i) {
+        const TW* src = w + (r + i) * in;
+        float* dst = wide.data() + i * in;
+        int64_t k = 0;
+        for (; k + lanes <= in; k += lanes) hn::StoreU(load_as_float(df, src + k), df, dst + k);
+        for (; k < in; ++k) dst[k] = scalar_of(src[k]);
+      }
+      outer_any(vectors, xt, ldx, n, in, wide.data(), in, rows, false, b ? b + (r - r0) : nullptr, y + r, out);
+    }
   }
 }
 
 template <class TW>
-void rows_range(const float* x, int64_t n, int64_t in, const TW* w, int64_t r0, int64_t r1, const float* bias,
-                float* y, int64_t out) {
-  int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) rows_of<4>(x, n, in, w, r, bias, y, out);
-  for (; r < r1; ++r) rows_of<1>(x, n, in, w, r, bias, y, out);
-}
-
-void MatmulRows(const float* x, int64_t n, int64_t in, const void* w, int type, int64_t r0, int64_t r1,
-                const float* bias, float* y, int64_t out) {
-  switch (static_cast<WeightType>(type)) {
-    case WeightType::f32: rows_range(x, n, in, static_cast<const float*>(w), r0, r1, bias, y, out); break;
-    case WeightType::bf16: rows_range(x, n, in, static_cast<const hwy::bfloat16_t*>(w), r0, r1, bias, y, out); break;
-    case WeightType::f16: rows_range(x, n, in, static_cast<const hwy::float16_t*>(w), r0, r1, bias, y, out); break;
+void rows_range(const float* x, const float* xt, int64_t ldx, int64_t n, int64_t in, const TW* w, int64_t r0,
+                int64_t r1, const float* bias, float* y, int64_t out) {
+  if (xt == nullptr) {
+    dot_range(x, n, in, w, r0, r1, bias, y, out);
+  } else {
+    outer_range(xt, ldx, n, in, w, r0, r1, bias, y, out);
   }
 }
+
+void MatmulRows(const float* x, const float* xt, int64_t ldx, int64_t n, int64_t in, const void* w, int type,
+                int64_t r0, int64_t r1, const float* bias, float* y, int64_t out) {
+  switch (static_cast<WeightType>(type)) {
+    case WeightType::f32:
+      rows_range(x, xt, ldx, n, in, static_cast<const float*>(w), r0, r1, bias, y, out);
+      break;
+    case WeightType::bf16:
+      rows_range(x, xt, ldx, n, in, static_cast<const hwy::bfloat16_t*>(w), r0, r1, bias, y, out);
+      break;
+    case WeightType::f16:
+      rows_range(x, xt, ldx, n, in, static_cast<const hwy::float16_t*>(w), r0, r1, bias, y, out);
+      break;
+  }
+}
+
+int64_t VectorLanes() { return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
 
 int64_t ThisTarget() { return HWY_TARGET; }
 
@@ -98,6 +252,24 @@ namespace rlcpp::kernels {
 
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(ThisTarget);
+HWY_EXPORT(VectorLanes);
+
+namespace {
+
+// xt[k, j] = x[j, k] for k in [k0, k1), rows of ldx floats; the columns past n (padding to whole
+// vectors) are zero.
+void transpose_rows(const float* x, int64_t n, int64_t in, float* xt, int64_t ldx, int64_t k0, int64_t k1) {
+  constexpr int64_t block = 16;
+  for (int64_t kb = k0; kb < k1; kb += block) {
+    const int64_t ke = std::min(k1, kb + block);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t k = kb; k < ke; ++k) xt[k * ldx + j] = x[j * in + k];
+    }
+    for (int64_t k = kb; k < ke; ++k) std::fill(xt + k * ldx + n, xt + (k + 1) * ldx, 0.0f);
+  }
+}
+
+}  // namespace
 
 void matmul_nt(const float* x, int64_t n, int64_t in, const void* w, WeightType type, int64_t out,
                const float* bias, float* y, ThreadPool* pool) {
@@ -106,9 +278,27 @@ void matmul_nt(const float* x, int64_t n, int64_t in, const void* w, WeightType 
   // Dispatch chooses its target on the first call: make that call here, not racing in the workers.
   (void)HWY_DYNAMIC_DISPATCH(ThisTarget)();
   const int t = static_cast<int>(type);
-  // Ranges of whole 4-row tiles, and at least 64 weight rows a thread (tiny layers stay on one).
+  if (n <= kDotRows) {
+    // Ranges of whole 4-row tiles, and at least 64 weight rows a thread (tiny layers stay on one).
+    pool->parallel_for(
+        out, [&](int64_t r0, int64_t r1) {
+          HWY_DYNAMIC_DISPATCH(MatmulRows)(x, nullptr, 0, n, in, w, t, r0, r1, bias, y, out);
+        }, 4, 64);
+    return;
+  }
+  // x transposed once (on every thread, by ranges of k) for the outer-product tiles. The buffer is
+  // the calling thread's and grows to the largest product: steady-state decode allocates nothing.
+  const int64_t lanes = HWY_DYNAMIC_DISPATCH(VectorLanes)();
+  const int64_t ldx = (n + lanes - 1) / lanes * lanes;
+  thread_local std::vector<float> transposed;
+  if (transposed.size() < static_cast<size_t>(ldx * in)) transposed.resize(static_cast<size_t>(ldx * in));
+  float* xt = transposed.data();
+  pool->parallel_for(in, [&](int64_t k0, int64_t k1) { transpose_rows(x, n, in, xt, ldx, k0, k1); }, 16, 256);
+  // Whole tiles of every width (6, 8, 12 and 24 rows) per range.
   pool->parallel_for(
-      out, [&](int64_t r0, int64_t r1) { HWY_DYNAMIC_DISPATCH(MatmulRows)(x, n, in, w, t, r0, r1, bias, y, out); }, 4, 64);
+      out, [&](int64_t r0, int64_t r1) {
+        HWY_DYNAMIC_DISPATCH(MatmulRows)(x, xt, ldx, n, in, w, t, r0, r1, bias, y, out);
+      }, 24, 48);
 }
 
 std::string target_name(int64_t bit) { return hwy::TargetName(bit); }

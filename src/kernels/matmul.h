@@ -3,8 +3,11 @@
 // target; the fastest one this CPU supports is picked at run time, so one binary runs well on
 // AVX2, AVX-512 and NEON machines. The output rows are split over the kernel thread pool.
 //
-// At decode batch sizes a matmul is a pass over W: this reads each weight once for all n rows of x
-// (4 weight rows × 4 input rows per inner tile), where LibTorch's GEMV runs on one thread.
+// Up to kDotRows rows of x (decode's few sequences) a matmul is a pass over W that memory bounds:
+// each weight is read once for every row, in dot products along `in` (tiles of up to 4 weight rows
+// by all of x's rows). More rows are bound by arithmetic: x is transposed once and each weight is
+// broadcast into vectors of x's rows (outer products; up to 24 accumulator registers on AVX-512,
+// no horizontal sums), reaching most of the FMA units' peak where LibTorch's BLAS reaches half.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,9 @@ class ThreadPool;
 namespace rlcpp::kernels {
 
 enum class WeightType { f32, bf16, f16 };
+
+// The most rows of x the dot-product tiles take; more go to the outer-product tiles.
+constexpr int64_t kDotRows = 8;
 
 // y[n, out] = x[n, in] · w[out, in]ᵀ + bias[out] (bias may be null). x, w and y are dense
 // row-major; w holds `type` elements. pool: ThreadPool::global() when null.

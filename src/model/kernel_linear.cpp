@@ -40,8 +40,7 @@ torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight,
   const int64_t in = weight.size(1), out = weight.size(0);
   if (x.dim() == 0 || x.size(-1) != in) return {};
   const int64_t rows = x.numel() / in;
-  const bool fits = weight.scalar_type() == torch::kFloat32 ? rows * in <= kKernelMaxInputElements : rows <= kKernelMaxRowsHalf;
-  if (rows == 0 || !fits || !weight.is_contiguous()) return {};
+  if (rows == 0 || rows > kKernelMaxRows || !weight.is_contiguous()) return {};
   kernels::WeightType type;
   switch (weight.scalar_type()) {
     case torch::kFloat32: type = kernels::WeightType::f32; break;

@@ -8,13 +8,11 @@
 
 namespace rlcpp {
 
-// When the kernels are used. fp32 weights: while x holds at most kKernelMaxInputElements (192 KB,
-// so it stays in L2 across the weight tiles): bench_kernels measured the kernel 1.2-1.4x ahead of
-// LibTorch's BLAS at 32 rows of in = 896 and 8 rows of in = 4864, behind at 64 and 16. Half-
-// precision weights: up to kKernelMaxRowsHalf rows, since LibTorch would first convert the whole
-// weight to fp32 (and its own bf16 GEMM is slow).
-constexpr int64_t kKernelMaxInputElements = 49152;
-constexpr int64_t kKernelMaxRowsHalf = 64;
+// When the kernels are used: up to kKernelMaxRows rows of x, for every weight dtype. bench_kernels
+// measured the kernels ahead of LibTorch's BLAS (2 threads) at every row count up to 64 on the
+// 0.5B's layer shapes (x2.6-3.3 at 1-8 rows, x1.1-1.3 at 64); from 128 rows BLAS is ahead. Half-
+// precision weights are read as stored (LibTorch would first convert the whole weight to fp32).
+constexpr int64_t kKernelMaxRows = 64;
 
 // Turns the matmul kernels on for this thread while in scope: the generation engine's steps.
 // Elsewhere (the trainer's scoring and training passes) products stay on LibTorch, so the old
@@ -35,8 +33,8 @@ bool kernels_active();
 // Not disabled by $RLCPP_KERNELS=0 (which keeps everything on LibTorch, for A/B benchmarks).
 bool kernels_enabled();
 
-// x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x within
-// kKernelMaxInputElements (kKernelMaxRowsHalf rows for half weights), weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or
+// x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x of at most
+// kKernelMaxRows rows, weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or
 // when $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
 torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
