@@ -185,10 +185,12 @@ int main(int argc, char** argv) {
                          config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4 / 1048576.0;
     const double decode_only = r.stats.n_decode_tokens / std::max(r.stats.decode_seconds, 1e-9);
     if (c == concurrency.front()) single_decode = decode_only;
+    const double steps = static_cast<double>(std::max<int64_t>(r.stats.n_decode_steps, 1));
     std::printf("  %3ld sequences  %8.1f tokens/s overall (%.2f s)  decode steps alone %8.1f tokens/s  x%.1f vs %ld"
-                "  KV used %.1f MiB\n",
+                "  KV used %.1f MiB  per decode step: %.0f buffers, %.2f fresh, %.2f page faults\n",
                 static_cast<long>(c), r.decode_tokens_per_s, r.seconds, decode_only, decode_only / single_decode,
-                static_cast<long>(concurrency.front()), kv_mb);
+                static_cast<long>(concurrency.front()), kv_mb, r.stats.decode_buffer_allocations / steps,
+                r.stats.decode_fresh_allocations / steps, r.stats.decode_page_faults / steps);
   }
   std::printf("groups: %ld prompts x G=%ld samples, prompt %ld tokens, %ld new tokens per sample:\n",
               static_cast<long>(groups), static_cast<long>(group_size), static_cast<long>(group_prompt),

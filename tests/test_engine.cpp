@@ -14,6 +14,7 @@
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 using namespace rlcpp;
 
@@ -96,6 +97,33 @@ TEST(Engine, SampledLogprobsEqualTrainerLogprobs) {
     }
     // The DESIGN invariant: within 1e-5 in fp32 on CPU.
     EXPECT_LT(worst, 1e-5);
+  }
+}
+
+// Steady state: once a step of a shape has run, the decode steps of that shape take every tensor
+// buffer from those earlier steps freed (util/threads.h's StepBufferScope), and allocate none.
+TEST(Engine, SteadyStateDecodeStepsAllocateNoBuffers) {
+  install_cpu_block_cache();
+  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
+    SCOPED_TRACE(dir.string());
+    auto model = Transformer::from_pretrained(dir);
+    Engine engine(model, small_engine());
+    auto requests = [&](uint64_t seed) {  // four sequences in lockstep: one prefill, then decode steps of 4 rows
+      std::vector<GenerationRequest> out(4);
+      for (auto& r : out) {
+        for (int k = 0; k < 6; ++k) r.prompt_ids.push_back(static_cast<int32_t>((seed + 7 * k) % 50));
+        r.params.temperature = 0.8;
+        r.params.max_new_tokens = 20;
+        r.seed = seed++;
+      }
+      return out;
+    };
+    engine.generate(requests(1));  // the first steps of each shape allocate
+    engine.generate(requests(100));
+    const EngineStats& stats = engine.last_stats();
+    ASSERT_EQ(stats.n_decode_steps, 19);
+    EXPECT_GE(stats.decode_buffer_allocations, 19 * 10);  // tensors are still made: their buffers are reused
+    EXPECT_EQ(stats.decode_fresh_allocations, 0);
   }
 }
 

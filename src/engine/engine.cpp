@@ -12,6 +12,7 @@
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/progress.h"
+#include "util/threads.h"
 
 namespace rlcpp {
 
@@ -201,6 +202,9 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
   while (!scheduler.done()) {
     ScheduledBatch batch = scheduler.schedule();
     const auto step_start = std::chrono::steady_clock::now();
+    const CpuAllocationCounts allocations_before = cpu_allocation_counts();
+    const int64_t faults_before = minor_page_faults();
+    StepBufferScope step_buffers;  // steady-state steps reuse the buffers earlier steps freed
     RLCPP_CHECK(!batch.work.empty(), "scheduler made no progress with work left ({})", scheduler.check_blocks());
     auto logits = runner.run(batch, scheduler);
     scheduler.complete(batch);
@@ -241,7 +245,14 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
     }
     const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     (batch.prefill ? stats_.prefill_seconds : stats_.decode_seconds) += step_seconds;
-    if (!batch.prefill) stats_.n_decode_tokens += static_cast<int64_t>(seqs.size());
+    if (!batch.prefill) {
+      const CpuAllocationCounts allocations_after = cpu_allocation_counts();
+      stats_.n_decode_tokens += static_cast<int64_t>(seqs.size());
+      ++stats_.n_decode_steps;
+      stats_.decode_buffer_allocations += allocations_after.allocations - allocations_before.allocations;
+      stats_.decode_fresh_allocations += allocations_after.fresh - allocations_before.fresh;
+      stats_.decode_page_faults += minor_page_faults() - faults_before;
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress::phase("generate", scheduler.n_sequences() - scheduler.n_unfinished(), scheduler.n_sequences(),
                     fmt::format("seqs {:.0f} tok/s", static_cast<double>(stats_.n_generated_tokens) / std::max(seconds, 1e-9)));

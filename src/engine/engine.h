@@ -40,6 +40,9 @@ struct EngineStats {
   double seconds = 0;
   double prefill_seconds = 0, decode_seconds = 0;  // model + sampling time of steps with and without prompt work
   int64_t n_decode_tokens = 0;                      // tokens sampled in decode-only steps
+  // Decode-only steps, and over them: tensor buffers allocated, those that took new memory (not
+  // one an earlier step freed: util/threads.h), and the process's minor page faults.
+  int64_t n_decode_steps = 0, decode_buffer_allocations = 0, decode_fresh_allocations = 0, decode_page_faults = 0;
   double max_inter_token_seconds = 0;               // the longest wait of a sequence between two of its tokens
   int64_t kv_cache_bytes = 0;
 };

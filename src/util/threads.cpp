@@ -3,38 +3,52 @@
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <list>
+#include <map>
 #include <mutex>
 #include <new>
 #include <string>
-#include <algorithm>
-#include <list>
-#include <map>
+#include <unordered_map>
 #include <vector>
 
 namespace rlcpp {
 
 namespace {
 
+thread_local int step_scopes = 0;
+std::atomic<int64_t> allocations{0}, fresh_allocations{0};
+
 class BlockCache final : public c10::Allocator {
  public:
   BlockCache(c10::Allocator* small, std::size_t limit) : small_(small), limit_(limit) {}
 
   c10::DataPtr allocate(std::size_t n) const override {
-    if (n < kMinBlock) return small_->allocate(n);
+    allocations.fetch_add(1, std::memory_order_relaxed);
+    if (n < kMinBlock) {
+      if (step_scopes > 0) return allocate_small(n);
+      fresh_allocations.fetch_add(1, std::memory_order_relaxed);
+      return small_->allocate(n);
+    }
     std::size_t size = page_rounded(n);
     std::vector<std::pair<void*, std::size_t>> evicted;
     void* p = take(&size, &evicted);
     for (auto [q, bytes] : evicted) ::munmap(q, bytes);
-    if (p == nullptr) p = map(size);
+    if (p == nullptr) {
+      fresh_allocations.fetch_add(1, std::memory_order_relaxed);
+      p = map(size);
+    }
     return {p, new Block{p, size, this}, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
   std::size_t cached() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return cached_;
+    return cached_ + small_cached_;
   }
 
  private:
@@ -119,8 +133,54 @@ class BlockCache final : public c10::Allocator {
     ::munmap(p, size);
   }
 
+  // Small blocks of a StepBufferScope: kept by exact size (in 64-byte units) for the same tensor of
+  // the next step, with their size and owner in a header before the data, so that taking and
+  // returning one allocates nothing. At most kSmallLimit bytes stay unused; beyond, freed.
+  static constexpr std::size_t kHeader = 64, kSmallLimit = std::size_t{256} << 20;
+  struct SmallHeader {
+    std::size_t size;
+    const BlockCache* cache;
+  };
+
+  c10::DataPtr allocate_small(std::size_t n) const {
+    const std::size_t size = std::max<std::size_t>((n + 63) / 64 * 64, 64);
+    void* base = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = small_unused_.find(size);
+      if (it != small_unused_.end() && !it->second.empty()) {
+        base = it->second.back();
+        it->second.pop_back();
+        small_cached_ -= size;
+      }
+    }
+    if (base == nullptr) {
+      fresh_allocations.fetch_add(1, std::memory_order_relaxed);
+      base = std::aligned_alloc(64, size + kHeader);
+      if (base == nullptr) throw std::bad_alloc();
+      *static_cast<SmallHeader*>(base) = {size, this};
+    }
+    void* data = static_cast<char*>(base) + kHeader;
+    return {data, base, &release_small, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  static void release_small(void* base) {
+    const SmallHeader header = *static_cast<SmallHeader*>(base);
+    {
+      std::lock_guard<std::mutex> lock(header.cache->mutex_);
+      if (header.cache->small_cached_ + header.size <= kSmallLimit) {
+        header.cache->small_unused_[header.size].push_back(base);
+        header.cache->small_cached_ += header.size;
+        return;
+      }
+    }
+    std::free(base);
+  }
+
   c10::Allocator* small_;
   std::size_t limit_;
+  mutable std::unordered_map<std::size_t, std::vector<void*>> small_unused_;
+  mutable std::size_t small_cached_ = 0;
   mutable std::mutex mutex_;
   mutable Lru lru_;
   mutable std::multimap<std::size_t, Lru::iterator> by_size_;  // the same blocks by size
@@ -154,6 +214,13 @@ void install_cpu_block_cache() {
 
 std::size_t cpu_block_cache_bytes() { return installed != nullptr ? installed->cached() : 0; }
 
+StepBufferScope::StepBufferScope() { ++step_scopes; }
+StepBufferScope::~StepBufferScope() { --step_scopes; }
+
+CpuAllocationCounts cpu_allocation_counts() {
+  return {allocations.load(std::memory_order_relaxed), fresh_allocations.load(std::memory_order_relaxed)};
+}
+
 int configure_threads(int requested) {
   install_cpu_block_cache();
   int n = requested;
@@ -162,6 +229,12 @@ int configure_threads(int requested) {
   }
   if (n > 0) at::set_num_threads(n);
   return at::get_num_threads();
+}
+
+int64_t minor_page_faults() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_minflt);
 }
 
 }  // namespace rlcpp

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace rlcpp {
 
@@ -30,5 +31,28 @@ void install_cpu_block_cache();
 
 // Bytes the cache holds unused now (for tests and benchmarks).
 std::size_t cpu_block_cache_bytes();
+
+// While one is alive on a thread, the tensor buffers that thread allocates below 1 MiB come from
+// the cache as well: freed ones are kept by exact size for the same tensor of the next step. The
+// generation engine's steps run in one, so that in steady state (the same shapes step after step)
+// every buffer a step needs is one an earlier step freed: a decode step allocates no memory.
+class StepBufferScope {
+ public:
+  StepBufferScope();
+  ~StepBufferScope();
+  StepBufferScope(const StepBufferScope&) = delete;
+  StepBufferScope& operator=(const StepBufferScope&) = delete;
+};
+
+// Tensor buffers allocated on the CPU since the cache was installed, and of them the fresh ones:
+// those the cache could not serve (new memory from glibc or the kernel). Both stay 0 while the
+// cache is off.
+struct CpuAllocationCounts {
+  int64_t allocations = 0, fresh = 0;
+};
+CpuAllocationCounts cpu_allocation_counts();
+
+// The process's minor page faults so far (getrusage): memory touched for the first time.
+int64_t minor_page_faults();
 
 }  // namespace rlcpp
