@@ -106,8 +106,8 @@ void dot_range(const float* x, int64_t n, int64_t in, const TW* w, int64_t r0, i
 // accumulators hold y[j, r] for V vectors of j. The weights are read once per V vectors of rows.
 template <int RW, int V>
 HWY_INLINE void outer_tile(const float* HWY_RESTRICT xt, int64_t ldx, int64_t in, const float* HWY_RESTRICT w,
-                           int64_t ldw, bool prefetch, const float* bias, int64_t cols, float* HWY_RESTRICT y,
-                           int64_t ldy) {
+                           int64_t ldw, const float* prefetch_end, const float* bias, int64_t cols,
+                           float* HWY_RESTRICT y, int64_t ldy) {
   const hn::ScalableTag<float> df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   // The register tile: GCC keeps these arrays in registers only when every loop over them is unrolled.
@@ -117,11 +117,18 @@ HWY_INLINE void outer_tile(const float* HWY_RESTRICT xt, int64_t ldx, int64_t in
     RLCPP_UNROLL
     for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(df);
   }
-  constexpr int64_t line = 64 / sizeof(float), ahead = RLCPP_PREFETCH_BYTES / sizeof(float);
+  // While this tile runs, the next tile's rows (contiguous, RW·in floats) are fetched in order, RW
+  // cache lines per line of k: the whole next tile by the end of this one (none past prefetch_end;
+  // none at all when it is null).
+  constexpr int64_t line = 64 / sizeof(float);
+  const float* next = w + RW * ldw;
   for (int64_t k0 = 0; k0 < in; k0 += line) {
-    if (prefetch) {
+    if (prefetch_end != nullptr) {
+      const float* p = next + k0 * RW;
       RLCPP_UNROLL
-      for (int r = 0; r < RW; ++r) hwy::Prefetch(w + r * ldw + k0 + ahead);
+      for (int r = 0; r < RW; ++r) {
+        if (p + r * line < prefetch_end) hwy::Prefetch(p + r * line);
+      }
     }
     const int64_t k1 = std::min(in, k0 + line);
     for (int64_t k = k0; k < k1; ++k) {
@@ -148,13 +155,14 @@ HWY_INLINE void outer_tile(const float* HWY_RESTRICT xt, int64_t ldx, int64_t in
   }
 }
 
-// Weight rows [r0, r0 + RW·m) (f32, rows of ldw) against every input row, V vectors of them at a time.
+// RW weight rows (f32, rows of ldw) against every input row, V vectors of them at a time.
 template <int RW, int V>
-void outer_rows(const float* xt, int64_t ldx, int64_t n, int64_t in, const float* w, int64_t ldw, bool prefetch,
-                const float* bias, float* y, int64_t out) {
+void outer_rows(const float* xt, int64_t ldx, int64_t n, int64_t in, const float* w, int64_t ldw,
+                const float* prefetch_end, const float* bias, float* y, int64_t out) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
   for (int64_t j = 0; j < n; j += V * lanes) {
-    outer_tile<RW, V>(xt + j, ldx, in, w, ldw, prefetch, bias, std::min<int64_t>(V * lanes, n - j), y + j * out, out);
+    outer_tile<RW, V>(xt + j, ldx, in, w, ldw, prefetch_end, bias, std::min<int64_t>(V * lanes, n - j), y + j * out,
+                      out);
   }
 }
 
@@ -165,14 +173,17 @@ constexpr int kMaxVectors = kAccumulators >= 24 ? 4 : 3;
 template <int V>
 void outer_block(const float* xt, int64_t ldx, int64_t n, int64_t in, const float* w, int64_t ldw, int64_t rows,
                  bool prefetch, const float* bias, float* y, int64_t out) {
-  constexpr int RW = kAccumulators / V;
+  // At most 12 weight rows: each row's pointer takes a general register (x86-64 has 16), and past
+  // that GCC reloads them from the stack on every step (24 rows of one vector ran at half speed).
+  constexpr int RW = std::min(kAccumulators / V, 12);
+  const float* end = prefetch ? w + rows * ldw : nullptr;
   int64_t r = 0;
   for (; r + RW <= rows; r += RW)
-    outer_rows<RW, V>(xt, ldx, n, in, w + r * ldw, ldw, prefetch, bias ? bias + r : nullptr, y + r, out);
+    outer_rows<RW, V>(xt, ldx, n, in, w + r * ldw, ldw, end, bias ? bias + r : nullptr, y + r, out);
   for (; r + 4 <= rows; r += 4)
-    outer_rows<4, V>(xt, ldx, n, in, w + r * ldw, ldw, prefetch, bias ? bias + r : nullptr, y + r, out);
+    outer_rows<4, V>(xt, ldx, n, in, w + r * ldw, ldw, end, bias ? bias + r : nullptr, y + r, out);
   for (; r < rows; ++r)
-    outer_rows<1, V>(xt, ldx, n, in, w + r * ldw, ldw, prefetch, bias ? bias + r : nullptr, y + r, out);
+    outer_rows<1, V>(xt, ldx, n, in, w + r * ldw, ldw, end, bias ? bias + r : nullptr, y + r, out);
 }
 
 void outer_any(int vectors, const float* xt, int64_t ldx, int64_t n, int64_t in, const float* w, int64_t ldw,
