@@ -135,7 +135,8 @@ class BlockCache final : public c10::Allocator {
 
   // Small blocks of a StepBufferScope: kept by exact size (in 64-byte units) for the same tensor of
   // the next step, with their size and owner in a header before the data, so that taking and
-  // returning one allocates nothing. At most kSmallLimit bytes stay unused; beyond, freed.
+  // returning one allocates nothing. At most kSmallLimit bytes (and no more than the cache's own
+  // limit, $RLCPP_CPU_BLOCK_CACHE_MB) stay unused; beyond, freed.
   static constexpr std::size_t kHeader = 64, kSmallLimit = std::size_t{256} << 20;
   struct SmallHeader {
     std::size_t size;
@@ -168,7 +169,7 @@ class BlockCache final : public c10::Allocator {
     const SmallHeader header = *static_cast<SmallHeader*>(base);
     {
       std::lock_guard<std::mutex> lock(header.cache->mutex_);
-      if (header.cache->small_cached_ + header.size <= kSmallLimit) {
+      if (header.cache->small_cached_ + header.size <= std::min(kSmallLimit, header.cache->limit_)) {
         header.cache->small_unused_[header.size].push_back(base);
         header.cache->small_cached_ += header.size;
         return;
