@@ -13,7 +13,9 @@ declare -A allowed=(
   [kernels]="util"
   [io]="util"
   [text]="util io"
-  [model]="util kernels io"
+  # model's tensor-parallel layers take parallel's Communicator interface (DESIGN.md: "tensor-parallel linear
+  # layers" live in model); parallel itself stays below (util, io).
+  [model]="util kernels io parallel"
   [engine]="util kernels io text model"
   [reward]="util"
   [algo]="util"

@@ -4,6 +4,7 @@
 
 #include "kernels/softmax.h"
 #include "model/kernel_linear.h"
+#include "model/tensor_parallel.h"
 #include "util/error.h"
 #include "util/torch_format.h"
 
@@ -36,19 +37,70 @@ torch::Tensor logsumexp_rows(const torch::Tensor& logits) {
   return lse;
 }
 
+// Over the whole vocabulary, from this rank's logits [n, V_shard] of a chunk: each row's
+// log-sum-exp [n] (one all-gather under tensor parallelism, combined in double).
+torch::Tensor vocab_logsumexp(const torch::Tensor& logits, const VocabShard& shard) {
+  auto lse = logsumexp_rows(logits);
+  if (!shard.split()) return lse;
+  auto all = torch::empty({shard.group->size(), lse.size(0)}, lse.options());
+  auto flat = all.view({-1});
+  shard.group->all_gather(lse.contiguous(), flat);
+  return all.to(torch::kFloat64).logsumexp(0).to(lse.scalar_type());
+}
+
+// This rank's column of each row's target [n, 1] (clamped into the shard) and whether the target
+// is in the shard [n, 1] (all true without tensor parallelism).
+std::pair<torch::Tensor, torch::Tensor> local_targets(const torch::Tensor& targets, int64_t width, const VocabShard& shard) {
+  auto t = targets.unsqueeze(-1);
+  if (!shard.split()) return {t, torch::ones_like(t, t.options().dtype(torch::kBool))};
+  auto local = t - shard.begin;
+  auto in = local.ge(0).logical_and(local.lt(width));
+  return {local.clamp(0, width - 1), in};
+}
+
+// A per-row value this rank computed over its tokens, summed over the group: [n].
+torch::Tensor sum_over_vocab(torch::Tensor x, const VocabShard& shard) {
+  if (shard.split()) x = tp_reduce(x, *shard.group);
+  return x;
+}
+
+// The target tokens' logits [n] from a chunk's logits (each held by one rank under tensor parallelism).
+torch::Tensor target_logits(const torch::Tensor& logits, const torch::Tensor& targets, const VocabShard& shard) {
+  const auto [t, in] = local_targets(targets, logits.size(1), shard);
+  auto picked = logits.gather(-1, t);
+  if (shard.split()) picked = torch::where(in, picked, torch::zeros_like(picked));
+  return sum_over_vocab(picked.squeeze(-1).contiguous(), shard);
+}
+
+// Each row's entropy [n] from a chunk's logits and its whole-vocabulary lse [n].
+torch::Tensor entropy_of(const torch::Tensor& logits, const torch::Tensor& lse, const VocabShard& shard) {
+  if (!shard.split()) return lse - (torch::softmax(logits, -1) * logits).sum(-1);
+  // -Σ p log p with log p = z - lse: no cancellation between lse and Σ p z.
+  const auto logp = logits - lse.unsqueeze(-1);
+  return -sum_over_vocab((logp.exp() * logp).sum(-1).contiguous(), shard);
+}
+
+// The hidden states' gradient from this rank's part of the head: summed over the group.
+void sum_hidden_gradient(torch::Tensor& grad_hidden, const VocabShard& shard) {
+  if (shard.split()) shard.group->all_reduce_sum(grad_hidden);
+}
+
 // Turns a chunk's logits [n, V] (already divided by temperature) in place into g_i · d logp_i /
-// d logit_ij = g_i · (1[j = t_i] − p_ij) / temperature, with lse [n], g [n, 1] and targets t [n, 1].
+// d logit_ij = g_i · (1[j = t_i] − p_ij) / temperature, with lse [n], g [n, 1] and targets [n]
+// (global ids; only the targets in this rank's shard get their + g_i / temperature).
 torch::Tensor into_logprob_gradient(torch::Tensor& logits, const torch::Tensor& lse, const torch::Tensor& g,
-                                    const torch::Tensor& t, double temperature) {
+                                    const torch::Tensor& targets, double temperature, const VocabShard& shard) {
+  const auto [t, in] = local_targets(targets, logits.size(1), shard);
+  const auto g_target = shard.split() ? torch::where(in, g, torch::zeros_like(g)) : g;
   if (on_kernels(logits)) {  // one pass: -g/T · exp(logits - lse), then + g/T at the target
     const auto coef = (g / -temperature).contiguous();
     const auto shift = lse.contiguous();
     kernels::exp_scale_rows(logits.data_ptr<float>(), logits.size(0), logits.size(1), shift.data_ptr<float>(),
                             coef.data_ptr<float>());
-    return logits.scatter_add_(-1, t, g / temperature);
+    return logits.scatter_add_(-1, t, g_target / temperature);
   }
   auto grad_logits = logits.sub_(lse.unsqueeze(-1)).exp_().mul_(-g);
-  grad_logits.scatter_add_(-1, t, g);
+  grad_logits.scatter_add_(-1, t, g_target);
   if (temperature != 1.0) grad_logits.div_(temperature);
   return grad_logits;
 }
@@ -58,7 +110,8 @@ torch::Tensor into_logprob_gradient(torch::Tensor& logits, const torch::Tensor& 
 class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-                               const torch::Tensor& targets, double temperature, int64_t chunk, bool with_entropy) {
+                               const torch::Tensor& targets, double temperature, int64_t chunk, bool with_entropy,
+                               const VocabShard* shard) {
     const int64_t n = hidden.size(0);
     const auto acc = logprob_dtype(hidden.scalar_type());
     auto out = torch::zeros({n}, hidden.options().dtype(acc));
@@ -67,15 +120,18 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       auto logits = chunk_logits(hidden.narrow(0, start, len), weight, temperature);
-      auto chunk_lse = logsumexp_rows(logits);
-      auto picked = logits.gather(-1, targets.narrow(0, start, len).unsqueeze(-1)).squeeze(-1);
+      auto chunk_lse = vocab_logsumexp(logits, *shard);
+      auto picked = target_logits(logits, targets.narrow(0, start, len), *shard);
       lse.narrow(0, start, len).copy_(chunk_lse);
       out.narrow(0, start, len).copy_(picked - chunk_lse);
-      if (with_entropy) entropy.narrow(0, start, len).copy_(chunk_lse - (torch::softmax(logits, -1) * logits).sum(-1));
+      if (with_entropy) entropy.narrow(0, start, len).copy_(entropy_of(logits, chunk_lse, *shard));
     }
     ctx->save_for_backward({hidden, weight, targets, lse});
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk"] = chunk;
+    // By value: the caller's VocabShard is gone by backward.
+    ctx->saved_data["shard_begin"] = shard->begin;
+    ctx->saved_data["shard_group"] = reinterpret_cast<int64_t>(shard->group);
     ctx->mark_non_differentiable({entropy});
     return {out, entropy};
   }
@@ -88,6 +144,8 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
     const auto& lse = saved[3];
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const VocabShard shard{ctx->saved_data["shard_begin"].toInt(),
+                           reinterpret_cast<Communicator*>(ctx->saved_data["shard_group"].toInt())};
     const auto acc = lse.scalar_type();
     // d out_i / d logit_ij = (1[j = t_i] - p_ij) / temperature.
     auto grad = grad_outputs[0].to(acc);
@@ -101,8 +159,8 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
       auto h = hidden.narrow(0, start, len);
       auto g = grad.narrow(0, start, len).unsqueeze(-1);  // [n, 1]
       auto logits = chunk_logits(h, weight, temperature);
-      auto grad_logits = into_logprob_gradient(logits, lse.narrow(0, start, len), g,
-                                               targets.narrow(0, start, len).unsqueeze(-1), temperature);
+      auto grad_logits = into_logprob_gradient(logits, lse.narrow(0, start, len), g, targets.narrow(0, start, len),
+                                               temperature, shard);
       auto grad_logits_model = grad_logits.to(hidden.scalar_type());
       grad_hidden.narrow(0, start, len).copy_(torch::matmul(grad_logits_model, weight));
       if (!weight_grad) continue;
@@ -113,7 +171,8 @@ class ChunkedLogprobFunction : public torch::autograd::Function<ChunkedLogprobFu
       }
     }
     if (weight_grad) grad_weight = grad_weight.to(weight.scalar_type());
-    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    sum_hidden_gradient(grad_hidden, shard);
+    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -122,7 +181,8 @@ class FusedLossHeadFunction : public torch::autograd::Function<FusedLossHeadFunc
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& targets, double temperature, int64_t chunk,
-                               const std::function<torch::Tensor(const torch::Tensor&)>* loss_of, bool with_entropy) {
+                               const std::function<torch::Tensor(const torch::Tensor&)>* loss_of, bool with_entropy,
+                               const VocabShard* shard) {
     const int64_t n = hidden.size(0);
     const auto acc = logprob_dtype(hidden.scalar_type());
     auto logprobs = torch::zeros({n}, hidden.options().dtype(acc));
@@ -133,10 +193,10 @@ class FusedLossHeadFunction : public torch::autograd::Function<FusedLossHeadFunc
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       auto h = hidden.narrow(0, start, len);
-      auto t = targets.narrow(0, start, len).unsqueeze(-1);
+      auto t = targets.narrow(0, start, len);
       auto logits = chunk_logits(h, weight, temperature);
-      auto lse = logsumexp_rows(logits);
-      logprobs.narrow(0, start, len).copy_(logits.gather(-1, t).squeeze(-1) - lse);
+      auto lse = vocab_logsumexp(logits, *shard);
+      logprobs.narrow(0, start, len).copy_(target_logits(logits, t, *shard) - lse);
       // d loss / d logp of this chunk's tokens: a per-token loss needs no other token's value.
       torch::Tensor g;
       {
@@ -145,8 +205,8 @@ class FusedLossHeadFunction : public torch::autograd::Function<FusedLossHeadFunc
         g = torch::autograd::grad({(*loss_of)(x)}, {x})[0].narrow(0, start, len).unsqueeze(-1);
       }
       // d logp_i / d logit_ij = (1[j = t_i] - p_ij) / temperature.
-      if (with_entropy) entropy.narrow(0, start, len).copy_(lse - (torch::softmax(logits, -1) * logits).sum(-1));
-      auto grad_logits = into_logprob_gradient(logits, lse, g, t, temperature);
+      if (with_entropy) entropy.narrow(0, start, len).copy_(entropy_of(logits, lse, *shard));
+      auto grad_logits = into_logprob_gradient(logits, lse, g, t, temperature, *shard);
       auto grad_logits_model = grad_logits.to(hidden.scalar_type());
       grad_hidden.narrow(0, start, len).copy_(torch::matmul(grad_logits_model, weight));
       if (!weight_grad) continue;
@@ -157,6 +217,7 @@ class FusedLossHeadFunction : public torch::autograd::Function<FusedLossHeadFunc
       }
     }
     if (weight_grad) grad_weight = grad_weight.to(weight.scalar_type());
+    sum_hidden_gradient(grad_hidden, *shard);
     ctx->save_for_backward({grad_hidden, weight_grad ? grad_weight : torch::zeros({0}, weight.options())});
     ctx->saved_data["weight_grad"] = weight_grad;
     auto loss = (*loss_of)(logprobs);
@@ -170,7 +231,7 @@ class FusedLossHeadFunction : public torch::autograd::Function<FusedLossHeadFunc
     torch::Tensor grad_weight;
     if (ctx->saved_data["weight_grad"].toBool()) grad_weight = saved[1] * go.to(saved[1].scalar_type());
     return {saved[0] * go.to(saved[0].scalar_type()), grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -187,7 +248,7 @@ void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, cons
 
 torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::Tensor& weight,
                                      const torch::Tensor& targets, double temperature, int64_t chunk_tokens,
-                                     torch::Tensor* entropy) {
+                                     torch::Tensor* entropy, const VocabShard& shard) {
   check_inputs(hidden, weight, targets, temperature);
   RLCPP_CHECK(chunk_tokens > 0, "chunk_tokens must be positive, got {}", chunk_tokens);
   // Only the rows with a target reach the head: the others are 0 (and get no gradient).
@@ -195,7 +256,7 @@ torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::T
   const auto rows = all_targets.ge(0).nonzero().squeeze(-1);
   const auto acc = logprob_dtype(hidden.scalar_type());
   auto outputs = ChunkedLogprobFunction::apply(hidden.index_select(0, rows), weight, all_targets.index_select(0, rows),
-                                               temperature, chunk_tokens, entropy != nullptr);
+                                               temperature, chunk_tokens, entropy != nullptr, &shard);
   auto zeros = torch::zeros({hidden.size(0)}, hidden.options().dtype(acc));
   if (entropy != nullptr) *entropy = zeros.index_copy(0, rows, outputs[1]);
   return zeros.index_copy(0, rows, outputs[0]);
@@ -204,11 +265,11 @@ torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::T
 LossAndLogprobs fused_token_loss_head(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                                       double temperature, int64_t chunk_tokens,
                                       const std::function<torch::Tensor(const torch::Tensor&)>& loss_of,
-                                      bool with_entropy) {
+                                      bool with_entropy, const VocabShard& shard) {
   check_inputs(hidden, weight, targets, temperature);
   RLCPP_CHECK(chunk_tokens > 0, "chunk_tokens must be positive, got {}", chunk_tokens);
   auto out = FusedLossHeadFunction::apply(hidden, weight, targets.to(torch::kInt64), temperature, chunk_tokens, &loss_of,
-                                          with_entropy);
+                                          with_entropy, &shard);
   return {out[0], out[1], with_entropy ? out[2] : torch::Tensor()};
 }
 
@@ -221,7 +282,8 @@ torch::Tensor token_logprobs_reference(const torch::Tensor& hidden, const torch:
 }
 
 LogprobsEntropy token_logprobs_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                       const torch::Tensor& targets, double temperature, int64_t chunk_tokens) {
+                                       const torch::Tensor& targets, double temperature, int64_t chunk_tokens,
+                                       const VocabShard& shard) {
   check_inputs(hidden, weight, targets, temperature);
   RLCPP_CHECK(chunk_tokens > 0, "chunk_tokens must be positive, got {}", chunk_tokens);
   torch::NoGradGuard no_grad;
@@ -234,21 +296,37 @@ LogprobsEntropy token_logprobs_entropy(const torch::Tensor& hidden, const torch:
   for (int64_t start = 0; start < n; start += chunk_tokens) {
     const auto index = rows.narrow(0, start, std::min(chunk_tokens, n - start));
     auto logits = chunk_logits(hidden.index_select(0, index), weight, temperature);
-    auto lse = logsumexp_rows(logits);
-    auto picked = logits.gather(-1, targets.index_select(0, index).unsqueeze(-1)).squeeze(-1);
+    auto lse = vocab_logsumexp(logits, shard);
+    auto picked = target_logits(logits, targets.index_select(0, index), shard);
     out.logprobs.index_copy_(0, index, picked - lse);
-    out.entropy.index_copy_(0, index, lse - (torch::softmax(logits, -1) * logits).sum(-1));
+    out.entropy.index_copy_(0, index, entropy_of(logits, lse, shard));
   }
   return out;
 }
 
 torch::Tensor token_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                            double temperature) {
+                            double temperature, const VocabShard& shard) {
   check_inputs(hidden, weight, targets, temperature);
   const auto rows = targets.ge(0).nonzero().squeeze(-1);
-  auto logits = chunk_logits(hidden.index_select(0, rows), weight, temperature);
-  auto logp = torch::log_softmax(logits, -1);
-  auto entropy = -(logp.exp() * logp).sum(-1);
+  torch::Tensor entropy;
+  if (!shard.split()) {
+    auto logits = chunk_logits(hidden.index_select(0, rows), weight, temperature);
+    auto logp = torch::log_softmax(logits, -1);
+    entropy = -(logp.exp() * logp).sum(-1);
+  } else {
+    // The same with the sums over the vocabulary made over the group: lse = M + log Σ exp(z - M),
+    // entropy = -Σ p log p; the hidden states enter the parallel region (their gradient is summed).
+    auto logits = chunk_logits(tp_enter(hidden.index_select(0, rows), *shard.group), weight, temperature);
+    auto local_max = std::get<0>(logits.detach().max(-1)).contiguous();
+    auto all = torch::empty({shard.group->size(), local_max.size(0)}, local_max.options());
+    auto flat = all.view({-1});
+    shard.group->all_gather(local_max, flat);
+    const auto m = std::get<0>(all.max(0)).unsqueeze(-1);
+    auto lse = m.squeeze(-1) + sum_over_vocab((logits - m).exp().sum(-1), shard).log();
+    // lse, the same on every rank, enters each rank's own sum: its gradient is summed (f again).
+    const auto logp = logits - tp_enter(lse, *shard.group).unsqueeze(-1);
+    entropy = -sum_over_vocab((logp.exp() * logp).sum(-1), shard);
+  }
   return torch::zeros({hidden.size(0)}, entropy.options()).index_put({rows}, entropy);
 }
 

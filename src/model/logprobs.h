@@ -5,13 +5,28 @@
 // backward pass. Peak memory grows with the chunk (chunk × V), not with the number of tokens.
 // Only rows with a target are projected onto the vocabulary (prompt and padding rows cost nothing).
 // token_logprobs_reference is the plain version (full logits, log_softmax, gather) it is tested against.
+//
+// Under tensor parallelism (a VocabShard that is split) `weight` holds this rank's rows of the
+// head, tokens [begin, begin + rows): each rank computes its logits only, the log-sum-exp, the
+// target's logit and the entropy are combined over the group, and the hidden states' gradient is
+// summed over it. No rank ever holds a row of full logits.
 #pragma once
 
 #include <torch/types.h>
 
 #include <functional>
 
+#include "parallel/communicator.h"
+
 namespace rlcpp {
+
+// The tokens a rank's head scores: [begin, begin + weight rows) of the vocabulary, the other ranks
+// of `group` holding the rest. The default: the whole vocabulary, here.
+struct VocabShard {
+  int64_t begin = 0;
+  Communicator* group = nullptr;
+  bool split() const { return group != nullptr && group->size() > 1; }
+};
 
 // hidden [N, H] (model dtype), weight [V, H], targets [N] int64 (a negative target is ignored:
 // its log-prob is 0 and carries no gradient). Returns [N] in fp32 (fp64 for an fp64 model).
@@ -19,7 +34,7 @@ namespace rlcpp {
 // softmax(logits / temperature) per token, [N], from the same logits (no gradient: a metric).
 torch::Tensor token_logprobs_chunked(const torch::Tensor& hidden, const torch::Tensor& weight,
                                      const torch::Tensor& targets, double temperature, int64_t chunk_tokens,
-                                     torch::Tensor* entropy = nullptr);
+                                     torch::Tensor* entropy = nullptr, const VocabShard& shard = {});
 
 torch::Tensor token_logprobs_reference(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& targets, double temperature);
@@ -31,13 +46,14 @@ struct LogprobsEntropy {
   torch::Tensor logprobs, entropy;
 };
 LogprobsEntropy token_logprobs_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                       const torch::Tensor& targets, double temperature, int64_t chunk_tokens);
+                                       const torch::Tensor& targets, double temperature, int64_t chunk_tokens,
+                                       const VocabShard& shard = {});
 
 // With autograd: the entropy of softmax(logits / temperature) per token ([N] fp32, fp64 for an
 // fp64 model; 0 where the target is negative). Keeps the logits of the rows with a target for the
 // backward pass (rows × V), so it is for the entropy bonus, not for every step.
 torch::Tensor token_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                            double temperature);
+                            double temperature, const VocabShard& shard = {});
 
 // The fused head of a loss that is a sum of per-token terms, each depending on its own token's
 // log-prob only (the clipped policy losses and their KL penalties): one pass over the vocabulary
@@ -53,7 +69,7 @@ struct LossAndLogprobs {
 LossAndLogprobs fused_token_loss_head(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                                       double temperature, int64_t chunk_tokens,
                                       const std::function<torch::Tensor(const torch::Tensor&)>& loss_of,
-                                      bool with_entropy = false);
+                                      bool with_entropy = false, const VocabShard& shard = {});
 
 // The dtype log-probs are accumulated in for a model of `dtype`: fp64 stays fp64, all else fp32.
 inline torch::ScalarType logprob_dtype(torch::ScalarType dtype) {

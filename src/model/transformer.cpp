@@ -15,6 +15,8 @@
 #include "util/torch_format.h"
 #include "util/file.h"
 
+#include <fmt/ranges.h>
+
 namespace rlcpp {
 
 namespace {
@@ -33,9 +35,10 @@ torch::Tensor as_dtype(const torch::Tensor& t, torch::ScalarType dtype) {
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, torch::TensorList params,
                                DecoderLayerImpl* layer, const torch::Tensor& cos, const torch::Tensor& sin,
-                               const torch::Tensor& mask, ParameterHolder* holder) {
+                               const torch::Tensor& mask, ParameterHolder* holder, const Transformer* model) {
     ctx->save_for_backward({x});
     ctx->saved_data["holder"] = reinterpret_cast<int64_t>(holder);
+    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
     ctx->saved_data["mask"] = mask;
@@ -89,13 +92,15 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     std::vector<torch::Tensor> param_grads(grads.begin() + (x_grad ? 1 : 0), grads.end());
     out = torch::Tensor();  // the recomputed graph, and the weights it saved, go
     if (holder != nullptr) {  // the holder takes the parameters' gradients (autograd gets none)
+      param_grads.resize(params.size());
+      reinterpret_cast<const Transformer*>(ctx->saved_data["model"].toInt())->reduce_partial_gradients(params, param_grads);
       holder->take_gradients(params, param_grads);
       holder->release(params);
       param_grads.assign(params.size(), torch::Tensor());
     }
     param_grads.resize(params.size());
     result.insert(result.end(), param_grads.begin(), param_grads.end());
-    result.resize(result.size() + 5);  // layer, cos, sin, mask, holder: no gradient
+    result.resize(result.size() + 6);  // layer, cos, sin, mask, holder, model: no gradient
     return result;
   }
 };
@@ -107,9 +112,10 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 // that needs a gradient, makes the node run when x needs none.
 struct LayerGradientTap : public torch::autograd::Function<LayerGradientTap> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& anchor,
-                               const std::vector<torch::Tensor>* params, ParameterHolder* holder) {
+                               const std::vector<torch::Tensor>* params, ParameterHolder* holder, const Transformer* model) {
     ctx->saved_data["params"] = c10::List<torch::Tensor>(*params);
     ctx->saved_data["holder"] = reinterpret_cast<int64_t>(holder);
+    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["x_grad"] = x.requires_grad();
     return x.clone();
   }
@@ -118,10 +124,11 @@ struct LayerGradientTap : public torch::autograd::Function<LayerGradientTap> {
     auto list = ctx->saved_data["params"].toTensorList();
     std::vector<torch::Tensor> params(list.begin(), list.end()), grads;
     for (const auto& p : params) grads.push_back(p.grad());
+    reinterpret_cast<const Transformer*>(ctx->saved_data["model"].toInt())->reduce_partial_gradients(params, grads);
     reinterpret_cast<ParameterHolder*>(ctx->saved_data["holder"].toInt())->take_gradients(params, grads);
     for (auto& p : params) p.mutable_grad() = torch::Tensor();
     return {ctx->saved_data["x_grad"].toBool() ? grad_out[0] : torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -131,24 +138,30 @@ struct LayerGradientTap : public torch::autograd::Function<LayerGradientTap> {
 // the head's [V, H] gradient out of place before accumulating: three vocabulary-sized buffers a
 // micro-batch (0.5B: 545 MB each) that this one index_add_ replaces. The head's gradient still
 // reaches .grad through autograd, after this has run (the weight's accumulation waits for both).
+// Under tensor parallelism `ids` are rows of this rank's part and `held` [ids] says which tokens
+// it holds: the others look up zeros and add nothing (undefined `held`: every token is here).
 struct EmbeddingIntoGrad : public torch::autograd::Function<EmbeddingIntoGrad> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
-                               const torch::Tensor& ids) {
+                               const torch::Tensor& ids, const c10::optional<torch::Tensor>& held) {
     ctx->saved_data["weight"] = weight;  // the parameter itself: its .grad is written
-    ctx->save_for_backward({ids});
+    ctx->save_for_backward({ids, held ? *held : torch::Tensor()});
     auto sizes = ids.sizes().vec();
     sizes.push_back(weight.size(1));
-    return weight.index_select(0, ids.reshape({-1})).view(sizes);
+    auto rows = weight.index_select(0, ids.reshape({-1}));
+    if (held) rows.mul_(held->reshape({-1, 1}).to(rows.scalar_type()));
+    return rows.view(sizes);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto weight = ctx->saved_data["weight"].toTensor();
-    const auto ids = ctx->get_saved_variables()[0].reshape({-1});
-    const auto g = grads[0].reshape({-1, weight.size(1)}).to(weight.scalar_type());
+    const auto saved = ctx->get_saved_variables();
+    const auto ids = saved[0].reshape({-1});
+    auto g = grads[0].reshape({-1, weight.size(1)}).to(weight.scalar_type());
     torch::NoGradGuard no_grad;
+    if (saved[1].defined()) g = g * saved[1].reshape({-1, 1}).to(g.scalar_type());
     if (!weight.grad().defined()) weight.mutable_grad() = torch::zeros_like(weight);
     weight.mutable_grad().index_add_(0, ids, g);
-    return {torch::Tensor(), torch::Tensor()};
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -230,29 +243,36 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) {
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   const auto dtype = x.scalar_type();
-  torch::Tensor y = kernel_linear(x, weight, bias);  // generation's small batches on CPU
+  // Row-parallel: the bias joins after the sum over the group.
+  const torch::Tensor& b = reduce_over != nullptr ? torch::Tensor() : bias;
+  torch::Tensor y = kernel_linear(x, weight, b);  // generation's small batches on CPU
   if (y.defined()) {
-  } else if (weight.scalar_type() != dtype && !weight.requires_grad() && (!bias.defined() || !bias.requires_grad())) {
-    y = StoredWeightLinear::apply(x, weight, bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+  } else if (weight.scalar_type() != dtype && !weight.requires_grad() && (!b.defined() || !b.requires_grad())) {
+    y = StoredWeightLinear::apply(x, weight, b.defined() ? c10::optional<torch::Tensor>(b) : c10::nullopt);
   } else {
-    y = torch::nn::functional::linear(x, as_dtype(weight, dtype), as_dtype(bias, dtype));
+    y = torch::nn::functional::linear(x, as_dtype(weight, dtype), as_dtype(b, dtype));
   }
   if (lora_A.defined() && adapter_enabled) {
     auto h = lora_dropout > 0 && is_training() ? torch::dropout(x, lora_dropout, /*train=*/true) : x;
     y = y + torch::matmul(torch::matmul(h, lora_A.t()), lora_B.t()) * lora_scaling;
   }
+  if (reduce_over != nullptr) {
+    y = reduce_over->reduce(y);
+    if (bias.defined()) y = y + as_dtype(bias, dtype);
+  }
   return y;
 }
 
-void LinearImpl::add_adapter(int64_t rank, double scaling, double dropout, torch::ScalarType dtype,
-                             at::Generator& generator) {
-  const int64_t in = weight.size(1), out = weight.size(0);
-  // PEFT's A: kaiming_uniform_(a = sqrt(5)), i.e. uniform(-1/sqrt(in), 1/sqrt(in)).
+torch::Tensor lora_a_init(int64_t rank, int64_t in, at::Generator& generator) {
   const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-  auto a = at::empty({rank, in}, torch::TensorOptions().dtype(torch::kFloat64)).uniform_(-bound, bound, generator);
+  return at::empty({rank, in}, torch::TensorOptions().dtype(torch::kFloat64)).uniform_(-bound, bound, generator);
+}
+
+void LinearImpl::add_adapter(const torch::Tensor& a, double scaling, double dropout, torch::ScalarType dtype) {
+  RLCPP_CHECK(a.dim() == 2 && a.size(1) == weight.size(1), "adapter A {} for a weight {}", a.sizes(), weight.sizes());
   auto opts = torch::TensorOptions().dtype(dtype).device(weight.device());
   lora_A = a.to(opts).requires_grad_(true);
-  lora_B = torch::zeros({out, rank}, opts).requires_grad_(true);
+  lora_B = torch::zeros({weight.size(0), a.size(0)}, opts).requires_grad_(true);
   lora_scaling = scaling;
   lora_dropout = dropout;
 }
@@ -276,20 +296,25 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return weight * h.to(dtype);
 }
 
-AttentionImpl::AttentionImpl(const ModelConfig& c)
-    : n_heads_(c.num_attention_heads), n_kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
-  q_proj = register_module("q_proj", make_linear(c.hidden_size, c.q_size(), c.qkv_bias));
-  k_proj = register_module("k_proj", make_linear(c.hidden_size, c.kv_size(), c.qkv_bias));
-  v_proj = register_module("v_proj", make_linear(c.hidden_size, c.kv_size(), c.qkv_bias));
-  o_proj = register_module("o_proj", make_linear(c.q_size(), c.hidden_size, c.o_bias));
+AttentionImpl::AttentionImpl(const ModelConfig& c, const TensorParallel* tp)
+    : n_heads_(tp ? tp->shape().n_heads() : c.num_attention_heads),
+      n_kv_heads_(tp ? tp->shape().n_kv_heads() : c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      tp_(tp) {
+  q_proj = register_module("q_proj", make_linear(c.hidden_size, n_heads_ * head_dim_, c.qkv_bias));
+  k_proj = register_module("k_proj", make_linear(c.hidden_size, n_kv_heads_ * head_dim_, c.qkv_bias));
+  v_proj = register_module("v_proj", make_linear(c.hidden_size, n_kv_heads_ * head_dim_, c.qkv_bias));
+  o_proj = register_module("o_proj", make_linear(n_heads_ * head_dim_, c.hidden_size, c.o_bias));
+  o_proj->reduce_over = tp;
   if (c.qk_norm) {
     q_norm = register_module("q_norm", std::make_shared<RMSNormImpl>(c.head_dim, c.rms_norm_eps));
     k_norm = register_module("k_norm", std::make_shared<RMSNormImpl>(c.head_dim, c.rms_norm_eps));
   }
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos, const torch::Tensor& sin,
                                      const torch::Tensor& mask) {
+  const auto x = tp_ ? tp_->enter(input) : input;
   const int64_t batch = x.size(0), length = x.size(1);
   auto q = q_proj->forward(x).view({batch, length, n_heads_, head_dim_});
   auto k = k_proj->forward(x).view({batch, length, n_kv_heads_, head_dim_});
@@ -311,8 +336,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return o_proj->forward(out);
 }
 
-torch::Tensor AttentionImpl::forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+torch::Tensor AttentionImpl::forward_packed(const torch::Tensor& input, const torch::Tensor& cos, const torch::Tensor& sin,
                                             int64_t layer, AttentionBackend& backend) {
+  const auto x = tp_ ? tp_->enter(input) : input;
   const int64_t tokens = x.size(0);
   auto q = q_proj->forward(x).view({tokens, n_heads_, head_dim_});
   auto k = k_proj->forward(x).view({tokens, n_kv_heads_, head_dim_});
@@ -330,21 +356,24 @@ torch::Tensor AttentionImpl::forward_packed(const torch::Tensor& x, const torch:
   return o_proj->forward(backend.attend(layer, q, k, v));
 }
 
-MlpImpl::MlpImpl(const ModelConfig& c) {
-  gate_proj = register_module("gate_proj", make_linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  up_proj = register_module("up_proj", make_linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  down_proj = register_module("down_proj", make_linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
+MlpImpl::MlpImpl(const ModelConfig& c, const TensorParallel* tp) : tp_(tp) {
+  const int64_t channels = tp ? tp->shape().mlp_end - tp->shape().mlp_begin : c.intermediate_size;
+  gate_proj = register_module("gate_proj", make_linear(c.hidden_size, channels, c.mlp_bias));
+  up_proj = register_module("up_proj", make_linear(c.hidden_size, channels, c.mlp_bias));
+  down_proj = register_module("down_proj", make_linear(channels, c.hidden_size, c.mlp_bias));
+  down_proj->reduce_over = tp;
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+torch::Tensor MlpImpl::forward(const torch::Tensor& input) {
+  const auto x = tp_ ? tp_->enter(input) : input;
   auto gate = gate_proj->forward(x), up = up_proj->forward(x);
   auto h = kernel_silu_mul(gate, up);  // the engine's steps
   return down_proj->forward(h.defined() ? h : torch::silu(gate) * up);
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
-  self_attn = register_module("self_attn", std::make_shared<AttentionImpl>(c));
-  mlp = register_module("mlp", std::make_shared<MlpImpl>(c));
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const TensorParallel* tp) {
+  self_attn = register_module("self_attn", std::make_shared<AttentionImpl>(c, tp));
+  mlp = register_module("mlp", std::make_shared<MlpImpl>(c, tp));
   input_layernorm = register_module("input_layernorm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm =
       register_module("post_attention_layernorm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
@@ -362,21 +391,27 @@ torch::Tensor DecoderLayerImpl::forward_packed(const torch::Tensor& x, const tor
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
-DecoderImpl::DecoderImpl(const ModelConfig& c) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+DecoderImpl::DecoderImpl(const ModelConfig& c, const TensorParallel* tp) {
+  const int64_t tokens = tp ? tp->shape().vocab_end - tp->shape().vocab_begin : c.vocab_size;
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(tokens, c.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<DecoderLayerImpl>(c));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<DecoderLayerImpl>(c, tp));
   norm = register_module("norm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
 }
 
 Transformer::Transformer(ModelConfig config, ModelOptions options)
     : config_(std::move(config)), options_(options), rope_(config_, options.device) {
-  model = register_module("model", std::make_shared<DecoderImpl>(config_));
+  if (options_.tp_group != nullptr && options_.tp_group->size() > 1) {
+    tp_ = std::make_unique<TensorParallel>(options_.tp_group, config_);
+  }
+  model = register_module("model", std::make_shared<DecoderImpl>(config_, tp_.get()));
   if (!config_.tie_word_embeddings) {
-    lm_head = register_module("lm_head", make_linear(config_.hidden_size, config_.vocab_size, false));
+    const int64_t tokens = model->embed_tokens->weight.size(0);  // this rank's part of the vocabulary
+    lm_head = register_module("lm_head", make_linear(config_.hidden_size, tokens, false));
   }
   to(options_.device, options_.dtype);
   if (options_.frozen_dtype != torch::ScalarType::Undefined) store_frozen_weights();
+  index_shards();
 }
 
 void Transformer::store_frozen_weights() {
@@ -398,9 +433,10 @@ void Transformer::add_adapters(const LoraConfig& config, uint64_t seed) {
   for (const auto& item : named_modules()) {
     auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
     if (linear == nullptr || linear.get() == lm_head.get() || !config.adapts(item.key())) continue;
-    linear->add_adapter(config.rank, config.scaling(), config.dropout, options_.dtype, generator);
+    add_adapter_to(item.key(), *linear, config, generator);
     adapted_.emplace_back(item.key(), linear.get());
   }
+  index_shards();
   if (adapted_.empty()) {
     throw_user_error("LoRA: no linear layer matches --lora-target-modules {}{} in this {} model",
                      lora_targets_text(config.targets),
@@ -503,10 +539,11 @@ void Transformer::load_adapter(const std::filesystem::path& dir) {
     if (!modules.count(item.key())) continue;
     auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
     if (linear == nullptr || linear.get() == lm_head.get()) continue;
-    if (!linear->has_adapter()) linear->add_adapter(config.rank, config.scaling(), config.dropout, options_.dtype, generator);
+    if (!linear->has_adapter()) add_adapter_to(item.key(), *linear, config, generator);
     adapted_.emplace_back(item.key(), linear.get());
     found.insert(item.key());
   }
+  index_shards();
   for (const auto& m : modules) {
     if (!found.count(m)) {
       throw_user_error("{}: adapter for \"{}\", which is not a linear layer of this {} model", file.string(), m,
@@ -575,12 +612,12 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
       continue;
     }
     const auto params = trained_tensors(*layer);
-    if (tap) h = LayerGradientTap::apply(h, anchor, &params, holder_);
+    if (tap) h = LayerGradientTap::apply(h, anchor, &params, holder_, this);
     // Gathered before apply: autograd takes the parameters' shapes (their gradient accumulators')
     // as apply records them.
     if (sharded) holder_->gather(params);
     h = checkpoint ? CheckpointedLayer::apply(h, torch::TensorList(params), layer, cos, sin, mask,
-                                              sharded ? holder_ : nullptr)
+                                              sharded ? holder_ : nullptr, this)
                    : layer->forward(h, cos, sin, mask);
     if (sharded) holder_->release(params);
   }
@@ -602,8 +639,21 @@ torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const 
 
 torch::Tensor Transformer::embed(const torch::Tensor& ids) {
   const auto& weight = model->embed_tokens->weight;
-  if (torch::GradMode::is_enabled() && weight.requires_grad()) return EmbeddingIntoGrad::apply(weight, ids);
-  return model->embed_tokens->forward(ids);
+  const bool into_grad = torch::GradMode::is_enabled() && weight.requires_grad();
+  if (!tp_) return into_grad ? EmbeddingIntoGrad::apply(weight, ids, c10::nullopt) : model->embed_tokens->forward(ids);
+  // Vocabulary-parallel: each rank looks up the tokens it holds (zeros for the others) and the
+  // rows are summed over the group.
+  auto local = ids - tp_->shape().vocab_begin;
+  const auto held = local.ge(0).logical_and(local.lt(weight.size(0)));
+  local = local.clamp(0, weight.size(0) - 1);
+  torch::Tensor rows;
+  if (into_grad) {
+    rows = EmbeddingIntoGrad::apply(weight, local, c10::optional<torch::Tensor>(held));
+  } else {
+    rows = model->embed_tokens->forward(local);
+    rows.mul_(held.unsqueeze(-1).to(rows.scalar_type()));
+  }
+  return tp_->reduce(rows);
 }
 
 torch::Tensor Transformer::output_weight() const { return as_dtype(stored_output_weight(), options_.dtype); }
@@ -614,7 +664,22 @@ torch::Tensor Transformer::stored_output_weight() const {
 
 torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
   auto h = hidden_states(input_ids, attention_mask);
-  return torch::matmul(h, output_weight().t()).to(compute_dtype(options_.dtype));
+  auto logits = torch::matmul(h, output_weight().t()).to(compute_dtype(options_.dtype));
+  if (!tp_) return logits;
+  // Every rank's vocabulary part, padded to the widest, gathered and laid side by side.
+  int64_t widest = 0;
+  for (const auto& r : tp_->layout().ranks) widest = std::max(widest, r.vocab_end - r.vocab_begin);
+  auto mine = torch::zeros({logits.size(0), logits.size(1), widest}, logits.options().requires_grad(false));
+  mine.narrow(2, 0, logits.size(2)).copy_(logits.detach());
+  auto all = torch::empty({tp_->size(), mine.size(0), mine.size(1), widest}, mine.options());
+  auto flat = all.view({-1});
+  tp_->group().all_gather(mine.contiguous(), flat);
+  std::vector<torch::Tensor> parts;
+  for (int r = 0; r < tp_->size(); ++r) {
+    const auto& shape = tp_->layout().ranks[static_cast<size_t>(r)];
+    parts.push_back(all[r].narrow(2, 0, shape.vocab_end - shape.vocab_begin));
+  }
+  return torch::cat(parts, 2);
 }
 
 torch::Tensor Transformer::token_logprobs(const torch::Tensor& input_ids, const torch::Tensor& targets,
@@ -626,7 +691,7 @@ torch::Tensor Transformer::token_logprobs(const torch::Tensor& input_ids, const 
   const int64_t batch = h.size(0), length = h.size(1);
   auto flat = token_logprobs_chunked(h.reshape({batch * length, h.size(2)}), output_weight(),
                                      targets.to(options_.device).reshape({-1}), temperature,
-                                     options_.logprob_chunk_tokens, entropy);
+                                     options_.logprob_chunk_tokens, entropy, vocab_shard());
   if (entropy != nullptr) *entropy = entropy->view({batch, length});
   return flat.view({batch, length});
 }
@@ -639,8 +704,9 @@ LogprobsEntropy Transformer::token_logprobs_with_entropy(const torch::Tensor& in
   const int64_t batch = h.size(0), length = h.size(1);
   auto flat_h = h.reshape({batch * length, h.size(2)});
   auto flat_targets = targets.to(options_.device).reshape({-1});
-  auto logp = token_logprobs_chunked(flat_h, output_weight(), flat_targets, temperature, options_.logprob_chunk_tokens);
-  auto entropy = token_entropy(flat_h, output_weight(), flat_targets, temperature);
+  auto logp = token_logprobs_chunked(flat_h, output_weight(), flat_targets, temperature, options_.logprob_chunk_tokens,
+                                     nullptr, vocab_shard());
+  auto entropy = token_entropy(flat_h, output_weight(), flat_targets, temperature, vocab_shard());
   return {logp.view({batch, length}), entropy.view({batch, length})};
 }
 
@@ -653,7 +719,7 @@ LogprobsEntropy Transformer::token_logprobs_entropy(const torch::Tensor& input_i
   const int64_t batch = h.size(0), length = h.size(1);
   auto out = rlcpp::token_logprobs_entropy(h.reshape({batch * length, h.size(2)}), output_weight(),
                                            targets.to(options_.device).reshape({-1}), temperature,
-                                           options_.logprob_chunk_tokens);
+                                           options_.logprob_chunk_tokens, vocab_shard());
   return {out.logprobs.view({batch, length}), out.entropy.view({batch, length})};
 }
 
@@ -695,11 +761,7 @@ std::set<std::string> Transformer::update_weights(const NamedTensors& tensors, c
       throw_user_error("{}: unexpected weight \"{}\" ({} has no such parameter)", source, name,
                        config_.model_type);
     }
-    if (param->sizes() != tensor.sizes()) {
-      throw_user_error("{}: weight \"{}\" has shape {} but the config implies {}", source, name,
-                       fmt::format("{}", tensor.sizes()), fmt::format("{}", param->sizes()));
-    }
-    param->copy_(tensor);
+    param->copy_(local_part(name, tensor, *param, source));
     loaded.insert(name);
   }
   return loaded;
@@ -712,6 +774,7 @@ NamedTensors Transformer::named_weights() const {
 }
 
 void Transformer::save_pretrained(const std::filesystem::path& dir, uint64_t max_shard_bytes) const {
+  RLCPP_CHECK(!tp_ || !kept_parts_.empty(), "save_pretrained of one rank's part: gather the model whole first");
   std::filesystem::create_directories(dir);
   auto config_json = config_.raw;
   config_json["torch_dtype"] = dtypes().name(options_.dtype);
@@ -732,11 +795,121 @@ void Transformer::init_weights(double stddev, uint64_t seed) {
       value = torch::ones(p.sizes(), torch::kFloat32);
     } else if (name.ends_with(".bias")) {
       value = torch::zeros(p.sizes(), torch::kFloat32);
-    } else {
-      value = at::normal(0.0, stddev, p.sizes(), generator, torch::TensorOptions().dtype(torch::kFloat32));
+    } else {  // drawn whole, so a tensor-parallel part is that of the whole model
+      value = at::normal(0.0, stddev, global_shape(name, p), generator, torch::TensorOptions().dtype(torch::kFloat32));
     }
-    p.copy_(value);
+    p.copy_(tp_ ? tp_->slice(value, tp_->shard(name)) : value);
   }
+}
+
+void Transformer::add_adapter_to(const std::string& name, LinearImpl& linear, const LoraConfig& config,
+                                 at::Generator& generator) {
+  const std::string a_name = name + ".lora_A.weight";
+  auto a = lora_a_init(config.rank, global_shape(name + ".weight", linear.weight)[1], generator);
+  if (tp_) a = tp_->slice(a, tp_->shard(a_name));
+  linear.add_adapter(a, config.scaling(), config.dropout, options_.dtype);
+}
+
+NamedTensors Transformer::named_tensors() const {
+  NamedTensors out = named_weights();
+  if (has_adapters()) {
+    for (auto& t : trained_weights()) out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void Transformer::index_shards() {
+  shards_.clear();
+  if (!tp_) return;
+  for (const auto& [name, t] : named_tensors()) shards_[t.unsafeGetTensorImpl()] = tp_->shard(name);
+}
+
+VocabShard Transformer::vocab_shard() const {
+  if (!tp_) return {};
+  return {tp_->shape().vocab_begin, &tp_->group()};
+}
+
+int64_t Transformer::kv_heads() const { return tp_ ? tp_->shape().n_kv_heads() : config_.num_key_value_heads; }
+
+int64_t Transformer::max_kv_heads() const { return tp_ ? tp_->layout().max_kv_heads() : config_.num_key_value_heads; }
+
+const TpShard* Transformer::shard_of(const torch::Tensor& tensor) const {
+  const auto it = shards_.find(tensor.unsafeGetTensorImpl());
+  return it == shards_.end() ? nullptr : &it->second;
+}
+
+std::vector<int64_t> Transformer::global_shape(const std::string& name, const torch::Tensor& local) const {
+  return tp_ ? tp_->global_shape(name, local.sizes().vec()) : local.sizes().vec();
+}
+
+torch::Tensor Transformer::gather_weight(const std::string& name, const torch::Tensor& local, int root) const {
+  return tp_ ? tp_->gather(local, name, root) : local;
+}
+
+torch::Tensor Transformer::local_part(const std::string& name, const torch::Tensor& whole, const torch::Tensor& local,
+                                      const std::string& source) const {
+  const auto expected = global_shape(name, local);
+  if (whole.sizes().vec() != expected) {
+    throw_user_error("{}: weight \"{}\" has shape {} but the config implies {}", source, name,
+                     fmt::format("{}", whole.sizes()), fmt::format("{}", expected));
+  }
+  return tp_ ? tp_->slice(whole, tp_->shard(name)) : whole;
+}
+
+void Transformer::reduce_partial_gradients(const std::vector<torch::Tensor>& params) const {
+  if (!tp_) return;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad());
+  reduce_partial_gradients(params, grads);
+}
+
+void Transformer::reduce_partial_gradients(const std::vector<torch::Tensor>& params,
+                                           std::vector<torch::Tensor>& grads) const {
+  if (!tp_) return;
+  RLCPP_CHECK(params.size() == grads.size(), "{} gradients for {} parameters", grads.size(), params.size());
+  for (size_t k = 0; k < params.size(); ++k) {
+    const TpShard* shard = shard_of(params[k]);
+    RLCPP_CHECK(shard != nullptr, "a trained tensor {} that is not one of the model's", params[k].sizes());
+    if (grads[k].defined()) tp_->reduce_partial_gradient(grads[k], *shard);
+  }
+}
+
+double Transformer::gradient_squares(const std::vector<torch::Tensor>& params) const {
+  double sum = 0;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    if (!tp_) {
+      sum += p.grad().to(torch::kFloat64).square().sum().item<double>();
+    } else {
+      sum += tp_->owned_squares(p.grad(), *shard_of(p));
+    }
+  }
+  if (tp_) {
+    auto total = torch::tensor({sum}, torch::kFloat64);
+    tp_->group().all_reduce_sum(total);
+    sum = total.item<double>();
+  }
+  return sum;
+}
+
+void Transformer::gather_whole(int root) {
+  if (!tp_) return;
+  RLCPP_CHECK(kept_parts_.empty(), "gather_whole twice");
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : named_tensors()) {
+    auto whole = tp_->gather(t, name, root);
+    if (tp_->rank() != root) continue;
+    kept_parts_.push_back(t.data());
+    torch::Tensor(t).set_data(whole);
+  }
+}
+
+void Transformer::release_whole() {
+  if (!tp_ || kept_parts_.empty()) return;
+  torch::NoGradGuard no_grad;
+  size_t k = 0;
+  for (const auto& [name, t] : named_tensors()) torch::Tensor(t).set_data(kept_parts_.at(k++));
+  kept_parts_.clear();
 }
 
 }  // namespace rlcpp

@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "io/safetensors.h"
 #include "model/attention_backend.h"
@@ -22,6 +23,7 @@
 #include "model/lora.h"
 #include "model/model_config.h"
 #include "model/rope.h"
+#include "model/tensor_parallel.h"
 #include "util/enum_table.h"
 
 namespace rlcpp {
@@ -53,6 +55,9 @@ struct ModelOptions {
   // `dtype` (converted per layer as it runs); Undefined: stored in `dtype`.
   torch::ScalarType frozen_dtype = torch::ScalarType::Undefined;
   bool gradient_checkpointing = false;        // training forward keeps only each layer's input; backward recomputes
+  // The tensor-parallel group this rank holds its part of the model in (model/tensor_parallel.h);
+  // null or a group of one: the whole model here.
+  std::shared_ptr<Communicator> tp_group;
 };
 
 // float32 (fp32), bfloat16 (bf16), float16 (fp16), float64 (fp64).
@@ -75,13 +80,15 @@ class RMSNormImpl : public torch::nn::Module {
 // A linear layer y = x W^T + b, optionally with a LoRA adapter (see lora.h). The adapter's tensors
 // are not registered parameters: the module's parameters stay exactly the Hugging Face weights.
 // A weight stored in another dtype than x's (a frozen half-precision base) is converted as it runs.
+// Row-parallel (tensor parallelism: `reduce_over` set), the partial products of this rank's input
+// columns are summed over the group before the bias is added.
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias);
   torch::Tensor forward(const torch::Tensor& x);
 
-  // A = Kaiming-uniform (from `generator`), B = 0, in x's compute dtype on the weight's device.
-  void add_adapter(int64_t rank, double scaling, double dropout, torch::ScalarType dtype, at::Generator& generator);
+  // A as given ([r, in], PEFT's Kaiming-uniform: lora_a_init), B = 0, in `dtype` on the weight's device.
+  void add_adapter(const torch::Tensor& a, double scaling, double dropout, torch::ScalarType dtype);
   bool has_adapter() const { return lora_A.defined(); }
   // W + scaling * B A in `dtype` (W itself without an adapter).
   torch::Tensor merged_weight(torch::ScalarType dtype) const;
@@ -90,12 +97,18 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor lora_A, lora_B;    // [r, in], [out, r]; undefined without an adapter
   double lora_scaling = 0, lora_dropout = 0;
   bool adapter_enabled = true;
+  const TensorParallel* reduce_over = nullptr;  // row-parallel: sum over this group, then the bias
 };
+
+// PEFT's initial A of an adapter [rank, in] (kaiming_uniform_(a = sqrt(5)): uniform(±1/sqrt(in))), fp64.
+torch::Tensor lora_a_init(int64_t rank, int64_t in, at::Generator& generator);
 using Linear = std::shared_ptr<LinearImpl>;
 
+// Under tensor parallelism (`tp`) the modules hold this rank's heads, channels and tokens
+// (model/tensor_parallel.h) and enter and leave the parallel regions themselves.
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const ModelConfig& config);
+  AttentionImpl(const ModelConfig& config, const TensorParallel* tp);
   // x [B, T, H]; cos/sin [B, T, D]; mask [B, T] bool, false at padded keys (causality is added by
   // causal_attention, model/attention.h). Returns [B, T, H].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -108,19 +121,23 @@ class AttentionImpl : public torch::nn::Module {
   std::shared_ptr<RMSNormImpl> q_norm, k_norm;  // Qwen3 only
 
  private:
-  int64_t n_heads_, n_kv_heads_, head_dim_;
+  int64_t n_heads_, n_kv_heads_, head_dim_;  // this rank's query and KV heads
+  const TensorParallel* tp_;
 };
 
 class MlpImpl : public torch::nn::Module {
  public:
-  explicit MlpImpl(const ModelConfig& config);
+  MlpImpl(const ModelConfig& config, const TensorParallel* tp);
   torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
   Linear gate_proj, up_proj, down_proj;
+
+ private:
+  const TensorParallel* tp_;
 };
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const ModelConfig& config);
+  DecoderLayerImpl(const ModelConfig& config, const TensorParallel* tp);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -133,7 +150,7 @@ class DecoderLayerImpl : public torch::nn::Module {
 // The body, registered as "model" so parameter names match Hugging Face.
 class DecoderImpl : public torch::nn::Module {
  public:
-  explicit DecoderImpl(const ModelConfig& config);
+  DecoderImpl(const ModelConfig& config, const TensorParallel* tp);
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   std::shared_ptr<RMSNormImpl> norm;
@@ -155,6 +172,35 @@ class Transformer : public torch::nn::Module {
   // Each decoder layer's trained tensors (see trainable_parameters), in layer order.
   std::vector<std::vector<torch::Tensor>> layer_trainable_parameters() const;
 
+  // Tensor parallelism (ModelOptions::tp_group): the group and this rank's part; nullptr without.
+  const TensorParallel* tensor_parallel() const { return tp_.get(); }
+  // The tokens this rank's head scores: the whole vocabulary without tensor parallelism.
+  VocabShard vocab_shard() const;
+  // KV heads per layer this rank's attention keeps, and the most any rank of its group keeps.
+  int64_t kv_heads() const;
+  int64_t max_kv_heads() const;
+  // How `tensor` (a parameter or an adapter's matrix) is held here; nullptr without tensor parallelism.
+  const TpShard* shard_of(const torch::Tensor& tensor) const;
+  // The whole shape of weight `name` of which `local` is this rank's part (local's own without TP).
+  std::vector<int64_t> global_shape(const std::string& name, const torch::Tensor& local) const;
+  // The whole weight `name` from every rank's `local` part, on `root` (-1: every rank; a collective
+  // over the group); `local` itself without tensor parallelism.
+  torch::Tensor gather_weight(const std::string& name, const torch::Tensor& local, int root) const;
+  // Sums the partial gradients among `params` (TpShard::partial_gradient) over the group, so each
+  // rank's .grad is its part of the whole model's gradient. A collective: every rank passes the same
+  // parameters; those without a gradient are skipped (alike on every rank). No-op without TP.
+  void reduce_partial_gradients(const std::vector<torch::Tensor>& params) const;
+  // The same for gradients held apart: grads[k] (undefined: none) is params[k]'s.
+  void reduce_partial_gradients(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads) const;
+  // Σ g² of `params`' gradients over the whole model, each element counted once over the group (a
+  // collective under tensor parallelism), in double.
+  double gradient_squares(const std::vector<torch::Tensor>& params) const;
+  // On `root` of the group: every weight whole (gathered; a collective) until release_whole, for
+  // writing the model out (save_pretrained, save_adapter, merged_weights). No forward pass in
+  // between. No-op without tensor parallelism.
+  void gather_whole(int root);
+  void release_whole();
+
   // Final hidden states (after the last norm) [B, T, H]. attention_mask [B, T] (1 = token, 0 = pad,
   // left padding) may be undefined (no padding); positions then come from the mask.
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});
@@ -164,8 +210,8 @@ class Transformer : public torch::nn::Module {
   torch::Tensor hidden_states_packed(const torch::Tensor& ids, const torch::Tensor& positions,
                                      AttentionBackend& backend);
 
-  // Logits [B, T, V] in fp32 (fp64 for an fp64 model). Materialises the whole tensor: for
-  // training use token_logprobs.
+  // Logits [B, T, V] in fp32 (fp64 for an fp64 model). Materialises the whole tensor (gathered from
+  // the vocabulary's shards on every rank under tensor parallelism): for training use token_logprobs.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});
 
   // log p(targets[b, t] | input_ids[b, ..t]) under softmax(logits / temperature): [B, T] fp32,
@@ -212,14 +258,17 @@ class Transformer : public torch::nn::Module {
   void load_adapter(const std::filesystem::path& dir);
 
   // Copies weights in (cast to the model's dtype and device). Every parameter must be present with
-  // its exact shape; a missing or misshapen weight is a UserError naming it and `source`.
+  // its exact shape; a missing or misshapen weight is a UserError naming it and `source`. The
+  // weights are whole (Hugging Face's shapes): under tensor parallelism each rank takes its part.
   void load_weights(const CheckpointReader& reader, const std::string& source);
   void load_weights(const NamedTensors& tensors, const std::string& source);
   // Copies some of the weights in (a weight-sync bucket); returns the names it set.
   std::set<std::string> update_weights(const NamedTensors& tensors, const std::string& source);
-  // Parameters under their Hugging Face names, tied lm_head omitted (as HF saves it).
+  // Parameters under their Hugging Face names, tied lm_head omitted (as HF saves it): this rank's
+  // parts under tensor parallelism (gather_weight makes them whole).
   NamedTensors named_weights() const;
   // Writes config.json and the weights (optionally sharded) into `dir`; adapters are merged in.
+  // Under tensor parallelism only on the root of gather_whole.
   void save_pretrained(const std::filesystem::path& dir, uint64_t max_shard_bytes = 0) const;
 
   // Random initialisation as Hugging Face does: normal(0, initializer_range), norms 1, biases 0.
@@ -234,6 +283,16 @@ class Transformer : public torch::nn::Module {
  private:
   // Stores the frozen weights in options_.frozen_dtype (after loading).
   void store_frozen_weights();
+  // Every tensor a weight-sync or checkpoint names (parameters, then adapters), with its name.
+  NamedTensors named_tensors() const;
+  // Records the tensor-parallel shard of every named tensor (after construction and new adapters).
+  void index_shards();
+  // A fresh adapter on `linear` (module `name`): A drawn whole from `generator` (this rank's part
+  // of it under tensor parallelism, so every layout draws the same adapter), B zero.
+  void add_adapter_to(const std::string& name, LinearImpl& linear, const LoraConfig& config, at::Generator& generator);
+  // Under tensor parallelism: `whole` cut to this rank's part of `name`, its whole shape checked.
+  torch::Tensor local_part(const std::string& name, const torch::Tensor& whole, const torch::Tensor& local,
+                           const std::string& source) const;
   // The embedding lookup; a trained embedding's gradient goes straight into its .grad (transformer.cpp).
   torch::Tensor embed(const torch::Tensor& ids);
 
@@ -243,6 +302,26 @@ class Transformer : public torch::nn::Module {
   LoraConfig lora_;
   std::vector<std::pair<std::string, LinearImpl*>> adapted_;  // module name → its layer, in model order
   ParameterHolder* holder_ = nullptr;
+  std::unique_ptr<TensorParallel> tp_;                          // null without tensor parallelism
+  std::unordered_map<const void*, TpShard> shards_;             // TensorImpl → its shard (under TP)
+  std::vector<torch::Tensor> kept_parts_;                       // this rank's parts while whole (gather_whole)
+};
+
+// Scoped: the model whole on `root` of its tensor-parallel group (gather_whole) until the end of
+// the scope; nothing without tensor parallelism or with `when` false (alike on every rank).
+class WholeModel {
+ public:
+  WholeModel(Transformer& model, int root, bool when = true) : model_(when ? &model : nullptr) {
+    if (model_) model_->gather_whole(root);
+  }
+  ~WholeModel() {
+    if (model_) model_->release_whole();
+  }
+  WholeModel(const WholeModel&) = delete;
+  WholeModel& operator=(const WholeModel&) = delete;
+
+ private:
+  Transformer* model_;
 };
 
 // Scoped: the model's adapters off (the base model) until the end of the scope.
