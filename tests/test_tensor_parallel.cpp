@@ -3,11 +3,15 @@
 // On every fixture and on a model of 6 query heads over 3 KV heads with an untied head (at 2
 // ranks its KV heads straddle the ranks, at 3 they split): logits and token log-probs equal TP = 1,
 // gradients of the chunked, fused and entropy heads equal TP = 1 (with LoRA and gradient
-// checkpointing too), and the whole model gathered from the parts equals the original.
+// checkpointing too), and the whole model gathered from the parts equals the original. The engine
+// over the parts (the first rank generating, the others serving its steps) gives the tokens of the
+// engine over the whole model, greedy and sampled, with and without truncation, through prefix
+// sharing, chunked prefill and preemption, and reports the log-probs the parts' trainer computes.
 // Run by CTest as `mpirun --oversubscribe -np 2` and `-np 3`; alone, the layout tests run only.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "engine/engine.h"
 #include "model/logprobs.h"
 #include "model/tensor_parallel.h"
 #include "model/transformer.h"
@@ -290,5 +294,163 @@ TEST(TensorParallel, GatheredWholeModelEqualsTheOriginal) {
     torch::NoGradGuard no_grad;
     const auto ids = token_batch(p.whole->config(), 3);
     EXPECT_LE((p.whole->forward(ids) - p.part->forward(ids)).abs().max().item<double>(), 1e-5) << p.name;
+  }
+}
+
+namespace {
+
+std::vector<GenerationRequest> requests_for(int64_t vocab, const SamplingParams& params, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<GenerationRequest> out;
+  for (int64_t len : {1, 6, 19, 9}) {
+    GenerationRequest r;
+    for (int64_t k = 0; k < len; ++k) r.prompt_ids.push_back(static_cast<int32_t>(rng() % vocab));
+    r.params = params;
+    r.n = len % 2 == 1 ? 3 : 1;  // groups share their prompt's blocks
+    r.seed = rng();
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The samples on the group's first rank (empty on the others, which serve).
+std::vector<GeneratedSample> generate_on_group(Engine& engine, const std::vector<GenerationRequest>& requests) {
+  std::vector<GeneratedSample> out;
+  if (engine.leads()) {
+    out = engine.generate(requests);
+    engine.release_followers();
+  } else {
+    engine.serve();
+  }
+  return out;
+}
+
+EngineConfig engine_config(int64_t n_blocks) {
+  EngineConfig c;
+  c.block_size = 4;
+  c.n_blocks = n_blocks;
+  c.max_num_batched_tokens = 16;  // prompts in chunks beside the decodes
+  return c;
+}
+
+}  // namespace
+
+TEST(TensorParallel, EngineGeneratesTheWholeModelsTokens) {
+  if (!multi_rank()) GTEST_SKIP() << "needs mpirun -np 2 or more";
+  std::vector<SamplingParams> settings(4);
+  settings[0].temperature = 0;  // greedy
+  settings[1].temperature = 1.0;
+  settings[2].temperature = 0.8;
+  settings[2].top_k = 7;
+  settings[2].top_p = 0.9;
+  settings[3].temperature = 1.2;
+  settings[3].min_p = 0.05;
+  settings[3].top_p = 0.7;
+  for (auto& p : settings) p.max_new_tokens = 10;
+  for (const auto& p : models(torch::kFloat32)) {
+    for (int64_t n_blocks : {256, 12}) {  // 12 blocks of 4: preemption and recomputation
+      for (size_t k = 0; k < settings.size(); ++k) {
+        SCOPED_TRACE(p.name + " setting " + std::to_string(k) + " blocks " + std::to_string(n_blocks));
+        const auto requests = requests_for(p.whole->config().vocab_size, settings[k], 100 + k);
+        Engine whole(p.whole, engine_config(n_blocks)), part(p.part, engine_config(n_blocks));
+        const auto expected = whole.generate(requests);
+        const auto got = generate_on_group(part, requests);
+        if (!part.leads()) continue;
+        ASSERT_EQ(got.size(), expected.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_EQ(got[i].token_ids, expected[i].token_ids) << "sample " << i;
+          ASSERT_EQ(got[i].logprobs.size(), expected[i].logprobs.size());
+          for (size_t t = 0; t < got[i].logprobs.size(); ++t) EXPECT_NEAR(got[i].logprobs[t], expected[i].logprobs[t], 1e-5);
+        }
+        if (n_blocks == 12 && k == 1) EXPECT_GT(part.last_stats().scheduler.n_preemptions, 0);
+      }
+    }
+  }
+}
+
+TEST(TensorParallel, EngineOnAHalfPrecisionCopyOfThePartsGeneratesTheWholeCopysTokens) {
+  if (!multi_rank()) GTEST_SKIP() << "needs mpirun -np 2 or more";
+  SamplingParams params;
+  params.temperature = 0;
+  params.max_new_tokens = 10;
+  for (const auto& p : models(torch::kFloat32)) {
+    SCOPED_TRACE(p.name);
+    auto config = engine_config(256);
+    config.weights_dtype = torch::kBFloat16;  // the engine's own copy, of this rank's part
+    config.kv_dtype = torch::kBFloat16;
+    Engine whole(p.whole, config), part(p.part, config);
+    const auto requests = requests_for(p.whole->config().vocab_size, params, 5);
+    const auto expected = whole.generate(requests);
+    const auto got = generate_on_group(part, requests);
+    if (!part.leads()) continue;
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].token_ids, expected[i].token_ids) << "sample " << i;
+  }
+}
+
+TEST(TensorParallel, EngineLogprobsEqualTheTrainersOverTheParts) {
+  if (!multi_rank()) GTEST_SKIP() << "needs mpirun -np 2 or more";
+  SamplingParams params;
+  params.temperature = 0.9;
+  params.top_k = 20;  // truncation does not change the reported log-prob
+  params.max_new_tokens = 12;
+  for (const auto& p : models(torch::kFloat32)) {
+    SCOPED_TRACE(p.name);
+    Engine engine(p.part, engine_config(256));
+    auto samples = generate_on_group(engine, requests_for(p.whole->config().vocab_size, params, 7));
+    // The first rank's samples to every rank, which score them with the parts of the trainer.
+    std::string bytes;
+    if (engine.leads()) {
+      for (const auto& s : samples) {
+        const auto n = static_cast<int32_t>(s.token_ids.size());
+        bytes.append(reinterpret_cast<const char*>(&n), sizeof(n));
+        bytes.append(reinterpret_cast<const char*>(s.token_ids.data()), sizeof(int32_t) * s.token_ids.size());
+        bytes.append(reinterpret_cast<const char*>(s.logprobs.data()), sizeof(float) * s.logprobs.size());
+      }
+    }
+    world()->broadcast_bytes(bytes, 0);
+    const auto requests = requests_for(p.whole->config().vocab_size, params, 7);
+    size_t at = 0, k = 0;
+    for (const auto& r : requests) {
+      for (int64_t j = 0; j < r.n; ++j, ++k) {
+        int32_t n = 0;
+        std::memcpy(&n, bytes.data() + at, sizeof(n));
+        at += sizeof(n);
+        std::vector<int32_t> response(static_cast<size_t>(n));
+        std::vector<float> reported(static_cast<size_t>(n));
+        std::memcpy(response.data(), bytes.data() + at, sizeof(int32_t) * n);
+        at += sizeof(int32_t) * n;
+        std::memcpy(reported.data(), bytes.data() + at, sizeof(float) * n);
+        at += sizeof(float) * n;
+        std::vector<int64_t> ids(r.prompt_ids.begin(), r.prompt_ids.end());
+        ids.insert(ids.end(), response.begin(), response.end());
+        auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0);
+        auto targets = torch::full_like(input, -1);
+        const int64_t prompt = static_cast<int64_t>(r.prompt_ids.size());
+        for (int32_t t = 0; t < n; ++t) targets[0][prompt - 1 + t] = response[static_cast<size_t>(t)];
+        torch::NoGradGuard no_grad;
+        const auto logp = p.part->token_logprobs(input, targets, params.temperature);
+        for (int32_t t = 0; t < n; ++t) {
+          // The RL invariant (DESIGN.md): the sampler's log-prob is the trainer's, fp32 within 1e-5.
+          EXPECT_NEAR(logp[0][prompt - 1 + t].item<float>(), reported[static_cast<size_t>(t)], 1e-5) << "sample " << k;
+        }
+      }
+    }
+    EXPECT_EQ(at, bytes.size());
+  }
+}
+
+TEST(TensorParallel, EagerReferenceOverThePartsEqualsTheWhole) {
+  if (!multi_rank()) GTEST_SKIP() << "needs mpirun -np 2 or more";
+  SamplingParams params;
+  params.temperature = 1.0;
+  params.top_p = 0.8;
+  params.max_new_tokens = 6;
+  for (const auto& p : models(torch::kFloat32)) {
+    const auto requests = requests_for(p.whole->config().vocab_size, params, 3);
+    const auto expected = generate_eager(*p.whole, requests, nullptr);
+    const auto got = generate_eager(*p.part, requests, nullptr);  // every rank, in step
+    ASSERT_EQ(got.size(), expected.size()) << p.name;
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].token_ids, expected[i].token_ids) << p.name << " " << i;
   }
 }

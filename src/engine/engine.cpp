@@ -144,6 +144,7 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
   if (stored != torch::ScalarType::Undefined && stored != source.dtype) {
     ModelOptions options;
     options.device = source.device;
+    options.tp_group = source.tp_group;  // the copy holds the same part as the model
     const bool half = stored == torch::kBFloat16 || stored == torch::kFloat16;
     if (half && source.device.is_cpu()) {
       options.dtype = torch::kFloat32;  // stored half, computed in fp32 by the kernels
@@ -157,13 +158,17 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
   }
   const auto dtype = config_.kv_dtype != torch::ScalarType::Undefined ? config_.kv_dtype : generating_model().options().dtype;
   int64_t n_blocks = config_.n_blocks;
-  if (n_blocks <= 0) n_blocks = KvCache::blocks_for_bytes(mc, config_.block_size, dtype, config_.kv_cache_mb << 20);
+  // Under tensor parallelism every rank of the group has the same blocks (the first rank's
+  // scheduler hands them out), sized for the rank keeping the most KV heads.
+  if (n_blocks <= 0) {
+    n_blocks = KvCache::blocks_for_bytes(mc, model_->max_kv_heads(), config_.block_size, dtype, config_.kv_cache_mb << 20);
+  }
   if (n_blocks < 1) throw_user_error("--kv-cache-mb {}: too small for one KV block of this model", config_.kv_cache_mb);
   if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
     throw_user_error("--max-num-batched-tokens {} and --max-num-seqs {}: both must be at least 1",
                      config_.max_num_batched_tokens, config_.max_num_seqs);
   }
-  cache_ = std::make_unique<KvCache>(mc, n_blocks, config_.block_size, dtype, source.device);
+  cache_ = std::make_unique<KvCache>(mc, model_->kv_heads(), n_blocks, config_.block_size, dtype, source.device);
 }
 
 void Engine::refresh_copy() {
@@ -182,7 +187,54 @@ void Engine::refresh_copy() {
 
 Engine::~Engine() = default;
 
+namespace {
+
+// The messages of a tensor-parallel group's first rank to the others while they serve.
+enum class StepOp : char { kStep = 's', kRelease = 'r' };
+
+}  // namespace
+
+Communicator* Engine::group() const {
+  const auto* tp = model_->tensor_parallel();
+  return tp != nullptr ? &tp->group() : nullptr;
+}
+
+bool Engine::leads() const { return group() == nullptr || group()->rank() == 0; }
+
+void Engine::release_followers() {
+  if (group() == nullptr) return;
+  RLCPP_CHECK(leads(), "release_followers on a follower of the engine's group");
+  std::string bytes(1, static_cast<char>(StepOp::kRelease));
+  group()->broadcast_bytes(bytes, 0);
+}
+
+void Engine::serve() {
+  RLCPP_CHECK(!leads(), "serve on the first rank of the engine's group (it generates)");
+  for (;;) {
+    std::string bytes;
+    group()->broadcast_bytes(bytes, 0);
+    RLCPP_CHECK(!bytes.empty(), "an empty message from the engine group's first rank");
+    if (bytes[0] == static_cast<char>(StepOp::kRelease)) return;
+    RLCPP_CHECK(bytes[0] == static_cast<char>(StepOp::kStep), "unknown engine message {}", static_cast<int>(bytes[0]));
+    refresh_copy();
+    const StepInputs inputs = decode_step(bytes.substr(1));
+    StepBufferScope step_buffers;
+    ModelRunner runner(generating_model(), *cache_);
+    auto logits = runner.run(inputs);
+    sample_step(logits, inputs);
+  }
+}
+
+SampleResult Engine::sample_step(const torch::Tensor& logits, const StepInputs& inputs) {
+  if (inputs.sample_rows.empty()) return {};
+  std::vector<const SamplingParams*> params;
+  for (const auto& p : inputs.params) params.push_back(&p);
+  auto rows = torch::tensor(inputs.sample_rows, torch::kInt64).to(logits.device());
+  return sample_tokens(logits.index_select(0, rows), params, inputs.u, generating_model().vocab_shard());
+}
+
 std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationRequest>& given) {
+  RLCPP_CHECK(leads(), "generate on a follower of the engine's group (it serves)");
   validate(given, model_->config().vocab_size);
   const std::vector<GenerationRequest> requests = fit_to_positions(given, model_->config().max_position_embeddings);
   const auto start = std::chrono::steady_clock::now();
@@ -197,6 +249,7 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
     stats_.n_prompt_tokens += static_cast<int64_t>(requests[r].prompt_ids.size());
   }
   ModelRunner runner(generating_model(), *cache_);
+  Communicator* followers = group();
   std::vector<std::optional<std::string>> cut_text(static_cast<size_t>(scheduler.n_sequences()));
   std::vector<double> last_token_at(static_cast<size_t>(scheduler.n_sequences()), -1.0);  // seconds since start
   while (!scheduler.done()) {
@@ -206,31 +259,18 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
     const int64_t faults_before = minor_page_faults();
     StepBufferScope step_buffers;  // steady-state steps reuse the buffers earlier steps freed
     RLCPP_CHECK(!batch.work.empty(), "scheduler made no progress with work left ({})", scheduler.check_blocks());
-    auto logits = runner.run(batch, scheduler);
+    const StepInputs inputs = step_inputs(batch, scheduler);  // each sampler draws its number
+    if (followers != nullptr) {  // the group runs the same step
+      std::string bytes = static_cast<char>(StepOp::kStep) + encode_step(inputs);
+      followers->broadcast_bytes(bytes, 0);
+    }
+    auto logits = runner.run(inputs);
     scheduler.complete(batch);
     // One logits row per sampling work item, sampled once per sampler (a group's fresh samples
     // share a row).
-    std::vector<int64_t> rows;
-    std::vector<const SamplingParams*> params;
-    std::vector<std::mt19937_64*> rngs;
     std::vector<int64_t> seqs;
-    int64_t row = 0;
-    for (const auto& work : batch.work) {
-      if (work.samplers.empty()) continue;
-      for (int64_t id : work.samplers) {
-        Sequence& s = scheduler.sequence(id);
-        rows.push_back(row);
-        params.push_back(s.params);
-        rngs.push_back(&s.rng);
-        seqs.push_back(id);
-      }
-      ++row;
-    }
-    SampleResult sampled;
-    if (!seqs.empty()) {
-      auto row_index = torch::tensor(rows, torch::kInt64).to(logits.device());
-      sampled = sample_tokens(logits.index_select(0, row_index), params, rngs);
-    }
+    for (const auto& work : batch.work) seqs.insert(seqs.end(), work.samplers.begin(), work.samplers.end());
+    const SampleResult sampled = sample_step(logits, inputs);
     const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (size_t i = 0; i < seqs.size(); ++i) {
       double& last = last_token_at[static_cast<size_t>(seqs[i])];
@@ -311,7 +351,7 @@ std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vecto
         auto hidden = model.hidden_states(ids).select(0, 0);
         auto last = hidden.narrow(0, hidden.size(0) - 1, 1);
         auto logits = torch::matmul(last, model.output_weight().t()).to(logprob_dtype(last.scalar_type()));
-        const SampleResult sampled = sample_tokens(logits, {seq.params}, {&seq.rng});
+        const SampleResult sampled = sample_tokens(logits, {seq.params}, {&seq.rng}, model.vocab_shard());
         seq.tokens.push_back(sampled.tokens[0]);
         seq.logprobs.push_back(sampled.logprobs[0]);
         FinishReason reason;

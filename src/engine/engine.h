@@ -1,5 +1,11 @@
 // The generation engine: continuous batching over a paged KV cache with per-group prefix sharing,
 // sampling with log-probs, stop tokens and stop strings, and versioned weight swaps.
+//
+// Over a tensor-parallel model (ModelOptions::tp_group) the engine runs on every rank of the
+// group, each with its part of the weights and of the KV heads: the first rank generates (its
+// scheduler decides each step and sends it to the others as StepInputs), the others serve those
+// steps until it releases them; every rank runs the step's forward pass and the sampling over its
+// part of the vocabulary together.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +21,8 @@
 namespace rlcpp {
 
 class Tokenizer;
+struct StepInputs;
+struct SampleResult;
 
 struct EngineConfig {
   int64_t block_size = 16;          // tokens per KV block
@@ -53,8 +61,15 @@ class Engine {
   Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer = nullptr);
   ~Engine();
 
-  // Generates every request's n samples; results ordered by (request, sample).
+  // Generates every request's n samples; results ordered by (request, sample). Under tensor
+  // parallelism on the group's first rank only, while the others serve.
   std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests);
+  // Tensor parallelism: whether this rank generates (the group's first, or no group); on the
+  // others, serve runs the first rank's steps, through any number of its generate calls, until it
+  // calls release_followers (both collectives over the group, at points the caller agrees on).
+  bool leads() const;
+  void serve();
+  void release_followers();
 
   // Replaces the weights (cast to the model's dtype and device) and records the version every
   // later output carries. In the colocated mode the trainer updates the shared model in place and
@@ -72,6 +87,10 @@ class Engine {
  private:
   // Copies the model's (merged) weights into copy_ when they changed since the last copy.
   void refresh_copy();
+  // The tensor-parallel group, or nullptr.
+  Communicator* group() const;
+  // One step's tokens from its logits (every rank of a group takes part; all get the results).
+  SampleResult sample_step(const torch::Tensor& logits, const StepInputs& inputs);
 
   std::shared_ptr<Transformer> model_;
   std::shared_ptr<Transformer> copy_;  // null: generation runs on model_

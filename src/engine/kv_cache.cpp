@@ -8,19 +8,19 @@
 
 namespace rlcpp {
 
-KvCache::KvCache(const ModelConfig& config, int64_t n_blocks, int64_t block_size, torch::ScalarType dtype,
-                 torch::Device device)
+KvCache::KvCache(const ModelConfig& config, int64_t kv_heads, int64_t n_blocks, int64_t block_size,
+                 torch::ScalarType dtype, torch::Device device)
     : n_blocks_(n_blocks), block_size_(block_size) {
   auto options = torch::TensorOptions().dtype(dtype).device(device);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    k_.push_back(torch::zeros({n_blocks * block_size, config.num_key_value_heads, config.head_dim}, options));
-    v_.push_back(torch::zeros({n_blocks * block_size, config.num_key_value_heads, config.head_dim}, options));
+    k_.push_back(torch::zeros({n_blocks * block_size, kv_heads, config.head_dim}, options));
+    v_.push_back(torch::zeros({n_blocks * block_size, kv_heads, config.head_dim}, options));
   }
 }
 
-int64_t KvCache::blocks_for_bytes(const ModelConfig& config, int64_t block_size, torch::ScalarType dtype,
-                                  int64_t bytes) {
-  const int64_t per_block = 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim *
+int64_t KvCache::blocks_for_bytes(const ModelConfig& config, int64_t kv_heads, int64_t block_size,
+                                  torch::ScalarType dtype, int64_t bytes) {
+  const int64_t per_block = 2 * config.num_hidden_layers * block_size * kv_heads * config.head_dim *
                             static_cast<int64_t>(c10::elementSize(dtype));
   return bytes / per_block;
 }

@@ -18,10 +18,12 @@ namespace rlcpp {
 
 class KvCache {
  public:
-  KvCache(const ModelConfig& config, int64_t n_blocks, int64_t block_size, torch::ScalarType dtype,
+  // `kv_heads` per layer: the model's, or this rank's part of them under tensor parallelism.
+  KvCache(const ModelConfig& config, int64_t kv_heads, int64_t n_blocks, int64_t block_size, torch::ScalarType dtype,
           torch::Device device);
-  // Blocks that fit in `bytes` for this model.
-  static int64_t blocks_for_bytes(const ModelConfig& config, int64_t block_size, torch::ScalarType dtype, int64_t bytes);
+  // Blocks of `kv_heads` per layer that fit in `bytes` for this model.
+  static int64_t blocks_for_bytes(const ModelConfig& config, int64_t kv_heads, int64_t block_size, torch::ScalarType dtype,
+                                  int64_t bytes);
 
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }

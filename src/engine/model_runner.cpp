@@ -1,11 +1,93 @@
 #include "engine/model_runner.h"
 
+#include <nlohmann/json.hpp>
+
+#include <random>
+
 #include "model/kernel_linear.h"
 #include "model/logprobs.h"
+#include "util/error.h"
 
 namespace rlcpp {
 
-torch::Tensor ModelRunner::run(const ScheduledBatch& batch, const Scheduler& scheduler) {
+int64_t StepInputs::n_tokens() const {
+  int64_t n = 0;
+  for (const auto& w : work) n += static_cast<int64_t>(w.tokens.size());
+  return n;
+}
+
+StepInputs step_inputs(const ScheduledBatch& batch, Scheduler& scheduler) {
+  StepInputs out;
+  out.prefill = batch.prefill;
+  out.copies = batch.copies;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  int64_t row = 0;
+  for (const auto& w : batch.work) {
+    const Sequence& s = scheduler.sequence(w.seq);
+    StepInputs::Work work;
+    work.start = w.start;
+    work.tokens.assign(s.tokens.begin() + w.start, s.tokens.begin() + w.start + w.n_tokens);
+    work.blocks = s.blocks;
+    work.samples = !w.samplers.empty();
+    out.work.push_back(std::move(work));
+    if (w.samplers.empty()) continue;
+    for (int64_t id : w.samplers) {  // a group's fresh samples share their leader's row
+      Sequence& sampler = scheduler.sequence(id);
+      const SamplingParams& p = *sampler.params;
+      SamplingParams params;
+      params.temperature = p.temperature;
+      params.top_k = p.top_k;
+      params.top_p = p.top_p;
+      params.min_p = p.min_p;
+      out.sample_rows.push_back(row);
+      out.params.push_back(params);
+      out.u.push_back(uniform(sampler.rng));
+    }
+    ++row;
+  }
+  return out;
+}
+
+std::string encode_step(const StepInputs& in) {
+  nlohmann::json work = nlohmann::json::array(), copies = nlohmann::json::array(), params = nlohmann::json::array();
+  for (const auto& w : in.work) work.push_back({w.start, w.tokens, w.blocks, w.samples});
+  for (const auto& c : in.copies) copies.push_back({c.src, c.dst});
+  for (const auto& p : in.params) params.push_back({p.temperature, p.top_k, p.top_p, p.min_p});
+  const auto bytes = nlohmann::json::to_msgpack(
+      {{"prefill", in.prefill}, {"copies", copies}, {"work", work}, {"rows", in.sample_rows}, {"params", params}, {"u", in.u}});
+  return {bytes.begin(), bytes.end()};
+}
+
+StepInputs decode_step(const std::string& bytes) {
+  StepInputs out;
+  try {
+    const auto j = nlohmann::json::from_msgpack(bytes);
+    out.prefill = j.at("prefill").get<bool>();
+    for (const auto& c : j.at("copies")) out.copies.push_back({c.at(0).get<int32_t>(), c.at(1).get<int32_t>()});
+    for (const auto& w : j.at("work")) {
+      out.work.push_back({w.at(0).get<int64_t>(), w.at(1).get<std::vector<int32_t>>(), w.at(2).get<std::vector<int32_t>>(),
+                          w.at(3).get<bool>()});
+    }
+    out.sample_rows = j.at("rows").get<std::vector<int64_t>>();
+    for (const auto& p : j.at("params")) {
+      SamplingParams params;
+      params.temperature = p.at(0).get<double>();
+      params.top_k = p.at(1).get<int64_t>();
+      params.top_p = p.at(2).get<double>();
+      params.min_p = p.at(3).get<double>();
+      out.params.push_back(params);
+    }
+    out.u = j.at("u").get<std::vector<double>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InternalError(fmt::format("a corrupt engine step from the group's first rank ({} bytes): {}", bytes.size(), e.what()));
+  }
+  RLCPP_CHECK(out.params.size() == out.u.size() && out.params.size() == out.sample_rows.size(),
+              "an engine step with {} rows, {} parameters and {} draws", out.sample_rows.size(), out.params.size(),
+              out.u.size());
+  return out;
+}
+
+torch::Tensor ModelRunner::run(const StepInputs& batch) {
   torch::NoGradGuard no_grad;
   KernelScope kernels;  // generation's small batches on the CPU kernels (model/kernel_linear.h)
   for (const auto& copy : batch.copies) cache_.copy_block(copy.src, copy.dst);
@@ -25,8 +107,9 @@ torch::Tensor ModelRunner::run(const ScheduledBatch& batch, const Scheduler& sch
   }
   int64_t max_queries = 0, max_keys = 0;
   for (const auto& w : batch.work) {
-    max_queries = std::max(max_queries, w.n_tokens);
-    max_keys = std::max(max_keys, w.start + w.n_tokens);
+    const auto n = static_cast<int64_t>(w.tokens.size());
+    max_queries = std::max(max_queries, n);
+    max_keys = std::max(max_keys, w.start + n);
   }
   // LibTorch's padded form only when the kernel does not run.
   const int64_t padded_queries = step.kernel ? 0 : n_work * max_queries, padded_keys = step.kernel ? 0 : n_work * max_keys;
@@ -35,13 +118,13 @@ torch::Tensor ModelRunner::run(const ScheduledBatch& batch, const Scheduler& sch
   int64_t row = 0;
   for (int64_t b = 0; b < n_work; ++b) {
     const auto& w = batch.work[b];
-    const Sequence& s = scheduler.sequence(w.seq);
-    auto slot_of = [&](int64_t p) { return static_cast<int64_t>(s.blocks[static_cast<size_t>(p / bs)]) * bs + p % bs; };
+    const auto n_tokens = static_cast<int64_t>(w.tokens.size());
+    auto slot_of = [&](int64_t p) { return static_cast<int64_t>(w.blocks[static_cast<size_t>(p / bs)]) * bs + p % bs; };
     const int64_t table = static_cast<int64_t>(step.blocks.size());
-    if (step.kernel) step.blocks.insert(step.blocks.end(), s.blocks.begin(), s.blocks.end());
-    for (int64_t t = 0; t < w.n_tokens; ++t, ++row) {
+    if (step.kernel) step.blocks.insert(step.blocks.end(), w.blocks.begin(), w.blocks.end());
+    for (int64_t t = 0; t < n_tokens; ++t, ++row) {
       const int64_t p = w.start + t;
-      ids[row] = s.tokens[static_cast<size_t>(p)];
+      ids[row] = w.tokens[static_cast<size_t>(t)];
       positions[row] = p;
       slots[row] = slot_of(p);
       if (step.kernel) {
@@ -53,9 +136,9 @@ torch::Tensor ModelRunner::run(const ScheduledBatch& batch, const Scheduler& sch
         packed_index[row] = b * max_queries + t;
       }
     }
-    if (!w.samplers.empty()) last_rows.push_back(row - 1);  // a prompt chunk that samples nothing needs no logits
+    if (w.samples) last_rows.push_back(row - 1);  // a prompt chunk that samples nothing needs no logits
     if (!step.kernel) {
-      for (int64_t p = 0; p < w.start + w.n_tokens; ++p) {
+      for (int64_t p = 0; p < w.start + n_tokens; ++p) {
         key_slots[b * max_keys + p] = slot_of(p);
         key_valid[b * max_keys + p] = 1;
       }

@@ -5,6 +5,11 @@
 // results do not change with batch composition. The reported log-prob is log softmax(logits / T)
 // of the chosen token before truncation (what the trainer recomputes); at T = 0 (greedy) it is
 // log softmax(logits).
+//
+// Under tensor parallelism each rank of the group holds the logits of its part of the vocabulary
+// (a split VocabShard); the ranks exchange a few numbers per row and every one of them returns the
+// same tokens, which equal one rank's with the whole logits (the total mass is summed in another
+// order). No rank gathers a row of full logits.
 #pragma once
 
 #include <torch/types.h>
@@ -13,6 +18,7 @@
 #include <vector>
 
 #include "engine/sampling.h"
+#include "model/logprobs.h"
 
 namespace rlcpp {
 
@@ -21,9 +27,13 @@ struct SampleResult {
   std::vector<float> logprobs;
 };
 
-// logits [N, V] (any float dtype, any device); params[i] and rngs[i] for row i.
+// logits [N, V] (any float dtype, any device; [N, V_shard] of a split `shard`); params[i] and
+// rngs[i] for row i.
 SampleResult sample_tokens(const torch::Tensor& logits, const std::vector<const SamplingParams*>& params,
-                           const std::vector<std::mt19937_64*>& rngs);
+                           const std::vector<std::mt19937_64*>& rngs, const VocabShard& shard = {});
+// The same with each row's uniform draw u[i] in [0, 1) given (what sampling with rngs[i] draws).
+SampleResult sample_tokens(const torch::Tensor& logits, const std::vector<const SamplingParams*>& params,
+                           const std::vector<double>& u, const VocabShard& shard = {});
 
 // The truncated, renormalised distribution a row samples from (for tests): [V] fp64 on CPU.
 torch::Tensor sampling_distribution(const torch::Tensor& logits_row, const SamplingParams& params);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace rlcpp {
 
@@ -40,5 +41,15 @@ class Communicator {
   // waiting in a receive.
   [[noreturn]] virtual void abort(int code) = 0;
 };
+
+// Every rank's bytes, in rank order, on every rank (a broadcast from each in turn).
+inline std::vector<std::string> all_gather_bytes(Communicator& comm, const std::string& mine) {
+  std::vector<std::string> out(static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    out[static_cast<size_t>(r)] = r == comm.rank() ? mine : std::string();
+    comm.broadcast_bytes(out[static_cast<size_t>(r)], r);
+  }
+  return out;
+}
 
 }  // namespace rlcpp
