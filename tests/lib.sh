@@ -19,5 +19,52 @@ run_mpi() { local np=$1; shift; timeout 300 "$mpiexec" --oversubscribe -x OMP_NU
 metrics_of() { python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     d = json.loads(l)
-    for k in ("time", "tokens_per_s", "staleness", "weight_sync"): d.pop(k, None)
+    for k in ("time", "tokens_per_s", "staleness", "weight_sync", "communication"): d.pop(k, None)
     print(json.dumps(d, sort_keys=True))' "$1"; }
+# max |a - b| / max |b| over every tensor of two safetensors files (F64 or F32), read without numpy;
+# with "overall", |a - b| / |b| over all the tensors together (2-norms)
+weights_close() {  # A B TOLERANCE [overall]
+  python3 - "$@" <<'PY'
+import json, struct, sys
+def read(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__": continue
+        b, e = info["data_offsets"]
+        size, code = {"F64": (8, "d"), "F32": (4, "f")}[info["dtype"]]
+        out[name] = struct.unpack(f"<{(e - b) // size}{code}", data[b:e])
+    return out
+a, b, tol = read(sys.argv[1]), read(sys.argv[2]), float(sys.argv[3])
+assert a.keys() == b.keys() and a, "different tensors"
+worst = 0.0
+if sys.argv[4:] == ["overall"]:
+    diff = sum((x - y) ** 2 for name in a for x, y in zip(a[name], b[name]))
+    worst = (diff / max(sum(y * y for name in b for y in b[name]), 1e-300)) ** 0.5
+for name in a if not sys.argv[4:] else []:
+    scale = max(max(abs(x) for x in b[name]), 1e-30)
+    worst = max(worst, max(abs(x - y) for x, y in zip(a[name], b[name])) / scale)
+print(f"     max relative difference {worst:.2e} (tolerance {tol:g})")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+# metrics.jsonl of two runs equal up to the order of sums (relative 1e-9), timings aside
+metrics_close() {  # A B [KEY...]: the keys also left out
+  python3 - "$@" <<'PY'
+import json, sys
+skip = {"time", "tokens_per_s", "staleness", "weight_sync", "communication", *sys.argv[3:]}
+def rows(path): return [{k: v for k, v in json.loads(l).items() if k not in skip} for l in open(path)]
+def close(a, b):
+    if isinstance(a, dict):  # an evaluation's own "seconds" are timings too
+        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k]) for k in a if k != "seconds")
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)): return abs(a - b) <= 1e-9 * max(abs(a), abs(b)) + 1e-12
+    return a == b
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+sys.exit(0 if len(a) == len(b) and a and all(close(x, y) for x, y in zip(a, b)) else 1)
+PY
+}
+# The weights moved: a run that trained nothing would pass every comparison.
+weights_moved() { [ -f "$1" ] && [ -f "$2" ] && ! weights_close "$1" "$2" 1e-6 > /dev/null; }

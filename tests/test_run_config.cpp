@@ -96,7 +96,8 @@ TEST(ChatLearnFields, RefusedFeaturesNameTheirPlanAndOffValuesPass) {
   EXPECT_THROW_MSG(load("model:\n  zero_size: 2\n"), UserError, "-zero/--zero-stage 3", "the colocated mode has one trainer");
   EXPECT_EQ(load("runtime:\n  num_trainers: 2\n  num_inferencers: 2\nmodel:\n  zero_size: 2\n").zero, 3);
   EXPECT_EQ(load("model:\n  zero_size: 1\n").zero, 0);
-  EXPECT_THROW_MSG(load("model:\n  tensor_model_parallel_size: 2\n"), UserError, "issue 23");
+  EXPECT_EQ(load("model:\n  tensor_model_parallel_size: 2\n").tp, 2);  // the trainer's (--train-tp)
+  EXPECT_EQ(load("model:\n  tensor_model_parallel_size: null\n").tp, 1);
   EXPECT_THROW_MSG(load("model:\n  offload_weights: true\n"), UserError, "offload_weights", "issue 25");
   EXPECT_THROW_MSG(load("runtime:\n  cpu_schedule_strategy: ROUND\n"), UserError, "PACK or SPREAD", "--map-by");
   EXPECT_THROW_MSG(load("runtime:\n  stream_data_loader_type: streaming\n"), UserError, "use fixed or dynamic");
@@ -281,7 +282,9 @@ TEST(RunSettings, ZeroStageAndThePluginConfigForm) {
   EXPECT_THROW_MSG(load(dist + "  zero_stage: 1\n  plugin_config: '{\"zero_stage\": 2}'\n"), UserError, "zero_stage",
                    "give it once");
   EXPECT_THROW_MSG(load(dist + "  plugin_config: '{\"zero_stag\": 2}'\n"), UserError, "plugin_config key \"zero_stag\"");
-  EXPECT_THROW_MSG(load(dist + "  plugin_config: '{\"tp_size\": 2}'\n"), UserError, "tensor parallelism");
+  EXPECT_EQ(load(dist + "  plugin_config: '{\"tp_size\": 2}'\n").tp, 2);  // one replica of the 2 trainers
+  EXPECT_THROW_MSG(load(dist + "  plugin_config: '{\"tp_size\": 3}'\n"), UserError, "-t 2 --train-tp 3",
+                   "make -t a multiple of --train-tp");
   EXPECT_THROW_MSG(load(dist + "  plugin_config: '[1]'\n"), UserError, "runtime.plugin_config", "expected a map");
   EXPECT_EQ(load(dist + "  zero_stage: 3\n").zero, 3);
   EXPECT_THROW_MSG(load(dist + "  zero_stage: 4\n"), UserError, "a ZeRO stage is 0");

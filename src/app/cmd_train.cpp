@@ -37,10 +37,17 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
       check_run_memory(config, estimate_run_memory(config), available_memory_bytes());
     }
     if (config.distributed()) {
-      topology = Topology::create(world, static_cast<int>(config.trainers()), static_cast<int>(config.inferencers()));
+      topology = Topology::create(world, static_cast<int>(config.trainers()), static_cast<int>(config.inferencers()),
+                                  static_cast<int>(config.tp), static_cast<int>(config.ptp));
+    } else if (world->size() == 1 && config.tp > 1) {
+      throw_user_error("--train-tp {} without -i: the colocated mode's tensor-parallel ranks are processes; run "
+                       "`mpirun -np {} rlcpp train --train-tp {} ...`", config.tp, config.tp, config.tp);
+    } else if (world->size() != config.tp) {
+      throw_user_error("mpirun started {} processes but -i is not set and --train-tp is {}: give -t T -i I with T + I = "
+                       "{}, or --train-tp {} for the colocated mode over {} tensor-parallel ranks (or run without mpirun)",
+                       world->size(), config.tp, world->size(), world->size(), world->size());
     } else if (world->size() > 1) {
-      throw_user_error("mpirun started {} processes but -i is not set: give -t T -i I with T + I = {}, or run without "
-                       "mpirun for the colocated mode", world->size(), world->size());
+      topology = Topology::colocated(world);  // one replica that trains and generates
     }
   } catch (const std::exception& e) {  // any failure: the other ranks must hear of it, not wait
     error = e.what();
@@ -58,6 +65,20 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
     throw UserError(world->rank() == 0 ? error : fmt::format("[rank {}] {}", world->rank(), error));
   }
   std::exit(2);  // reported by another rank
+}
+
+// A rank's error under mpirun: its line, then the whole job ends (no rank is left waiting).
+[[noreturn]] void abort_job(const Topology& topology, Communicator& world, const std::exception& e) {
+  const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
+  // One write: std::cerr is unbuffered, so piecewise output from two failing ranks could
+  // interleave within a line on the launcher's shared stream.
+  const std::string line = topology.describe() + (user ? " error: " : " internal error: ") + e.what() + "\n";
+  std::cerr << line << std::flush;
+  // The launcher forwards each rank's output asynchronously, and an abort tears the job down at
+  // once: a moment's grace lets the cause reach the user before the job ends. 500 ms was not
+  // always enough with every core busy (dist_train's error-aborts-job lost the line once in CI).
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  world.abort(user ? 2 : 3);
 }
 
 }  // namespace
@@ -101,20 +122,19 @@ void add_train_command(CLI::App& app) {
       run_colocated(config);
       return;
     }
+    if (!config.distributed()) {  // colocated over tensor-parallel ranks: an error on one ends the job
+      try {
+        run_colocated(config, &*topology);
+      } catch (const std::exception& e) {
+        abort_job(*topology, *world, e);
+      }
+      return;
+    }
     // From here an error on one rank ends the whole job: no rank is left waiting for it.
     try {
       run_distributed(config, *topology);
     } catch (const std::exception& e) {
-      const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
-      // One write: std::cerr is unbuffered, so piecewise output from two failing ranks could
-      // interleave within a line on the launcher's shared stream.
-      const std::string line = topology->describe() + (user ? " error: " : " internal error: ") + e.what() + "\n";
-      std::cerr << line << std::flush;
-      // The launcher forwards each rank's output asynchronously, and an abort tears the job down at
-      // once: a moment's grace lets the cause reach the user before the job ends. 500 ms was not
-      // always enough with every core busy (dist_train's error-aborts-job lost the line once in CI).
-      std::this_thread::sleep_for(std::chrono::seconds(2));
-      world->abort(user ? 2 : 3);
+      abort_job(*topology, *world, e);
     }
   });
 }

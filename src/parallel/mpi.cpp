@@ -5,6 +5,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -33,6 +34,14 @@ MPI_Datatype mpi_type(torch::ScalarType type) {
     case torch::kBool: return MPI_C_BOOL;
     default: return MPI_DATATYPE_NULL;
   }
+}
+
+struct Counters {
+  std::atomic<uint64_t> all_reduce{0}, reduce{0}, reduce_scatter{0}, all_gather{0}, broadcast{0}, send{0};
+};
+Counters& counters() {
+  static Counters c;
+  return c;
 }
 
 // A contiguous host tensor for MPI; `out` is copied back into the original when it is not one.
@@ -64,6 +73,7 @@ class MpiCommunicator final : public Communicator {
     HostView view(tensor);
     const auto type = mpi_type(view.host.scalar_type());
     RLCPP_CHECK(type != MPI_DATATYPE_NULL, "all_reduce of {}", c10::toString(view.host.scalar_type()));
+    counters().all_reduce += view.host.nbytes();
     check(MPI_Allreduce(MPI_IN_PLACE, view.host.data_ptr(), static_cast<int>(view.host.numel()), type, MPI_SUM, comm_),
           "Allreduce");
     view.write_back();
@@ -81,6 +91,7 @@ class MpiCommunicator final : public Communicator {
     RLCPP_CHECK(type != MPI_DATATYPE_NULL && view.host.numel() < (int64_t{1} << 31), "reduce of {} {}",
                 view.host.numel(), c10::toString(view.host.scalar_type()));
     void* data = view.host.data_ptr();
+    counters().reduce += view.host.nbytes();
     check(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : data, data, static_cast<int>(view.host.numel()), type, MPI_SUM, root,
                      comm_),
           "Reduce");
@@ -95,6 +106,7 @@ class MpiCommunicator final : public Communicator {
     HostView view(output);
     const auto type = mpi_type(send.scalar_type());
     RLCPP_CHECK(type != MPI_DATATYPE_NULL, "reduce_scatter of {}", c10::toString(send.scalar_type()));
+    counters().reduce_scatter += send.nbytes();
     check(MPI_Reduce_scatter_block(send.data_ptr(), view.host.data_ptr(), static_cast<int>(n), type, MPI_SUM, comm_),
           "Reduce_scatter_block");
     view.write_back();
@@ -107,6 +119,7 @@ class MpiCommunicator final : public Communicator {
                 "all_gather of {} elements into {} on {} ranks", n, output.numel(), size_);
     const auto send = input.device().is_cpu() && input.is_contiguous() ? input : input.contiguous().cpu();
     HostView view(output);
+    counters().all_gather += send.nbytes();
     check(MPI_Allgather(send.data_ptr(), static_cast<int>(send.nbytes()), MPI_BYTE, view.host.data_ptr(),
                         static_cast<int>(send.nbytes()), MPI_BYTE, comm_),
           "Allgather");
@@ -129,6 +142,7 @@ class MpiCommunicator final : public Communicator {
   void send_bytes(const std::string& bytes, int dest, int tag) override {
     trace::Span span("send");
     uint64_t length = bytes.size();
+    counters().send += length;
     check(MPI_Send(&length, 1, MPI_UINT64_T, dest, tag, comm_), "Send");
     for (uint64_t offset = 0; offset < length; offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, length - offset));
@@ -151,6 +165,7 @@ class MpiCommunicator final : public Communicator {
   void send(const torch::Tensor& tensor, int dest, int tag) override {
     const auto host = tensor.device().is_cpu() && tensor.is_contiguous() ? tensor : tensor.contiguous().cpu();
     const auto* p = static_cast<const char*>(host.data_ptr());
+    counters().send += host.nbytes();
     for (uint64_t offset = 0; offset < host.nbytes(); offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, host.nbytes() - offset));
       check(MPI_Send(p + offset, n, MPI_BYTE, dest, tag, comm_), "Send");
@@ -183,6 +198,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast_raw(void* data, uint64_t bytes, int root) {
     auto* p = static_cast<char*>(data);
+    counters().broadcast += bytes;
     for (uint64_t offset = 0; offset < bytes; offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, bytes - offset));
       check(MPI_Bcast(p + offset, n, MPI_BYTE, root, comm_), "Bcast");
@@ -222,6 +238,12 @@ class SelfCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+CommunicationBytes communication_bytes() {
+  const Counters& c = counters();
+  return {c.all_reduce.load(), c.reduce.load(), c.reduce_scatter.load(), c.all_gather.load(), c.broadcast.load(),
+          c.send.load()};
+}
 
 bool launched_by_mpi() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {

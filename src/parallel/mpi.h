@@ -3,6 +3,7 @@
 // Communicator over MPI communicators.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "parallel/communicator.h"
@@ -14,6 +15,15 @@ bool launched_by_mpi();
 
 // This process's index among the ranks on its machine (OpenMPI, Slurm, MPICH), or 0.
 int local_rank();
+
+// Bytes this process has put into MPI operations since it started (each collective counted by its
+// own buffer's size on this rank; point-to-point by what it sends), by kind: the communication
+// volume a step's metrics line reports.
+struct CommunicationBytes {
+  uint64_t all_reduce = 0, reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0, send = 0;
+  uint64_t total() const { return all_reduce + reduce + reduce_scatter + all_gather + broadcast + send; }
+};
+CommunicationBytes communication_bytes();
 
 // Initialises MPI once (thread level: funneled) and finalises it at exit. The world communicator;
 // under no launcher, a world of one process that needs no MPI at all.

@@ -6,7 +6,8 @@
 
 namespace rlcpp {
 
-Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers, int num_inferencers) {
+Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers, int num_inferencers, int train_tp,
+                          int rollout_tp) {
   if (num_trainers < 1 || num_inferencers < 0) {
     throw_user_error("-t {} -i {}: need at least one trainer and no negative count of rollout workers", num_trainers,
                      num_inferencers);
@@ -16,18 +17,45 @@ Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers,
                      num_trainers, num_inferencers, num_trainers + num_inferencers, world->size(),
                      num_trainers + num_inferencers, num_trainers, num_inferencers);
   }
+  if (train_tp < 1 || num_trainers % train_tp != 0) {
+    throw_user_error("--train-tp {}: the {} trainer ranks (-t) form replicas of that many ranks; give a -t that is a "
+                     "multiple of it", train_tp, num_trainers);
+  }
+  if (rollout_tp < 1 || (num_inferencers > 0 && num_inferencers % rollout_tp != 0)) {
+    throw_user_error("--rollout-tp {}: the {} rollout ranks (-i) form engines of that many ranks; give an -i that is a "
+                     "multiple of it", rollout_tp, num_inferencers);
+  }
   Topology t;
   t.world = std::move(world);
   t.num_trainers = num_trainers;
   t.num_inferencers = num_inferencers;
+  t.train_tp = train_tp;
+  t.rollout_tp = rollout_tp;
   const int rank = t.world->rank();
   t.role = rank < num_trainers ? Role::kTrainer : Role::kRollout;
   t.role_rank = t.role == Role::kTrainer ? rank : rank - num_trainers;
   t.role_group = t.world->split(t.role == Role::kTrainer ? 0 : 1, rank);
-  // Every rank takes part in the split; trainers other than 0 land in a group of their own.
+  // Every rank takes part in each split; ranks outside a group land in one of their own.
   const bool in_sync = rank == 0 || t.role == Role::kRollout;
   auto sync = t.world->split(in_sync ? 0 : 1, rank);
   if (in_sync) t.sync_group = std::move(sync);
+  const int tp = t.role == Role::kTrainer ? train_tp : rollout_tp;
+  // Colors: trainer replicas 0.., engines after them; data-parallel groups by tensor-parallel rank.
+  t.tp_group = t.world->split(t.role == Role::kTrainer ? t.role_rank / tp : num_trainers + t.role_rank / tp, rank);
+  auto dp = t.world->split(t.role == Role::kTrainer ? t.role_rank % tp : num_trainers + rank, rank);
+  if (t.role == Role::kTrainer) t.dp_group = std::move(dp);
+  return t;
+}
+
+Topology Topology::colocated(std::shared_ptr<Communicator> world) {
+  Topology t;
+  t.world = world;
+  t.num_trainers = world->size();
+  t.train_tp = t.rollout_tp = world->size();
+  t.role_rank = world->rank();
+  t.role_group = world;
+  t.tp_group = world;
+  t.dp_group = world->split(world->rank(), 0);  // one replica: a group of one
   return t;
 }
 

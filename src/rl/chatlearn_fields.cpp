@@ -14,8 +14,7 @@ using F = FieldFate;
 
 // What refusals say: the feature and the issue that will build it.
 const char* kOffload = "offload is not implemented yet (planned for device runs: optimizer and weight offload, issue 25)";
-const char* kTp = "tensor parallelism is not implemented yet (planned: issue 23)";
-const char* kPp = "pipeline parallelism is not planned; tensor parallelism (issue 23) and ZeRO (issue 22) will shard large models";
+const char* kPp = "pipeline parallelism is not planned; tensor parallelism (--train-tp) and ZeRO shard large models";
 const char* kRay = "Ray's runtime environment; rlcpp is one binary started by mpirun, so there is nothing to package";
 const char* kResources = "Ray resources; mpirun -np T+I (and --map-by, hostfiles) decide the processes and their placement";
 
@@ -23,6 +22,8 @@ const char* kResources = "Ray resources; mpirun -np T+I (and --map-by, hostfiles
 const Json kUnset = Json(Json::value_t::discarded);
 
 Json unset_if_negative(const Json& v, const std::string& where) { return read_int(v, where) < 0 ? kUnset : v; }
+
+Json unset_if_null(const Json& v, const std::string&) { return v.is_null() ? kUnset : v; }
 
 // zero_size N > 1 (FSDP's sharding group) is ZeRO-3 over the trainers; 1 or null: not sharded.
 Json zero_size_stage(const Json& v, const std::string& where) {
@@ -105,7 +106,8 @@ const std::vector<ChatLearnField>& chatlearn_fields() {
       {"cpu_per_process", "ModelConfig", F::kNotice, "", kResources},
       {"num_replica", "ModelConfig", F::kMapped, "runtime.num_trainers", "data-parallel trainers (-t)"},
       {"trainable", "ModelConfig", F::kNotice, "", "the policy is trained and the reference is frozen, always"},
-      {"tensor_model_parallel_size", "ModelConfig", F::kRefused, "", kTp, {"1", "null"}},
+      {"tensor_model_parallel_size", "ModelConfig", F::kImplemented, "runtime.tensor_parallel_size",
+       "the policy trainer's tensor parallelism (--train-tp); the rollout engines' is --rollout-tp", {}, unset_if_null},
       {"pipeline_model_parallel_size", "ModelConfig", F::kRefused, "", kPp, {"1", "null"}},
       {"zero_size", "ModelConfig", F::kMapped, "runtime.zero_stage",
        "above 1: ZeRO-3 (parameters, gradients and AdamW state sharded) over all -t trainers", {}, zero_size_stage},

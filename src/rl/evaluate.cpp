@@ -131,8 +131,16 @@ RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, 
   options_.seed = c.seed;  // the same sampling noise at every evaluation, so the curve compares like with like
 }
 
+bool evaluation_due(const RunConfig& c, int64_t step, int64_t total_steps) {
+  return !eval_sets(c).empty() && ((c.eval_interval > 0 && step % c.eval_interval == 0) || step == total_steps);
+}
+
+void serve_evaluation_if_due(Engine& engine, const RunConfig& c, int64_t step, int64_t total_steps) {
+  if (evaluation_due(c, step, total_steps)) engine.serve();
+}
+
 bool RunEvaluator::due(int64_t step, int64_t total_steps) const {
-  return !sets_.empty() && ((c_.eval_interval > 0 && step % c_.eval_interval == 0) || step == total_steps);
+  return !sets_.empty() && evaluation_due(c_, step, total_steps);
 }
 
 double RunEvaluator::run_if_due(Engine* engine, int64_t step, int64_t total_steps, nlohmann::ordered_json& extra) {
@@ -140,6 +148,7 @@ double RunEvaluator::run_if_due(Engine* engine, int64_t step, int64_t total_step
   RLCPP_CHECK(engine != nullptr, "evaluation due at step {} without an engine", step);
   const auto start = std::chrono::steady_clock::now();
   extra["eval"] = run(*engine, step);
+  engine->release_followers();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -66,7 +66,8 @@ class RunEvaluator {
   bool due(int64_t step, int64_t total_steps) const;
   // Evaluates every set with the engine's current weights: {"<set>": {accuracy, pass_at_n, ...}}.
   nlohmann::ordered_json run(Engine& engine, int64_t step);
-  // When due: run() into extra["eval"]; returns the seconds it took (0 when not due).
+  // When due: run() into extra["eval"]; returns the seconds it took (0 when not due). Under tensor
+  // parallelism the engine's followers serve it (serve_evaluation_if_due) until it is done.
   double run_if_due(Engine* engine, int64_t step, int64_t total_steps, nlohmann::ordered_json& extra);
 
  private:
@@ -77,5 +78,11 @@ class RunEvaluator {
   RewardFunction reward_;
   EvalOptions options_;
 };
+
+// Whether a run of `config` evaluates after `step`: RunEvaluator::due, for the ranks that hold no
+// evaluator (they load no eval sets).
+bool evaluation_due(const RunConfig& config, int64_t step, int64_t total_steps);
+// On a follower of a tensor-parallel engine: serves the evaluation its first rank runs, when due.
+void serve_evaluation_if_due(Engine& engine, const RunConfig& config, int64_t step, int64_t total_steps);
 
 }  // namespace rlcpp

@@ -76,10 +76,12 @@ void Leader::start(bool send_first_round) {
                  run_.policy_version);
   }
   log_ = std::make_unique<RunLog>(plan.run_dir, c_, plan.resume_from ? std::optional(plan.saved.step) : std::nullopt);
-  spdlog::info("training {} on {} ({} prompts): steps {}..{}; {} trainers x {} prompts x {} samples per step, {} "
-               "rollout workers x {} prompts per round, {}, -nb {}",
+  spdlog::info("training {} on {} ({} prompts): steps {}..{}; {} trainer replicas{} x {} prompts x {} samples per "
+               "step, {} engines{} x {} prompts per round, {}, -nb {}",
                c_.model, c_.dataset, run_.dataset.records.size(), plan.first_step(), plan.total_steps,
-               topo_.num_trainers, c_.train_batch_size, c_.num_generations, topo_.num_inferencers, c_.round_prompts(),
+               topo_.num_replicas(), topo_.train_tp > 1 ? fmt::format(" of {} ranks", topo_.train_tp) : "",
+               c_.train_batch_size, c_.num_generations, topo_.num_engines(),
+               topo_.rollout_tp > 1 ? fmt::format(" of {} ranks", topo_.rollout_tp) : "", c_.round_prompts(),
                c_.algo.name, c_.n_behind);
   spdlog::info("{}", old_logprobs_plan(c_));
   sync_weights();  // the workers start from the trainers' weights (a resumed run's, too)
@@ -88,12 +90,14 @@ void Leader::start(bool send_first_round) {
 }
 
 void Leader::send_round() {
-  if (in_flight_.empty()) in_flight_ = picker_->pick(topo_.num_inferencers * c_.round_prompts());
-  const size_t n = in_flight_.size(), workers = static_cast<size_t>(topo_.num_inferencers);
-  for (size_t w = 0; w < workers; ++w) {
-    std::vector<PromptPick> part(in_flight_.begin() + static_cast<long>(n * w / workers),
-                                 in_flight_.begin() + static_cast<long>(n * (w + 1) / workers));
-    send_control(*topo_.world, ControlMessage::round(std::move(part)), topo_.num_trainers + static_cast<int>(w));
+  if (in_flight_.empty()) in_flight_ = picker_->pick(topo_.num_engines() * c_.round_prompts());
+  const size_t n = in_flight_.size(), engines = static_cast<size_t>(topo_.num_engines());
+  for (size_t e = 0; e < engines; ++e) {
+    std::vector<PromptPick> part(in_flight_.begin() + static_cast<long>(n * e / engines),
+                                 in_flight_.begin() + static_cast<long>(n * (e + 1) / engines));
+    const int first = topo_.engine_leader(static_cast<int>(e));
+    send_control(*topo_.world, ControlMessage::round(std::move(part)), first);
+    for (int r = 1; r < topo_.rollout_tp; ++r) send_control(*topo_.world, ControlMessage::round({}), first + r);  // they serve
   }
 }
 
@@ -105,9 +109,11 @@ ZeroOptimizer* sharded_parameters(RunState& run) {
   return zero != nullptr && zero->stage() == 3 ? zero : nullptr;
 }
 
-// Under ZeRO-3: whether a sync follows, from trainer 0 to the other trainers.
+// Under ZeRO-3 or tensor parallelism (the other trainers take part in a sync): whether a sync
+// follows, from trainer 0 to the other trainers.
 bool announce_sync(const Topology& topology, RunState& run, bool syncs) {
-  if (sharded_parameters(run) == nullptr || topology.num_trainers == 1) return syncs;
+  const bool others_take_part = sharded_parameters(run) != nullptr || run.policy->tensor_parallel() != nullptr;
+  if (!others_take_part || topology.num_trainers == 1) return syncs;
   auto flag = torch::tensor({syncs ? 1.0 : 0.0}, torch::kFloat64);
   topology.role_group->broadcast(flag, 0);
   return flag.item<double>() > 0;
@@ -117,8 +123,17 @@ bool announce_sync(const Topology& topology, RunState& run, bool syncs) {
 
 void Leader::follow_sync(const Topology& topology, RunState& run) {
   if (!announce_sync(topology, run, false)) return;
-  LayerByLayer stream(*sharded_parameters(run), run.policy->layer_trainable_parameters());
-  stream.finish();
+  // As trainer 0's sync_weights asks for each tensor: ZeRO-3's layers streamed (every trainer of a
+  // data-parallel group gathers them alike), the first replica's parts gathered onto trainer 0.
+  auto* zero = sharded_parameters(run);
+  std::optional<LayerByLayer> stream;
+  if (zero != nullptr) stream.emplace(*zero, run.policy->layer_trainable_parameters());
+  if (topology.replica() == 0) {
+    for (const auto& [name, t] : run.policy->trained_weights()) {
+      run.policy->gather_weight(name, stream ? stream->get(t) : t, 0);
+    }
+  }
+  if (stream) stream->finish();
 }
 
 void Leader::sync_weights() {
@@ -128,20 +143,28 @@ void Leader::sync_weights() {
   const NamedTensors weights = run_.policy->trained_weights();  // under LoRA, the adapters alone
   SyncStats stats;
   uint64_t expected = 0;
-  if (auto* zero = sharded_parameters(run_)) {
-    // The released weights stream layer by layer; the header takes their shapes from the shards.
-    LayerByLayer stream(*zero, run_.policy->layer_trainable_parameters());
+  auto* zero = sharded_parameters(run_);
+  if (zero != nullptr || run_.policy->tensor_parallel() != nullptr) {
+    // Whole tensors made piece by piece as they go: ZeRO-3's layers streamed, the tensor-parallel
+    // parts gathered; the header takes the whole shapes. Each receiver keeps its own part.
     NamedTensors layout;
     for (const auto& [name, t] : weights) {
-      layout.emplace_back(name, torch::empty(zero->shape_of(t), t.options().device(torch::kMeta)));
+      const auto local = zero != nullptr ? torch::empty(zero->shape_of(t), t.options().device(torch::kMeta)) : t;
+      layout.emplace_back(name, torch::empty(run_.policy->global_shape(name, local), t.options().device(torch::kMeta)));
     }
+    // values(k) comes once per tensor in order, as the other trainers take part (follow_sync).
     expected = weights_hash_seed();
+    size_t next = 0;
+    std::optional<LayerByLayer> stream;
+    if (zero != nullptr) stream.emplace(*zero, run_.policy->layer_trainable_parameters());
     stats = weight_sync_->sync(layout, run_.policy_version, {}, [&](size_t k) {
-      const auto& t = stream.get(weights[k].second);
-      if (c_.verify_sync) expected = weights_hash_add(expected, weights[k].first, t);
-      return t;
+      RLCPP_CHECK(k == next++, "weight sync asked for tensor {} out of order", k);
+      const auto& local = stream ? stream->get(weights[k].second) : weights[k].second;
+      auto whole = run_.policy->gather_weight(weights[k].first, local, 0);
+      if (c_.verify_sync) expected = weights_hash_add(expected, weights[k].first, whole);
+      return whole;
     });
-    stream.finish();
+    if (stream) stream->finish();
   } else {
     stats = weight_sync_->sync(weights, run_.policy_version);
     if (c_.verify_sync) expected = weights_hash(weights);
@@ -151,14 +174,14 @@ void Leader::sync_weights() {
   pending_.sync_bytes += stats.bytes;
   ++pending_.syncs;
   if (c_.verify_sync) {
-    for (int w = 0; w < I; ++w) {
-      const auto got = std::stoull(topo_.world->recv_bytes(T + w, kHashTag));
+    for (int e = 0; e < topo_.num_engines(); ++e) {
+      const auto got = std::stoull(topo_.world->recv_bytes(topo_.engine_leader(e), kHashTag));
       if (got != expected) {
-        throw InternalError(fmt::format("weight sync to version {}: rollout worker {} holds weights hashing {:016x}, "
-                                        "trainer rank 0 {:016x}", run_.policy_version, w, got, expected));
+        throw InternalError(fmt::format("weight sync to version {}: rollout engine {} holds weights hashing {:016x}, "
+                                        "trainer rank 0 {:016x}", run_.policy_version, e, got, expected));
       }
     }
-    pending_.verified += I;
+    pending_.verified += topo_.num_engines();
   }
   spdlog::debug("weights of version {} sent: {:.1f} MB in {} buckets, {:.3f} s", run_.policy_version, stats.bytes / 1e6,
                 stats.buckets, stats.seconds);
@@ -226,7 +249,7 @@ void Leader::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdat
   last_step_end_ = Clock::now();
 }
 
-void Leader::save_checkpoint(CheckpointState state) {
+CheckpointState Leader::checkpoint_state(CheckpointState state) const {
   state.policy_version = run_.policy_version;
   state.data_cursor = run_.cursor->state();
   state.optimizer_steps = run_.trainer->n_steps();
@@ -239,7 +262,7 @@ void Leader::save_checkpoint(CheckpointState state) {
   state.skipped_short_prompts = picker_->skipped_short();
   state.num_trainers = topo_.num_trainers;
   state.num_inferencers = topo_.num_inferencers;
-  save_run(c_, run_, state);
+  return state;
 }
 
 void Leader::stop_workers() {

@@ -44,8 +44,9 @@ class Leader {
   void sync_weights();
   // Every (sync_frequency)th round ahead of training (-nb >= 1) carries a sync.
   void sync_ahead();
-  // Under ZeRO-3 each of start, sync_weights and sync_ahead first tells the other trainers whether
-  // it syncs, and they stream the layers with it: each calls this at the same points.
+  // Under ZeRO-3 or tensor parallelism each of start, sync_weights and sync_ahead first tells the
+  // other trainers whether it syncs, and they stream the layers and gather the first replica's
+  // parts with it: each calls this at the same points.
   static void follow_sync(const Topology& topology, RunState& run);
   // Whether log_step of `step` runs an evaluation.
   bool evaluation_due(int64_t step) const;
@@ -54,9 +55,9 @@ class Leader {
   // The step's metrics line and rollouts file. `rows`: every trainer's step_figures, [T, n].
   void log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdate& update,
                 const std::vector<GroupRollout>& trained);
-  // The checkpoint of `state.step`; `state` holds every trainer's groups and where the round
-  // stands, the leader adds the rest.
-  void save_checkpoint(CheckpointState state);
+  // The checkpoint state of `state.step`: `state` holds every replica's groups and where the round
+  // stands, the leader adds the rest (every trainer then calls save_run).
+  CheckpointState checkpoint_state(CheckpointState state) const;
   void stop_workers();
 
  private:

@@ -64,8 +64,29 @@ std::string MemoryEstimate::table() const {
   return out;
 }
 
-MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int64_t prompt_tokens) {
+namespace {
+
+// Under tensor parallelism, the shape of the largest rank's part (its heads, KV heads, MLP channels
+// and tokens): what one trainer process holds.
+ModelConfig largest_part(const ModelConfig& whole, int64_t tp) {
+  if (tp <= 1) return whole;
+  const TpLayout layout = TpLayout::make(whole, static_cast<int>(tp));
+  ModelConfig part = whole;
+  part.num_attention_heads = part.num_key_value_heads = part.intermediate_size = part.vocab_size = 0;
+  for (const auto& r : layout.ranks) {
+    part.num_attention_heads = std::max(part.num_attention_heads, r.n_heads());
+    part.num_key_value_heads = std::max(part.num_key_value_heads, r.n_kv_heads());
+    part.intermediate_size = std::max(part.intermediate_size, r.mlp_end - r.mlp_begin);
+    part.vocab_size = std::max(part.vocab_size, r.vocab_end - r.vocab_begin);
+  }
+  return part;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole, int64_t prompt_tokens) {
   MemoryEstimate est;
+  const ModelConfig m = largest_part(whole, c.tp);  // every line below is of one trainer process
   const double e = dtype_bytes(c.dtype);  // compute dtype
   const double frozen = c.frozen_dtype.empty() ? e : dtype_bytes(c.frozen_dtype);
   const double params = static_cast<double>(m.parameter_count());
@@ -93,25 +114,29 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
     est.lines.push_back({"LoRA adapters + grads + AdamW", trained * e * 4,
                          fmt::format("{:.1f} M parameters (rank {}, {})", trained / 1e6, c.lora.rank, lora_targets_text(c.lora.targets))});
   } else if (c.zero == 3) {  // train/zero.h: shards, the resident parameters whole, one layer gathered
-    const double n = static_cast<double>(c.trainers());
+    const double n = static_cast<double>(c.replicas());
     const double resident = vocab * h * (m.tie_word_embeddings ? 1 : 2) + h;
     const double layer = (params - resident) / layers;
     est.lines.push_back({"policy weights", (params / n + resident) * e,
                          fmt::format("ZeRO-3: this trainer's 1/{} of {:.0f} M parameters in {}, the embedding{} whole",
-                                     c.trainers(), params / 1e6, c.dtype, m.tie_word_embeddings ? "" : " and head")});
+                                     c.replicas(), params / 1e6, c.dtype, m.tie_word_embeddings ? "" : " and head")});
     est.lines.push_back({"gradients", (params / n + resident) * e, "the shard's, and the embedding's whole"});
     est.lines.push_back({"AdamW moments", params * e * 2 / n,
-                         fmt::format("exp_avg and exp_avg_sq: this trainer's 1/{}", c.trainers())});
+                         fmt::format("exp_avg and exp_avg_sq: this trainer's 1/{}", c.replicas())});
     est.lines.push_back({"gathered layer", 2 * layer * e, "one decoder layer's weights and gradients at a time",
                          MemoryPhase::kBackward});
     est.lines.push_back({"whole model (sync, checkpoint)", params * e,
                          "gathered to send the weights to the rollout workers and to write checkpoints",
                          MemoryPhase::kOptimizer});
   } else {
-    est.lines.push_back({"policy weights", params * e, fmt::format("{:.0f} M parameters in {}", params / 1e6, c.dtype)});
+    est.lines.push_back({"policy weights", params * e,
+                         fmt::format("{:.0f} M parameters in {}{}", params / 1e6, c.dtype,
+                                     c.tp > 1 ? fmt::format(" (this rank's part of {:.0f} M, --train-tp {})",
+                                                            static_cast<double>(whole.parameter_count()) / 1e6, c.tp)
+                                              : "")});
     if (c.zero == 2) {  // train/zero.h: the shard's sum, the embedding's whole, one layer's at a time
       const double resident = vocab * h * (m.tie_word_embeddings ? 1 : 2) + h;
-      est.lines.push_back({"gradients", (params / static_cast<double>(c.trainers()) + resident) * e,
+      est.lines.push_back({"gradients", (params / static_cast<double>(c.replicas()) + resident) * e,
                            "ZeRO-2: the shard's sum and the embedding's whole"});
       est.lines.push_back({"layer gradients", (params - resident) / layers * e,
                            "one decoder layer's at a time, summed into the shards in backward", MemoryPhase::kBackward});
@@ -119,8 +144,8 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& m, int
       est.lines.push_back({"gradients", params * e, "every weight is trained"});
     }
     if (c.zero > 0) {  // train/zero.h: the moments of one shard
-      est.lines.push_back({"AdamW moments", params * e * 2 / static_cast<double>(c.trainers()),
-                           fmt::format("exp_avg and exp_avg_sq: ZeRO-{} keeps this trainer's 1/{}", c.zero, c.trainers())});
+      est.lines.push_back({"AdamW moments", params * e * 2 / static_cast<double>(c.replicas()),
+                           fmt::format("exp_avg and exp_avg_sq: ZeRO-{} keeps this trainer's 1/{}", c.zero, c.replicas())});
     } else {
       est.lines.push_back({"AdamW moments", params * e * 2, "exp_avg and exp_avg_sq"});
     }
@@ -220,10 +245,12 @@ void check_run_memory(const RunConfig& c, const MemoryEstimate& est, double avai
   if (available <= 0 || est.total() <= available) return;
   std::vector<std::string> fixes;
   if (!c.lora.enabled()) fixes.push_back("--lora-rank 16 (train adapters: no gradients, optimizer state or reference copy of the full model)");
-  if (!c.lora.enabled() && c.zero < 3 && c.distributed() && c.trainers() > 1) {
-    fixes.push_back(fmt::format("-zero {} (shard {} over the {} trainers)", c.zero == 0 ? 1 : 3,
-                                c.zero == 0 ? "the AdamW moments" : "the parameters and gradients too", c.trainers()));
+  if (!c.lora.enabled() && c.zero < 3 && c.distributed() && c.replicas() > 1) {
+    fixes.push_back(fmt::format("-zero {} (shard {} over the {} data-parallel replicas)", c.zero == 0 ? 1 : 3,
+                                c.zero == 0 ? "the AdamW moments" : "the parameters and gradients too", c.replicas()));
   }
+  fixes.push_back(fmt::format("--train-tp {} (each trainer holds 1/{} of the model's layers, vocabulary and moments; "
+                              "under mpirun)", c.tp * 2, c.tp * 2));
   if (!c.gradient_checkpointing) fixes.push_back("--gradient-checkpointing (keep one layer's activations, not every layer's)");
   if (c.train_microbatch_size > 1) fixes.push_back(fmt::format("-tmbs {} (a smaller micro-batch)", std::max<int64_t>(1, c.train_microbatch_size / 2)));
   if (c.frozen_dtype.empty() && (c.lora.enabled() || c.algo.loss.kl_coef != 0)) {

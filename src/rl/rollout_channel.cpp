@@ -67,38 +67,40 @@ std::vector<GroupRollout> decode_groups(const std::string& bytes) {
   return groups;
 }
 
-RolloutChannel::RolloutChannel(std::shared_ptr<Communicator> world, std::shared_ptr<Communicator> trainers,
-                               int num_trainers, int num_inferencers)
-    : world_(std::move(world)), trainers_(std::move(trainers)), T_(num_trainers), I_(num_inferencers) {}
+RolloutChannel::RolloutChannel(const Topology& topology)
+    : topo_(topology), T_(topology.num_replicas()), I_(topology.num_engines()) {}
 
 void RolloutChannel::deliver(RolloutRound& round, int64_t policy_version) {
+  Communicator& world = *topo_.world;
   nlohmann::json tokens = nlohmann::json::array();
   for (const auto& g : round.kept) tokens.push_back(group_tokens(g));
   nlohmann::json discarded = nlohmann::json::array();
   for (const auto& g : round.discarded) discarded.push_back(to_json(g));
-  world_->send_bytes(pack_message({{"tokens", tokens},
-                           {"discarded", discarded},
-                           {"generate_seconds", round.generate_seconds},
-                           {"reward_seconds", round.reward_seconds},
-                           {"version", policy_version}}),
-                     0, kManifest);
-  const auto to = unpack_message(world_->recv_bytes(0, kAssignment), "assignment").get<std::vector<int>>();
+  world.send_bytes(pack_message({{"tokens", tokens},
+                                 {"discarded", discarded},
+                                 {"generate_seconds", round.generate_seconds},
+                                 {"reward_seconds", round.reward_seconds},
+                                 {"version", policy_version}}),
+                    0, kManifest);
+  const auto to = unpack_message(world.recv_bytes(0, kAssignment), "assignment").get<std::vector<int>>();
   RLCPP_CHECK(to.size() == round.kept.size(), "an assignment of {} groups for {} kept", to.size(), round.kept.size());
   std::vector<std::vector<GroupRollout>> share(static_cast<size_t>(T_));
   for (size_t g = 0; g < to.size(); ++g) share.at(static_cast<size_t>(to[g])).push_back(std::move(round.kept[g]));
-  for (int t = 0; t < T_; ++t) world_->send_bytes(encode_groups(share[static_cast<size_t>(t)]), t, kGroups);
+  for (int t = 0; t < T_; ++t) world.send_bytes(encode_groups(share[static_cast<size_t>(t)]), topo_.replica_leader(t), kGroups);
 }
 
 RoundReceipt RolloutChannel::collect(std::deque<GroupRollout>& buffer) {
   RoundReceipt receipt;
-  // What every trainer already holds, for the balance.
+  Communicator& world = *topo_.world;
+  Communicator& replicas = *topo_.dp_group;  // on the replicas' first ranks: one per replica, in order
+  // What every replica already holds, for the balance.
   std::vector<double> held(static_cast<size_t>(2 * T_), 0.0);
-  const int me = trainers_->rank();
+  const int me = replicas.rank();
   held[static_cast<size_t>(me)] = static_cast<double>(buffer.size());
   for (const auto& g : buffer) held[static_cast<size_t>(T_ + me)] += static_cast<double>(group_tokens(g));
   if (T_ > 1) {
     auto t = torch::tensor(held, torch::kFloat64);
-    trainers_->all_reduce_sum(t);
+    replicas.all_reduce_sum(t);
     std::copy(t.data_ptr<double>(), t.data_ptr<double>() + t.numel(), held.begin());
   }
   if (me == 0) {
@@ -106,7 +108,7 @@ RoundReceipt RolloutChannel::collect(std::deque<GroupRollout>& buffer) {
     receipt.min_version = INT64_MAX;
     receipt.max_version = INT64_MIN;
     for (int w = 0; w < I_; ++w) {
-      const auto m = unpack_message(world_->recv_bytes(T_ + w, kManifest), "manifest");
+      const auto m = unpack_message(world.recv_bytes(topo_.engine_leader(w), kManifest), "manifest");
       tokens[static_cast<size_t>(w)] = m.at("tokens").get<std::vector<int64_t>>();
       for (const auto& g : m.at("discarded")) receipt.discarded.push_back(group_from_json(g));
       receipt.generate_seconds = std::max(receipt.generate_seconds, m.at("generate_seconds").get<double>());
@@ -129,12 +131,12 @@ RoundReceipt RolloutChannel::collect(std::deque<GroupRollout>& buffer) {
     for (int w = 0; w < I_; ++w) {
       const size_t n = tokens[static_cast<size_t>(w)].size();
       const std::vector<int> part(to.begin() + static_cast<long>(offset), to.begin() + static_cast<long>(offset + n));
-      world_->send_bytes(pack_message(part), T_ + w, kAssignment);
+      world.send_bytes(pack_message(part), topo_.engine_leader(w), kAssignment);
       offset += n;
     }
   }
   for (int w = 0; w < I_; ++w) {
-    for (auto& g : decode_groups(world_->recv_bytes(T_ + w, kGroups))) {
+    for (auto& g : decode_groups(world.recv_bytes(topo_.engine_leader(w), kGroups))) {
       buffer.push_back(std::move(g));
       ++receipt.kept;
     }

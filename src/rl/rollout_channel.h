@@ -1,8 +1,10 @@
 // Rollouts from the rollout workers to the data-parallel trainers. Each kept group goes to exactly
-// one trainer (never to all): a worker first sends trainer rank 0 a manifest (each kept group's
-// tokens, the filtered-out groups, the round's figures), trainer rank 0 assigns the round's groups
-// over the trainers — equal group counts so every trainer can fill its -tbs, tokens balanced
-// within that — and each worker then sends every trainer its share in one message.
+// one trainer replica (never to all): a worker first sends trainer rank 0 a manifest (each kept
+// group's tokens, the filtered-out groups, the round's figures), trainer rank 0 assigns the round's
+// groups over the replicas — equal group counts so every replica can fill its -tbs, tokens
+// balanced within that — and each worker then sends every replica its share in one message.
+// Under tensor parallelism an engine's first rank delivers and a replica's first rank collects
+// (it hands the groups to the replica's other ranks).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/topology.h"
 #include "rl/rollout.h"
 
 namespace rlcpp {
@@ -45,19 +48,18 @@ struct RoundReceipt {
 
 class RolloutChannel {
  public:
-  // World ranks [0, T) are trainers, [T, T+I) rollout workers. `trainers`: the trainers'
-  // communicator (null on rollout workers).
-  RolloutChannel(std::shared_ptr<Communicator> world, std::shared_ptr<Communicator> trainers, int num_trainers,
-                 int num_inferencers);
+  // Between the replicas' and the engines' first ranks of `topology`.
+  explicit RolloutChannel(const Topology& topology);
 
-  // Rollout worker: sends one finished round.
+  // An engine's first rank: sends one finished round.
   void deliver(RolloutRound& round, int64_t policy_version);
-  // Trainer: receives one round from every worker; its share of the kept groups joins `buffer`.
+  // A replica's first rank: receives one round from every engine; its share of the kept groups
+  // joins `buffer`.
   RoundReceipt collect(std::deque<GroupRollout>& buffer);
 
  private:
-  std::shared_ptr<Communicator> world_, trainers_;
-  int T_, I_;
+  const Topology& topo_;
+  int T_, I_;  // replicas, engines
 };
 
 }  // namespace rlcpp

@@ -19,24 +19,39 @@ namespace rlcpp {
 void run_rollout_worker(const RunConfig& c, const Topology& topo) {
   const RewardFunction reward = run_reward_function(c);
   auto tokenizer = Tokenizer::from_dir(c.model);
-  auto policy = load_policy(c, std::nullopt);  // the trainer's shape (adapters included); weights come by sync
+  // The trainer's shape (adapters included), this rank's part of it under --rollout-tp; weights come by sync.
+  auto policy = load_policy(c, std::nullopt, topo.tp_group);
   Engine engine(policy, run_engine_config(c), tokenizer);
   RolloutGenerator generator(c, policy->config(), *tokenizer, &engine, nullptr, nullptr, &reward);
-  RolloutChannel channel(topo.world, nullptr, topo.num_trainers, topo.num_inferencers);
+  RolloutChannel channel(topo);
   WeightSync weight_sync(topo.sync_group, static_cast<uint64_t>(c.sync_bucket_mb) << 20, c.param_sync_comm_type);
   for (;;) {
     const ControlMessage message = recv_control(*topo.world);
     switch (message.op) {
       case ControlMessage::Op::kStop: trace::write(); return;
       case ControlMessage::Op::kSync: {
+        // Every rank receives the whole weights and keeps its part.
         const SyncStats stats = weight_sync.sync({}, 0, [&](const NamedTensors& bucket) { engine.update_weights(bucket); });
         engine.set_version(stats.version);
-        if (message.verify) topo.world->send_bytes(std::to_string(weights_hash(policy->trained_weights())), 0, kHashTag);
+        if (message.verify) {
+          // The hash of the whole weights, made whole on the engine's first rank.
+          uint64_t h = weights_hash_seed();
+          for (const auto& [name, t] : policy->trained_weights()) {
+            const auto whole = policy->gather_weight(name, t, 0);
+            if (engine.leads()) h = weights_hash_add(h, name, whole);
+          }
+          if (engine.leads()) topo.world->send_bytes(std::to_string(h), 0, kHashTag);
+        }
         break;
       }
       case ControlMessage::Op::kRound: {
         trace::Span span("round");
+        if (!engine.leads()) {  // the engine's other ranks run its steps
+          engine.serve();
+          break;
+        }
         RolloutRound round = generator.generate(message.picks);
+        engine.release_followers();
         channel.deliver(round, engine.version());
         break;
       }

@@ -83,48 +83,58 @@ namespace {
 
 constexpr int kShardTag = 9301;
 
-void write_shard_file(const fs::path& state_dir, int rank, int trainers, const FlatAdamWState& s) {
-  save_safetensors(state_dir / fmt::format("optimizer-shard-{:03d}-of-{:03d}.safetensors", rank, trainers),
+void write_shard_file(const fs::path& state_dir, int rank, int senders, const OptimizerShard& shard) {
+  const FlatAdamWState& s = shard.state;
+  save_safetensors(state_dir / fmt::format("optimizer-shard-{:03d}-of-{:03d}.safetensors", rank, senders),
                    {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}},
                    {{"begin", std::to_string(s.begin)},
                     {"end", std::to_string(s.end)},
                     {"total", std::to_string(s.total)},
-                    {"step", std::to_string(s.step)}});
+                    {"step", std::to_string(s.step)},
+                    {"tp_rank", std::to_string(shard.tp_rank)},
+                    {"tp_size", std::to_string(shard.tp_size)}});
 }
 
 }  // namespace
 
-void send_optimizer_shard(Communicator& trainers, const FlatAdamWState& mine) {
-  const nlohmann::json header = {{"begin", mine.begin}, {"end", mine.end}, {"total", mine.total}, {"step", mine.step},
-                                 {"dtype", c10::toString(mine.exp_avg.scalar_type())}};
-  trainers.send_bytes(header.dump(), 0, kShardTag);
-  trainers.send(mine.exp_avg, 0, kShardTag);
-  trainers.send(mine.exp_avg_sq, 0, kShardTag);
+void send_optimizer_shard(Communicator& senders, const OptimizerShard& mine) {
+  const FlatAdamWState& s = mine.state;
+  const nlohmann::json header = {{"begin", s.begin}, {"end", s.end}, {"total", s.total}, {"step", s.step},
+                                 {"tp_rank", mine.tp_rank}, {"tp_size", mine.tp_size},
+                                 {"dtype", c10::toString(s.exp_avg.scalar_type())}};
+  senders.send_bytes(header.dump(), 0, kShardTag);
+  senders.send(s.exp_avg, 0, kShardTag);
+  senders.send(s.exp_avg_sq, 0, kShardTag);
 }
 
-void write_optimizer_shards(const fs::path& state_dir, Communicator& trainers, const FlatAdamWState& mine) {
-  write_shard_file(state_dir, 0, trainers.size(), mine);
-  for (int r = 1; r < trainers.size(); ++r) {  // one shard in memory at a time
-    const auto header = nlohmann::json::parse(trainers.recv_bytes(r, kShardTag));
-    FlatAdamWState theirs;
-    theirs.begin = header.at("begin").get<int64_t>();
-    theirs.end = header.at("end").get<int64_t>();
-    theirs.total = header.at("total").get<int64_t>();
-    theirs.step = header.at("step").get<int64_t>();
-    theirs.exp_avg = torch::empty({theirs.end - theirs.begin}, mine.exp_avg.options().device(torch::kCPU));
-    theirs.exp_avg_sq = torch::empty_like(theirs.exp_avg);
-    trainers.recv(theirs.exp_avg, r, kShardTag);
-    trainers.recv(theirs.exp_avg_sq, r, kShardTag);
-    write_shard_file(state_dir, r, trainers.size(), theirs);
+void write_optimizer_shards(const fs::path& state_dir, Communicator& senders, const OptimizerShard& mine) {
+  write_shard_file(state_dir, 0, senders.size(), mine);
+  for (int r = 1; r < senders.size(); ++r) {  // one shard in memory at a time
+    const auto header = nlohmann::json::parse(senders.recv_bytes(r, kShardTag));
+    OptimizerShard theirs;
+    FlatAdamWState& s = theirs.state;
+    s.begin = header.at("begin").get<int64_t>();
+    s.end = header.at("end").get<int64_t>();
+    s.total = header.at("total").get<int64_t>();
+    s.step = header.at("step").get<int64_t>();
+    theirs.tp_rank = header.at("tp_rank").get<int>();
+    theirs.tp_size = header.at("tp_size").get<int>();
+    s.exp_avg = torch::empty({s.end - s.begin}, mine.state.exp_avg.options().device(torch::kCPU));
+    s.exp_avg_sq = torch::empty_like(s.exp_avg);
+    senders.recv(s.exp_avg, r, kShardTag);
+    senders.recv(s.exp_avg_sq, r, kShardTag);
+    write_shard_file(state_dir, r, senders.size(), theirs);
   }
 }
 
-FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, int64_t end, int64_t total) {
+FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, int64_t end, int64_t total, int tp_rank,
+                                     int tp_size) {
   std::vector<FlatAdamWState> pieces;
   for (const auto& path : optimizer_shard_files(state_dir)) {
     auto file = SafetensorsFile::open(path);
-    auto number = [&](const char* key) -> int64_t {
+    auto number = [&](const char* key, std::optional<int64_t> absent = std::nullopt) -> int64_t {
       auto it = file->metadata().find(key);
+      if (it == file->metadata().end() && absent) return *absent;  // written before tensor parallelism
       if (it == file->metadata().end()) throw_user_error("{}: no \"{}\" in its metadata; not an rlcpp optimizer shard", path.string(), key);
       try {
         return std::stoll(it->second);
@@ -132,6 +142,13 @@ FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, i
         throw_user_error("{}: metadata \"{}\" = \"{}\" is not a number", path.string(), key, it->second);
       }
     };
+    const int64_t saved_tp = number("tp_size", 1);
+    if (saved_tp != tp_size) {
+      throw_user_error("{}: the optimizer state was saved by parts of {} tensor-parallel ranks, this run has {}; resume "
+                       "with --train-tp {} (the model directory itself loads at any)", path.string(), saved_tp, tp_size,
+                       saved_tp);
+    }
+    if (number("tp_rank", 0) != tp_rank) continue;  // another part's
     FlatAdamWState piece;
     piece.begin = number("begin");
     piece.end = number("end");
@@ -305,11 +322,15 @@ nlohmann::json read_checkpoint_state(const fs::path& step_dir, const RunConfig& 
   return load_json_file(state_dir / "state.json");
 }
 
-void load_checkpoint_optimizer(const fs::path& step_dir, Trainer& trainer) {
+void load_checkpoint_optimizer(const fs::path& step_dir, Trainer& trainer, int tp_rank, int tp_size) {
   const fs::path state_dir = step_dir / "trainer_state";
   auto& optimizer = trainer.optimizer();
   const auto params = optimizer.param_groups().at(0).params();
   const bool whole = fs::exists(state_dir / "optimizer.pt");
+  if (whole && tp_size > 1) {
+    throw_user_error("{}: the optimizer state is of the whole model (a run without tensor parallelism); resume with "
+                     "--train-tp 1 (the model directory itself loads at any)", (state_dir / "optimizer.pt").string());
+  }
   if (whole) {
     try {
       torch::load(optimizer, (state_dir / "optimizer.pt").string());
@@ -322,11 +343,11 @@ void load_checkpoint_optimizer(const fs::path& step_dir, Trainer& trainer) {
   // the shards of any number of trainers); an unsharded trainer assembles the whole from shards.
   if (auto* zero = trainer.zero()) {
     zero->load_state(whole ? flat_adamw_state(optimizer, params, zero->begin(), zero->end())
-                           : read_optimizer_shards(state_dir, zero->begin(), zero->end(), zero->total()));
+                           : read_optimizer_shards(state_dir, zero->begin(), zero->end(), zero->total(), tp_rank, tp_size));
     optimizer.state().clear();
   } else if (!whole) {
     const int64_t total = flat_numel(params);
-    set_adamw_state(optimizer, params, read_optimizer_shards(state_dir, 0, total, total));
+    set_adamw_state(optimizer, params, read_optimizer_shards(state_dir, 0, total, total, tp_rank, tp_size));
   }
   if (fs::exists(state_dir / "rng.pt")) {
     torch::Tensor state;

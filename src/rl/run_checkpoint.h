@@ -58,17 +58,26 @@ nlohmann::json read_checkpoint_state(const std::filesystem::path& step_dir, cons
 
 // Restores the trainer's optimizer and the RNG state saved next to state.json. The optimizer state
 // may be one whole optimizer.pt (unsharded runs) or ZeRO's shards from any number of trainers; it
-// is re-sharded to this trainer's range (ZeRO) or assembled whole (unsharded).
-void load_checkpoint_optimizer(const std::filesystem::path& step_dir, Trainer& trainer);
+// is re-sharded to this trainer's range (ZeRO) or assembled whole (unsharded). Under tensor
+// parallelism (`tp_size` > 1) the state is that of this rank's part, `tp_rank` of the same size.
+void load_checkpoint_optimizer(const std::filesystem::path& step_dir, Trainer& trainer, int tp_rank = 0, int tp_size = 1);
 
-// ZeRO checkpoints: trainer_state/optimizer-shard-<r>-of-<T>.safetensors, each one trainer's range
-// of the flat AdamW state (exp_avg, exp_avg_sq; begin, end, total and step in its metadata).
-// Trainer 0 writes them all, receiving the others' one at a time (send_optimizer_shard).
+// Sharded optimizer state (ZeRO, tensor parallelism): trainer_state/optimizer-shard-<r>-of-<n>.safetensors,
+// each one trainer's range of the flat AdamW state of its tensor-parallel part (exp_avg, exp_avg_sq;
+// begin, end, total, step, tp_rank and tp_size in its metadata). Trainer 0 writes them all,
+// receiving the others' one at a time (send_optimizer_shard), over a group of the senders in
+// which it is rank 0.
+struct OptimizerShard {
+  FlatAdamWState state;
+  int tp_rank = 0, tp_size = 1;  // the tensor-parallel part the state is of
+};
 std::vector<std::filesystem::path> optimizer_shard_files(const std::filesystem::path& state_dir);
-void send_optimizer_shard(Communicator& trainers, const FlatAdamWState& mine);
-void write_optimizer_shards(const std::filesystem::path& state_dir, Communicator& trainers, const FlatAdamWState& mine);
-// The range [begin, end) of a checkpoint's shards, which must cover `total` trained elements.
-FlatAdamWState read_optimizer_shards(const std::filesystem::path& state_dir, int64_t begin, int64_t end, int64_t total);
+void send_optimizer_shard(Communicator& senders, const OptimizerShard& mine);
+void write_optimizer_shards(const std::filesystem::path& state_dir, Communicator& senders, const OptimizerShard& mine);
+// The range [begin, end) of a checkpoint's shards of part `tp_rank`, which must cover `total` trained
+// elements; shards of another tensor-parallel size are a UserError naming --train-tp.
+FlatAdamWState read_optimizer_shards(const std::filesystem::path& state_dir, int64_t begin, int64_t end, int64_t total,
+                                     int tp_rank = 0, int tp_size = 1);
 
 // run_dir/metrics.jsonl made ready for a run continuing after `resumed_step` (rewound), or for a
 // fresh one: refused when the directory already holds a run, unless --resume auto found no

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "model/model_config.h"
+#include "model/tensor_parallel.h"
 #include "rl/chatlearn_fields.h"
 #include "rl/setting_values.h"
 #include "util/error.h"
@@ -126,13 +127,17 @@ void reject_unimplemented(const RunConfig& c) {
     throw_user_error("-b/--backend {}: only the built-in engine exists (planned: remote vLLM/SGLang/OpenAI-compatible "
                      "rollout servers, issue 24); leave -b at native", c.backend);
   }
-  if (c.tp != 1 || c.ptp != 1) {
-    throw_user_error("-tp {} -ptp {}: tensor parallelism is not implemented yet (planned: issue 23); leave them at 1",
-                     c.tp, c.ptp);
+  if (c.tp < 1 || c.ptp < 1) {
+    throw_user_error("--train-tp {} --rollout-tp {}: tensor-parallel sizes are at least 1", c.tp, c.ptp);
+  }
+  if (!c.distributed() && c.ptp != 1 && c.ptp != c.tp) {
+    throw_user_error("--rollout-tp {} with --train-tp {} in the colocated mode (no -i): the engine generates with the "
+                     "trainer's own parts of the weights, so it has the trainer's tensor parallelism; leave --rollout-tp "
+                     "at 1 (or {}), or give rollout workers their own (-t T -i I under mpirun)", c.ptp, c.tp, c.tp);
   }
   if (c.pp != 1) {
-    throw_user_error("-pp {}: pipeline parallelism is not planned; leave it at 1 (tensor parallelism, issue 23, and ZeRO, "
-                     "issue 22, will shard large models)", c.pp);
+    throw_user_error("-pp {}: pipeline parallelism is not planned; leave it at 1 (tensor parallelism, --train-tp, and "
+                     "ZeRO, -zero, shard large models)", c.pp);
   }
   if (c.zero < 0 || c.zero > 3) {
     throw_user_error("-zero/--zero-stage {}: a ZeRO stage is 0 (off), 1 (optimizer state sharded), 2 (also gradients) "
@@ -161,9 +166,22 @@ void check_files(const RunConfig& c) {
   if (!fs::is_regular_file(fs::path(c.model) / "config.json")) {
     throw_user_error("-m/--model {}: no config.json there; give a Hugging Face model directory", c.model);
   }
-  ModelConfig::load(c.model);  // names an unsupported architecture
+  const ModelConfig model = ModelConfig::load(c.model);  // names an unsupported architecture
+  TpLayout::make(model, static_cast<int>(c.tp), "--train-tp");  // a model too small to split that many ways
+  TpLayout::make(model, static_cast<int>(c.ptp), "--rollout-tp");
   if (!fs::is_regular_file(c.dataset)) throw_user_error("-d/--dataset {}: no such file", c.dataset);
   check_eval_sets(c, true);
+}
+
+// "-t 4" or "-t 4 / --train-tp 2 = 2 replicas", and the same of the engines.
+std::string replicas_text(const RunConfig& c) {
+  if (c.tp == 1) return fmt::format("-t {}", c.trainers());
+  return fmt::format("-t {} / --train-tp {} = {} replicas", c.trainers(), c.tp, c.replicas());
+}
+
+std::string engines_text(const RunConfig& c) {
+  if (c.ptp == 1 || !c.distributed()) return fmt::format("-i {}", c.inferencers());
+  return fmt::format("-i {} / --rollout-tp {} = {} engines", c.inferencers(), c.ptp, c.engines());
 }
 
 void validate(const RunConfig& c) {
@@ -185,7 +203,14 @@ void validate(const RunConfig& c) {
                      c.train_microbatch_size, c.train_minibatch_size, c.num_generations,
                      c.train_minibatch_size * c.num_generations);
   }
-  const int64_t ibs = c.round_prompts(), T = c.trainers(), I = c.inferencers();
+  // Data-parallel replicas (-t / --train-tp) and engines (-i / --rollout-tp) are what the seed's
+  // constraints count (its num_trainer / train_tensor_parallel_size and num_inferencer).
+  const int64_t ibs = c.round_prompts(), T = c.replicas(), I = c.engines();
+  if (c.distributed() && (c.trainers() % c.tp != 0 || c.inferencers() % c.ptp != 0)) {
+    throw_user_error("-t {} --train-tp {} -i {} --rollout-tp {}: the trainer ranks form replicas of --train-tp ranks and "
+                     "the rollout ranks engines of --rollout-tp ranks; make -t a multiple of --train-tp and -i of "
+                     "--rollout-tp", c.trainers(), c.tp, c.inferencers(), c.ptp);
+  }
   if (!c.distributed()) {
     if (c.num_trainers > 1) {
       throw_user_error("-t {} without -i: trainers need rollout workers; give -i (mpirun -np T+I) or drop -t for the "
@@ -196,12 +221,12 @@ void validate(const RunConfig& c) {
                        "rollout workers (-t T -i I under mpirun)", c.n_behind);
     }
   } else if (I % T != 0) {
-    throw_user_error("-i {} is not a multiple of -t {} (num_inferencer % num_trainer == 0)", I, T);
+    throw_user_error("{} is not a multiple of {} (num_inferencer % num_trainer == 0)", engines_text(c), replicas_text(c));
   }
   if ((I * ibs) % (T * c.train_batch_size) != 0) {
-    throw_user_error("-ibs {} with -i {}: {} prompts per round are not a multiple of -t {} × -tbs {} = {} "
+    throw_user_error("-ibs {} with {}: {} prompts per round are not a multiple of {} × -tbs {} = {} "
                      "((num_inferencer × inference_batch_size) % (num_trainer × train_batch_size) == 0{})",
-                     ibs, I, I * ibs, T, c.train_batch_size, T * c.train_batch_size,
+                     ibs, engines_text(c), I * ibs, replicas_text(c), c.train_batch_size, T * c.train_batch_size,
                      c.distributed() ? "" : ", with one of each in the colocated mode");
   }
   if (c.sync_frequency > std::max<int64_t>(1, c.n_behind)) {

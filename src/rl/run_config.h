@@ -40,10 +40,10 @@ struct RunConfig {
   int64_t sync_frequency = 1;          // rollout rounds between weight syncs
   bool verify_sync = false;            // rollout workers send back a hash of the weights they applied
   std::string backend = "native";      // generation backend (only the built-in engine today)
-  int64_t tp = 1;                      // trainer tensor parallelism (refused above 1 until it exists)
+  int64_t tp = 1;                      // trainer tensor parallelism: ranks per data-parallel replica
   int64_t pp = 1;                      // trainer pipeline parallelism (refused above 1)
   int64_t zero = 0;                    // ZeRO stage (refused above 0 until it exists)
-  int64_t ptp = 1;                     // rollout tensor parallelism (refused above 1 until it exists)
+  int64_t ptp = 1;                     // rollout tensor parallelism: ranks per engine
   int64_t n_behind = 0;                // rounds rollout may run ahead of training (bounded staleness)
   int64_t max_relay_episode = 0;       // relay buffer: steps whose rollouts are trained on again (-1: all, 0: off)
   int64_t relay_episode_offset = 0;    // relayed rollouts join the steps from this step on
@@ -119,6 +119,8 @@ struct RunConfig {
   bool distributed() const { return num_inferencers >= 1; }
   int64_t trainers() const { return std::max<int64_t>(1, num_trainers); }
   int64_t inferencers() const { return std::max<int64_t>(1, num_inferencers); }
+  int64_t replicas() const { return std::max<int64_t>(1, trainers() / tp); }  // data-parallel trainer replicas
+  int64_t engines() const { return distributed() ? std::max<int64_t>(1, inferencers() / ptp) : 1; }
   int64_t round_prompts() const { return inference_batch_size > 0 ? inference_batch_size : train_batch_size; }
 };
 

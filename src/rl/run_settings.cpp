@@ -250,8 +250,11 @@ std::vector<Setting> make_settings() {
                            [](C& c) -> bool& { return c.verify_sync; }, {}, true));
   s.push_back(string_setting("runtime.backend", "-b,--backend", "generation backend (native)",
                              [](C& c) -> std::string& { return c.backend; }, {}, true));
-  s.push_back(int_setting("runtime.tensor_parallel_size", "--tp,--tensor-parallel-size", "trainer tensor parallelism (not yet)",
-                          [](C& c) -> int64_t& { return c.tp; }, 1, {}, true));
+  // Not to change on resume: the optimizer state is saved per tensor-parallel part.
+  s.push_back(int_setting("runtime.tensor_parallel_size", "--train-tp,--tp,--tensor-parallel-size",
+                          "trainer tensor parallelism: each data-parallel replica is this many trainer ranks (-t counts "
+                          "ranks; the colocated mode: mpirun -np N with --train-tp N)",
+                          [](C& c) -> int64_t& { return c.tp; }, 1, {"train_tp"}));
   s.push_back(int_setting("runtime.pipeline_parallel_size", "--pp,--pipeline-parallel-size", "trainer pipeline parallelism (not yet)",
                           [](C& c) -> int64_t& { return c.pp; }, 1, {}, true));
   s.push_back(int_setting("runtime.zero_stage", "--zero,--zero-stage",
@@ -294,8 +297,9 @@ std::vector<Setting> make_settings() {
         }
       },
       [](const RunConfig&) { return Json(); }, true));
-  s.push_back(int_setting("runtime.producer_tensor_parallel_size", "--ptp,--producer-tensor-parallel-size",
-                          "rollout tensor parallelism (not yet)", [](C& c) -> int64_t& { return c.ptp; }, 1, {}, true));
+  s.push_back(int_setting("runtime.producer_tensor_parallel_size", "--rollout-tp,--ptp,--producer-tensor-parallel-size",
+                          "rollout tensor parallelism: each engine is this many rollout ranks (-i counts ranks)",
+                          [](C& c) -> int64_t& { return c.ptp; }, 1, {"rollout_tp", "tensor_parallel_size"}, true));
   s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (distributed mode)",
                           [](C& c) -> int64_t& { return c.n_behind; }, 0, {}, true));
   s.push_back(int_setting("runtime.max_relay_episode", "--max-relay-episode",

@@ -10,6 +10,8 @@
 #include "util/error.h"
 #include "util/json.h"
 
+#include <fmt/ranges.h>
+
 namespace rlcpp {
 
 namespace fs = std::filesystem;
@@ -153,22 +155,25 @@ RunPlan decode_plan(const std::string& bytes) {
 
 namespace {
 
-ModelOptions run_model_options(const RunConfig& c, bool frozen) {
+ModelOptions run_model_options(const RunConfig& c, bool frozen, std::shared_ptr<Communicator> tp_group) {
   ModelOptions options = model_options_from_flags(c.dtype, c.device);
   options.gradient_checkpointing = c.gradient_checkpointing;
+  options.tp_group = std::move(tp_group);
   if (frozen && !c.frozen_dtype.empty()) options.frozen_dtype = dtypes().parse(c.frozen_dtype, "--frozen-dtype");
   return options;
 }
 
 }  // namespace
 
-std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional<fs::path>& checkpoint) {
+std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional<fs::path>& checkpoint,
+                                         std::shared_ptr<Communicator> tp_group) {
   if (!c.lora.enabled()) {
-    auto policy = Transformer::from_pretrained(checkpoint ? *checkpoint : fs::path(c.model), run_model_options(c, false));
+    auto policy = Transformer::from_pretrained(checkpoint ? *checkpoint : fs::path(c.model),
+                                               run_model_options(c, false, std::move(tp_group)));
     policy->eval();
     return policy;
   }
-  auto policy = Transformer::from_pretrained(c.model, run_model_options(c, true));
+  auto policy = Transformer::from_pretrained(c.model, run_model_options(c, true, std::move(tp_group)));
   if (checkpoint) {
     if (!is_peft_adapter_dir(*checkpoint)) {
       throw_user_error("{}: a checkpoint of full weights, not a LoRA adapter ({} missing); resume it without --lora-rank",
@@ -187,17 +192,18 @@ std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional
   return policy;
 }
 
-std::shared_ptr<Transformer> load_reference(const RunConfig& c) {
+std::shared_ptr<Transformer> load_reference(const RunConfig& c, std::shared_ptr<Communicator> tp_group) {
   if (c.algo.loss.kl_coef == 0 || c.lora.enabled()) return nullptr;
-  auto reference = Transformer::from_pretrained(c.model, run_model_options(c, true));
+  auto reference = Transformer::from_pretrained(c.model, run_model_options(c, true, std::move(tp_group)));
   reference->eval();
   return reference;
 }
 
-RunState load_run(const RunConfig& c, Communicator* trainers) {
+RunState load_run(const RunConfig& c, const Topology* topology) {
   RunState run;
+  Communicator* trainers = topology != nullptr ? topology->role_group.get() : nullptr;
   const bool leader = trainers == nullptr || trainers->rank() == 0;
-  const int64_t n_trainers = trainers == nullptr ? 1 : trainers->size();
+  const int64_t n_trainers = topology == nullptr ? 1 : topology->num_replicas();
   if (leader) {
     run.tokenizer = Tokenizer::from_dir(c.model);
     run.plan = plan_run(c);
@@ -229,21 +235,30 @@ RunState load_run(const RunConfig& c, Communicator* trainers) {
 
   // LibTorch's own generator (LoRA dropout) starts from the run's seed; a resume restores its state.
   torch::manual_seed(c.seed);
-  run.policy = load_policy(c, run.plan.resume_from);
-  run.reference = load_reference(c);
+  const auto tp_group = topology != nullptr ? topology->tp_group : nullptr;
+  run.policy = load_policy(c, run.plan.resume_from, tp_group);
+  run.reference = load_reference(c, tp_group);
   run.trainer = std::make_unique<Trainer>(run.policy, run.reference, rl_trainer_config(c, run.plan.total_steps));
-  run.trainers = trainers;
-  if (c.zero > 0 && trainers != nullptr) {
-    run.trainer->enable_zero(*trainers, static_cast<int>(c.zero), kGradientBucketBytes);
+  run.topology = topology;
+  if (leader && run.policy->tensor_parallel() != nullptr) {
+    const auto& shape = run.policy->tensor_parallel()->shape();
+    spdlog::info("tensor parallelism: {} ranks per replica; trainer 0 holds query heads [{}, {}), KV heads {}, MLP "
+                 "channels [{}, {}), tokens [{}, {})", c.tp, shape.q_begin, shape.q_end, fmt::join(shape.kv_heads, ","),
+                 shape.mlp_begin, shape.mlp_end, shape.vocab_begin, shape.vocab_end);
+  }
+  if (c.zero > 0 && topology != nullptr) {
+    run.trainer->enable_zero(*topology->dp_group, static_cast<int>(c.zero), kGradientBucketBytes);
     if (leader) {
       spdlog::info("ZeRO stage {}: AdamW moments{} sharded over {} trainers, {} of {} trained elements here", c.zero,
-                   c.zero == 3 ? ", gradients and parameters" : c.zero == 2 ? " and gradients" : "", trainers->size(),
-                   run.trainer->zero()->end() - run.trainer->zero()->begin(), run.trainer->zero()->total());
+                   c.zero == 3 ? ", gradients and parameters" : c.zero == 2 ? " and gradients" : "",
+                   topology->dp_group->size(), run.trainer->zero()->end() - run.trainer->zero()->begin(),
+                   run.trainer->zero()->total());
     }
   }
   if (run.plan.resume_from) {
     GatheredParameters whole(run.trainer->zero());  // ZeRO-3: the optimizer's parameters have their shapes
-    load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer);
+    load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer, topology != nullptr ? topology->tp_rank() : 0,
+                              static_cast<int>(c.tp));
     run.trainer->restore_steps(run.plan.saved.optimizer_steps);
     run.policy_version = run.plan.saved.policy_version;
   }
@@ -251,12 +266,39 @@ RunState load_run(const RunConfig& c, Communicator* trainers) {
 }
 
 fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState& state) {
+  const Topology* t = run.topology;
+  const bool leader = t == nullptr || t->world->rank() == 0;
+  auto* zero = run.trainer->zero();
+  const bool tp = run.policy->tensor_parallel() != nullptr;
+  const bool first_replica = t == nullptr || t->replica() == 0;
+  // Optimizer shards go to trainer 0 from every trainer under ZeRO (each its shard of its part),
+  // from the tensor-parallel ranks of the first replica otherwise; nobody sends without either
+  // (trainer 0 writes optimizer.pt).
+  Communicator* senders = zero != nullptr ? t->role_group.get() : tp && first_replica ? t->tp_group.get() : nullptr;
+  OptimizerShard mine;
+  if (senders != nullptr) {
+    mine.tp_rank = tp ? t->tp_rank() : 0;
+    mine.tp_size = tp ? t->train_tp : 1;
+    if (zero != nullptr) {
+      mine.state = zero->state();
+    } else {
+      const auto params = run.trainer->optimizer().param_groups().at(0).params();
+      mine.state = flat_adamw_state(run.trainer->optimizer(), params, 0, flat_numel(params));
+    }
+  }
+  // Tensor parallelism: the first replica's parts whole on trainer 0, for the model directory.
+  WholeModel whole(*run.policy, 0, tp && first_replica);
+  if (!leader) {
+    if (senders != nullptr) send_optimizer_shard(*senders, mine);
+    return {};
+  }
   std::function<void(const fs::path&)> write_optimizer;
-  if (auto* zero = run.trainer->zero()) {
-    write_optimizer = [&run, zero](const fs::path& state_dir) {
-      // ZeRO-3: the model directory is written; its whole copy goes before the shards arrive.
-      if (zero->stage() == 3) zero->release_all();
-      write_optimizer_shards(state_dir, *run.trainers, zero->state());
+  if (senders != nullptr) {
+    write_optimizer = [&run, zero, senders, &mine](const fs::path& state_dir) {
+      // The model directory is written: its whole copies go before the shards arrive.
+      run.policy->release_whole();
+      if (zero != nullptr && zero->stage() == 3) zero->release_all();
+      write_optimizer_shards(state_dir, *senders, mine);
     };
   }
   return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state),

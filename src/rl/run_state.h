@@ -17,6 +17,7 @@
 
 #include "io/prompt_dataset.h"
 #include "parallel/communicator.h"
+#include "parallel/topology.h"
 #include "rl/rollout.h"
 #include "rl/run_config.h"
 #include "text/tokenizer.h"
@@ -89,23 +90,28 @@ struct RunState {
   PromptDataset dataset;
   std::unique_ptr<DatasetCursor> cursor;   // at the checkpoint's position (or after consumed_samples)
   int64_t policy_version = 0;
-  Communicator* trainers = nullptr;        // the data-parallel trainers (distributed mode), else null
+  const Topology* topology = nullptr;      // under mpirun (distributed, or colocated with TP), else null
 };
 
 // The policy of a run of `config`: from `checkpoint` (a step-N directory) when given, else the base
 // model; under LoRA the base (config.model, frozen, in --frozen-dtype) with the checkpoint's adapter
-// or fresh adapters. The same call gives rollout workers a model of the trainer's shape.
-std::shared_ptr<Transformer> load_policy(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint);
+// or fresh adapters. The same call gives rollout workers a model of the trainer's shape. With
+// `tp_group` of more than one rank, this rank's tensor-parallel part of it.
+std::shared_ptr<Transformer> load_policy(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint,
+                                         std::shared_ptr<Communicator> tp_group = nullptr);
 // The frozen reference model of a run with a KL term (in --frozen-dtype); nullptr under LoRA (the
 // reference is the policy's base with the adapters off) or without KL.
-std::shared_ptr<Transformer> load_reference(const RunConfig& config);
+std::shared_ptr<Transformer> load_reference(const RunConfig& config, std::shared_ptr<Communicator> tp_group = nullptr);
 
-// Loads an RL run. Without `trainers` (or on trainer rank 0 of it) the plan is made here, with the
-// dataset; the other trainers receive the plan from rank 0 and load no dataset. Every trainer
-// counts -t × -tbs prompts per step.
-RunState load_run(const RunConfig& config, Communicator* trainers = nullptr);
+// Loads an RL run. Without a topology (or on trainer rank 0 of it) the plan is made here, with the
+// dataset; the other trainers receive the plan from rank 0 and load no dataset. Every replica
+// counts replicas × -tbs prompts per step. Each trainer holds its tensor-parallel part of the
+// models; ZeRO shards over the data-parallel group.
+RunState load_run(const RunConfig& config, const Topology* topology = nullptr);
 
-// Writes the run's checkpoint step-<state.step> from `run`'s policy and optimizer; returns it.
+// Writes the run's checkpoint step-<state.step> from `run`'s policy and optimizer; returns it. Every
+// trainer calls it (a collective under tensor parallelism or ZeRO: the parts and optimizer shards
+// go to trainer rank 0, which writes; the others get an empty path).
 std::filesystem::path save_run(const RunConfig& config, const RunState& run, const CheckpointState& state);
 
 }  // namespace rlcpp

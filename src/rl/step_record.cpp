@@ -5,6 +5,7 @@
 
 #include <functional>
 
+#include "parallel/mpi.h"
 #include "rl/run_checkpoint.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -99,7 +100,23 @@ RunLog::RunLog(const std::filesystem::path& run_dir, const RunConfig& config, st
 
 RunLog::~RunLog() = default;
 
-void RunLog::write(const StepRecord& record) { write(to_json(record), record.total_steps, console_line(record)); }
+void RunLog::write(const StepRecord& record) {
+  auto line = to_json(record);
+  // Under mpirun: the bytes this rank (trainer 0) moved since the last line, by kind.
+  const CommunicationBytes now = communication_bytes();
+  const CommunicationBytes& was = communicated_;
+  if (now.total() > was.total()) {
+    line["communication"] = {{"bytes", now.total() - was.total()},
+                             {"all_reduce", now.all_reduce - was.all_reduce},
+                             {"broadcast", now.broadcast - was.broadcast},
+                             {"all_gather", now.all_gather - was.all_gather},
+                             {"reduce", now.reduce - was.reduce},
+                             {"reduce_scatter", now.reduce_scatter - was.reduce_scatter},
+                             {"send", now.send - was.send}};
+  }
+  communicated_ = now;
+  write(line, record.total_steps, console_line(record));
+}
 
 void RunLog::write(const nlohmann::ordered_json& line, int64_t total_steps, const std::string& console) {
   metrics_ << line.dump() << "\n";

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/tfevents.h"
+#include "parallel/mpi.h"
 #include "rl/rollout.h"
 #include "rl/run_config.h"
 
@@ -57,6 +58,7 @@ class RunLog {
   std::unique_ptr<EventWriter> events_;
   int64_t steps_written_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  CommunicationBytes communicated_;  // this process's MPI bytes at the last line
 };
 
 // Whether step `step` of `total_steps` writes a checkpoint (-si, and always the last step) and a

@@ -1,5 +1,7 @@
-// A trainer rank of the distributed run: collects its share of each round's groups, trains
-// data-parallel with the other trainers, and (on rank 0) does the leader's duties.
+// A trainer rank of the distributed run: collects its replica's share of each round's groups,
+// trains data-parallel with the other replicas (and tensor-parallel within its replica), and (on
+// rank 0) does the leader's duties. A replica's first rank collects its groups and hands them to
+// the replica's other ranks; they hold the same buffers and take the same steps.
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -10,6 +12,7 @@
 #include "parallel/gradient_sync.h"
 #include "rl/control.h"
 #include "rl/distributed.h"
+#include "rl/evaluate.h"
 #include "rl/leader.h"
 #include "rl/relay_buffer.h"
 #include "rl/run_checkpoint.h"
@@ -29,9 +32,10 @@ class TrainerRank {
   fs::path run();
 
  private:
-  int T() const { return topo_.num_trainers; }
+  int T() const { return topo_.num_replicas(); }
+  int replica() const { return topo_.replica(); }
   ZeroOptimizer* zero() { return run_.trainer->zero(); }
-  // This trainer's share of saved groups: its own under the same -t, else dealt by the balance.
+  // This replica's share of saved groups: its own under the same replicas, else dealt by the balance.
   std::vector<GroupRollout> deal(const TrainerGroups& saved) const;
   // One round from the workers: this trainer's share of its kept groups joins `into`.
   void collect(std::deque<GroupRollout>& into);
@@ -44,8 +48,11 @@ class TrainerRank {
   void train_round(int64_t& step, int64_t last);
   void train_step(int64_t step);
   void save_checkpoint(int64_t step);
-  // Groups of every trainer at the leader, in trainer order (the others get nothing back).
+  // Groups of every replica at the leader, in replica order (the others get nothing back).
   TrainerGroups gather(const std::vector<GroupRollout>& mine);
+  // The leader's evaluation of `step` after its metrics, which the first replica's other ranks serve.
+  void log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdate& update,
+                const std::vector<GroupRollout>& trained);
 
   const RunConfig& c_;
   const Topology& topo_;
@@ -58,17 +65,22 @@ class TrainerRank {
   bool round_ahead_ = false;  // a round is being generated while this one trains (-nb >= 1)
   int64_t nonfinite_steps_ = 0;         // steps in a row whose updates were skipped as non-finite
   std::unique_ptr<Leader> leader_;   // trainer rank 0 only
+  std::unique_ptr<Engine> eval_engine_;  // the first replica's other ranks under tensor parallelism, with -ed
 };
 
 TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
-    : c_(c), topo_(topo), run_(load_run(c, topo.role_group.get())) {
+    : c_(c), topo_(topo), run_(load_run(c, &topo)) {
   if (T() > 1 && run_.trainer->zero() == nullptr) {
-    auto group = topo_.role_group;
+    auto group = topo_.dp_group;
     run_.trainer->set_gradient_reducer(
         [group](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*group, params, kGradientBucketBytes); });
   }
-  channel_ = std::make_unique<RolloutChannel>(topo_.world, topo_.role_group, T(), topo_.num_inferencers);
-  if (topo_.role_rank == 0) leader_ = std::make_unique<Leader>(c, topo, run_);
+  channel_ = std::make_unique<RolloutChannel>(topo_);
+  if (topo_.role_rank == 0) {
+    leader_ = std::make_unique<Leader>(c, topo, run_);
+  } else if (replica() == 0 && topo_.train_tp > 1 && !eval_sets(c).empty()) {
+    eval_engine_ = std::make_unique<Engine>(run_.policy, run_engine_config(c));  // serves the leader's evaluations
+  }
   const CheckpointState& saved = run_.plan.saved;
   const auto mine = deal(saved.rollout_buffer);
   buffer_.assign(mine.begin(), mine.end());
@@ -82,9 +94,9 @@ TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
 std::vector<GroupRollout> TrainerRank::deal(const TrainerGroups& saved) const {
   if (static_cast<int>(saved.per_trainer.size()) == T()) {
     int64_t first = 0;
-    for (int t = 0; t < topo_.role_rank; ++t) first += saved.per_trainer[static_cast<size_t>(t)];
+    for (int t = 0; t < replica(); ++t) first += saved.per_trainer[static_cast<size_t>(t)];
     const auto begin = saved.groups.begin() + first;
-    return {begin, begin + saved.per_trainer[static_cast<size_t>(topo_.role_rank)]};
+    return {begin, begin + saved.per_trainer[static_cast<size_t>(replica())]};
   }
   std::vector<int64_t> tokens;
   for (const auto& g : saved.groups) tokens.push_back(group_tokens(g));
@@ -92,19 +104,20 @@ std::vector<GroupRollout> TrainerRank::deal(const TrainerGroups& saved) const {
                                 std::vector<int64_t>(static_cast<size_t>(T()), 0));
   std::vector<GroupRollout> mine;
   for (size_t k = 0; k < saved.groups.size(); ++k) {
-    if (to[k] == topo_.role_rank) mine.push_back(saved.groups[k]);
+    if (to[k] == replica()) mine.push_back(saved.groups[k]);
   }
   return mine;
 }
 
 TrainerGroups TrainerRank::gather(const std::vector<GroupRollout>& mine) {
+  if (!topo_.tp_leader()) return {};  // the replica's first rank holds the same groups
   if (!leader_) {
-    topo_.role_group->send_bytes(encode_groups(mine), 0, kShareTag);
+    topo_.dp_group->send_bytes(encode_groups(mine), 0, kShareTag);
     return {};
   }
   TrainerGroups all{mine, {static_cast<int64_t>(mine.size())}};
   for (int t = 1; t < T(); ++t) {
-    auto theirs = decode_groups(topo_.role_group->recv_bytes(t, kShareTag));
+    auto theirs = decode_groups(topo_.dp_group->recv_bytes(t, kShareTag));
     all.per_trainer.push_back(static_cast<int64_t>(theirs.size()));
     for (auto& g : theirs) all.groups.push_back(std::move(g));
   }
@@ -113,11 +126,22 @@ TrainerGroups TrainerRank::gather(const std::vector<GroupRollout>& mine) {
 
 void TrainerRank::collect(std::deque<GroupRollout>& into) {
   const auto wait_start = Clock::now();
-  const RoundReceipt receipt = [&] {
-    trace::Span wait("collect_rollouts");
-    return channel_->collect(into);
-  }();
-  if (leader_) leader_->note_round(receipt, std::chrono::duration<double>(Clock::now() - wait_start).count());
+  const size_t before = into.size();
+  if (topo_.tp_leader()) {
+    const RoundReceipt receipt = [&] {
+      trace::Span wait("collect_rollouts");
+      return channel_->collect(into);
+    }();
+    if (leader_) leader_->note_round(receipt, std::chrono::duration<double>(Clock::now() - wait_start).count());
+  }
+  if (topo_.train_tp > 1) {  // the replica's other ranks get the same groups
+    std::string bytes;
+    if (topo_.tp_leader()) bytes = encode_groups(std::vector<GroupRollout>(into.begin() + static_cast<long>(before), into.end()));
+    topo_.tp_group->broadcast_bytes(bytes, 0);
+    if (!topo_.tp_leader()) {
+      for (auto& g : decode_groups(bytes)) into.push_back(std::move(g));
+    }
+  }
 }
 
 void TrainerRank::collect_round() {
@@ -161,10 +185,16 @@ void TrainerRank::save_checkpoint(int64_t step) {
   state.relay_buffer = gather(relay_->groups());
   state.round.end_step = round_end_;
   if (collected_) state.round.collected = gather(std::vector<GroupRollout>(collected_->begin(), collected_->end()));
+  if (leader_) state = leader_->checkpoint_state(std::move(state));
+  save_run(c_, run_, state);  // every trainer: parts and optimizer shards go to trainer 0
+}
+
+void TrainerRank::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdate& update,
+                           const std::vector<GroupRollout>& trained) {
   if (leader_) {
-    leader_->save_checkpoint(std::move(state));
-  } else if (const auto* zero = run_.trainer->zero()) {
-    send_optimizer_shard(*topo_.role_group, zero->state());  // trainer 0 writes it with the checkpoint
+    leader_->log_step(step, rows, update, trained);
+  } else if (eval_engine_) {
+    serve_evaluation_if_due(*eval_engine_, c_, step, run_.plan.total_steps);
   }
 }
 
@@ -172,25 +202,25 @@ void TrainerRank::train_step(int64_t step) {
   trace::Span span("step");
   const std::vector<GroupRollout> batch = take_groups(buffer_, c_.train_batch_size);
   const int64_t version_before = run_.policy_version;
-  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, topo_.role_group.get(), relay_->relayed(step),
-                                               version_before);
+  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, topo_.dp_group.get(), relay_->relayed(step),
+                                            version_before);
   relay_->add(step, batch);
   check_nonfinite(c_, update, step, nonfinite_steps_);
   if (update.trained) ++run_.policy_version;
 
-  // Every trainer's figures, one row each, summed so each row reaches the leader.
+  // Every replica's figures, one row each, summed so each row reaches the leader.
   auto rows = torch::zeros({T(), n_step_figures()}, torch::kFloat64);
-  rows[topo_.role_rank] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before);
-  if (T() > 1) topo_.role_group->all_reduce_sum(rows);
+  rows[replica()] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before);
+  if (T() > 1) topo_.dp_group->all_reduce_sum(rows);
   const auto trained = rollouts_due(c_, step) ? gather(batch).groups : std::vector<GroupRollout>{};
   if (zero() != nullptr && zero()->stage() == 3) {
     // The leader's evaluation generates with the policy: whole on trainer 0 for it.
     auto due = torch::tensor({leader_ && leader_->evaluation_due(step) ? 1.0 : 0.0}, torch::kFloat64);
     topo_.role_group->broadcast(due, 0);
     GatheredParameters whole(zero(), due.item<double>() > 0, /*root=*/0);
-    if (leader_) leader_->log_step(step, rows, update, trained);
-  } else if (leader_) {
-    leader_->log_step(step, rows, update, trained);
+    log_step(step, rows, update, trained);
+  } else {
+    log_step(step, rows, update, trained);
   }
   // After the metrics line, so a run resumed from this checkpoint has every line up to it.
   if (checkpoint_due(c_, step, run_.plan.total_steps)) save_checkpoint(step);
@@ -215,8 +245,8 @@ fs::path TrainerRank::run() {
     ++rounds_since_step;
     // Steps the trainers can fill now (each holds within one group of the others).
     auto held = torch::zeros({T()}, torch::kFloat64);
-    held[topo_.role_rank] = static_cast<double>(buffer_.size());
-    if (T() > 1) topo_.role_group->all_reduce_sum(held);
+    held[replica()] = static_cast<double>(buffer_.size());
+    if (T() > 1) topo_.dp_group->all_reduce_sum(held);
     int64_t steps = static_cast<int64_t>(held.min().item<double>()) / c_.train_batch_size;
     if (steps == 0 && !(c_.algo.dynamic_batching && rounds_since_step <= c_.max_dynamic_rounds)) {
       steps = 1;  // a partial step: every trainer trains on what it holds

@@ -282,7 +282,8 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       };
       auto head = fused_token_loss_head(h.reshape({-1, h.size(-1)}).index_select(0, rows), policy_->output_weight(),
                                         flat_targets.index_select(0, rows), config_.temperature,
-                                        policy_->options().logprob_chunk_tokens, loss_of, mb.score);
+                                        policy_->options().logprob_chunk_tokens, loss_of, mb.score,
+                                        policy_->vocab_shard());
       in.logprobs = lay_rows(head.logprobs);
       if (mb.score) in.entropy = lay_rows(head.entropy);
       loss = head.loss;
@@ -356,7 +357,15 @@ void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes)
       if (in_layers.count(p.unsafeGetTensorImpl()) == 0) resident.push_back(p);
     }
   }
+  // Under tensor parallelism the shards are of this rank's parts: the norm counts each element of
+  // the whole model once (the masks are made while the parameters are whole: stage 3 releases them).
+  std::vector<torch::Tensor> owned;
+  const auto* tp = policy_->tensor_parallel();
+  if (tp != nullptr) {
+    for (const auto& p : trained) owned.push_back(tp->owned_mask(p, *policy_->shard_of(p)));
+  }
   zero_ = std::make_unique<ZeroOptimizer>(trained, group, stage, bucket_bytes, resident);
+  if (tp != nullptr) zero_->set_tensor_parallel(tp->group(), std::move(owned));
   if (stage >= 2) policy_->set_parameter_holder(zero_.get());
 }
 
@@ -381,13 +390,27 @@ void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
   // A non-finite gradient (a NaN or inf loss anywhere, on any rank: the norm is of the summed
   // gradient) is not applied; the step still counts, so the schedule and the plan stay aligned.
   double grad_norm = 0;
+  const auto trained = policy_->trainable_parameters();
+  // Tensor parallelism: the gradients of tensors several ranks hold are summed over them first
+  // (at ZeRO stages 2 and 3 the layers' were, as backward handed them over).
+  policy_->reduce_partial_gradients(trained);
   if (zero_) {  // reduces, clips and updates this trainer's shard (or skips), releases the gradients
     const auto& options = static_cast<torch::optim::AdamWOptions&>(optimizer_->param_groups().at(0).options());
     grad_norm = zero_->step(options, config_.optimizer.max_grad_norm);
   } else {
-    const auto trained = policy_->trainable_parameters();
     if (gradient_reducer_) gradient_reducer_(trained);
-    if (config_.optimizer.max_grad_norm > 0) {
+    if (policy_->tensor_parallel() != nullptr) {
+      // The norm of the whole model's gradient (each element counted on one rank), clipped as
+      // torch::nn::utils::clip_grad_norm_ does.
+      grad_norm = std::sqrt(policy_->gradient_squares(trained));
+      const double coef = config_.optimizer.max_grad_norm / (grad_norm + 1e-6);
+      if (config_.optimizer.max_grad_norm > 0 && coef < 1 && std::isfinite(grad_norm)) {
+        torch::NoGradGuard no_grad;
+        for (const auto& p : trained) {
+          if (p.grad().defined()) p.grad().mul_(coef);
+        }
+      }
+    } else if (config_.optimizer.max_grad_norm > 0) {
       grad_norm = torch::nn::utils::clip_grad_norm_(trained, config_.optimizer.max_grad_norm);
     } else {
       for (const auto& p : trained) {

@@ -423,6 +423,27 @@ void LayerByLayer::finish() {
   zero_.release_resident();
 }
 
+void ZeroOptimizer::set_tensor_parallel(Communicator& group, std::vector<torch::Tensor> owned) {
+  RLCPP_CHECK(owned.size() == params_.size(), "{} owned masks for {} parameters", owned.size(), params_.size());
+  tp_group_ = &group;
+  owned_ = std::move(owned);
+}
+
+double ZeroOptimizer::gradient_squares(const std::vector<torch::Tensor>& grads) const {
+  if (tp_group_ == nullptr) return summed_squares(group_, grads);
+  // The shard's pieces, each weighted by the elements of it this rank owns.
+  auto squares = torch::zeros({1}, torch::kFloat64);
+  size_t k = 0;
+  for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
+    const auto g = (stage_ == 1 ? grads[k++] : shard_grad_.narrow(0, at, len)).to(torch::kFloat64).square();
+    const auto& mask = owned_[i];
+    squares += mask.defined() ? (g * mask.narrow(0, in_param, len).to(torch::kFloat64)).sum() : g.sum();
+  });
+  group_.all_reduce_sum(squares);
+  tp_group_->all_reduce_sum(squares);
+  return squares.item<double>();
+}
+
 void ZeroOptimizer::reduce_resident_gradients() {
   trace::Span span("reduce_resident_gradients");
   std::vector<torch::Tensor> grads;  // undefined (zero) where this trainer has none or holds none
@@ -453,7 +474,7 @@ double ZeroOptimizer::step(const torch::optim::AdamWOptions& options, double max
     if (stage_ == 3) release_resident();
     grads.push_back(shard_grad_);
   }
-  const double norm = std::sqrt(summed_squares(group_, grads));
+  const double norm = std::sqrt(gradient_squares(grads));
   if (std::isfinite(norm)) {  // every trainer sees the same norm: none updates on a non-finite one
     if (max_norm > 0) {
       const double coef = max_norm / (norm + 1e-6);  // as torch::nn::utils::clip_grad_norm_
