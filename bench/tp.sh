@@ -22,7 +22,7 @@ head -n $((steps * tbs)) "$shared/datasets/gsm8k/train.jsonl" > "$work/data.json
 cores=$(nproc)
 echo "rlcpp train --train-tp N (colocated): $layers layers, $steps steps of $tbs prompts x $g samples, max $mnt new tokens," \
      "micro-batch $tmbs, $cores cores"
-printf '%-4s %9s %10s %8s %14s %16s\n' tp "step s" "generate s" "train s" "peak RSS/rank" "MB moved/step"
+printf '%-4s %9s %10s %8s %22s %16s\n' tp "step s" "generate s" "train s" "peak RSS rank 0 / rest" "MB moved/step"
 for tp in $sizes; do
   threads=$(( cores / tp > 0 ? cores / tp : 1 ))
   args=(train -m "$work/model" -d "$work/data.jsonl" -g "$g" -tbs "$tbs" -tMbs "$tbs" -tmbs "$tmbs" --mnt "$mnt"
@@ -43,7 +43,8 @@ later = rows[1:] or rows
 mean = lambda key: sum(r["time"][key] for r in later) / len(later)
 moved = sum(r.get("communication", {}).get("bytes", 0) for r in later) / len(later) / 1e6
 rss = [int(open(f"{work}/rss.{r}").read().split()[-1]) / 1024 for r in range(tp)]
-print(f"{tp:<4} {mean('total'):9.1f} {mean('generate'):10.1f} {mean('train'):8.1f} {max(rss):10.0f} MiB {moved:16.1f}")
+rest = f"{max(rss[1:]):6.0f}" if tp > 1 else "     -"
+print(f"{tp:<4} {mean('total'):9.1f} {mean('generate'):10.1f} {mean('train'):8.1f} {rss[0]:9.0f} / {rest} MiB {moved:16.1f}")
 if tp > 1:
     kinds = {k: sum(r["communication"].get(k, 0) for r in later) / len(later) / 1e6 for k in later[0]["communication"] if k != "bytes"}
     print("     rank 0 per step: " + ", ".join(f"{k} {v:.1f} MB" for k, v in kinds.items() if v > 0))

@@ -92,7 +92,7 @@ def header(path):
         return json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
 state, init, saved = sys.argv[1:]
 shards = sorted(f for f in os.listdir(state) if f.startswith("optimizer-shard-"))
-assert shards == ["optimizer-shard-000-of-002.safetensors", "optimizer-shard-001-of-002.safetensors"], shards
+assert shards == ["optimizer-shard-000-of-002-000.safetensors", "optimizer-shard-001-of-002-000.safetensors"], shards
 assert not os.path.exists(os.path.join(state, "optimizer.pt"))
 meta = [header(os.path.join(state, s))["__metadata__"] for s in shards]
 assert [m["tp_rank"] for m in meta] == ["0", "1"] and all(m["tp_size"] == "2" for m in meta), meta

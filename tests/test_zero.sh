@@ -80,7 +80,7 @@ weights_close runs/lora3/step-3/adapter_model.safetensors runs/lora0/step-3/adap
 t2=(-t 2 -i 2 -tbs 3 -tMbs 3) t3=(-t 3 -i 3 -tbs 2 -tMbs 2) t1=(-t 1 -i 1 -tbs 6 -tMbs 6)
 run_mpi 4 "${base[@]}" "${t2[@]}" --max-steps 4 -zero 2 -p whole > whole.log 2>&1 || bad whole-run
 run_mpi 4 "${base[@]}" "${t2[@]}" --max-steps 4 --si 2 -zero 2 -p first > first.log 2>&1 || bad first-run
-shards=$(ls runs/first/step-2/trainer_state/ 2>/dev/null | grep -c '^optimizer-shard-.*-of-002\.safetensors$')
+shards=$(ls runs/first/step-2/trainer_state/ 2>/dev/null | grep -c '^optimizer-shard-.*-of-002-000\.safetensors$')
 [ "$shards" = 2 ] && [ ! -e runs/first/step-2/trainer_state/optimizer.pt ] && ok shard-per-trainer \
   || { bad shard-per-trainer; ls runs/first/step-2/trainer_state/; }
 resume_onto() {  # NAME NP ARGS...: continues first's step-2 checkpoint, compares step 4 with `whole`
@@ -106,7 +106,7 @@ run_mpi 4 "${base[@]}" "${t2[@]}" --max-steps 4 -zero 2 -p from0 -cp runs/first0
   && ok stage0-checkpoint-onto-zero2 || { bad stage0-checkpoint-onto-zero2; tail -3 from0.log; }
 
 # A shard missing from a checkpoint: a clear error naming it, not a crash.
-cp -r runs/first/step-2 broken && rm broken/trainer_state/optimizer-shard-001-of-002.safetensors
+cp -r runs/first/step-2 broken && rm broken/trainer_state/optimizer-shard-001-of-002-000.safetensors
 run_mpi 4 "${base[@]}" "${t2[@]}" --max-steps 4 -zero 2 -p broken -cp broken > broken.log 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "a shard file is missing" broken.log && ok missing-shard-error \

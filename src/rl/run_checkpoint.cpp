@@ -83,47 +83,82 @@ namespace {
 
 constexpr int kShardTag = 9301;
 
-void write_shard_file(const fs::path& state_dir, int rank, int senders, const OptimizerShard& shard) {
-  const FlatAdamWState& s = shard.state;
-  save_safetensors(state_dir / fmt::format("optimizer-shard-{:03d}-of-{:03d}.safetensors", rank, senders),
-                   {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}},
+// Optimizer state travels and is written in pieces of at most this many elements, so neither a
+// sender nor trainer 0 holds a copy of a whole part's moments (twice a model's weights).
+constexpr int64_t kPieceElements = int64_t{1} << 25;
+
+void write_shard_file(const fs::path& path, const FlatAdamWState& s, int tp_rank, int tp_size) {
+  save_safetensors(path, {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}},
                    {{"begin", std::to_string(s.begin)},
                     {"end", std::to_string(s.end)},
                     {"total", std::to_string(s.total)},
                     {"step", std::to_string(s.step)},
-                    {"tp_rank", std::to_string(shard.tp_rank)},
-                    {"tp_size", std::to_string(shard.tp_size)}});
+                    {"tp_rank", std::to_string(tp_rank)},
+                    {"tp_size", std::to_string(tp_size)}});
+}
+
+fs::path shard_path(const fs::path& state_dir, int rank, int senders, int64_t piece) {
+  return state_dir / fmt::format("optimizer-shard-{:03d}-of-{:03d}-{:03d}.safetensors", rank, senders, piece);
+}
+
+int64_t n_pieces(const OptimizerShard& s) { return std::max<int64_t>(1, (s.end - s.begin + kPieceElements - 1) / kPieceElements); }
+
+FlatAdamWState piece_of(const OptimizerShard& s, int64_t k) {
+  const int64_t a = s.begin + k * kPieceElements, b = std::min(s.end, a + kPieceElements);
+  return s.range(a, b);
 }
 
 }  // namespace
 
+OptimizerShard optimizer_shard(const FlatAdamWState& held, int tp_rank, int tp_size) {
+  OptimizerShard out{held.begin, held.end, tp_rank, tp_size, {}};
+  out.range = [held](int64_t a, int64_t b) {
+    FlatAdamWState s = held;
+    s.begin = a;
+    s.end = b;
+    s.exp_avg = held.exp_avg.narrow(0, a - held.begin, b - a);
+    s.exp_avg_sq = held.exp_avg_sq.narrow(0, a - held.begin, b - a);
+    return s;
+  };
+  return out;
+}
+
 void send_optimizer_shard(Communicator& senders, const OptimizerShard& mine) {
-  const FlatAdamWState& s = mine.state;
-  const nlohmann::json header = {{"begin", s.begin}, {"end", s.end}, {"total", s.total}, {"step", s.step},
-                                 {"tp_rank", mine.tp_rank}, {"tp_size", mine.tp_size},
-                                 {"dtype", c10::toString(s.exp_avg.scalar_type())}};
-  senders.send_bytes(header.dump(), 0, kShardTag);
-  senders.send(s.exp_avg, 0, kShardTag);
-  senders.send(s.exp_avg_sq, 0, kShardTag);
+  const int64_t n = n_pieces(mine);
+  senders.send_bytes(nlohmann::json({{"pieces", n}, {"tp_rank", mine.tp_rank}, {"tp_size", mine.tp_size}}).dump(), 0,
+                     kShardTag);
+  for (int64_t k = 0; k < n; ++k) {
+    const FlatAdamWState s = piece_of(mine, k);
+    const nlohmann::json header = {{"begin", s.begin}, {"end", s.end}, {"total", s.total}, {"step", s.step},
+                                   {"dtype", static_cast<int>(s.exp_avg.scalar_type())}};
+    senders.send_bytes(header.dump(), 0, kShardTag);
+    senders.send(s.exp_avg, 0, kShardTag);
+    senders.send(s.exp_avg_sq, 0, kShardTag);
+  }
 }
 
 void write_optimizer_shards(const fs::path& state_dir, Communicator& senders, const OptimizerShard& mine) {
-  write_shard_file(state_dir, 0, senders.size(), mine);
-  for (int r = 1; r < senders.size(); ++r) {  // one shard in memory at a time
-    const auto header = nlohmann::json::parse(senders.recv_bytes(r, kShardTag));
-    OptimizerShard theirs;
-    FlatAdamWState& s = theirs.state;
-    s.begin = header.at("begin").get<int64_t>();
-    s.end = header.at("end").get<int64_t>();
-    s.total = header.at("total").get<int64_t>();
-    s.step = header.at("step").get<int64_t>();
-    theirs.tp_rank = header.at("tp_rank").get<int>();
-    theirs.tp_size = header.at("tp_size").get<int>();
-    s.exp_avg = torch::empty({s.end - s.begin}, mine.state.exp_avg.options().device(torch::kCPU));
-    s.exp_avg_sq = torch::empty_like(s.exp_avg);
-    senders.recv(s.exp_avg, r, kShardTag);
-    senders.recv(s.exp_avg_sq, r, kShardTag);
-    write_shard_file(state_dir, r, senders.size(), theirs);
+  for (int64_t k = 0; k < n_pieces(mine); ++k) {
+    write_shard_file(shard_path(state_dir, 0, senders.size(), k), piece_of(mine, k), mine.tp_rank, mine.tp_size);
+  }
+  for (int r = 1; r < senders.size(); ++r) {  // one piece in memory at a time
+    const auto first = nlohmann::json::parse(senders.recv_bytes(r, kShardTag));
+    const int64_t n = first.at("pieces").get<int64_t>();
+    for (int64_t k = 0; k < n; ++k) {
+      const auto header = nlohmann::json::parse(senders.recv_bytes(r, kShardTag));
+      FlatAdamWState s;
+      s.begin = header.at("begin").get<int64_t>();
+      s.end = header.at("end").get<int64_t>();
+      s.total = header.at("total").get<int64_t>();
+      s.step = header.at("step").get<int64_t>();
+      const auto dtype = static_cast<torch::ScalarType>(header.at("dtype").get<int>());
+      s.exp_avg = torch::empty({s.end - s.begin}, torch::TensorOptions().dtype(dtype));
+      s.exp_avg_sq = torch::empty_like(s.exp_avg);
+      senders.recv(s.exp_avg, r, kShardTag);
+      senders.recv(s.exp_avg_sq, r, kShardTag);
+      write_shard_file(shard_path(state_dir, r, senders.size(), k), s, first.at("tp_rank").get<int>(),
+                       first.at("tp_size").get<int>());
+    }
   }
 }
 

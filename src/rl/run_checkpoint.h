@@ -62,15 +62,19 @@ nlohmann::json read_checkpoint_state(const std::filesystem::path& step_dir, cons
 // parallelism (`tp_size` > 1) the state is that of this rank's part, `tp_rank` of the same size.
 void load_checkpoint_optimizer(const std::filesystem::path& step_dir, Trainer& trainer, int tp_rank = 0, int tp_size = 1);
 
-// Sharded optimizer state (ZeRO, tensor parallelism): trainer_state/optimizer-shard-<r>-of-<n>.safetensors,
-// each one trainer's range of the flat AdamW state of its tensor-parallel part (exp_avg, exp_avg_sq;
-// begin, end, total, step, tp_rank and tp_size in its metadata). Trainer 0 writes them all,
+// Sharded optimizer state (ZeRO, tensor parallelism): trainer_state/optimizer-shard-<r>-of-<n>-<k>.safetensors,
+// piece k of one trainer's range of the flat AdamW state of its tensor-parallel part (exp_avg,
+// exp_avg_sq; begin, end, total, step, tp_rank and tp_size in its metadata). Trainer 0 writes them all,
 // receiving the others' one at a time (send_optimizer_shard), over a group of the senders in
 // which it is rank 0.
+// A trainer's range [begin, end) of its part's flat state, read a piece at a time through `range`.
 struct OptimizerShard {
-  FlatAdamWState state;
+  int64_t begin = 0, end = 0;
   int tp_rank = 0, tp_size = 1;  // the tensor-parallel part the state is of
+  std::function<FlatAdamWState(int64_t a, int64_t b)> range;  // the state of [a, b) within [begin, end)
 };
+// The shard of a state held whole (ZeRO's): pieces are views of it.
+OptimizerShard optimizer_shard(const FlatAdamWState& held, int tp_rank, int tp_size);
 std::vector<std::filesystem::path> optimizer_shard_files(const std::filesystem::path& state_dir);
 void send_optimizer_shard(Communicator& senders, const OptimizerShard& mine);
 void write_optimizer_shards(const std::filesystem::path& state_dir, Communicator& senders, const OptimizerShard& mine);

@@ -251,7 +251,7 @@ std::vector<Setting> make_settings() {
   s.push_back(string_setting("runtime.backend", "-b,--backend", "generation backend (native)",
                              [](C& c) -> std::string& { return c.backend; }, {}, true));
   // Not to change on resume: the optimizer state is saved per tensor-parallel part.
-  s.push_back(int_setting("runtime.tensor_parallel_size", "--train-tp,--tp,--tensor-parallel-size",
+  s.push_back(int_setting("runtime.tensor_parallel_size", "--tp,--train-tp,--tensor-parallel-size",
                           "trainer tensor parallelism: each data-parallel replica is this many trainer ranks (-t counts "
                           "ranks; the colocated mode: mpirun -np N with --train-tp N)",
                           [](C& c) -> int64_t& { return c.tp; }, 1, {"train_tp"}));
@@ -297,7 +297,7 @@ std::vector<Setting> make_settings() {
         }
       },
       [](const RunConfig&) { return Json(); }, true));
-  s.push_back(int_setting("runtime.producer_tensor_parallel_size", "--rollout-tp,--ptp,--producer-tensor-parallel-size",
+  s.push_back(int_setting("runtime.producer_tensor_parallel_size", "--ptp,--rollout-tp,--producer-tensor-parallel-size",
                           "rollout tensor parallelism: each engine is this many rollout ranks (-i counts ranks)",
                           [](C& c) -> int64_t& { return c.ptp; }, 1, {"rollout_tp", "tensor_parallel_size"}, true));
   s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (distributed mode)",

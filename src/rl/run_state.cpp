@@ -277,13 +277,14 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   Communicator* senders = zero != nullptr ? t->role_group.get() : tp && first_replica ? t->tp_group.get() : nullptr;
   OptimizerShard mine;
   if (senders != nullptr) {
-    mine.tp_rank = tp ? t->tp_rank() : 0;
-    mine.tp_size = tp ? t->train_tp : 1;
+    const int tp_rank = tp ? t->tp_rank() : 0, tp_size = tp ? t->train_tp : 1;
     if (zero != nullptr) {
-      mine.state = zero->state();
-    } else {
-      const auto params = run.trainer->optimizer().param_groups().at(0).params();
-      mine.state = flat_adamw_state(run.trainer->optimizer(), params, 0, flat_numel(params));
+      mine = optimizer_shard(zero->state(), tp_rank, tp_size);
+    } else {  // the whole state of this rank's part, flattened a piece at a time as it goes
+      auto& optimizer = run.trainer->optimizer();
+      const auto params = optimizer.param_groups().at(0).params();
+      mine = {0, flat_numel(params), tp_rank, tp_size,
+              [&optimizer, params](int64_t a, int64_t b) { return flat_adamw_state(optimizer, params, a, b); }};
     }
   }
   // Tensor parallelism: the first replica's parts whole on trainer 0, for the model directory.
