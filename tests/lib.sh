@@ -68,3 +68,19 @@ PY
 }
 # The weights moved: a run that trained nothing would pass every comparison.
 weights_moved() { [ -f "$1" ] && [ -f "$2" ] && ! weights_close "$1" "$2" 1e-6 > /dev/null; }
+# kill -9 of world rank RANK of `run_mpi NP ARGS... -p killed` once its second checkpoint is written:
+# the job must end non-zero by itself (no rank left waiting in a collective; 124 is a hang).
+killed_rank_ends_job() {  # NP RANK ARGS...
+  local np=$1 rank=$2; shift 2
+  run_mpi "$np" "$@" -p killed > killed.log 2>&1 &
+  local job=$! victim="" pid rc
+  for _ in $(seq 1 600); do [ -e runs/killed/step-2 ] && break; sleep 0.05; done
+  for pid in $(pgrep -f "rlcpp train .*-p killed\$"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
+  done
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $job
+  rc=$?
+  [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok killed-trainer-ends-job \
+    || { bad killed-trainer-ends-job; echo "victim '$victim' rc $rc (124: it hung)"; }
+}

@@ -113,17 +113,7 @@ rc=$?
   || { bad missing-shard-error; tail -3 broken.log; }
 
 # kill -9 of a trainer mid-run: the job ends non-zero by itself (no rank left waiting in a collective).
-run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 1 -tMbs 1 --max-steps 40 --si 1 -zero 3 -p killed > killed.log 2>&1 &
-job=$! victim=""
-for _ in $(seq 1 600); do [ -e runs/killed/step-2 ] && break; sleep 0.05; done
-for pid in $(pgrep -f "rlcpp train .*-p killed\$"); do
-  tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$pid
-done
-[ -n "$victim" ] && kill -9 "$victim"
-wait $job
-rc=$?
-[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok killed-trainer-ends-job \
-  || { bad killed-trainer-ends-job; echo "victim '$victim' rc $rc (124: it hung)"; }
+killed_rank_ends_job 4 1 "${base[@]}" -t 2 -i 2 -tbs 1 -tMbs 1 --max-steps 40 --si 1 -zero 3
 
 # Settings refused with the flag named.
 expect_error() {  # NAME PATTERN ARGS...
