@@ -11,11 +11,13 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libpcre2-dev libutf8proc-dev                         # tokenizer regex and NFC
   libopenmpi-dev openmpi-bin                           # process launch and CPU collectives
+  libcpp-httplib-dev                                   # rlcpp serve and the remote rollout backend (HTTP)
   clang libclang-rt-14-dev                             # libFuzzer targets
   python3                                              # the example external reward (standard library only)
   chromium                                             # the report test renders the HTML in a real browser
   iproute2 util-linux                                  # the two-host test: network namespaces and a veth pair
   time                                                 # peak RSS of runs (the memory-estimate test, bench/)
+  curl                                                 # the serve tests' raw HTTP requests
 )
 
 missing=()

@@ -84,3 +84,18 @@ killed_rank_ends_job() {  # NP RANK ARGS...
   [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok killed-trainer-ends-job \
     || { bad killed-trainer-ends-job; echo "victim '$victim' rc $rc (124: it hung)"; }
 }
+# `rlcpp serve ARGS...` ($rlcpp) in the background on a free loopback port, its output in LOG:
+# sets server_pid and server_url once it listens (its first stdout line says where). Fails when it
+# exits first or does not listen within 60 s. The caller kills it (cleanup_extra).
+start_server() {  # LOG ARGS...
+  local log=$1; shift
+  "$rlcpp" serve --port 0 "$@" > "$log" 2>&1 &
+  server_pid=$! server_url=""
+  for _ in $(seq 1 600); do
+    server_url=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$log" | head -1 | cut -d' ' -f3)
+    [ -n "$server_url" ] && return 0
+    kill -0 "$server_pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}

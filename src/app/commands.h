@@ -19,5 +19,6 @@ void add_merge_command(CLI::App& app);
 void add_sft_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace rlcpp

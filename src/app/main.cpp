@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   rlcpp::add_sft_command(app);
   rlcpp::add_eval_command(app);
   rlcpp::add_report_command(app);
+  rlcpp::add_serve_command(app);
   try {
     app.parse(rewrite_single_dash_long_options(argc, argv));
     if (show_version) {

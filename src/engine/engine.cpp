@@ -65,21 +65,23 @@ GeneratedSample to_sample(const Sequence& s, const Tokenizer* tokenizer, int64_t
   out.sample = s.sample;
   out.token_ids.assign(s.tokens.begin() + s.n_prompt, s.tokens.end());
   out.logprobs = s.logprobs;
+  out.top_logprobs = s.top_logprobs;
   out.finish_reason = s.finish_reason;
   out.policy_version = version;
   if (tokenizer != nullptr) out.text = cut_text ? *cut_text : tokenizer->decode(out.token_ids, true);
   return out;
 }
 
-void validate(const std::vector<GenerationRequest>& requests, int64_t vocab) {
-  for (size_t r = 0; r < requests.size(); ++r) {
-    const auto& p = requests[r].params;
+void validate_request(const GenerationRequest& request, size_t r, int64_t vocab) {
+  {
+    const auto& p = request.params;
     if (p.temperature < 0) throw_user_error("request {}: temperature {} must be >= 0", r, p.temperature);
     if (p.top_p <= 0 || p.top_p > 1) throw_user_error("request {}: top_p {} must be in (0, 1]", r, p.top_p);
     if (p.min_p < 0 || p.min_p >= 1) throw_user_error("request {}: min_p {} must be in [0, 1)", r, p.min_p);
     if (p.top_k < 0) throw_user_error("request {}: top_k {} must be >= 0", r, p.top_k);
     if (p.max_new_tokens < 1) throw_user_error("request {}: max_new_tokens {} must be >= 1", r, p.max_new_tokens);
-    for (int32_t id : requests[r].prompt_ids) {
+    if (p.logprobs < 0) throw_user_error("request {}: logprobs {} must be >= 0", r, p.logprobs);
+    for (int32_t id : request.prompt_ids) {
       if (id < 0 || id >= vocab) throw_user_error("request {}: prompt token {} is outside the vocabulary (0..{})", r, id, vocab - 1);
     }
   }
@@ -88,19 +90,22 @@ void validate(const std::vector<GenerationRequest>& requests, int64_t vocab) {
 // The requests within the model's positions (max_position_embeddings): a prompt that leaves no
 // room for one new token is an error; a response that would run past the last position is capped
 // there, and the first capped request of the process says so.
-std::vector<GenerationRequest> fit_to_positions(const std::vector<GenerationRequest>& requests, int64_t max_positions) {
-  std::vector<GenerationRequest> out = requests;
-  if (max_positions <= 0) return out;
+void validate(const std::vector<GenerationRequest>& requests, int64_t vocab) {
+  for (size_t r = 0; r < requests.size(); ++r) validate_request(requests[r], r, vocab);
+}
+
+GenerationRequest fit_request(GenerationRequest request, size_t r, int64_t max_positions) {
+  if (max_positions <= 0) return request;
   static std::atomic<bool> said{false};
-  for (size_t r = 0; r < out.size(); ++r) {
-    const int64_t prompt = static_cast<int64_t>(out[r].prompt_ids.size());
+  {
+    const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
     const int64_t room = max_positions - prompt;
     if (room < 1) {
       throw_user_error("request {}: its prompt of {} tokens fills the model's {} positions (max_position_embeddings); "
                        "shorten it, or limit prompts with -mpt/--max-prompt-tokens (--overflow truncate_left or drop)",
                        r, prompt, max_positions);
     }
-    auto& p = out[r].params;
+    auto& p = request.params;
     if (p.max_new_tokens > room) {
       if (!said.exchange(true)) {
         spdlog::warn("a prompt of {} tokens leaves room for {} new tokens in the model's {} positions: its response is "
@@ -109,6 +114,12 @@ std::vector<GenerationRequest> fit_to_positions(const std::vector<GenerationRequ
       p.max_new_tokens = room;
     }
   }
+  return request;
+}
+
+std::vector<GenerationRequest> fit_to_positions(const std::vector<GenerationRequest>& requests, int64_t max_positions) {
+  std::vector<GenerationRequest> out;
+  for (size_t r = 0; r < requests.size(); ++r) out.push_back(fit_request(requests[r], r, max_positions));
   return out;
 }
 
@@ -233,82 +244,152 @@ SampleResult Engine::sample_step(const torch::Tensor& logits, const StepInputs& 
   return sample_tokens(logits.index_select(0, rows), params, inputs.u, generating_model().vocab_shard());
 }
 
-std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationRequest>& given) {
-  RLCPP_CHECK(leads(), "generate on a follower of the engine's group (it serves)");
-  validate(given, model_->config().vocab_size);
-  const std::vector<GenerationRequest> requests = fit_to_positions(given, model_->config().max_position_embeddings);
-  const auto start = std::chrono::steady_clock::now();
-  refresh_copy();
-  SchedulerConfig sc{config_.max_num_seqs, config_.max_num_batched_tokens, config_.prefix_sharing,
-                     config_.chunked_prefill};
-  Scheduler scheduler(sc, cache_->n_blocks(), cache_->block_size());
-  stats_ = EngineStats{};
-  for (size_t r = 0; r < requests.size(); ++r) {
-    scheduler.add_request(static_cast<int64_t>(r), requests[r].prompt_ids, requests[r].params, requests[r].n,
-                          requests[r].seed);
-    stats_.n_prompt_tokens += static_cast<int64_t>(requests[r].prompt_ids.size());
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+GenerationLoop::GenerationLoop(Engine& engine)
+    : engine_(engine),
+      start_(std::chrono::steady_clock::now()),
+      scheduler_(SchedulerConfig{engine.config_.max_num_seqs, engine.config_.max_num_batched_tokens,
+                                 engine.config_.prefix_sharing, engine.config_.chunked_prefill},
+                 engine.cache_->n_blocks(), engine.cache_->block_size()) {
+  RLCPP_CHECK(engine_.leads(), "generating on a follower of the engine's group (it serves)");
+  engine_.refresh_copy();
+  runner_ = std::make_unique<ModelRunner>(engine_.generating_model(), *engine_.cache_);
+  stats_.kv_cache_bytes = engine_.cache_->bytes();
+}
+
+GenerationLoop::~GenerationLoop() = default;
+
+int64_t GenerationLoop::add(const GenerationRequest& given) {
+  const int64_t id = next_request_++;
+  const auto& config = engine_.model_->config();
+  validate_request(given, static_cast<size_t>(id), config.vocab_size);
+  auto request = std::make_unique<GenerationRequest>(fit_request(given, static_cast<size_t>(id), config.max_position_embeddings));
+  const int64_t first = scheduler_.n_sequences();
+  scheduler_.add_request(id, request->prompt_ids, request->params, request->n, request->seed);
+  for (int64_t s = 0; s < request->n; ++s) sequences_[{id, s}] = first + s;
+  stats_.n_prompt_tokens += static_cast<int64_t>(request->prompt_ids.size());
+  requests_[id] = std::move(request);
+  return id;
+}
+
+void GenerationLoop::cancel(int64_t request) { scheduler_.cancel_request(request); }
+
+std::vector<StepToken> GenerationLoop::step() {
+  std::vector<StepToken> out;
+  if (scheduler_.done()) return out;
+  ScheduledBatch batch = scheduler_.schedule();
+  const auto step_start = std::chrono::steady_clock::now();
+  const CpuAllocationCounts allocations_before = cpu_allocation_counts();
+  const int64_t faults_before = minor_page_faults();
+  StepBufferScope step_buffers;  // steady-state steps reuse the buffers earlier steps freed
+  RLCPP_CHECK(!batch.work.empty(), "scheduler made no progress with work left ({})", scheduler_.check_blocks());
+  const StepInputs inputs = step_inputs(batch, scheduler_);  // each sampler draws its number
+  if (Communicator* followers = engine_.group()) {  // the group runs the same step
+    std::string bytes = static_cast<char>(StepOp::kStep) + encode_step(inputs);
+    followers->broadcast_bytes(bytes, 0);
   }
-  ModelRunner runner(generating_model(), *cache_);
-  Communicator* followers = group();
-  std::vector<std::optional<std::string>> cut_text(static_cast<size_t>(scheduler.n_sequences()));
-  std::vector<double> last_token_at(static_cast<size_t>(scheduler.n_sequences()), -1.0);  // seconds since start
-  while (!scheduler.done()) {
-    ScheduledBatch batch = scheduler.schedule();
-    const auto step_start = std::chrono::steady_clock::now();
-    const CpuAllocationCounts allocations_before = cpu_allocation_counts();
-    const int64_t faults_before = minor_page_faults();
-    StepBufferScope step_buffers;  // steady-state steps reuse the buffers earlier steps freed
-    RLCPP_CHECK(!batch.work.empty(), "scheduler made no progress with work left ({})", scheduler.check_blocks());
-    const StepInputs inputs = step_inputs(batch, scheduler);  // each sampler draws its number
-    if (followers != nullptr) {  // the group runs the same step
-      std::string bytes = static_cast<char>(StepOp::kStep) + encode_step(inputs);
-      followers->broadcast_bytes(bytes, 0);
+  auto logits = runner_->run(inputs);
+  scheduler_.complete(batch);
+  // One logits row per sampling work item, sampled once per sampler (a group's fresh samples
+  // share a row).
+  std::vector<int64_t> seqs;
+  for (const auto& work : batch.work) seqs.insert(seqs.end(), work.samplers.begin(), work.samplers.end());
+  SampleResult sampled = engine_.sample_step(logits, inputs);
+  const double now = seconds_since(start_);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t id = seqs[i];
+    auto [last, fresh] = last_token_at_.try_emplace(id, now);
+    if (!fresh) stats_.max_inter_token_seconds = std::max(stats_.max_inter_token_seconds, now - last->second);
+    last->second = now;
+    scheduler_.append(id, sampled.tokens[i], sampled.logprobs[i], std::move(sampled.top[i]));
+    ++stats_.n_generated_tokens;
+    const Sequence& s = scheduler_.sequence(id);
+    StepToken token{s.request, s.sample, sampled.tokens[i], sampled.logprobs[i], s.top_logprobs.empty() ? std::vector<TokenLogprob>{} : s.top_logprobs.back(), false, FinishReason::kLength};
+    if (check_stop(s, engine_.tokenizer_.get(), &cut_text_[id], &token.reason)) {
+      scheduler_.finish(id, token.reason);
+      token.finished = true;
     }
-    auto logits = runner.run(inputs);
-    scheduler.complete(batch);
-    // One logits row per sampling work item, sampled once per sampler (a group's fresh samples
-    // share a row).
-    std::vector<int64_t> seqs;
-    for (const auto& work : batch.work) seqs.insert(seqs.end(), work.samplers.begin(), work.samplers.end());
-    const SampleResult sampled = sample_step(logits, inputs);
-    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      double& last = last_token_at[static_cast<size_t>(seqs[i])];
-      if (last >= 0) stats_.max_inter_token_seconds = std::max(stats_.max_inter_token_seconds, now - last);
-      last = now;
-      scheduler.append(seqs[i], sampled.tokens[i], sampled.logprobs[i]);
-      ++stats_.n_generated_tokens;
-      FinishReason reason;
-      if (check_stop(scheduler.sequence(seqs[i]), tokenizer_.get(), &cut_text[static_cast<size_t>(seqs[i])], &reason)) {
-        scheduler.finish(seqs[i], reason);
-      }
-    }
-    const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    (batch.prefill ? stats_.prefill_seconds : stats_.decode_seconds) += step_seconds;
-    if (!batch.prefill) {
-      const CpuAllocationCounts allocations_after = cpu_allocation_counts();
-      stats_.n_decode_tokens += static_cast<int64_t>(seqs.size());
-      ++stats_.n_decode_steps;
-      stats_.decode_buffer_allocations += allocations_after.allocations - allocations_before.allocations;
-      stats_.decode_fresh_allocations += allocations_after.fresh - allocations_before.fresh;
-      stats_.decode_page_faults += minor_page_faults() - faults_before;
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    progress::phase("generate", scheduler.n_sequences() - scheduler.n_unfinished(), scheduler.n_sequences(),
-                    fmt::format("seqs {:.0f} tok/s", static_cast<double>(stats_.n_generated_tokens) / std::max(seconds, 1e-9)));
+    out.push_back(std::move(token));
+  }
+  const double step_seconds = seconds_since(step_start);
+  (batch.prefill ? stats_.prefill_seconds : stats_.decode_seconds) += step_seconds;
+  if (!batch.prefill) {
+    const CpuAllocationCounts allocations_after = cpu_allocation_counts();
+    stats_.n_decode_tokens += static_cast<int64_t>(seqs.size());
+    ++stats_.n_decode_steps;
+    stats_.decode_buffer_allocations += allocations_after.allocations - allocations_before.allocations;
+    stats_.decode_fresh_allocations += allocations_after.fresh - allocations_before.fresh;
+    stats_.decode_page_faults += minor_page_faults() - faults_before;
+  }
+  stats_.scheduler = scheduler_.stats();
+  stats_.seconds = seconds_since(start_);
+  return out;
+}
+
+bool GenerationLoop::idle() const { return scheduler_.done(); }
+
+int64_t GenerationLoop::n_unfinished() const { return scheduler_.n_unfinished(); }
+
+int64_t GenerationLoop::kv_blocks_used() const { return scheduler_.blocks().n_blocks() - scheduler_.blocks().n_free(); }
+
+int64_t GenerationLoop::kv_blocks() const { return scheduler_.blocks().n_blocks(); }
+
+bool GenerationLoop::finished(int64_t request) const {
+  const auto& r = *requests_.at(request);
+  for (int64_t s = 0; s < r.n; ++s) {
+    if (scheduler_.sequence(sequences_.at({request, s})).status != SeqStatus::kFinished) return false;
+  }
+  return true;
+}
+
+std::vector<GeneratedSample> GenerationLoop::take(int64_t request) {
+  RLCPP_CHECK(finished(request), "taking request {} before it finished", request);
+  std::vector<GeneratedSample> out;
+  const int64_t n = requests_.at(request)->n;
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t id = sequences_.at({request, s});
+    out.push_back(to_sample(scheduler_.sequence(id), engine_.tokenizer_.get(), engine_.version_, cut_text_[id]));
+    scheduler_.forget(id);
+    sequences_.erase({request, s});
+    cut_text_.erase(id);
+    last_token_at_.erase(id);
+  }
+  requests_.erase(request);
+  return out;
+}
+
+GeneratedSample GenerationLoop::peek(int64_t request, int64_t sample) const {
+  const int64_t id = sequences_.at({request, sample});
+  const Sequence& s = scheduler_.sequence(id);
+  RLCPP_CHECK(s.status == SeqStatus::kFinished, "peeking at sample {} of request {} before it finished", sample, request);
+  const auto cut = cut_text_.find(id);
+  return to_sample(s, engine_.tokenizer_.get(), engine_.version_, cut == cut_text_.end() ? std::nullopt : cut->second);
+}
+
+std::string GenerationLoop::check_blocks() const { return scheduler_.check_blocks(); }
+
+std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationRequest>& requests) {
+  GenerationLoop loop(*this);
+  validate(requests, model_->config().vocab_size);  // every request before any work
+  for (const auto& r : requests) loop.add(r);
+  int64_t n_sequences = 0;
+  for (const auto& r : requests) n_sequences += r.n;
+  while (!loop.idle()) {
+    loop.step();
+    progress::phase("generate", n_sequences - loop.n_unfinished(), n_sequences,
+                    fmt::format("seqs {:.0f} tok/s", static_cast<double>(loop.stats().n_generated_tokens) /
+                                                         std::max(loop.stats().seconds, 1e-9)));
   }
   progress::end_phase();
-  RLCPP_CHECK(scheduler.check_blocks().empty(), "block accounting after generate: {}", scheduler.check_blocks());
+  RLCPP_CHECK(loop.check_blocks().empty(), "block accounting after generate: {}", loop.check_blocks());
   std::vector<GeneratedSample> out;
-  for (int64_t id = 0; id < scheduler.n_sequences(); ++id) {
-    out.push_back(to_sample(scheduler.sequence(id), tokenizer_.get(), version_, cut_text[static_cast<size_t>(id)]));
+  for (size_t r = 0; r < requests.size(); ++r) {
+    for (auto& s : loop.take(static_cast<int64_t>(r))) out.push_back(std::move(s));
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return a.request != b.request ? a.request < b.request : a.sample < b.sample;
-  });
-  stats_.scheduler = scheduler.stats();
-  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  stats_.kv_cache_bytes = cache_->bytes();
+  stats_ = loop.stats();
   return out;
 }
 

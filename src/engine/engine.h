@@ -8,11 +8,17 @@
 // part of the vocabulary together.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "engine/rollout_backend.h"
 #include "engine/sampling.h"
 #include "engine/scheduler.h"
 #include "io/safetensors.h"
@@ -21,6 +27,8 @@
 namespace rlcpp {
 
 class Tokenizer;
+class GenerationLoop;
+class ModelRunner;
 struct StepInputs;
 struct SampleResult;
 
@@ -55,15 +63,15 @@ struct EngineStats {
   int64_t kv_cache_bytes = 0;
 };
 
-class Engine {
+class Engine : public RolloutBackend {
  public:
   // `tokenizer` is needed for stop strings and response text; it may be null.
   Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer = nullptr);
-  ~Engine();
+  ~Engine() override;
 
   // Generates every request's n samples; results ordered by (request, sample). Under tensor
   // parallelism on the group's first rank only, while the others serve.
-  std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests);
+  std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests) override;
   // Tensor parallelism: whether this rank generates (the group's first, or no group); on the
   // others, serve runs the first rank's steps, through any number of its generate calls, until it
   // calls release_followers (both collectives over the group, at points the caller agrees on).
@@ -85,6 +93,7 @@ class Engine {
   Transformer& generating_model() { return copy_ ? *copy_ : *model_; }
 
  private:
+  friend class GenerationLoop;
   // Copies the model's (merged) weights into copy_ when they changed since the last copy.
   void refresh_copy();
   // The tensor-parallel group, or nullptr.
@@ -99,6 +108,61 @@ class Engine {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<KvCache> cache_;
   int64_t version_ = 0;
+  EngineStats stats_;
+};
+
+// One token a GenerationLoop step sampled for sample `sample` of request `request`.
+struct StepToken {
+  int64_t request = 0, sample = 0;
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<TokenLogprob> top;  // with SamplingParams::logprobs > 0
+  bool finished = false;          // the sample ended with it (then `reason` says why)
+  FinishReason reason = FinishReason::kLength;
+};
+
+// Continuous batching over time (a server's): requests join while others run and leave when
+// they end or are cancelled, all stepped together in one scheduler. Engine::generate is one such
+// loop run to its end. One thread calls every method; the weights are those of the engine at the
+// loop's start (a weight update waits for an idle loop, and a new loop then takes the new ones).
+class GenerationLoop {
+ public:
+  explicit GenerationLoop(Engine& engine);
+  ~GenerationLoop();
+  GenerationLoop(const GenerationLoop&) = delete;
+  GenerationLoop& operator=(const GenerationLoop&) = delete;
+
+  // Queues a request (checked and fit to the model's positions as generate does: a UserError
+  // names it); returns its id, counting from 0.
+  int64_t add(const GenerationRequest& request);
+  // Ends the request's unfinished samples (FinishReason::kAbort) and frees their blocks.
+  void cancel(int64_t request);
+  // One engine step over everything running: the tokens it sampled. Nothing when idle.
+  std::vector<StepToken> step();
+  bool idle() const;
+  bool finished(int64_t request) const;  // every sample of it ended
+  // A finished request's samples (text decoded, a stop string cut), in sample order; the loop
+  // forgets it.
+  std::vector<GeneratedSample> take(int64_t request);
+  // One finished sample of a request still running (its text, as take will give it).
+  GeneratedSample peek(int64_t request, int64_t sample) const;
+
+  int64_t n_unfinished() const;  // sequences waiting or running
+  int64_t kv_blocks_used() const;
+  int64_t kv_blocks() const;
+  const EngineStats& stats() const { return stats_; }
+  std::string check_blocks() const;  // the scheduler's block invariant ("" when it holds)
+
+ private:
+  Engine& engine_;
+  std::chrono::steady_clock::time_point start_;
+  Scheduler scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  int64_t next_request_ = 0;
+  std::map<int64_t, std::unique_ptr<GenerationRequest>> requests_;  // the sequences point at their params
+  std::map<std::pair<int64_t, int64_t>, int64_t> sequences_;        // (request, sample) -> sequence
+  std::unordered_map<int64_t, std::optional<std::string>> cut_text_;
+  std::unordered_map<int64_t, double> last_token_at_;  // seconds since start_
   EngineStats stats_;
 };
 

@@ -39,6 +39,7 @@ StepInputs step_inputs(const ScheduledBatch& batch, Scheduler& scheduler) {
       params.top_k = p.top_k;
       params.top_p = p.top_p;
       params.min_p = p.min_p;
+      params.logprobs = p.logprobs;
       out.sample_rows.push_back(row);
       out.params.push_back(params);
       out.u.push_back(uniform(sampler.rng));
@@ -52,7 +53,7 @@ std::string encode_step(const StepInputs& in) {
   nlohmann::json work = nlohmann::json::array(), copies = nlohmann::json::array(), params = nlohmann::json::array();
   for (const auto& w : in.work) work.push_back({w.start, w.tokens, w.blocks, w.samples});
   for (const auto& c : in.copies) copies.push_back({c.src, c.dst});
-  for (const auto& p : in.params) params.push_back({p.temperature, p.top_k, p.top_p, p.min_p});
+  for (const auto& p : in.params) params.push_back({p.temperature, p.top_k, p.top_p, p.min_p, p.logprobs});
   const auto bytes = nlohmann::json::to_msgpack(
       {{"prefill", in.prefill}, {"copies", copies}, {"work", work}, {"rows", in.sample_rows}, {"params", params}, {"u", in.u}});
   return {bytes.begin(), bytes.end()};
@@ -75,6 +76,7 @@ StepInputs decode_step(const std::string& bytes) {
       params.top_k = p.at(1).get<int64_t>();
       params.top_p = p.at(2).get<double>();
       params.min_p = p.at(3).get<double>();
+      params.logprobs = p.at(4).get<int64_t>();
       out.params.push_back(params);
     }
     out.u = j.at("u").get<std::vector<double>>();

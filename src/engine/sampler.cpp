@@ -133,12 +133,29 @@ int64_t inverse_cdf(const float* probs, int64_t n, double cdf, double target, in
   return -1;
 }
 
+// The `k` most likely of a row's tokens with their log-probs: probs are exp(z/T - max), total their sum.
+std::vector<TokenLogprob> top_tokens(const float* logits, const float* probs, int64_t vocab, int64_t k, float scale,
+                                     float max, double total) {
+  std::vector<Candidate> all;
+  all.reserve(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) all.push_back({probs[i], static_cast<int32_t>(i)});
+  k = std::min<int64_t>(k, vocab);
+  std::partial_sort(all.begin(), all.begin() + k, all.end(), before);
+  std::vector<TokenLogprob> out;
+  for (int64_t j = 0; j < k; ++j) {
+    const int32_t id = all[static_cast<size_t>(j)].id;
+    out.push_back({id, static_cast<float>(static_cast<double>(logits[id] * scale - max) - std::log(total))});
+  }
+  return out;
+}
+
 // One row's token and log-prob from its uniform draw u (see sampler.h). Over the vocabulary this is
 // one max pass and one exp pass (vectorised); truncation sorts only the candidates it needs:
 // those at or above min_p, the top_k by partial selection, and for top_p a sorted prefix grown
 // until it holds the mass.
 std::pair<int32_t, float> sample_row(const float* logits, int64_t vocab, const SamplingParams& p, double u,
-                                     std::vector<float>& probs, std::vector<Candidate>& candidates) {
+                                     std::vector<float>& probs, std::vector<Candidate>& candidates,
+                                     std::vector<TokenLogprob>* top) {
   const bool greedy = p.temperature <= 0;
   const float scale = greedy ? 1.0f : static_cast<float>(1.0 / p.temperature);
   int64_t argmax = 0;
@@ -149,6 +166,7 @@ std::pair<int32_t, float> sample_row(const float* logits, int64_t vocab, const S
   auto logprob = [&](int64_t token) {
     return static_cast<float>(static_cast<double>(logits[token] * scale - max) - std::log(total));
   };
+  if (p.logprobs > 0) *top = top_tokens(logits, probs.data(), vocab, p.logprobs, scale, max, total);
   if (greedy) return {static_cast<int32_t>(argmax), logprob(argmax)};
   if (!truncates(p)) {
     // The first token whose cumulative mass exceeds u of the total.
@@ -296,6 +314,7 @@ SampleResult sample_sharded(const torch::Tensor& rows, const std::vector<const S
   SampleResult result;
   result.tokens.resize(static_cast<size_t>(n));
   result.logprobs.resize(static_cast<size_t>(n));
+  result.top.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const auto& p = *params[static_cast<size_t>(i)];
     const size_t k = static_cast<size_t>(i);
@@ -340,17 +359,24 @@ SampleResult sample_tokens(const torch::Tensor& logits, const std::vector<const 
   RLCPP_CHECK(vocab > 0, "sampling from an empty vocabulary");
   // The logits come over once, then rows are sampled in parallel.
   auto rows = logits.to(torch::kCPU).to(torch::kFloat32).contiguous();
-  if (shard.split()) return sample_sharded(rows, params, u, shard);
+  if (shard.split()) {
+    for (const auto* p : params) {
+      if (p->logprobs > 0) throw_user_error("top log-probs ({} per token) from a tensor-parallel engine are not supported",
+                                            p->logprobs);
+    }
+    return sample_sharded(rows, params, u, shard);
+  }
   SampleResult result;
   result.tokens.resize(static_cast<size_t>(n));
   result.logprobs.resize(static_cast<size_t>(n));
+  result.top.resize(static_cast<size_t>(n));
   const float* data = rows.data_ptr<float>();
   ThreadPool::global().parallel_for(n, [&](int64_t begin, int64_t end) {
     std::vector<float> probs;
     std::vector<Candidate> candidates;
     for (int64_t i = begin; i < end; ++i) {
       const auto [token, logp] = sample_row(data + i * vocab, vocab, *params[static_cast<size_t>(i)],
-                                            u[static_cast<size_t>(i)], probs, candidates);
+                                            u[static_cast<size_t>(i)], probs, candidates, &result.top[static_cast<size_t>(i)]);
       result.tokens[static_cast<size_t>(i)] = token;
       result.logprobs[static_cast<size_t>(i)] = logp;
     }

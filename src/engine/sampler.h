@@ -25,6 +25,7 @@ namespace rlcpp {
 struct SampleResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;  // per row: its params' `logprobs` most likely tokens
 };
 
 // logits [N, V] (any float dtype, any device; [N, V_shard] of a split `shard`); params[i] and

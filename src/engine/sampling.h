@@ -13,12 +13,22 @@ struct SamplingParams {
   double top_p = 1.0;           // 1: off
   double min_p = 0.0;           // 0: off; keep tokens with p >= min_p * max p
   int64_t max_new_tokens = 256;
+  int64_t logprobs = 0;         // the most likely tokens to report beside each sampled one (0: none)
   std::vector<int32_t> stop_token_ids;  // EOS and friends; the stop token is kept in the response
   std::vector<std::string> stop_strings;  // checked on decoded text; the response text ends before it
 };
 
-enum class FinishReason { kStop, kLength };
-inline const char* to_string(FinishReason r) { return r == FinishReason::kStop ? "stop" : "length"; }
+// kAbort: cancelled before it ended (a server's client that went away).
+enum class FinishReason { kStop, kLength, kAbort };
+inline const char* to_string(FinishReason r) {
+  return r == FinishReason::kStop ? "stop" : r == FinishReason::kLength ? "length" : "abort";
+}
+
+// A token and its log-prob under the same distribution as the sampled token's.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
 
 struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
@@ -32,6 +42,8 @@ struct GeneratedSample {
   int64_t sample = 0;   // 0..n-1 within the request
   std::vector<int32_t> token_ids;  // response tokens
   std::vector<float> logprobs;     // log softmax(logits / T) of each response token, before top-k/p
+  // With SamplingParams::logprobs = k: the k most likely tokens at each step, most likely first.
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
   std::string text;                // decoded response (stop string excluded) when a tokenizer is set
   FinishReason finish_reason = FinishReason::kLength;
   int64_t policy_version = 0;

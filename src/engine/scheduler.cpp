@@ -161,11 +161,32 @@ void Scheduler::complete(const ScheduledBatch& batch) {
   }
 }
 
-void Scheduler::append(int64_t seq, int32_t token, float logprob) {
+void Scheduler::append(int64_t seq, int32_t token, float logprob, std::vector<TokenLogprob> top) {
   Sequence& s = sequence(seq);
   RLCPP_CHECK(s.status == SeqStatus::kRunning, "appending to sequence {} that is not running", seq);
   s.tokens.push_back(token);
   s.logprobs.push_back(logprob);
+  if (!top.empty()) s.top_logprobs.push_back(std::move(top));
+}
+
+void Scheduler::cancel_request(int64_t request) {
+  for (auto& owned : seqs_) {
+    if (owned == nullptr || owned->request != request || owned->status == SeqStatus::kFinished) continue;
+    Sequence& s = *owned;
+    if (s.status == SeqStatus::kRunning) {
+      finish(s.id, FinishReason::kAbort);
+      continue;
+    }
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s.id), waiting_.end());
+    s.pending_children.clear();  // the request's own: cancelled with it
+    s.status = SeqStatus::kFinished;
+    s.finish_reason = FinishReason::kAbort;
+  }
+}
+
+void Scheduler::forget(int64_t seq) {
+  RLCPP_CHECK(sequence(seq).status == SeqStatus::kFinished, "forgetting sequence {} that is not finished", seq);
+  seqs_[static_cast<size_t>(seq)].reset();
 }
 
 void Scheduler::finish(int64_t seq, FinishReason reason) {
@@ -193,6 +214,7 @@ void Scheduler::preempt(int64_t seq) {
 std::string Scheduler::check_blocks() const {
   std::vector<int32_t> owners(static_cast<size_t>(blocks_.n_blocks()), 0);
   for (const auto& s : seqs_) {
+    if (s == nullptr) continue;  // forgotten
     if (s->status != SeqStatus::kRunning && !s->blocks.empty()) {
       return fmt::format("sequence {} is not running but holds {} blocks", s->id, s->blocks.size());
     }

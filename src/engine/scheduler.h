@@ -39,6 +39,7 @@ struct Sequence {
   const SamplingParams* params = nullptr;
   std::mt19937_64 rng;
   std::vector<float> logprobs;  // one per response token
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per response token, when params->logprobs > 0
   FinishReason finish_reason = FinishReason::kLength;
   std::vector<int64_t> pending_children;  // forked at admission (prefix sharing), until then waiting with us
   int64_t n_preemptions = 0;
@@ -95,16 +96,20 @@ class Scheduler {
   // After the runner ran `batch`: the cached lengths advance.
   void complete(const ScheduledBatch& batch);
   // Appends a sampled token to a running sequence.
-  void append(int64_t seq, int32_t token, float logprob);
+  void append(int64_t seq, int32_t token, float logprob, std::vector<TokenLogprob> top = {});
   void finish(int64_t seq, FinishReason reason);
+  // Ends every unfinished sequence of `request` (running, waiting or pending) with kAbort.
+  void cancel_request(int64_t request);
+  // Drops a finished sequence's record (a server's, once its result is taken); its id is not reused.
+  void forget(int64_t seq);
 
   // A running sequence whose admitted tokens are not all in the cache yet (chunked prefill).
   static bool prefilling(const Sequence& s) { return s.n_cached < s.n_prefill; }
 
   bool done() const { return waiting_.empty() && running_.empty(); }
   int64_t n_unfinished() const { return static_cast<int64_t>(waiting_.size() + running_.size()); }
-  Sequence& sequence(int64_t id) { return *seqs_[static_cast<size_t>(id)]; }
-  const Sequence& sequence(int64_t id) const { return *seqs_[static_cast<size_t>(id)]; }
+  Sequence& sequence(int64_t id) { return *seqs_.at(static_cast<size_t>(id)); }
+  const Sequence& sequence(int64_t id) const { return *seqs_.at(static_cast<size_t>(id)); }
   int64_t n_sequences() const { return static_cast<int64_t>(seqs_.size()); }
   const BlockManager& blocks() const { return blocks_; }
   const SchedulerStats& stats() const { return stats_; }

@@ -536,10 +536,17 @@ void Transformer::load_adapter(const std::filesystem::path& dir) {
   std::set<std::string> found;
   adapted_.clear();
   for (const auto& item : named_modules()) {  // in model order
-    if (!modules.count(item.key())) continue;
     auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (!modules.count(item.key())) {  // an earlier adapter's layer that this one leaves alone
+      if (linear != nullptr) linear->lora_A = linear->lora_B = torch::Tensor();
+      continue;
+    }
     if (linear == nullptr || linear.get() == lm_head.get()) continue;
+    if (linear->has_adapter() && linear->lora_A.size(0) != config.rank) linear->lora_A = linear->lora_B = torch::Tensor();
     if (!linear->has_adapter()) add_adapter_to(item.key(), *linear, config, generator);
+    linear->lora_scaling = config.scaling();  // a reused adapter takes this one's alpha and dropout
+    linear->lora_dropout = config.dropout;
+    linear->adapter_enabled = true;
     adapted_.emplace_back(item.key(), linear.get());
     found.insert(item.key());
   }
