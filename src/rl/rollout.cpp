@@ -102,9 +102,9 @@ PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_co
 }
 
 RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer,
-                                   Engine* engine, const PromptDataset* dataset, DatasetCursor* cursor,
+                                   RolloutBackend* backend, const PromptDataset* dataset, DatasetCursor* cursor,
                                    const RewardFunction* reward)
-    : c_(config), engine_(engine), dataset_(dataset), cursor_(cursor), reward_(reward) {
+    : c_(config), backend_(backend), dataset_(dataset), cursor_(cursor), reward_(reward) {
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, run_prompt_options(config, model_config));
   sampling_ = config.sampling;
   sampling_.stop_token_ids = default_stop_tokens(model_config, tokenizer);
@@ -137,7 +137,7 @@ std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
 }
 
 RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
-  RLCPP_CHECK(engine_ != nullptr && reward_ != nullptr, "generating without an engine");
+  RLCPP_CHECK(backend_ != nullptr && reward_ != nullptr, "generating without a rollout backend");
   RolloutRound round;
   std::vector<GenerationRequest> requests;
   std::vector<GroupRollout> groups;
@@ -152,7 +152,6 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
     group.prompt = pick.text;
     group.gt_answer = pick.gt_answer;
     group.line = pick.line;
-    group.policy_version = engine_->version();
     groups.push_back(std::move(group));
   }
   // Generation, in calls of inference_microbatch_size prompts; ranking sorts them by length first.
@@ -170,7 +169,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   for (size_t begin = 0; begin < order.size(); begin += per_call) {
     std::vector<GenerationRequest> call;
     for (size_t k = begin; k < std::min(order.size(), begin + per_call); ++k) call.push_back(requests[order[k]]);
-    for (auto& s : engine_->generate(call)) {
+    for (auto& s : backend_->generate(call)) {
       const size_t r = order[begin + static_cast<size_t>(s.request)];
       by_request[r][static_cast<size_t>(s.sample)] = std::move(s);
     }
@@ -210,6 +209,9 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   }
   for (size_t r = 0; r < requests.size(); ++r) {
     GroupRollout& g = groups[r];
+    // The group's version: its oldest sample's (one generate call's are alike).
+    g.policy_version = by_request[r].front().policy_version;
+    for (const auto& s : by_request[r]) g.policy_version = std::min(g.policy_version, s.policy_version);
     for (int64_t s = 0; s < G; ++s) {
       const size_t k = r * static_cast<size_t>(G) + static_cast<size_t>(s);
       auto& sample = by_request[r][static_cast<size_t>(s)];

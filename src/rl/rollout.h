@@ -87,16 +87,17 @@ EngineConfig run_engine_config(const RunConfig& c);
 
 class RolloutGenerator {
  public:
-  // `engine`, `dataset`, `cursor` and `reward` must outlive the generator. A generator that only
-  // picks prompts (trainer rank 0) has no engine and no reward; one that only generates (a
+  // `backend`, `dataset`, `cursor` and `reward` must outlive the generator. A generator that only
+  // picks prompts (trainer rank 0) has no backend and no reward; one that only generates (a
   // rollout worker) has no dataset and no cursor.
-  RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer, Engine* engine,
+  RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer, RolloutBackend* backend,
                    const PromptDataset* dataset, DatasetCursor* cursor, const RewardFunction* reward);
 
   // One round of `n_prompts` prompts (those left out by the prompt-length limits are replaced).
   RolloutRound generate(int64_t n_prompts) { return generate(pick(n_prompts)); }
   // The two halves: the next `n_prompts` prompts of the dataset cursor within the prompt-length
-  // limits, and a round over given prompts with the engine's current weights.
+  // limits, and a round over given prompts with the backend's current weights (pick on one thread;
+  // generate may run on another meanwhile).
   std::vector<PromptPick> pick(int64_t n_prompts);
   RolloutRound generate(const std::vector<PromptPick>& picks);
 
@@ -110,7 +111,7 @@ class RolloutGenerator {
 
  private:
   const RunConfig& c_;
-  Engine* engine_;
+  RolloutBackend* backend_;
   const PromptDataset* dataset_;
   DatasetCursor* cursor_;
   const RewardFunction* reward_;

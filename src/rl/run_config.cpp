@@ -123,9 +123,29 @@ void read_group(const std::filesystem::path& path, const std::string& group, con
 }
 
 void reject_unimplemented(const RunConfig& c) {
-  if (c.backend != "native") {
-    throw_user_error("-b/--backend {}: only the built-in engine exists (planned: remote vLLM/SGLang/OpenAI-compatible "
-                     "rollout servers, issue 24); leave -b at native", c.backend);
+  const std::string backend = rollout_backend_kinds().name(c.backend);
+  if (!c.remote_rollout() && !c.rollout_url.empty()) {
+    throw_user_error("--rollout-url {}: the servers generate only with -b openai, vllm or sglang (-b is native)", c.rollout_url);
+  }
+  if (c.remote_rollout()) {
+    if (c.rollout_url.empty()) {
+      throw_user_error("-b {}: give the servers with --rollout-url http://HOST:PORT[,http://HOST:PORT...] (start them "
+                       "with rlcpp serve --model {} --port PORT)", backend, c.model.empty() ? "DIR" : c.model);
+    }
+    if (c.distributed() || c.num_trainers > 1) {
+      throw_user_error("-b {} with -t {} -i {}: the servers at --rollout-url take the rollout workers' place, and the "
+                       "trainer runs as one process; drop -t and -i (and mpirun)", backend, c.trainers(), c.num_inferencers);
+    }
+    if (c.tp > 1) {
+      throw_user_error("-b {} with --train-tp {}: a tensor-parallel trainer with rollout servers is not supported; train "
+                       "in one process (LoRA, --frozen-dtype and --gradient-checkpointing shrink it), or use -b native",
+                       backend, c.tp);
+    }
+    if (c.backend == RolloutBackendKind::kVllm && !c.lora.enabled()) {
+      throw_user_error("-b vllm trains LoRA adapters only: vLLM's server loads adapters at run time "
+                       "(/v1/load_lora_adapter) but documents no reload of a whole model from disk; add --lora-rank R, "
+                       "or serve with rlcpp serve or SGLang (-b openai or sglang)");
+    }
   }
   if (c.tp < 1 || c.ptp < 1) {
     throw_user_error("--train-tp {} --rollout-tp {}: tensor-parallel sizes are at least 1", c.tp, c.ptp);
@@ -216,9 +236,9 @@ void validate(const RunConfig& c) {
       throw_user_error("-t {} without -i: trainers need rollout workers; give -i (mpirun -np T+I) or drop -t for the "
                        "colocated mode", c.num_trainers);
     }
-    if (c.n_behind != 0) {
+    if (c.n_behind != 0 && !c.remote_rollout()) {
       throw_user_error("-nb/--n-behind {}: the colocated mode (no -i) is always on-policy; bounded staleness needs "
-                       "rollout workers (-t T -i I under mpirun)", c.n_behind);
+                       "rollout workers (-t T -i I under mpirun) or rollout servers (-b openai --rollout-url URL)", c.n_behind);
     }
   } else if (I % T != 0) {
     throw_user_error("{} is not a multiple of {} (num_inferencer % num_trainer == 0)", engines_text(c), replicas_text(c));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algo/presets.h"
+#include "engine/remote_rollout.h"
 #include "engine/sampling.h"
 #include "parallel/weight_sync.h"
 #include "reward/reward.h"
@@ -39,7 +40,12 @@ struct RunConfig {
   SyncMode param_sync_comm_type = SyncMode::kBroadcast;  // how trainer rank 0 sends weights to the workers
   int64_t sync_frequency = 1;          // rollout rounds between weight syncs
   bool verify_sync = false;            // rollout workers send back a hash of the weights they applied
-  std::string backend = "native";      // generation backend (only the built-in engine today)
+  RolloutBackendKind backend = RolloutBackendKind::kNative;  // where rollouts come from (-b)
+  std::string rollout_url;             // -b openai|vllm|sglang: the servers, "http://HOST:PORT[,...]"
+  std::string rollout_model;           // the servers' served name of the base model ("": their first listed)
+  std::string rollout_weights_dir;     // where the policy is written for the servers to read ("": run_dir/rollout-weights)
+  double rollout_timeout = 600;        // seconds a server has for one prompt's samples before it is retried elsewhere
+  int64_t rollout_concurrency = 32;    // prompts in flight at one server
   int64_t tp = 1;                      // trainer tensor parallelism: ranks per data-parallel replica
   int64_t pp = 1;                      // trainer pipeline parallelism (refused above 1)
   int64_t zero = 0;                    // ZeRO stage (refused above 0 until it exists)
@@ -117,6 +123,7 @@ struct RunConfig {
   std::string profile_dir;             // Chrome-trace JSON per rank under DIR/<project>/ ("" = off)
 
   bool distributed() const { return num_inferencers >= 1; }
+  bool remote_rollout() const { return backend != RolloutBackendKind::kNative; }
   int64_t trainers() const { return std::max<int64_t>(1, num_trainers); }
   int64_t inferencers() const { return std::max<int64_t>(1, num_inferencers); }
   int64_t replicas() const { return std::max<int64_t>(1, trainers() / tp); }  // data-parallel trainer replicas

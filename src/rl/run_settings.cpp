@@ -248,8 +248,23 @@ std::vector<Setting> make_settings() {
   s.push_back(bool_setting("runtime.verify_sync", "--verify-sync",
                            "rollout workers hash the weights they applied and trainer rank 0 checks them",
                            [](C& c) -> bool& { return c.verify_sync; }, {}, true));
-  s.push_back(string_setting("runtime.backend", "-b,--backend", "generation backend (native)",
-                             [](C& c) -> std::string& { return c.backend; }, {}, true));
+  s.push_back(enum_setting("runtime.backend", "-b,--backend", "where rollouts come from", rollout_backend_kinds(),
+                           [](C& c) -> RolloutBackendKind& { return c.backend; }, true));
+  s.push_back(string_setting("rollout.rollout_url", "--rollout-url",
+                             "-b openai|vllm|sglang: the OpenAI-compatible servers, http://HOST:PORT[,http://HOST:PORT...]",
+                             [](C& c) -> std::string& { return c.rollout_url; }, {}, true));
+  s.push_back(string_setting("rollout.rollout_model", "--rollout-model",
+                             "the servers' name of the base model (default: the first of their /v1/models)",
+                             [](C& c) -> std::string& { return c.rollout_model; }, {}, true));
+  s.push_back(string_setting("rollout.rollout_weights_dir", "--rollout-weights-dir",
+                             "where the trainer writes the policy for the servers to load (a path they can read; "
+                             "default: the run directory's rollout-weights/)",
+                             [](C& c) -> std::string& { return c.rollout_weights_dir; }, {}, true));
+  s.push_back(double_setting("rollout.rollout_timeout", "--rollout-timeout",
+                             "seconds a server has for one prompt's samples before they are asked of another",
+                             [](C& c) -> double& { return c.rollout_timeout; }, kPositive, {}, true));
+  s.push_back(int_setting("rollout.rollout_concurrency", "--rollout-concurrency", "prompts in flight at one server",
+                          [](C& c) -> int64_t& { return c.rollout_concurrency; }, 1, {}, true));
   // Not to change on resume: the optimizer state is saved per tensor-parallel part.
   s.push_back(int_setting("runtime.tensor_parallel_size", "--tp,--train-tp,--tensor-parallel-size",
                           "trainer tensor parallelism: each data-parallel replica is this many trainer ranks (-t counts "
