@@ -107,16 +107,26 @@ train "${base[@]}" "${full[@]}" "${remote[@]}" --max-steps $steps --si 1 -p resu
   || { bad resumed-run; tail -5 resumed.log; }
 grep -q "resuming from" resumed.log && same_run resumed native && ok killed-trainer-resumes-exactly || bad killed-trainer-resumes-exactly
 
-# 5. -nb 1: each round generated while the step before trains, one version behind; it learns.
-train "${base[@]}" "${full[@]}" "${remote[@]}" --max-steps 12 -nb 1 -p ahead > ahead.log 2>&1 || { bad ahead-run; tail -5 ahead.log; }
+# 5. -nb 1: each round generated while the step before trains, one version behind. Killed after a
+# checkpoint (which collected the round generating ahead) and resumed, it equals the run left alone.
+ahead=("${base[@]}" "${full[@]}" "${remote[@]}" --max-steps $steps --si 1 -nb 1)
+train "${ahead[@]}" -p ahead -rsd runs/ahead/rollouts > ahead.log 2>&1 || { bad ahead-run; tail -5 ahead.log; }
 python3 - runs/ahead/metrics.jsonl <<'PY' && ok n-behind-one-version || bad n-behind-one-version
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 stale = [r["staleness"]["max"] for r in rows]
-rewards = [r["reward_mean"] for r in rows]
-print(f"     staleness {stale}; reward first 4 {sum(rewards[:4]) / 4:.3f} -> last 4 {sum(rewards[-4:]) / 4:.3f}")
-sys.exit(0 if len(rows) == 12 and stale[0] == 0 and all(s == 1 for s in stale[1:]) else 1)
+rewards = " ".join("%.2f" % r["reward_mean"] for r in rows)
+print(f"     staleness by step {stale}; reward {rewards}")
+sys.exit(0 if len(rows) == 6 and stale[0] == 0 and all(s == 1 for s in stale[1:]) else 1)
 PY
+weights_moved "$(last_weights ahead)" "$model/model.safetensors" && ok ahead-weights-moved || bad ahead-weights-moved
+"$rlcpp" train "${ahead[@]}" -p ahead-resumed -rsd runs/ahead-resumed/rollouts > ahead-killed.log 2>&1 &
+job=$!; pids+=("$job")
+for _ in $(seq 1 1200); do [ -e runs/ahead-resumed/step-3 ] && break; sleep 0.05; done
+kill -9 $job; wait $job 2>/dev/null
+train "${ahead[@]}" -p ahead-resumed -rsd runs/ahead-resumed/rollouts --resume auto > ahead-resumed.log 2>&1 \
+  || { bad ahead-resumed-run; tail -5 ahead-resumed.log; }
+grep -q "resuming from" ahead-resumed.log && same_run ahead-resumed ahead && ok ahead-resumes-exactly || bad ahead-resumes-exactly
 
 # 6. Bad flags and unreachable servers: errors naming them, not hangs.
 expect_error() {  # NAME TEXT ARGS...

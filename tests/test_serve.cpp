@@ -202,52 +202,70 @@ TEST(ServeApi, BadRequestsAreFourHundredsNamingTheParameter) {
   }
 }
 
-// Random bodies: the parser accepts them or answers a 4xx ApiError; nothing else escapes it.
-TEST(ServeApi, RandomBodiesAreParsedOrRefusedWithFourHundreds) {
-  Fixture f;
-  PromptBuilder prompts(*f.tokenizer, PromptOptions{});
-  const ApiLimits limits = limits_of(*f.model, *f.tokenizer);
-  std::mt19937_64 rng(1234);
-  const std::vector<std::string> keys = {"model", "prompt", "messages", "n", "max_tokens", "max_completion_tokens",
-                                         "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
-                                         "logprobs", "top_logprobs", "stream", "stream_options", "best_of", "echo",
-                                         "suffix", "logit_bias", "presence_penalty", "role", "content", "include_usage",
-                                         "tools", "response_format", "return_token_ids", "x"};
-  std::function<Json(int)> value = [&](int depth) -> Json {
-    switch (rng() % (depth > 2 ? 7 : 9)) {
+// Random request bodies: JSON objects of the API's field names (and some others) with values of
+// random types and sizes, and every tenth body random bytes.
+class RandomBodies {
+ public:
+  explicit RandomBodies(uint64_t seed) : rng_(seed) {}
+  std::string next() {
+    std::string body;
+    if (++count_ % 10 == 0) {  // not JSON at all
+      body.resize(rng_() % 40);
+      for (auto& ch : body) ch = static_cast<char>(rng_() % 256);
+      return body;
+    }
+    Json o = Json::object();
+    if (rng_() % 3 != 0) o["prompt"] = value(1);
+    if (rng_() % 3 == 0) o["messages"] = Json::array({{{"role", "user"}, {"content", value(2)}}});
+    for (size_t n = rng_() % 6; n > 0; --n) o[key()] = value(1);
+    return o.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  std::mt19937_64& rng() { return rng_; }
+
+ private:
+  const std::string& key() {
+    static const std::vector<std::string> keys = {
+        "model", "prompt", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+        "min_p", "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "stream", "stream_options", "best_of",
+        "echo", "suffix", "logit_bias", "presence_penalty", "role", "content", "include_usage", "tools",
+        "response_format", "return_token_ids", "ignore_eos", "x"};
+    return keys[rng_() % keys.size()];
+  }
+  Json value(int depth) {
+    switch (rng_() % (depth > 2 ? 7 : 9)) {
       case 0: return nullptr;
-      case 1: return rng() % 2 == 0;
-      case 2: return static_cast<int64_t>(rng() % 7) - 2;
-      case 3: return static_cast<int64_t>(rng());  // huge, negative when read signed
-      case 4: return std::ldexp(static_cast<double>(rng() % 2000) - 1000, static_cast<int>(rng() % 80) - 40);
-      case 5: return std::string(rng() % 5, "ab=\n\xc3\xa9"[rng() % 6]);
-      case 6: return keys[rng() % keys.size()];
+      case 1: return rng_() % 2 == 0;
+      case 2: return static_cast<int64_t>(rng_() % 7) - 2;
+      case 3: return static_cast<int64_t>(rng_());  // huge, negative when read signed
+      case 4: return std::ldexp(static_cast<double>(rng_() % 2000) - 1000, static_cast<int>(rng_() % 80) - 40);
+      case 5: return std::string(rng_() % 5, "ab=\n\xc3\xa9"[rng_() % 6]);
+      case 6: return key();
       case 7: {
         Json a = Json::array();
-        for (size_t k = rng() % 5; k > 0; --k) a.push_back(value(depth + 1));
+        for (size_t k = rng_() % 5; k > 0; --k) a.push_back(value(depth + 1));
         return a;
       }
       default: {
         Json o = Json::object();
-        for (size_t k = rng() % 6; k > 0; --k) o[keys[rng() % keys.size()]] = value(depth + 1);
+        for (size_t k = rng_() % 6; k > 0; --k) o[key()] = value(depth + 1);
         return o;
       }
     }
-  };
+  }
+  std::mt19937_64 rng_;
+  int64_t count_ = 0;
+};
+
+// The parser accepts random bodies or answers a 4xx ApiError; nothing else escapes it.
+TEST(ServeApi, RandomBodiesAreParsedOrRefusedWithFourHundreds) {
+  Fixture f;
+  PromptBuilder prompts(*f.tokenizer, PromptOptions{});
+  const ApiLimits limits = limits_of(*f.model, *f.tokenizer);
+  RandomBodies bodies(1234);
   int64_t accepted = 0, refused = 0;
   for (int k = 0; k < 4000; ++k) {
-    std::string body;
-    if (k % 10 == 9) {  // not JSON at all
-      body.resize(rng() % 40);
-      for (auto& ch : body) ch = static_cast<char>(rng() % 256);
-    } else {
-      Json o = Json::object();
-      if (rng() % 3 != 0) o["prompt"] = value(1);
-      if (rng() % 3 == 0) o["messages"] = Json::array({{{"role", "user"}, {"content", value(2)}}});
-      for (size_t n = rng() % 6; n > 0; --n) o[keys[rng() % keys.size()]] = value(1);
-      body = o.dump(-1, ' ', false, Json::error_handler_t::replace);
-    }
-    const auto endpoint = rng() % 2 == 0 ? ApiEndpoint::kCompletions : ApiEndpoint::kChat;
+    const std::string body = bodies.next();
+    const auto endpoint = bodies.rng()() % 2 == 0 ? ApiEndpoint::kCompletions : ApiEndpoint::kChat;
     try {
       parse_api_request(endpoint, body, limits, *f.tokenizer, prompts);
       ++accepted;
@@ -262,6 +280,37 @@ TEST(ServeApi, RandomBodiesAreParsedOrRefusedWithFourHundreds) {
   // Both outcomes happen, or the generator tests nothing.
   EXPECT_GT(accepted, 50);
   EXPECT_GT(refused, 1000);
+}
+
+// The same over HTTP, to a running server: 200 for what it accepts, a 4xx JSON error for the rest,
+// and it still answers afterwards.
+TEST(Serve, RandomBodiesOverHttpGetAnswersAndTheServerLives) {
+  Fixture f;
+  RunningServer server(f.model, f.tokenizer);
+  RandomBodies bodies(99);
+  httplib::Client client("127.0.0.1", server.port);
+  client.set_read_timeout(120, 0);
+  int64_t ok = 0, refused = 0;
+  for (int k = 0; k < 300; ++k) {
+    const std::string body = bodies.next();
+    const char* path = bodies.rng()() % 2 == 0 ? "/v1/completions" : "/v1/chat/completions";
+    const auto res = client.Post(path, body, "application/json");
+    ASSERT_TRUE(res) << httplib::to_string(res.error()) << " for " << body;
+    if (res->status == 200) {
+      ++ok;
+      continue;
+    }
+    EXPECT_GE(res->status, 400) << body;
+    EXPECT_LT(res->status, 500) << body << " -> " << res->body;
+    const Json error = Json::parse(res->body, nullptr, false);
+    EXPECT_TRUE(!error.is_discarded() && error.contains("error")) << res->body;
+    ++refused;
+  }
+  EXPECT_GT(ok, 3);
+  EXPECT_GT(refused, 100);
+  const auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
 }
 
 TEST(RemoteRollout, AnswersWithoutTokenIdsOrLogprobsAreNamed) {
