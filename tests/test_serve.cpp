@@ -100,6 +100,21 @@ std::vector<GeneratedSample> choices_of(const std::string& body, int64_t n) {
   return parse_completion_samples(body, n, 0, "test");
 }
 
+// The bundled model with rank-4 adapters whose B is random (a fresh one is zero: no change).
+std::shared_ptr<Transformer> adapted_model(double alpha, uint64_t seed) {
+  auto model = Transformer::from_pretrained(kModel);
+  LoraConfig lora;
+  lora.rank = 4;
+  lora.alpha = alpha;
+  model->add_adapters(lora, 3);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  for (const auto& [name, t] : model->trained_weights()) {
+    if (name.ends_with("lora_B.weight")) t.copy_(torch::randn(t.sizes(), t.options()) * 0.5);
+  }
+  return model;
+}
+
 struct Fixture {
   std::shared_ptr<Tokenizer> tokenizer = Tokenizer::from_dir(kModel);
   std::shared_ptr<Transformer> model = Transformer::from_pretrained(kModel);
@@ -486,18 +501,7 @@ TEST(Serve, WeightsFromDiskAndAdaptersChangeAnswersAndVersion) {
   }
   changed->save_pretrained(tmp / "changed");
   // An adapter of the same base.
-  auto adapted = Transformer::from_pretrained(kModel);
-  LoraConfig lora;
-  lora.rank = 4;
-  lora.alpha = 8;
-  adapted->add_adapters(lora, 3);
-  {
-    torch::NoGradGuard no_grad;
-    torch::manual_seed(5);
-    for (const auto& [name, t] : adapted->trained_weights()) {
-      if (name.ends_with("lora_B.weight")) t.copy_(torch::randn(t.sizes(), t.options()) * 0.5);
-    }
-  }
+  auto adapted = adapted_model(8, 5);
   adapted->save_adapter(tmp / "adapter", kModel.string());
 
   auto served = Transformer::from_pretrained(kModel);
@@ -588,17 +592,7 @@ TEST(RemoteRollout, EqualsTheEngineAcrossServersAndPastADeadOne) {
 TEST(RemoteRollout, PushedAdaptersAndModelsReachEveryServer) {
   Fixture f;
   TempDir tmp;
-  auto adapted = Transformer::from_pretrained(kModel);
-  LoraConfig lora;
-  lora.rank = 4;
-  adapted->add_adapters(lora, 3);
-  {
-    torch::NoGradGuard no_grad;
-    torch::manual_seed(9);
-    for (const auto& [name, t] : adapted->trained_weights()) {
-      if (name.ends_with("lora_B.weight")) t.copy_(torch::randn(t.sizes(), t.options()) * 0.5);
-    }
-  }
+  auto adapted = adapted_model(4, 9);
   adapted->save_adapter(tmp / "v3", kModel.string());
   RunningServer a(Transformer::from_pretrained(kModel), f.tokenizer);
   RunningServer b(Transformer::from_pretrained(kModel), f.tokenizer);

@@ -22,20 +22,19 @@ namespace fs = std::filesystem;
 namespace {
 
 struct EvalArgs {
-  std::string model, dataset, eval_dataset, reward_type = "boxed", output, dtype = "float32", device = "cpu";
+  std::string model, dataset, eval_dataset, reward_type = "boxed", output;
   std::optional<std::string> system_prompt;
   EvalOptions options;
   bool greedy = false, json = false;
-  int64_t max_prompt_tokens = 0, kv_cache_mb = 1024;
-  std::string rollout_dtype, kv_cache_dtype;
-  EngineConfig engine;  // the scheduler's flags bind here
+  int64_t max_prompt_tokens = 0;
+  EngineFlags engine;
   std::string overflow = "truncate_left";
 };
 
 void run_eval(EvalArgs a) {
   const RewardType type = reward_types().parse(a.reward_type, "-rt/--reward-type");
   auto tokenizer = Tokenizer::from_dir(a.model);
-  auto model = Transformer::from_pretrained(a.model, model_options_from_flags(a.dtype, a.device));
+  auto model = Transformer::from_pretrained(a.model, a.engine.model_options());
   model->eval();
   if (a.dataset.empty() == a.eval_dataset.empty()) {
     throw_user_error("give -d/--dataset FILE or --ed/--eval-dataset '{{\"name\": \"path.jsonl\", ...}}' (one of them)");
@@ -52,11 +51,7 @@ void run_eval(EvalArgs a) {
   PromptBuilder prompts(*tokenizer, prompt_options);
   if (a.greedy) a.options.sampling.temperature = 0;
   a.options.sampling.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
-  EngineConfig engine_config = a.engine;
-  engine_config.kv_cache_mb = a.kv_cache_mb;
-  engine_config.weights_dtype = dtype_or_default(a.rollout_dtype, "--rollout-dtype");
-  engine_config.kv_dtype = dtype_or_default(a.kv_cache_dtype, "--kv-cache-dtype");
-  Engine engine(model, engine_config, tokenizer);
+  Engine engine(model, a.engine.engine_config(), tokenizer);
   RewardFunction reward;
   reward.add_builtin("accuracy", type, 1.0);
   nlohmann::ordered_json all = nlohmann::ordered_json::object();
@@ -111,14 +106,7 @@ void add_eval_command(CLI::App& app) {
   add_setting_flag(cmd, "rollout.overflow", a->overflow);
   cmd->add_option("-o,--output", a->output, "per-sample JSONL");
   cmd->add_flag("--json", a->json, "print the summary as one JSON object");
-  add_setting_flag(cmd, "runtime.dtype", a->dtype);
-  add_setting_flag(cmd, "runtime.device", a->device);
-  add_setting_flag(cmd, "model.kv_cache_mb", a->kv_cache_mb);
-  add_setting_flag(cmd, "rollout.dtype", a->rollout_dtype);
-  add_setting_flag(cmd, "rollout.kv_cache_dtype", a->kv_cache_dtype);
-  add_setting_flag(cmd, "rollout.max_num_seqs", a->engine.max_num_seqs);
-  add_setting_flag(cmd, "rollout.max_num_batched_tokens", a->engine.max_num_batched_tokens);
-  add_setting_flag(cmd, "rollout.enable_chunked_prefill", a->engine.chunked_prefill);
+  add_engine_flags(cmd, a->engine);
   cmd->callback([a] { run_eval(*a); });
 }
 

@@ -30,11 +30,7 @@ struct GenerateArgs {
   std::string output;
   bool raw = false;
   std::string system_prompt;
-  std::string dtype = "float32";
-  std::string device = "cpu";
-  int64_t kv_cache_mb = 1024;
-  std::string rollout_dtype, kv_cache_dtype;
-  EngineConfig engine;  // the scheduler's flags bind here
+  EngineFlags engine;
   int64_t max_prompt_tokens = 0;
   std::string overflow = "truncate_left";
 };
@@ -44,9 +40,8 @@ void run_generate(GenerateArgs args) {
     throw_user_error("give exactly one of --prompt TEXT or --dataset FILE.jsonl");
   }
   if (args.n < 1) throw_user_error("-n {}: the number of samples per prompt must be at least 1", args.n);
-  const ModelOptions options = model_options_from_flags(args.dtype, args.device);
   auto tokenizer = Tokenizer::from_dir(args.model);
-  auto model = Transformer::from_pretrained(args.model, options);
+  auto model = Transformer::from_pretrained(args.model, args.engine.model_options());
   model->eval();
   std::vector<PromptRecord> records;
   if (!args.dataset.empty()) {
@@ -83,11 +78,7 @@ void run_generate(GenerateArgs args) {
     request.seed = args.seed + k;
     requests.push_back(std::move(request));
   }
-  EngineConfig engine_config = args.engine;
-  engine_config.kv_cache_mb = args.kv_cache_mb;
-  engine_config.weights_dtype = dtype_or_default(args.rollout_dtype, "--rollout-dtype");
-  engine_config.kv_dtype = dtype_or_default(args.kv_cache_dtype, "--kv-cache-dtype");
-  Engine engine(model, engine_config, tokenizer);
+  Engine engine(model, args.engine.engine_config(), tokenizer);
   const auto samples = engine.generate(requests);
   std::ofstream file;
   if (!args.output.empty()) {
@@ -144,14 +135,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("-s,--system-prompt", args->system_prompt, "system prompt (default: none)");
   add_setting_flag(cmd, "rollout.max_prompt_tokens", args->max_prompt_tokens);
   add_setting_flag(cmd, "rollout.overflow", args->overflow);
-  add_setting_flag(cmd, "runtime.dtype", args->dtype);
-  add_setting_flag(cmd, "runtime.device", args->device);
-  add_setting_flag(cmd, "model.kv_cache_mb", args->kv_cache_mb);
-  add_setting_flag(cmd, "rollout.dtype", args->rollout_dtype);
-  add_setting_flag(cmd, "rollout.kv_cache_dtype", args->kv_cache_dtype);
-  add_setting_flag(cmd, "rollout.max_num_seqs", args->engine.max_num_seqs);
-  add_setting_flag(cmd, "rollout.max_num_batched_tokens", args->engine.max_num_batched_tokens);
-  add_setting_flag(cmd, "rollout.enable_chunked_prefill", args->engine.chunked_prefill);
+  add_engine_flags(cmd, args->engine);
   cmd->callback([args] { run_generate(*args); });
 }
 

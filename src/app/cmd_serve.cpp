@@ -24,11 +24,7 @@ struct ServeArgs {
   std::string model;
   std::vector<std::string> adapters;  // NAME=DIR or DIR (named by its folder)
   ServeOptions options;
-  std::string dtype = "float32";
-  std::string device = "cpu";
-  int64_t kv_cache_mb = 1024;
-  std::string rollout_dtype, kv_cache_dtype;
-  EngineConfig engine;
+  EngineFlags engine;
 };
 
 // SIGINT/SIGTERM only set a flag (all a signal handler may safely do); a watcher thread stops the server.
@@ -37,20 +33,15 @@ std::atomic<bool> stop_requested{false};
 void on_signal(int) { stop_requested = true; }
 
 void run_serve(ServeArgs args) {
-  const ModelOptions options = model_options_from_flags(args.dtype, args.device);
   auto tokenizer = Tokenizer::from_dir(args.model);
-  auto model = Transformer::from_pretrained(args.model, options);
+  auto model = Transformer::from_pretrained(args.model, args.engine.model_options());
   model->eval();
   for (auto& p : model->parameters()) p.set_requires_grad(false);
   if (args.options.model_name.empty()) {
     args.options.model_name = std::filesystem::path(args.model).lexically_normal().filename().string();
     if (args.options.model_name.empty()) args.options.model_name = "rlcpp";
   }
-  EngineConfig engine = args.engine;
-  engine.kv_cache_mb = args.kv_cache_mb;
-  engine.weights_dtype = dtype_or_default(args.rollout_dtype, "--rollout-dtype");
-  engine.kv_dtype = dtype_or_default(args.kv_cache_dtype, "--kv-cache-dtype");
-  Server server(model, tokenizer, engine, args.options);
+  Server server(model, tokenizer, args.engine.engine_config(), args.options);
   for (const auto& a : args.adapters) {
     const auto eq = a.find('=');
     const std::string dir = eq == std::string::npos ? a : a.substr(eq + 1);
@@ -109,14 +100,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--policy-version", args->options.policy_version, "version of the weights at start (reported with "
                                                                     "every answer; updates count on from it)")
       ->capture_default_str();
-  add_setting_flag(cmd, "runtime.dtype", args->dtype);
-  add_setting_flag(cmd, "runtime.device", args->device);
-  add_setting_flag(cmd, "model.kv_cache_mb", args->kv_cache_mb);
-  add_setting_flag(cmd, "rollout.dtype", args->rollout_dtype);
-  add_setting_flag(cmd, "rollout.kv_cache_dtype", args->kv_cache_dtype);
-  add_setting_flag(cmd, "rollout.max_num_seqs", args->engine.max_num_seqs);
-  add_setting_flag(cmd, "rollout.max_num_batched_tokens", args->engine.max_num_batched_tokens);
-  add_setting_flag(cmd, "rollout.enable_chunked_prefill", args->engine.chunked_prefill);
+  add_engine_flags(cmd, args->engine);
   cmd->callback([args] { run_serve(*args); });
 }
 
