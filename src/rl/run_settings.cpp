@@ -315,7 +315,7 @@ std::vector<Setting> make_settings() {
   s.push_back(int_setting("runtime.producer_tensor_parallel_size", "--ptp,--rollout-tp,--producer-tensor-parallel-size",
                           "rollout tensor parallelism: each engine is this many rollout ranks (-i counts ranks)",
                           [](C& c) -> int64_t& { return c.ptp; }, 1, {"rollout_tp", "tensor_parallel_size"}, true));
-  s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (distributed mode)",
+  s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (rollout workers, or rollout servers with -b)",
                           [](C& c) -> int64_t& { return c.n_behind; }, 0, {}, true));
   s.push_back(int_setting("runtime.max_relay_episode", "--max-relay-episode",
                           "relay buffer: the rollouts of the last N steps are trained on again with each step (-1: all, 0: off)",
