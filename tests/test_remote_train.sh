@@ -47,7 +47,8 @@ if not ra or ra != rb:
 skip = {"time", "tokens_per_s", "staleness", "rollout_servers", "mismatch_abs_max", "mismatch_abs_mean", "mismatch_kl"}
 rows = lambda run: [{k: v for k, v in json.loads(l).items() if k not in skip} for l in open(f"{run}/metrics.jsonl")]
 def close(x, y):
-    if isinstance(x, dict): return isinstance(y, dict) and x.keys() == y.keys() and all(close(x[k], y[k]) for k in x)
+    if isinstance(x, dict):  # an evaluation's own "seconds" are a timing
+        return isinstance(y, dict) and x.keys() == y.keys() and all(close(x[k], y[k]) for k in x if k != "seconds")
     if isinstance(x, (int, float)) and isinstance(y, (int, float)): return abs(x - y) <= 1e-5 + 1e-3 * max(abs(x), abs(y))
     return x == y
 ma, mb = rows(a), rows(b)
@@ -103,13 +104,15 @@ remote=(-b openai --rollout-url "$a,$b")
 job=$!; pids+=("$job")
 for _ in $(seq 1 1200); do [ -e runs/resumed/step-2 ] && break; sleep 0.05; done
 kill -9 $job; wait $job 2>/dev/null
+[ -e runs/resumed/step-2 ] && [ ! -e runs/resumed/step-$steps ] && ok trainer-killed-mid-run || bad trainer-killed-mid-run
 train "${base[@]}" "${full[@]}" "${remote[@]}" --max-steps $steps --si 1 -p resumed -rsd runs/resumed/rollouts --resume auto > resumed.log 2>&1 \
   || { bad resumed-run; tail -5 resumed.log; }
 grep -q "resuming from" resumed.log && same_run resumed native && ok killed-trainer-resumes-exactly || bad killed-trainer-resumes-exactly
 
 # 5. -nb 1: each round generated while the step before trains, one version behind. Killed after a
 # checkpoint (which collected the round generating ahead) and resumed, it equals the run left alone.
-ahead=("${base[@]}" "${full[@]}" "${remote[@]}" --max-steps $steps --si 1 -nb 1)
+ahead=("${base[@]}" "${full[@]}" "${remote[@]}" --max-steps $steps --si 1 -nb 1
+       -ed "{\"held-out\": \"$src/examples/arith/test.jsonl\"}" -ei 3 --eval-limit 8)
 train "${ahead[@]}" -p ahead -rsd runs/ahead/rollouts > ahead.log 2>&1 || { bad ahead-run; tail -5 ahead.log; }
 python3 - runs/ahead/metrics.jsonl <<'PY' && ok n-behind-one-version || bad n-behind-one-version
 import json, sys
@@ -117,13 +120,17 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 stale = [r["staleness"]["max"] for r in rows]
 rewards = " ".join("%.2f" % r["reward_mean"] for r in rows)
 print(f"     staleness by step {stale}; reward {rewards}")
-sys.exit(0 if len(rows) == 6 and stale[0] == 0 and all(s == 1 for s in stale[1:]) else 1)
+# the trainer's own engine evaluates at steps 3 and 6 (-ei 3) while the servers generate
+evals = [r["step"] for r in rows if "eval" in r and r["eval"]["held-out"]["prompts"] == 8]
+print(f"     evaluated at steps {evals}")
+sys.exit(0 if len(rows) == 6 and stale[0] == 0 and all(s == 1 for s in stale[1:]) and evals == [3, 6] else 1)
 PY
 weights_moved "$(last_weights ahead)" "$model/model.safetensors" && ok ahead-weights-moved || bad ahead-weights-moved
 "$rlcpp" train "${ahead[@]}" -p ahead-resumed -rsd runs/ahead-resumed/rollouts > ahead-killed.log 2>&1 &
 job=$!; pids+=("$job")
 for _ in $(seq 1 1200); do [ -e runs/ahead-resumed/step-3 ] && break; sleep 0.05; done
 kill -9 $job; wait $job 2>/dev/null
+[ -e runs/ahead-resumed/step-3 ] && [ ! -e runs/ahead-resumed/step-$steps ] && ok ahead-killed-mid-run || bad ahead-killed-mid-run
 train "${ahead[@]}" -p ahead-resumed -rsd runs/ahead-resumed/rollouts --resume auto > ahead-resumed.log 2>&1 \
   || { bad ahead-resumed-run; tail -5 ahead-resumed.log; }
 grep -q "resuming from" ahead-resumed.log && same_run ahead-resumed ahead && ok ahead-resumes-exactly || bad ahead-resumes-exactly
@@ -139,6 +146,7 @@ expect_error url-needs-backend "-b openai" --rollout-url "$a"
 expect_error vllm-needs-lora "--lora-rank" -b vllm --rollout-url "$a"
 expect_error no-rollout-workers "drop -t and -i" -b openai --rollout-url "$a" -t 1 -i 1
 expect_error bad-url "HOST:PORT" -b openai --rollout-url "http://nowhere"
+expect_error weights-dir-unwritable "--rollout-weights-dir" -b openai --rollout-url "$a" --rollout-weights-dir /proc/nowhere
 dead=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 expect_error unreachable "127.0.0.1:$dead" -b openai --rollout-url "http://127.0.0.1:$dead" --rollout-timeout 3
 [ -n "${KEEP:-}" ] && cp -r runs "$KEEP"

@@ -72,47 +72,44 @@ GeneratedSample to_sample(const Sequence& s, const Tokenizer* tokenizer, int64_t
   return out;
 }
 
+// A request's sampling settings and prompt ids, checked; `r` names it in the error.
 void validate_request(const GenerationRequest& request, size_t r, int64_t vocab) {
-  {
-    const auto& p = request.params;
-    if (p.temperature < 0) throw_user_error("request {}: temperature {} must be >= 0", r, p.temperature);
-    if (p.top_p <= 0 || p.top_p > 1) throw_user_error("request {}: top_p {} must be in (0, 1]", r, p.top_p);
-    if (p.min_p < 0 || p.min_p >= 1) throw_user_error("request {}: min_p {} must be in [0, 1)", r, p.min_p);
-    if (p.top_k < 0) throw_user_error("request {}: top_k {} must be >= 0", r, p.top_k);
-    if (p.max_new_tokens < 1) throw_user_error("request {}: max_new_tokens {} must be >= 1", r, p.max_new_tokens);
-    if (p.logprobs < 0) throw_user_error("request {}: logprobs {} must be >= 0", r, p.logprobs);
-    for (int32_t id : request.prompt_ids) {
-      if (id < 0 || id >= vocab) throw_user_error("request {}: prompt token {} is outside the vocabulary (0..{})", r, id, vocab - 1);
-    }
+  const auto& p = request.params;
+  if (p.temperature < 0) throw_user_error("request {}: temperature {} must be >= 0", r, p.temperature);
+  if (p.top_p <= 0 || p.top_p > 1) throw_user_error("request {}: top_p {} must be in (0, 1]", r, p.top_p);
+  if (p.min_p < 0 || p.min_p >= 1) throw_user_error("request {}: min_p {} must be in [0, 1)", r, p.min_p);
+  if (p.top_k < 0) throw_user_error("request {}: top_k {} must be >= 0", r, p.top_k);
+  if (p.max_new_tokens < 1) throw_user_error("request {}: max_new_tokens {} must be >= 1", r, p.max_new_tokens);
+  if (p.logprobs < 0) throw_user_error("request {}: logprobs {} must be >= 0", r, p.logprobs);
+  for (int32_t id : request.prompt_ids) {
+    if (id < 0 || id >= vocab) throw_user_error("request {}: prompt token {} is outside the vocabulary (0..{})", r, id, vocab - 1);
   }
 }
 
-// The requests within the model's positions (max_position_embeddings): a prompt that leaves no
-// room for one new token is an error; a response that would run past the last position is capped
-// there, and the first capped request of the process says so.
 void validate(const std::vector<GenerationRequest>& requests, int64_t vocab) {
   for (size_t r = 0; r < requests.size(); ++r) validate_request(requests[r], r, vocab);
 }
 
+// A request within the model's positions (max_position_embeddings): a prompt that leaves no room
+// for one new token is an error; a response that would run past the last position is capped
+// there, and the first capped request of the process says so.
 GenerationRequest fit_request(GenerationRequest request, size_t r, int64_t max_positions) {
   if (max_positions <= 0) return request;
   static std::atomic<bool> said{false};
-  {
-    const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
-    const int64_t room = max_positions - prompt;
-    if (room < 1) {
-      throw_user_error("request {}: its prompt of {} tokens fills the model's {} positions (max_position_embeddings); "
-                       "shorten it, or limit prompts with -mpt/--max-prompt-tokens (--overflow truncate_left or drop)",
-                       r, prompt, max_positions);
+  const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
+  const int64_t room = max_positions - prompt;
+  if (room < 1) {
+    throw_user_error("request {}: its prompt of {} tokens fills the model's {} positions (max_position_embeddings); "
+                     "shorten it, or limit prompts with -mpt/--max-prompt-tokens (--overflow truncate_left or drop)",
+                     r, prompt, max_positions);
+  }
+  auto& p = request.params;
+  if (p.max_new_tokens > room) {
+    if (!said.exchange(true)) {
+      spdlog::warn("a prompt of {} tokens leaves room for {} new tokens in the model's {} positions: its response is "
+                   "capped there (-mnt {})", prompt, room, max_positions, p.max_new_tokens);
     }
-    auto& p = request.params;
-    if (p.max_new_tokens > room) {
-      if (!said.exchange(true)) {
-        spdlog::warn("a prompt of {} tokens leaves room for {} new tokens in the model's {} positions: its response is "
-                     "capped there (-mnt {})", prompt, room, max_positions, p.max_new_tokens);
-      }
-      p.max_new_tokens = room;
-    }
+    p.max_new_tokens = room;
   }
   return request;
 }
@@ -373,8 +370,7 @@ std::string GenerationLoop::check_blocks() const { return scheduler_.check_block
 
 std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationRequest>& requests) {
   GenerationLoop loop(*this);
-  validate(requests, model_->config().vocab_size);  // every request before any work
-  for (const auto& r : requests) loop.add(r);
+  for (const auto& r : requests) loop.add(r);  // each checked (a UserError) before any step runs
   int64_t n_sequences = 0;
   for (const auto& r : requests) n_sequences += r.n;
   while (!loop.idle()) {

@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <sstream>
 
@@ -40,7 +44,12 @@ RolloutServers::RolloutServers(const RunConfig& config, const fs::path& run_dir)
   options.max_requests_per_server = config.rollout_concurrency;
   remote_ = std::make_unique<RemoteRollout>(options);
   weights_dir_ = config.rollout_weights_dir.empty() ? run_dir / "rollout-weights" : fs::path(config.rollout_weights_dir);
-  fs::create_directories(weights_dir_);
+  std::error_code ec;
+  fs::create_directories(weights_dir_, ec);
+  if (ec || ::access(weights_dir_.c_str(), W_OK) != 0) {
+    throw_user_error("--rollout-weights-dir {}: cannot write there ({}); give a folder this trainer can write and the "
+                     "servers can read", weights_dir_.string(), ec ? ec.message() : std::strerror(errno));
+  }
 }
 
 double RolloutServers::publish(const Transformer& policy, int64_t version) {

@@ -261,7 +261,8 @@ std::vector<Setting> make_settings() {
                              "default: the run directory's rollout-weights/)",
                              [](C& c) -> std::string& { return c.rollout_weights_dir; }, {}, true));
   s.push_back(double_setting("rollout.rollout_timeout", "--rollout-timeout",
-                             "seconds a server has for one prompt's samples before they are asked of another",
+                             "seconds a server has for one prompt's samples before they are asked of another; with every server "
+                             "down that long the run stops",
                              [](C& c) -> double& { return c.rollout_timeout; }, kPositive, {}, true));
   s.push_back(int_setting("rollout.rollout_concurrency", "--rollout-concurrency", "prompts in flight at one server",
                           [](C& c) -> int64_t& { return c.rollout_concurrency; }, 1, {}, true));
