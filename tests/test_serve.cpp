@@ -345,9 +345,13 @@ TEST(RemoteRollout, AnswersWithoutTokenIdsOrLogprobsAreNamed) {
                    UserError, "token_logprobs");
   EXPECT_THROW_MSG(parse_completion_samples(good, 3, 0, "u"), UserError, "2 choices for n = 3");
   EXPECT_THROW_MSG(parse_completion_samples("<html>", 1, 0, "u"), UserError, "not a JSON object");
-  EXPECT_THROW_MSG(RemoteRollout(RemoteRolloutOptions{RolloutBackendKind::kOpenai, {"http://a:1", "a:1/v1/"}}), UserError,
-                   "given twice");
-  EXPECT_THROW_MSG(RemoteRollout(RemoteRolloutOptions{RolloutBackendKind::kOpenai, {"http://a/b"}}), UserError, "HOST:PORT");
+  auto servers = [](std::vector<std::string> urls) {
+    RemoteRolloutOptions options;
+    options.urls = std::move(urls);
+    return options;
+  };
+  EXPECT_THROW_MSG(RemoteRollout(servers({"http://a:1", "a:1/v1/"})), UserError, "given twice");
+  EXPECT_THROW_MSG(RemoteRollout(servers({"http://a/b"})), UserError, "--rollout-url", "HOST:PORT");
 }
 
 TEST(Serve, CompletionsAndStreamsEqualTheEngine) {
