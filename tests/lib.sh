@@ -2,7 +2,11 @@
 # `fixtures`, a scratch directory `tmp` that becomes the working directory and is removed at exit
 # (with `cleanup_extra`, if the test defines it, run first), and ok/bad reporting into `failed`.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-fixtures=${RLCPP_FIXTURES:-${RLCPP_DEFAULT_FIXTURES:-}}
+fixtures=${RLCPP_FIXTURES:-${RLCPP_DEFAULT_FIXTURES:-$here/fixtures}}
+if [ ! -f "$fixtures/qwen2-tiny/config.json" ]; then
+  echo "FAIL no test fixtures under '$fixtures' (\$RLCPP_FIXTURES, else tests/fixtures): \`make fixtures\` writes them" >&2
+  exit 1
+fi
 tmp=$(mktemp -d)
 trap 'declare -F cleanup_extra > /dev/null && cleanup_extra; rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1

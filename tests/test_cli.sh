@@ -2,7 +2,8 @@
 # The rlcpp binary: --version, info on a fixture, and clear errors with a non-zero exit on bad input.
 set -uo pipefail
 rlcpp=${1:?usage: test_cli.sh RLCPP_BINARY}
-fixtures=${RLCPP_FIXTURES:-$RLCPP_DEFAULT_FIXTURES}
+fixtures=${RLCPP_FIXTURES:-${RLCPP_DEFAULT_FIXTURES:-$(dirname "$0")/fixtures}}
+[ -f "$fixtures/qwen2-tiny/config.json" ] || { echo "FAIL no test fixtures under '$fixtures' (\$RLCPP_FIXTURES, else tests/fixtures)" >&2; exit 1; }
 fail=0
 expect() {  # expect NAME EXPECTED_RC PATTERN -- COMMAND...
   local name=$1 rc_want=$2 pattern=$3; shift 4

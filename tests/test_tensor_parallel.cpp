@@ -239,7 +239,13 @@ TEST(TensorParallel, GradientsOfEveryHeadEqualOneRank) {
         entropies.push_back(out.entropy.detach());
         (out.logprobs * weights + out.entropy * weights.flip(1)).sum().backward();
       }
-      EXPECT_LE(max_relative(entropies[1], entropies[0]), dtype == torch::kFloat64 ? 1e-12 : 1e-5) << p.name;
+      // fp32: 1e-5 of the largest entropy, plus 2e-6 absolute. In a peaked row the entropy is near 0
+      // but computed from terms of the logits' size (~40 for the Qwen fixtures at T = 0.8), of which
+      // fp32 keeps ~4e-6: where every row is peaked (qwen2-tiny's largest entropy here is 0.005)
+      // the two sides differ by 1e-6 absolute, 2e-4 of the largest.
+      const double entropy_diff = (entropies[1] - entropies[0]).abs().max().item<double>();
+      const double entropy_scale = entropies[0].abs().max().item<double>();
+      EXPECT_LE(entropy_diff, dtype == torch::kFloat64 ? 1e-12 * entropy_scale : 2e-6 + 1e-5 * entropy_scale) << p.name;
       gradient_difference(p, tag + " entropy head");
       zero_grads(p);
     }
@@ -437,7 +443,7 @@ TEST(TensorParallel, EngineLogprobsEqualTheTrainersOverTheParts) {
         torch::NoGradGuard no_grad;
         const auto logp = p.part->token_logprobs(input, targets, params.temperature);
         for (int32_t t = 0; t < n; ++t) {
-          // The RL invariant (DESIGN.md): the sampler's log-prob is the trainer's, fp32 within 1e-5.
+          // The RL invariant (docs/architecture.md): the sampler's log-prob is the trainer's, fp32 within 1e-5.
           EXPECT_NEAR(logp[0][prompt - 1 + t].item<float>(), reported[static_cast<size_t>(t)], 1e-5) << "sample " << k;
         }
       }

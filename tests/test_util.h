@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -12,28 +14,31 @@ namespace rlcpp::testing {
 
 namespace fs = std::filesystem;
 
-// $RLCPP_FIXTURES, else ../shared/fixtures beside the source tree (set at configure time).
+// $RLCPP_FIXTURES, else the repository's tests/fixtures (set at configure time).
 inline fs::path fixtures_root() {
   if (const char* env = std::getenv("RLCPP_FIXTURES"); env != nullptr && *env != '\0') return env;
   return RLCPP_DEFAULT_FIXTURES;
 }
 
-// Every fixture folder (one holding config.json and reference.safetensors), sorted. A missing
-// fixtures root fails the calling test rather than skipping it.
+// Every fixture folder (one holding config.json and reference.safetensors), sorted. None found throws,
+// naming where it looked, so the calling test fails with that message (gtest reports the exception)
+// rather than running on an empty list.
 inline std::vector<fs::path> fixture_dirs() {
-  std::vector<fs::path> dirs;
   const fs::path root = fixtures_root();
-  if (!fs::is_directory(root)) {
-    ADD_FAILURE() << "fixtures folder '" << root << "' not found; set RLCPP_FIXTURES";
-    return dirs;
-  }
-  for (const auto& entry : fs::directory_iterator(root)) {
-    if (fs::exists(entry.path() / "config.json") && fs::exists(entry.path() / "reference.safetensors")) {
-      dirs.push_back(entry.path());
+  std::vector<fs::path> dirs;
+  if (fs::is_directory(root)) {
+    for (const auto& entry : fs::directory_iterator(root)) {
+      if (fs::exists(entry.path() / "config.json") && fs::exists(entry.path() / "reference.safetensors")) {
+        dirs.push_back(entry.path());
+      }
     }
   }
+  if (dirs.empty()) {
+    throw std::runtime_error("no test fixtures (folders with config.json and reference.safetensors) under '" +
+                             root.string() + "' ($RLCPP_FIXTURES, else the repository's tests/fixtures); " +
+                             "`make fixtures` writes them");
+  }
   std::sort(dirs.begin(), dirs.end());
-  if (dirs.empty()) ADD_FAILURE() << "no fixture folders under " << root;
   return dirs;
 }
 
