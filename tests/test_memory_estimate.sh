@@ -16,7 +16,7 @@ cat > shape.json <<'JSON'
  "hidden_act": "silu", "eos_token_id": 151645, "bos_token_id": 151643, "torch_dtype": "float32"}
 JSON
 "$rlcpp" init --config shape.json --tokenizer "$src/models/arith-tiny" --out model --seed 0 > /dev/null || bad init
-head -n 8 "$src/../shared/datasets/gsm8k/train.jsonl" > data.jsonl 2>/dev/null || head -n 8 "$src/examples/arith/train.jsonl" > data.jsonl
+head -n 8 "$src/examples/gsm8k/train.jsonl" > data.jsonl
 # Two steps: AdamW's moments exist from the first update on, so the second step's backward is the
 # steady-state peak the estimate is for.
 common=(-m model -d data.jsonl -g 4 -tbs 2 -tMbs 2 -tmbs 8 --mnt 64 -mpt 256 --max-steps 2 -sd runs -lr 1e-5 --kv-cache-mb 256)

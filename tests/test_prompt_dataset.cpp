@@ -32,10 +32,11 @@ TEST(PromptDataset, ReferenceFormatObjectOrList) {
   EXPECT_EQ(ds.records[1].line, 3);
 }
 
-TEST(PromptDataset, RealGsm8kLoads) {
-  const auto path = rlcpp::testing::fixtures_root() / ".." / "datasets" / "gsm8k" / "test.jsonl";
-  auto ds = load_prompt_dataset(path);
+TEST(PromptDataset, TheBundledGsm8kLoads) {
+  const auto dir = std::filesystem::path(RLCPP_SOURCE_DIR) / "examples" / "gsm8k";
+  auto ds = load_prompt_dataset(dir / "test.jsonl");
   EXPECT_EQ(ds.records.size(), 1319u);
+  EXPECT_EQ(load_prompt_dataset(dir / "train.jsonl").records.size(), 7473u);
   EXPECT_EQ(ds.records[0].gt_answer, "18");
   EXPECT_TRUE(ds.records[0].metadata.contains("solution"));
 }
