@@ -5,9 +5,8 @@ BUILD_DIR  ?= build
 BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc)
 FUZZ_SECONDS ?= 300
-RLCPP_FIXTURES ?= $(abspath $(firstword $(wildcard ../shared/fixtures tests/fixtures)))
 
-.PHONY: all deps configure build test demo bench fuzz clean
+.PHONY: all deps configure build test demo bench fuzz fixtures clean
 
 all: build
 
@@ -24,14 +23,22 @@ build: configure
 
 test: deps
 	$(MAKE) build
-	cd $(BUILD_DIR) && RLCPP_FIXTURES=$(RLCPP_FIXTURES) ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 demo: deps
 	$(MAKE) build
 	bash scripts/demo.sh $(BUILD_DIR)/rlcpp
 
-bench: build
-	@echo "benchmarks: $(BUILD_DIR)/bench_forward --help"
+# Every side-by-side benchmark against its anchor (llama.cpp, PyTorch eager) and one table of
+# ratios (bench/all.sh; QUICK=1 for a smoke run of minutes, the full run takes hours on 2 cores).
+bench: deps
+	$(MAKE) build
+	bash bench/all.sh $(BUILD_DIR)
+
+# The test models and their float64 references (tests/fixtures/, committed): written again by the
+# repository's own script (Debian's python3-numpy); the fixtures_reproducible test checks they match.
+fixtures:
+	/usr/bin/python3 tests/fixtures/make_fixtures.py
 
 fuzz:
 	bash fuzz/run.sh $(FUZZ_SECONDS)

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # bench/forward_backward: forward and forward+backward tokens/s of rlcpp (build/bench/bench_forward)
-# and of the PyTorch-eager anchor (../shared/anchors/torch/forward_backward.py, Debian's python3-torch)
-# on the same Qwen2.5-0.5B shape, interleaved in one run, and the ratios. The anchor reports the
-# min/median/max of its repetitions; rlcpp its best. Both take the fp32 log-prob of every position
-# (rlcpp through its chunked head, the anchor through full logits and cross-entropy).
+# and of the PyTorch-eager anchor (bench/anchors/torch_forward_backward.py, Debian's python3-torch)
+# on the same Qwen2.5-0.5B shape and the same cores, interleaved in one run, and the ratios. The
+# anchor reports the min/median/max of its repetitions; rlcpp its best. Both take the fp32 log-prob
+# of every position (rlcpp through its chunked head, the anchor through full logits and cross-entropy).
 #   bench/forward_backward.sh [BUILD_DIR]
-# Env: LENGTHS ("256 1024"), BATCH (1), LAYERS (24), REPS (3), RLCPP_SHARED (../shared).
+# Env: LENGTHS ("256 1024"), BATCH (1), LAYERS (24), REPS (3), RATIOS (a file to which
+# bench/all.sh's ratio rows are appended).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
-shared=${RLCPP_SHARED:-$src/../shared}
 lengths=${LENGTHS:-256 1024} batch=${BATCH:-1} layers=${LAYERS:-24} reps=${REPS:-3}
-anchor=$shared/anchors/torch/forward_backward.py
+anchor=$src/bench/anchors/torch_forward_backward.py
 [ -x "$build/bench/bench_forward" ] || { echo "bench/forward_backward.sh: $build/bench/bench_forward is missing: cmake --build $build --target bench_forward" >&2; exit 2; }
-[ -f "$anchor" ] || { echo "bench/forward_backward.sh: $anchor is missing (set RLCPP_SHARED to the shared folder)" >&2; exit 2; }
-/usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "bench/forward_backward.sh: the anchor needs Debian's python3-torch: apt-get install -y python3-torch" >&2; exit 2; }
+/usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "bench/forward_backward.sh: the anchor needs Debian's python3-torch: make deps (or apt-get install -y python3-torch)" >&2; exit 2; }
 
 printf '%-14s %12s %14s %8s %12s %14s %8s\n' "B x T" "rlcpp fwd" "torch fwd med" "ratio" "rlcpp f+b" "torch f+b med" "ratio"
 for t in $lengths; do
@@ -26,4 +25,8 @@ for t in $lengths; do
   tfb_best=$(awk '/^fwd\+bwd:/{split($NF, v, "/"); print v[3]}' <<< "$theirs")
   awk -v bt="${batch} x ${t}" -v f="$fwd" -v tf="$tfwd" -v fb="$fb" -v tfb="$tfb" -v best="$tfb_best" 'BEGIN {
     printf "%-14s %12.1f %14.1f %7.2fx %12.1f %14.1f %7.2fx   (torch f+b best %.1f: %.2fx)\n", bt, f, tf, f / tf, fb, tfb, fb / tfb, best, fb / best }'
+  if [ -n "${RATIOS:-}" ]; then  # bench/all.sh's rows: benchmark, measure, anchor, rlcpp, anchor figure, unit
+    printf 'forward vs PyTorch eager\tforward, %s x %s\tPyTorch eager\t%s\t%s\ttokens/s\n' "$batch" "$t" "$fwd" "$tfwd" >> "$RATIOS"
+    printf 'forward vs PyTorch eager\tforward+backward, %s x %s\tPyTorch eager\t%s\t%s\ttokens/s\n' "$batch" "$t" "$fb" "$tfb" >> "$RATIOS"
+  fi
 done

@@ -2,7 +2,7 @@
 //   1. decode tokens/s with 1, 8, 32 and 64 concurrent sequences at fixed lengths (no stop token);
 //   2. groups of G samples of long prompts with prefix sharing on and off;
 // with the KV memory used. Shapes: a tiny Qwen2 (the fixture's) and Qwen2.5-0.5B.
-//   --llama-workload: instead, llama.cpp's anchor workload (../shared/anchors/llamacpp): pp<N> one
+//   --llama-workload: instead, llama.cpp's anchor workload (bench/anchors/llamacpp): pp<N> one
 // prefill of N tokens, tg<N> N decode steps of one sequence from an empty cache, par<S>x<N> S
 // sequences decoding together for N steps; medians of --reps runs, as JSON with --json (see
 // bench/llamacpp.sh, which runs both programs and prints the ratios).

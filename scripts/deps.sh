@@ -14,6 +14,7 @@ PACKAGES=(
   libcpp-httplib-dev                                   # rlcpp serve and the remote rollout backend (HTTP)
   clang libclang-rt-14-dev                             # libFuzzer targets
   python3                                              # the example external reward (standard library only)
+  python3-numpy python3-torch                          # the fixture script (tests/fixtures) and the PyTorch-eager anchors (bench/anchors)
   chromium                                             # the report test renders the HTML in a real browser
   iproute2 util-linux                                  # the two-host test: network namespaces and a veth pair
   time                                                 # peak RSS of runs (the memory-estimate test, bench/)
