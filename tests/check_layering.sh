@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The layer rules of DESIGN.md as a table: each folder under src/ names the folders it may include
-# (besides itself). Any other include fails the check, so the forbidden pairs DESIGN lists
+# The layer rules of docs/architecture.md as a table: each folder under src/ names the folders it may include
+# (besides itself). Any other include fails the check, so the forbidden pairs docs/architecture.md lists
 # (engine<->train, parallel->engine/train/rl, algo/reward->io, model->engine/train) cannot creep in,
 # and neither can any upward include. A folder missing from the table fails too: a new layer gets
-# its line here and in DESIGN.md at the same time.
+# its line here and in docs/architecture.md at the same time.
 #   check_layering.sh SRC_DIR
 set -euo pipefail
 src=${1:?usage: check_layering.sh SRC_DIR}
@@ -13,13 +13,13 @@ declare -A allowed=(
   [kernels]="util"
   [io]="util"
   [text]="util io"
-  # model's tensor-parallel layers take parallel's Communicator interface (DESIGN.md: "tensor-parallel linear
+  # model's tensor-parallel layers take parallel's Communicator interface (docs/architecture.md: "tensor-parallel linear
   # layers" live in model); parallel itself stays below (util, io).
   [model]="util kernels io parallel"
   [engine]="util kernels io text model"
   [reward]="util"
   [algo]="util"
-  # train's ZeRO shards "given a communicator" (DESIGN.md): parallel's Communicator interface;
+  # train's ZeRO shards "given a communicator" (docs/architecture.md): parallel's Communicator interface;
   # parallel itself stays below (util, io) and never includes train.
   [train]="util kernels io model algo parallel"
   [parallel]="util io"
@@ -32,7 +32,7 @@ bad=0 includes=0
 for dir in "$src"/*/; do
   layer=$(basename "$dir")
   if [ -z "${allowed[$layer]+set}" ]; then
-    echo "src/$layer/ is not a layer of DESIGN.md: add it to the table in $0 (and to DESIGN.md)"
+    echo "src/$layer/ is not a layer of docs/architecture.md: add it to the table in $0 (and to docs/architecture.md)"
     bad=1
     continue
   fi
@@ -41,7 +41,7 @@ for dir in "$src"/*/; do
     includes=$((includes + 1))
     [ "$target" = "$layer" ] && continue
     if [[ " ${allowed[$layer]} " != *" $target "* ]]; then
-      echo "${file#"$src"/}:$line includes $target/: $layer/ may include only ${allowed[$layer]:-nothing} (DESIGN.md layers)"
+      echo "${file#"$src"/}:$line includes $target/: $layer/ may include only ${allowed[$layer]:-nothing} (docs/architecture.md, layers)"
       bad=1
     fi
   done < <(grep -rnE '^#include "[a-z_]+/' "$dir" || true)

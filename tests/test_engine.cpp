@@ -95,7 +95,7 @@ TEST(Engine, SampledLogprobsEqualTrainerLogprobs) {
         worst = std::max(worst, std::abs(trainer - s.logprobs[t]));
       }
     }
-    // The DESIGN invariant: within 1e-5 in fp32 on CPU.
+    // The RL invariant (docs/architecture.md): within 1e-5 in fp32 on CPU.
     EXPECT_LT(worst, 1e-5);
   }
 }

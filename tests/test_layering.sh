@@ -5,7 +5,7 @@ src=$(realpath "${1:?usage: test_layering.sh SRC_DIR}")
 source "$(dirname "$0")/lib.sh"
 check="$here/check_layering.sh"
 out=$(bash "$check" "$src") && ok tree-passes || { bad tree-passes; echo "$out"; }
-# DESIGN's forbidden pairs, one planted at a time in a copy of the tree.
+# The forbidden pairs of docs/architecture.md, one planted at a time in a copy of the tree.
 for plant in "train/trainer.h engine/engine.h" "engine/engine.h train/trainer.h" "parallel/mpi.h rl/rollout.h" \
              "algo/dapo.h io/checkpoint.h" "reward/reward.h io/prompt_dataset.h" "model/transformer.h engine/engine.h" \
              "util/file.h io/safetensors.h"; do

@@ -86,7 +86,7 @@ TEST(Trainer, LogprobsEqualTheEnginesForItsOwnSamples) {
     ASSERT_EQ(logprobs[k].size(), samples[k].rollout_logprobs.size());
     for (size_t t = 0; t < logprobs[k].size(); ++t) worst = std::max(worst, std::abs(double(logprobs[k][t]) - samples[k].rollout_logprobs[t]));
   }
-  EXPECT_LT(worst, 1e-5);  // DESIGN's invariant, through the trainer's padded batches
+  EXPECT_LT(worst, 1e-5);  // the RL invariant (docs/architecture.md), through the trainer's padded batches
 }
 
 TEST(Trainer, MicrobatchSizeDoesNotChangeTheStep) {

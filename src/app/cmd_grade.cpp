@@ -97,7 +97,7 @@ void add_grade_command(CLI::App& app) {
   cmd->add_option("--reward-wrong", args->scale.wrong, "reward of a wrong answer")->capture_default_str();
   cmd->add_option("--reward-format", args->scale.format_violation, "reward of a format violation")->capture_default_str();
   cmd->add_option("--reward-truncated", args->scale.truncated, "reward of a truncated response")->capture_default_str();
-  cmd->add_option("--reward-cmd", args->reward_cmd, "external reward command (JSON lines; see README)");
+  cmd->add_option("--reward-cmd", args->reward_cmd, "external reward command (JSON lines; see docs/rewards.md)");
   cmd->add_option("--reward-cmd-weight", args->reward_cmd_weight, "its weight in the sum")->capture_default_str();
   cmd->add_option("--reward-timeout", args->reward_timeout, "seconds per reply")->capture_default_str();
   cmd->callback([args] { run_grade(*args); });

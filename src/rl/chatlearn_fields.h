@@ -1,8 +1,8 @@
-// Every field of ChatLearn's configuration reference (seeds/chatlearn-config-reference.txt) and its
+// Every field of ChatLearn's configuration reference (docs/reference/chatlearn-config-reference.txt) and its
 // fate in rlcpp, so a run file written for ChatLearn loads: implemented (the same meaning under an
 // rlcpp setting), mapped (converted onto an rlcpp setting), refused (a feature that does not exist
 // yet: accepted only at its "off" value, otherwise an error naming the plan for it), or meaningless
-// without Ray (accepted with a one-line notice). The README's table is printed from this one.
+// without Ray (accepted with a one-line notice). docs/configuration.md's table is printed from this one.
 #pragma once
 
 #include <functional>
@@ -32,7 +32,7 @@ const std::vector<ChatLearnField>& chatlearn_fields();
 // The field named `key` (dotted inside a nested block), or nullptr.
 const ChatLearnField* find_chatlearn_field(const std::string& key);
 
-// The README's table: field, ChatLearn section, fate, rlcpp setting and note, one row per field.
+// docs/configuration.md's table: field, ChatLearn section, fate, rlcpp setting and note, one row per field.
 std::string chatlearn_fields_markdown();
 
 }  // namespace rlcpp

@@ -113,7 +113,7 @@ void read_group(const std::filesystem::path& path, const std::string& group, con
     }
     if (s == nullptr) {
       throw_user_error("{}: unknown setting \"{}\" (rlcpp train --print-config lists every setting with its group; "
-                       "the README lists ChatLearn's fields)", where, dotted);
+                       "docs/configuration.md lists ChatLearn's fields)", where, dotted);
     }
     if (raw.values.contains(s->name) && raw.source[s->name].rfind(path.string(), 0) == 0) {
       throw_user_error("{}: {} is set twice in the file (also as {})", where, s->name, raw.source[s->name]);
@@ -170,7 +170,7 @@ void reject_unimplemented(const RunConfig& c) {
   }
   if (!c.master_address.empty() || c.master_port != 0) {
     throw_user_error("--master_address/--master_port: rlcpp has no Ray or torch rendezvous to point at (mpirun "
-                     "provides it: see the README's multi-node section); remove these flags");
+                     "provides it: see docs/distributed.md, several machines); remove these flags");
   }
 }
 

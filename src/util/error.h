@@ -1,4 +1,4 @@
-// The three kinds of failure (STYLE.md point 6): a broken invariant is an InternalError raised by
+// The three kinds of failure (docs/contributing.md, how the code reads): a broken invariant is an InternalError raised by
 // RLCPP_CHECK with the values that broke it; bad user input is a UserError whose message names the
 // file, line or flag and how to fix it. Expected outcomes are values, never exceptions.
 #pragma once
