@@ -583,10 +583,14 @@ TEST(RemoteRollout, EqualsTheEngineAcrossServersAndPastADeadOne) {
     EXPECT_EQ(got[k].sample, expected[k].sample);
     EXPECT_EQ(got[k].token_ids, expected[k].token_ids);
     EXPECT_EQ(got[k].text, expected[k].text);
-    // Other batches on the servers than in the one engine: products of other row counts round
-    // differently in the last bits (the engine-vs-trainer tolerance, DESIGN.md).
+    // Other batches on the servers (up to 8 rows) than in the one engine (36): products of other
+    // row counts sum in other orders (the kernels' dot-product tiles below 9 rows, outer-product
+    // tiles above; BLAS alike), and on these raw prompts, outside the chat template the model was
+    // trained on, its logits are large enough that this moves a log-prob by up to 6.4e-5 on an
+    // AVX-512 (Zen 4) machine, 4.6e-5 with LibTorch's products (RLCPP_KERNELS=0). The same tokens
+    // and text above are the exact part of the check.
     ASSERT_EQ(got[k].logprobs.size(), expected[k].logprobs.size());
-    for (size_t t = 0; t < got[k].logprobs.size(); ++t) EXPECT_NEAR(got[k].logprobs[t], expected[k].logprobs[t], 1e-5);
+    for (size_t t = 0; t < got[k].logprobs.size(); ++t) EXPECT_NEAR(got[k].logprobs[t], expected[k].logprobs[t], 1e-4);
   }
   const auto stats = remote.stats();
   EXPECT_EQ(stats.requests, 9);  // one answer taken per prompt
