@@ -11,7 +11,7 @@
 #include <cstdlib>
 
 #include "bench_util.h"
-#include "parallel/mpi.h"
+#include "comm/mpi.h"
 #include "parallel/weight_sync.h"
 #include "model/transformer.h"
 #include "rl/rollout_channel.h"

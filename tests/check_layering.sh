@@ -12,20 +12,19 @@ declare -A allowed=(
   [util]=""
   [kernels]="util"
   [io]="util"
+  # Communicator, MPI and the bucketed collectives: below every user of them.
+  [comm]="util"
   [text]="util io"
-  # model's tensor-parallel layers take parallel's Communicator interface (docs/architecture.md: "tensor-parallel linear
-  # layers" live in model); parallel itself stays below (util, io).
-  [model]="util kernels io parallel"
+  [model]="util kernels io comm"
   [engine]="util kernels io text model"
   [reward]="util"
   [algo]="util"
-  # train's ZeRO shards "given a communicator" (docs/architecture.md): parallel's Communicator interface;
-  # parallel itself stays below (util, io) and never includes train.
-  [train]="util kernels io model algo parallel"
-  [parallel]="util io"
-  [rl]="util kernels io text model engine reward algo train parallel"
+  [train]="util kernels io comm model algo"
+  # Topology and WeightSync: roles and the weights' movement; no engine, trainer or run.
+  [parallel]="util io comm"
+  [rl]="util kernels io comm text model engine reward algo train parallel"
   [serve]="util kernels io text model engine reward"
-  [app]="util kernels io text model engine reward algo train parallel rl serve"
+  [app]="util kernels io comm text model engine reward algo train parallel rl serve"
 )
 
 bad=0 includes=0

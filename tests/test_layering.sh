@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 check="$here/check_layering.sh"
 out=$(bash "$check" "$src") && ok tree-passes || { bad tree-passes; echo "$out"; }
 # The forbidden pairs of docs/architecture.md, one planted at a time in a copy of the tree.
-for plant in "train/trainer.h engine/engine.h" "engine/engine.h train/trainer.h" "parallel/mpi.h rl/rollout.h" \
+for plant in "train/trainer.h engine/engine.h" "engine/engine.h train/trainer.h" "parallel/topology.h rl/rollout.h" "comm/mpi.h model/transformer.h" "model/transformer.h parallel/topology.h" "train/zero.h parallel/weight_sync.h" \
              "algo/dapo.h io/checkpoint.h" "reward/reward.h io/prompt_dataset.h" "model/transformer.h engine/engine.h" \
              "util/file.h io/safetensors.h"; do
   read -r file target <<<"$plant"

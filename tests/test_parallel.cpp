@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "parallel/gradient_sync.h"
-#include "parallel/mpi.h"
+#include "comm/gradient_sync.h"
+#include "comm/mpi.h"
 #include "parallel/topology.h"
 #include "parallel/weight_sync.h"
 #include "rl/policy_update.h"

@@ -15,7 +15,7 @@
 #include "model/logprobs.h"
 #include "model/tensor_parallel.h"
 #include "model/transformer.h"
-#include "parallel/mpi.h"
+#include "comm/mpi.h"
 #include "test_util.h"
 #include "util/error.h"
 

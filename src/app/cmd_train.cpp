@@ -12,7 +12,7 @@
 
 #include "app/commands.h"
 #include "app/run_flags.h"
-#include "parallel/mpi.h"
+#include "comm/mpi.h"
 #include "parallel/topology.h"
 #include "rl/chatlearn_fields.h"
 #include "rl/colocated.h"

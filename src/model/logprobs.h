@@ -16,7 +16,7 @@
 
 #include <functional>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace rlcpp {
 

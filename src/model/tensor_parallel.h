@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "model/model_config.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace rlcpp {
 

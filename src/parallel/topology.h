@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace rlcpp {
 

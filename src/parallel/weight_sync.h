@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "io/safetensors.h"
 #include "util/enum_table.h"
 

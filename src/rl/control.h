@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "rl/rollout.h"
 
 namespace rlcpp {

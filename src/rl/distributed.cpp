@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
-#include "parallel/mpi.h"
+#include "comm/mpi.h"
 #include "rl/step_record.h"
 
 namespace rlcpp {

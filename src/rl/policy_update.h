@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "rl/rollout.h"
 #include "rl/run_config.h"
 #include "train/trainer.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "parallel/topology.h"
 #include "rl/rollout.h"
 

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "model/transformer.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "train/trainer.h"
 #include "rl/run_config.h"
 

@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/utils.h>
 
-#include "parallel/gradient_sync.h"
+#include "comm/gradient_sync.h"
 #include "rl/policy_update.h"
 #include "rl/rollout_channel.h"
 #include "rl/run_checkpoint.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "io/prompt_dataset.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "parallel/topology.h"
 #include "rl/rollout.h"
 #include "rl/run_config.h"

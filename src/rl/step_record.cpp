@@ -5,7 +5,7 @@
 
 #include <functional>
 
-#include "parallel/mpi.h"
+#include "comm/mpi.h"
 #include "rl/run_checkpoint.h"
 #include "util/error.h"
 #include "util/file.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "io/tfevents.h"
-#include "parallel/mpi.h"
+#include "comm/mpi.h"
 #include "rl/rollout.h"
 #include "rl/run_config.h"
 

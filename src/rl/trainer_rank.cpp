@@ -9,7 +9,7 @@
 #include <deque>
 #include <optional>
 
-#include "parallel/gradient_sync.h"
+#include "comm/gradient_sync.h"
 #include "rl/control.h"
 #include "rl/distributed.h"
 #include "rl/evaluate.h"

@@ -7,7 +7,7 @@
 
 #include "kernels/elementwise.h"
 #include "model/kernel_linear.h"
-#include "parallel/gradient_sync.h"
+#include "comm/gradient_sync.h"
 #include "util/error.h"
 #include "util/torch_format.h"
 #include "util/trace.h"

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "model/transformer.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace rlcpp {
 

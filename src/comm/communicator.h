@@ -12,6 +12,13 @@
 
 namespace rlcpp {
 
+// Bytes put into communication operations, by kind (each collective counted by its own buffer's
+// size on this rank; point-to-point by what it sends): the volume a step's metrics line reports.
+struct CommunicationBytes {
+  uint64_t all_reduce = 0, reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0, send = 0;
+  uint64_t total() const { return all_reduce + reduce + reduce_scatter + all_gather + broadcast + send; }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -37,6 +44,9 @@ class Communicator {
   virtual void recv(torch::Tensor& tensor, int source, int tag) = 0;
   // Ranks with the same color form a new communicator, ordered by `key` (then by rank).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+  // What this rank has moved through this communicator and every one split from it (transitively)
+  // since it was made: the world's counts are the process's.
+  virtual CommunicationBytes bytes() const = 0;
   // Ends the whole job (every process, every host) with `code`: for errors, so no rank is left
   // waiting in a receive.
   [[noreturn]] virtual void abort(int code) = 0;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace rlcpp {
 
@@ -16,13 +16,7 @@ bool launched_by_mpi();
 // This process's index among the ranks on its machine (OpenMPI, Slurm, MPICH), or 0.
 int local_rank();
 
-// Bytes this process has put into MPI operations since it started (each collective counted by its
-// own buffer's size on this rank; point-to-point by what it sends), by kind: the communication
-// volume a step's metrics line reports.
-struct CommunicationBytes {
-  uint64_t all_reduce = 0, reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0, send = 0;
-  uint64_t total() const { return all_reduce + reduce + reduce_scatter + all_gather + broadcast + send; }
-};
+// Bytes this process has put into MPI operations since it started: mpi_world()->bytes().
 CommunicationBytes communication_bytes();
 
 // Initialises MPI once (thread level: funneled) and finalises it at exit. The world communicator;

@@ -1,10 +1,11 @@
-#include "parallel/mpi.h"
+#include "comm/mpi.h"
 
 // The C API only (OpenMPI and MPICH would otherwise pull in their deprecated C++ bindings).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -36,13 +37,20 @@ MPI_Datatype mpi_type(torch::ScalarType type) {
   }
 }
 
+// One communicator's byte counts, which also count into the communicator it was split from (and
+// so on up to the world).
+enum Kind { kAllReduce, kReduce, kReduceScatter, kAllGather, kBroadcast, kSend, kKinds };
 struct Counters {
-  std::atomic<uint64_t> all_reduce{0}, reduce{0}, reduce_scatter{0}, all_gather{0}, broadcast{0}, send{0};
+  std::array<std::atomic<uint64_t>, kKinds> bytes{};
+  std::shared_ptr<Counters> parent;
+  void add(Kind kind, uint64_t n) {
+    for (Counters* c = this; c != nullptr; c = c->parent.get()) c->bytes[kind] += n;
+  }
+  CommunicationBytes snapshot() const {
+    return {bytes[kAllReduce].load(), bytes[kReduce].load(), bytes[kReduceScatter].load(),
+            bytes[kAllGather].load(), bytes[kBroadcast].load(), bytes[kSend].load()};
+  }
 };
-Counters& counters() {
-  static Counters c;
-  return c;
-}
 
 // A contiguous host tensor for MPI; `out` is copied back into the original when it is not one.
 struct HostView {
@@ -55,7 +63,8 @@ struct HostView {
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  MpiCommunicator(MPI_Comm comm, std::shared_ptr<Counters> parent) : comm_(comm), counters_(std::make_shared<Counters>()) {
+    counters_->parent = std::move(parent);
     check(MPI_Comm_rank(comm_, &rank_), "Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "Comm_size");
   }
@@ -73,7 +82,7 @@ class MpiCommunicator final : public Communicator {
     HostView view(tensor);
     const auto type = mpi_type(view.host.scalar_type());
     RLCPP_CHECK(type != MPI_DATATYPE_NULL, "all_reduce of {}", c10::toString(view.host.scalar_type()));
-    counters().all_reduce += view.host.nbytes();
+    counters_->add(kAllReduce, view.host.nbytes());
     check(MPI_Allreduce(MPI_IN_PLACE, view.host.data_ptr(), static_cast<int>(view.host.numel()), type, MPI_SUM, comm_),
           "Allreduce");
     view.write_back();
@@ -91,7 +100,7 @@ class MpiCommunicator final : public Communicator {
     RLCPP_CHECK(type != MPI_DATATYPE_NULL && view.host.numel() < (int64_t{1} << 31), "reduce of {} {}",
                 view.host.numel(), c10::toString(view.host.scalar_type()));
     void* data = view.host.data_ptr();
-    counters().reduce += view.host.nbytes();
+    counters_->add(kReduce, view.host.nbytes());
     check(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : data, data, static_cast<int>(view.host.numel()), type, MPI_SUM, root,
                      comm_),
           "Reduce");
@@ -106,7 +115,7 @@ class MpiCommunicator final : public Communicator {
     HostView view(output);
     const auto type = mpi_type(send.scalar_type());
     RLCPP_CHECK(type != MPI_DATATYPE_NULL, "reduce_scatter of {}", c10::toString(send.scalar_type()));
-    counters().reduce_scatter += send.nbytes();
+    counters_->add(kReduceScatter, send.nbytes());
     check(MPI_Reduce_scatter_block(send.data_ptr(), view.host.data_ptr(), static_cast<int>(n), type, MPI_SUM, comm_),
           "Reduce_scatter_block");
     view.write_back();
@@ -119,7 +128,7 @@ class MpiCommunicator final : public Communicator {
                 "all_gather of {} elements into {} on {} ranks", n, output.numel(), size_);
     const auto send = input.device().is_cpu() && input.is_contiguous() ? input : input.contiguous().cpu();
     HostView view(output);
-    counters().all_gather += send.nbytes();
+    counters_->add(kAllGather, send.nbytes());
     check(MPI_Allgather(send.data_ptr(), static_cast<int>(send.nbytes()), MPI_BYTE, view.host.data_ptr(),
                         static_cast<int>(send.nbytes()), MPI_BYTE, comm_),
           "Allgather");
@@ -142,7 +151,7 @@ class MpiCommunicator final : public Communicator {
   void send_bytes(const std::string& bytes, int dest, int tag) override {
     trace::Span span("send");
     uint64_t length = bytes.size();
-    counters().send += length;
+    counters_->add(kSend, length);
     check(MPI_Send(&length, 1, MPI_UINT64_T, dest, tag, comm_), "Send");
     for (uint64_t offset = 0; offset < length; offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, length - offset));
@@ -165,7 +174,7 @@ class MpiCommunicator final : public Communicator {
   void send(const torch::Tensor& tensor, int dest, int tag) override {
     const auto host = tensor.device().is_cpu() && tensor.is_contiguous() ? tensor : tensor.contiguous().cpu();
     const auto* p = static_cast<const char*>(host.data_ptr());
-    counters().send += host.nbytes();
+    counters_->add(kSend, host.nbytes());
     for (uint64_t offset = 0; offset < host.nbytes(); offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, host.nbytes() - offset));
       check(MPI_Send(p + offset, n, MPI_BYTE, dest, tag, comm_), "Send");
@@ -185,8 +194,9 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<Communicator> split(int color, int key) override {
     MPI_Comm out;
     check(MPI_Comm_split(comm_, color, key, &out), "Comm_split");
-    return std::make_shared<MpiCommunicator>(out);
+    return std::make_shared<MpiCommunicator>(out, counters_);
   }
+  CommunicationBytes bytes() const override { return counters_->snapshot(); }
 
   [[noreturn]] void abort(int code) override {
     MPI_Abort(comm_, code);
@@ -198,7 +208,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast_raw(void* data, uint64_t bytes, int root) {
     auto* p = static_cast<char*>(data);
-    counters().broadcast += bytes;
+    counters_->add(kBroadcast, bytes);
     for (uint64_t offset = 0; offset < bytes; offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, bytes - offset));
       check(MPI_Bcast(p + offset, n, MPI_BYTE, root, comm_), "Bcast");
@@ -206,6 +216,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_;
+  std::shared_ptr<Counters> counters_;
   int rank_ = 0, size_ = 1;
 };
 
@@ -234,16 +245,13 @@ class SelfCommunicator final : public Communicator {
     throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
   }
   std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<SelfCommunicator>(); }
+  CommunicationBytes bytes() const override { return {}; }
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
 };
 
 }  // namespace
 
-CommunicationBytes communication_bytes() {
-  const Counters& c = counters();
-  return {c.all_reduce.load(), c.reduce.load(), c.reduce_scatter.load(), c.all_gather.load(), c.broadcast.load(),
-          c.send.load()};
-}
+CommunicationBytes communication_bytes() { return mpi_world()->bytes(); }
 
 bool launched_by_mpi() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
@@ -275,7 +283,7 @@ std::shared_ptr<Communicator> mpi_world() {
       MPI_Finalized(&finalized);
       if (!finalized) MPI_Finalize();
     });
-    world = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
+    world = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, nullptr);
   });
   return world;
 }

@@ -1,4 +1,4 @@
-#include "parallel/gradient_sync.h"
+#include "comm/gradient_sync.h"
 #include "util/trace.h"
 
 #include <torch/torch.h>

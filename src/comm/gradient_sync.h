@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace rlcpp {
 
