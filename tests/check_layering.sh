@@ -14,17 +14,19 @@ declare -A allowed=(
   [io]="util"
   # Communicator, MPI and the bucketed collectives: below every user of them.
   [comm]="util"
+  # Child processes: spawn, pipes, process groups, deadlines; under rewards, environments and the sandbox.
+  [process]="util"
   [text]="util io"
   [model]="util kernels io comm"
   [engine]="util kernels io text model"
-  [reward]="util"
+  [reward]="util process"
   [algo]="util"
   [train]="util kernels io comm model algo"
   # Topology and WeightSync: roles and the weights' movement; no engine, trainer or run.
   [parallel]="util io comm"
-  [rl]="util kernels io comm text model engine reward algo train parallel"
-  [serve]="util kernels io text model engine reward"
-  [app]="util kernels io comm text model engine reward algo train parallel rl serve"
+  [rl]="util kernels io comm process text model engine reward algo train parallel"
+  [serve]="util kernels io process text model engine reward"
+  [app]="util kernels io comm process text model engine reward algo train parallel rl serve"
 )
 
 bad=0 includes=0

@@ -11,13 +11,15 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-#include <sys/types.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace rlcpp {
+
+class ChildProcess;
 
 struct ExternalRewardConfig {
   std::string command;         // e.g. "python3 examples/rewards/reward_server.py"
@@ -51,17 +53,13 @@ class ExternalReward {
 
  private:
   void start();
-  void stop();
   void restart(const std::string& why);
-  void drain_stderr();
   void score_batch(const std::vector<ExternalRequest>& requests, size_t begin, size_t end,
                    std::vector<ExternalReply>* replies);
 
   ExternalRewardConfig config_;
-  pid_t pid_ = -1;   // the shell running the command
-  pid_t group_ = -1; // its process group: the command and everything it started
-  int to_child_ = -1, from_child_ = -1, child_err_ = -1;
-  std::string stdout_buffer_, stderr_tail_;
+  std::unique_ptr<ChildProcess> child_;  // the shell running the command, in its own process group
+  std::string stderr_tail_;              // of the last child that ended
   int64_t n_failures_ = 0, n_restarts_ = 0;
   int64_t n_replies_ = 0;  // well-formed replies so far
 };
