@@ -15,6 +15,7 @@
 
 #include <sys/socket.h>
 
+#include "engine/async_engine.h"
 #include "io/checkpoint.h"
 #include "serve/openai_api.h"
 #include "text/prompt_builder.h"
@@ -53,27 +54,21 @@ struct Channel {
   }
 };
 
-// One API request on its way through the engine.
+// One API request on its way through the engine (the engine thread fills the answer's parts).
 struct Job {
   ApiRequest request;
   std::string id;
   int64_t created = 0;
-  std::string adapter;  // "" : the base model
   std::shared_ptr<Channel> channel;
-  // The engine thread's:
-  std::vector<int64_t> loop_ids;  // per prompt
-  std::vector<ApiStreamState> streams;
-  std::vector<ApiChoice> choices;
+  std::vector<ApiStreamState> streams;  // per choice
   int64_t version = 0;
-  size_t prompts_done = 0;
 };
 
-// A change of the weights, applied by the engine thread when nothing runs.
+// A change of the weights (POST /update_weights_from_disk, /v1/load_lora_adapter, /v1/unload_lora_adapter).
 struct WeightOp {
   enum class Kind { kDisk, kLoadAdapter, kUnloadAdapter } kind = Kind::kDisk;
   std::string name, path;
   std::optional<int64_t> version;
-  std::promise<std::pair<int, std::string>> result;  // HTTP status and message
 };
 
 std::string random_id(const char* prefix) {
@@ -106,25 +101,13 @@ struct Server::State {
   httplib::Server http;
 
   std::mutex m;
-  std::condition_variable cv;
-  std::deque<std::shared_ptr<Job>> queue;
-  std::deque<std::shared_ptr<WeightOp>> ops;
   std::map<std::string, fs::path> adapters;  // served name -> PEFT directory
-  bool stopping = false;
-
-  // The engine thread's.
-  std::thread engine_thread;
-  std::unique_ptr<GenerationLoop> loop;
-  std::string active;  // the adapter the loop runs ("" : base)
-  std::vector<std::shared_ptr<Job>> running;
-  std::map<int64_t, std::pair<Job*, size_t>> by_loop_id;  // loop request -> (job, prompt)
+  std::unique_ptr<AsyncEngine> async;        // the engine thread: made at serve()
+  bool stopping = false;                     // stop() came (guarded by m)
+  int64_t start_version = 0;
 
   // Figures for /metrics.
-  std::atomic<int64_t> version{0};
-  std::atomic<int64_t> requests{0}, failed{0}, prompt_tokens{0}, generated_tokens{0}, running_seqs{0}, waiting{0};
-  std::atomic<int64_t> kv_used{0}, kv_total{0};
-  std::mutex rate_mutex;
-  std::deque<std::pair<Clock::time_point, int64_t>> rate;  // (time, generated tokens) over the last seconds
+  std::atomic<int64_t> requests{0}, failed{0};
 
   State(std::shared_ptr<Transformer> m_, std::shared_ptr<const Tokenizer> t, EngineConfig e, ServeOptions o)
       : options(std::move(o)), model(std::move(m_)), tokenizer(std::move(t)) {
@@ -137,8 +120,10 @@ struct Server::State {
     limits.default_max_tokens = options.default_max_tokens;
     limits.vocab_size = model->config().vocab_size;
     limits.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
-    version = options.policy_version;
+    start_version = options.policy_version;
   }
+
+  int64_t version() const { return async ? async->version() : start_version; }
 
   std::vector<std::string> model_names() {
     std::lock_guard<std::mutex> lock(m);
@@ -147,244 +132,129 @@ struct Server::State {
     return out;
   }
 
-  // --- the engine thread -------------------------------------------------------------------
-
-  void engine_main() {
-    try {
-      for (;;) {
-        std::vector<std::shared_ptr<Job>> admit;
-        std::shared_ptr<WeightOp> op;
-        std::string target = active;
-        {
-          std::unique_lock<std::mutex> lock(m);
-          cv.wait(lock, [&] { return stopping || !queue.empty() || !ops.empty() || !running.empty(); });
-          if (stopping) break;
-          const bool idle = running.empty();
-          if (!ops.empty()) {
-            if (idle) {  // an update waits for the running requests; nothing new starts meanwhile
-              op = ops.front();
-              ops.pop_front();
-            }
-          } else if (!queue.empty()) {
-            // The loop runs one adapter at a time: idle, it takes the first waiting request's.
-            if (idle) target = queue.front()->adapter;
-            for (auto it = queue.begin(); it != queue.end();) {
-              if ((*it)->adapter == target) {
-                admit.push_back(*it);
-                it = queue.erase(it);
-              } else {
-                ++it;
-              }
-            }
-          }
-          waiting = static_cast<int64_t>(queue.size());
-        }
-        if (op) {
-          apply(*op);
-          continue;
-        }
-        if (target != active || loop == nullptr) {
-          try {
-            if (!target.empty() && !model_has_adapter(target)) {
-              throw ApiError(404, fmt::format("The model `{}` does not exist (its adapter was unloaded)", target), "model",
-                             "model_not_found");
-            }
-            switch_to(target);
-          } catch (const std::exception& e) {  // those requests fail; the others go on with the base model
-            const auto* api = dynamic_cast<const ApiError*>(&e);
-            for (auto& job : admit) job->channel->finish(api ? api->status : 400, api ? api->body() : ApiError(400, e.what()).body());
-            failed += static_cast<int64_t>(admit.size());
-            admit.clear();
-            switch_to("");
-          }
-        }
-        for (auto& job : admit) start(job);
-        if (!running.empty()) step();
-      }
-    } catch (const std::exception& e) {  // the engine itself failed: every request waiting hears of it
-      spdlog::error("engine: {}", e.what());
-      fail_all(500, ApiError(500, fmt::format("the engine failed: {}", e.what())).body());
-      return;
-    }
-    fail_all(503, ApiError(503, "the server is shutting down").body());
-  }
-
-  void fail_all(int status, const std::string& body) {
-    std::lock_guard<std::mutex> lock(m);
-    stopping = true;
-    for (auto& job : queue) job->channel->finish(status, body);
-    for (auto& job : running) job->channel->finish(status, body);
-    for (auto& op : ops) op->result.set_value({status, "the server is shutting down"});
-    queue.clear();
-    running.clear();
-    ops.clear();
-  }
-
-  // A new loop over the weights as they are now, `name`'s adapter on ("" : the base model).
-  void switch_to(const std::string& name) {
-    loop.reset();
-    if (name.empty()) {
-      if (model->has_adapters()) model->set_adapters_enabled(false);
-    } else {
-      fs::path dir;
-      {
-        std::lock_guard<std::mutex> lock(m);
-        dir = adapters.at(name);
-      }
-      model->load_adapter(dir);  // the directory as it is now: a trainer may rewrite it between loads
-      model->set_adapters_enabled(true);
-    }
-    active = name;
-    loop = std::make_unique<GenerationLoop>(*engine);
-    kv_total = loop->kv_blocks();
-  }
-
-  void apply(WeightOp& op) {
-    std::pair<int, std::string> result{200, ""};
-    try {
-      switch (op.kind) {
-        case WeightOp::Kind::kDisk: {
-          if (!fs::is_directory(op.path)) throw ApiError(400, fmt::format("model_path {}: no such directory", op.path), "model_path");
-          CheckpointReader reader(op.path);
-          model->load_weights(reader, op.path);
-          result.second = fmt::format("weights loaded from {}", op.path);
-          break;
-        }
-        case WeightOp::Kind::kLoadAdapter: {
-          if (!is_peft_adapter_dir(op.path)) {
-            throw ApiError(400, fmt::format("lora_path {}: not a PEFT adapter directory (no adapter_config.json)", op.path),
-                           "lora_path");
-          }
-          read_peft_adapter(op.path);  // a malformed adapter is refused here, not at its first request
-          {
-            std::lock_guard<std::mutex> lock(m);
-            adapters[op.name] = op.path;
-          }
-          result.second = fmt::format("Success: LoRA adapter '{}' added successfully.", op.name);
-          break;
-        }
-        case WeightOp::Kind::kUnloadAdapter: {
-          std::lock_guard<std::mutex> lock(m);
-          if (adapters.erase(op.name) == 0) {
-            throw ApiError(404, fmt::format("The lora adapter '{}' cannot be found", op.name), "lora_name");
-          }
-          result.second = fmt::format("Success: LoRA adapter '{}' removed successfully.", op.name);
-          break;
-        }
-      }
-      // A new model or adapter is a new version; removing an adapter changes no weights that answer.
-      if (op.version) {
-        version = *op.version;
-      } else if (op.kind != WeightOp::Kind::kUnloadAdapter) {
-        version = version + 1;
-      }
-      // The next loop takes the new weights; an adapter loaded again is read again.
-      const std::string keep = active;
-      loop.reset();
-      if (keep.empty() || model_has_adapter(keep)) {
-        switch_to(keep);
-      } else {
-        switch_to("");
-      }
-    } catch (const ApiError& e) {
-      result = {e.status, e.message};
-    } catch (const UserError& e) {
-      result = {400, e.what()};
-    } catch (const std::exception& e) {
-      result = {500, e.what()};
-    }
-    op.result.set_value(result);
-  }
-
   bool model_has_adapter(const std::string& name) {
     std::lock_guard<std::mutex> lock(m);
     return adapters.count(name) != 0;
   }
 
-  void start(const std::shared_ptr<Job>& job) {
-    const ApiRequest& r = job->request;
-    job->version = version;
-    job->streams.assign(r.prompts.size() * static_cast<size_t>(r.n), ApiStreamState{});
-    // Sample s of prompt k draws from the seed (seed + k, s), as `rlcpp generate --seed` does.
-    const uint64_t seed = r.seeded ? r.seed : std::random_device{}();
-    try {
-      for (size_t k = 0; k < r.prompts.size(); ++k) {
-        GenerationRequest g;
-        g.prompt_ids = r.prompts[k];
-        g.params = r.params;
-        g.n = r.n;
-        g.seed = seed + k;
-        const int64_t id = loop->add(g);
-        job->loop_ids.push_back(id);
-        by_loop_id[id] = {job.get(), k};
-        prompt_tokens += static_cast<int64_t>(g.prompt_ids.size());
-      }
-    } catch (const UserError& e) {
-      for (int64_t id : job->loop_ids) {
-        loop->cancel(id);
-        loop->take(id);
-        by_loop_id.erase(id);
-      }
-      ++failed;
-      job->channel->finish(400, ApiError(400, e.what()).body());
+  // --- on the engine thread ------------------------------------------------------------------
+
+  // The weights a loop runs: `name`'s adapter on ("": the base model), read from its directory as
+  // it is now (a trainer may rewrite it between loads).
+  void activate(const std::string& name) {
+    if (name.empty()) {
+      if (model->has_adapters()) model->set_adapters_enabled(false);
       return;
     }
-    running.push_back(job);
+    fs::path dir;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      auto it = adapters.find(name);
+      if (it == adapters.end()) {
+        throw ApiError(404, fmt::format("The model `{}` does not exist (its adapter was unloaded)", name), "model",
+                       "model_not_found");
+      }
+      dir = it->second;
+    }
+    model->load_adapter(dir);
+    model->set_adapters_enabled(true);
   }
 
-  void step() {
-    // Requests whose clients went away end first.
-    for (auto& job : running) {
-      if (!job->channel->gone) continue;
-      for (int64_t id : job->loop_ids) loop->cancel(id);
-    }
-    const auto tokens = loop->step();
-    generated_tokens += static_cast<int64_t>(tokens.size());
-    {
-      std::lock_guard<std::mutex> lock(rate_mutex);
-      rate.emplace_back(Clock::now(), generated_tokens.load());
-      while (rate.size() > 2 && Clock::now() - rate.front().first > std::chrono::seconds(10)) rate.pop_front();
-    }
-    for (const auto& t : tokens) {
-      auto [job, prompt] = by_loop_id.at(t.request);
-      if (!job->request.stream || job->channel->gone) continue;
-      const int64_t index = static_cast<int64_t>(prompt) * job->request.n + t.sample;
-      GeneratedSample final_sample;
-      if (t.finished) final_sample = loop->peek(t.request, t.sample);
-      job->channel->push(api_stream_event(job->request, job->streams[static_cast<size_t>(index)], index,
-                                          static_cast<int64_t>(prompt), t, t.finished ? &final_sample : nullptr, job->id,
-                                          job->created, job->version, *tokenizer));
-    }
-    // Requests whose every sample ended.
-    for (auto it = running.begin(); it != running.end();) {
-      Job& job = **it;
-      bool all = true;
-      for (int64_t id : job.loop_ids) all = all && loop->finished(id);
-      if (!all) {
-        ++it;
-        continue;
+  // A weight change; its HTTP status and message. A new model or adapter is a new version;
+  // removing an adapter changes no weights that answer.
+  std::pair<int, std::string> apply(const WeightOp& op) {
+    std::string message;
+    switch (op.kind) {
+      case WeightOp::Kind::kDisk: {
+        if (!fs::is_directory(op.path)) throw ApiError(400, fmt::format("model_path {}: no such directory", op.path), "model_path");
+        CheckpointReader reader(op.path);
+        model->load_weights(reader, op.path);
+        message = fmt::format("weights loaded from {}", op.path);
+        break;
       }
-      for (size_t k = 0; k < job.loop_ids.size(); ++k) {
-        for (auto& s : loop->take(job.loop_ids[k])) {
-          const int64_t index = static_cast<int64_t>(k) * job.request.n + s.sample;
-          job.choices.push_back({index, static_cast<int64_t>(k), std::move(s)});
+      case WeightOp::Kind::kLoadAdapter: {
+        if (!is_peft_adapter_dir(op.path)) {
+          throw ApiError(400, fmt::format("lora_path {}: not a PEFT adapter directory (no adapter_config.json)", op.path),
+                         "lora_path");
         }
-        by_loop_id.erase(job.loop_ids[k]);
+        read_peft_adapter(op.path);  // a malformed adapter is refused here, not at its first request
+        std::lock_guard<std::mutex> lock(m);
+        adapters[op.name] = op.path;
+        message = fmt::format("Success: LoRA adapter '{}' added successfully.", op.name);
+        break;
       }
-      if (job.request.stream) {
-        job.channel->push(api_stream_end(job.request, job.choices, job.id, job.created, job.version));
-        job.channel->finish(200, "");
-      } else {
-        job.channel->finish(200, api_response(job.request, job.choices, job.id, job.created, job.version, *tokenizer)
-                                     .dump(-1, ' ', false, Json::error_handler_t::replace));
+      case WeightOp::Kind::kUnloadAdapter: {
+        std::lock_guard<std::mutex> lock(m);
+        if (adapters.erase(op.name) == 0) {
+          throw ApiError(404, fmt::format("The lora adapter '{}' cannot be found", op.name), "lora_name");
+        }
+        message = fmt::format("Success: LoRA adapter '{}' removed successfully.", op.name);
+        break;
       }
-      it = running.erase(it);
     }
-    running_seqs = loop->n_unfinished();
-    kv_used = loop->kv_blocks_used();
+    if (op.version) {
+      async->set_version(*op.version);
+    } else if (op.kind != WeightOp::Kind::kUnloadAdapter) {
+      async->set_version(async->version() + 1);
+    }
+    return {200, message};
   }
 
   // --- HTTP ----------------------------------------------------------------------------------
+
+  // The engine's job for an API request: its prompts' samples, streamed as events or answered whole.
+  std::shared_ptr<EngineJob> engine_job(const std::shared_ptr<Job>& job) {
+    const ApiRequest& r = job->request;
+    auto e = std::make_shared<EngineJob>();
+    // Sample s of prompt k draws from the seed (seed + k, s), as `rlcpp generate --seed` does.
+    const uint64_t seed = r.seeded ? r.seed : std::random_device{}();
+    for (size_t k = 0; k < r.prompts.size(); ++k) {
+      GenerationRequest g;
+      g.prompt_ids = r.prompts[k];
+      g.params = r.params;
+      g.n = r.n;
+      g.seed = seed + k;
+      e->requests.push_back(std::move(g));
+    }
+    e->adapter = r.model == options.model_name ? "" : r.model;
+    job->streams.assign(r.prompts.size() * static_cast<size_t>(r.n), ApiStreamState{});
+    e->on_start = [job](int64_t version) { job->version = version; };
+    e->on_token = [job, this](size_t prompt, const StepToken& t, const GeneratedSample* finished) {
+      if (!job->request.stream || job->channel->gone) return;
+      const int64_t index = static_cast<int64_t>(prompt) * job->request.n + t.sample;
+      job->channel->push(api_stream_event(job->request, job->streams[static_cast<size_t>(index)], index,
+                                          static_cast<int64_t>(prompt), t, finished, job->id, job->created, job->version,
+                                          *tokenizer));
+    };
+    e->on_done = [job, this](std::vector<std::vector<GeneratedSample>> samples) {
+      std::vector<ApiChoice> choices;
+      for (size_t k = 0; k < samples.size(); ++k) {
+        for (auto& s : samples[k]) {
+          const int64_t index = static_cast<int64_t>(k) * job->request.n + s.sample;
+          choices.push_back({index, static_cast<int64_t>(k), std::move(s)});
+        }
+      }
+      if (job->request.stream) {
+        job->channel->push(api_stream_end(job->request, choices, job->id, job->created, job->version));
+        job->channel->finish(200, "");
+      } else {
+        job->channel->finish(200, api_response(job->request, choices, job->id, job->created, job->version, *tokenizer)
+                                      .dump(-1, ' ', false, Json::error_handler_t::replace));
+      }
+    };
+    e->on_error = [job, this](EngineJob::Failure why, const std::exception& error) {
+      if (why == EngineJob::Failure::kRejected) ++failed;
+      const auto* api = dynamic_cast<const ApiError*>(&error);
+      if (api != nullptr) return job->channel->finish(api->status, api->body());
+      switch (why) {
+        case EngineJob::Failure::kRejected: return job->channel->finish(400, ApiError(400, error.what()).body());
+        case EngineJob::Failure::kEngineFailed: return job->channel->finish(500, ApiError(500, error.what()).body());
+        case EngineJob::Failure::kStopping:
+          return job->channel->finish(503, ApiError(503, "the server is shutting down").body());
+      }
+    };
+    return e;
+  }
 
   void submit_job(ApiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     ++requests;
@@ -400,16 +270,17 @@ struct Server::State {
     }
     job->id = random_id(endpoint == ApiEndpoint::kChat ? "chatcmpl" : "cmpl");
     job->created = unix_time();
-    job->adapter = job->request.model == options.model_name ? "" : job->request.model;
     job->channel = std::make_shared<Channel>();
-    {
-      std::lock_guard<std::mutex> lock(m);
-      if (stopping) return json_reply(res, 503, ApiError(503, "the server is shutting down").body());
-      queue.push_back(job);
-      waiting = static_cast<int64_t>(queue.size());
+    auto engine_side = engine_job(job);
+    if (async == nullptr || !async->submit(engine_side)) {
+      return json_reply(res, 503, ApiError(503, "the server is shutting down").body());
     }
-    cv.notify_all();
     auto channel = job->channel;
+    // A client that goes away cancels its job (the engine ends its samples at the next step).
+    auto gone = [channel, engine_side] {
+      channel->gone = true;
+      engine_side->cancelled = true;
+    };
     if (!job->request.stream) {
       std::unique_lock<std::mutex> lock(channel->m);
       channel->cv.wait(lock, [&] { return channel->done; });
@@ -418,7 +289,7 @@ struct Server::State {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [channel](size_t, httplib::DataSink& sink) {
+        [channel, gone](size_t, httplib::DataSink& sink) {
           std::unique_lock<std::mutex> lock(channel->m);
           channel->cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return channel->done || !channel->events.empty(); });
           while (!channel->events.empty()) {
@@ -426,7 +297,7 @@ struct Server::State {
             channel->events.pop_front();
             lock.unlock();
             if (!sink.write(event.data(), event.size())) {
-              channel->gone = true;
+              gone();
               return false;
             }
             lock.lock();
@@ -440,51 +311,49 @@ struct Server::State {
             return true;
           }
           if (sink.is_writable && !sink.is_writable()) {
-            channel->gone = true;
+            gone();
             return false;
           }
           return true;
         },
-        [channel](bool success) {
-          if (!success) channel->gone = true;
+        [gone](bool success) {
+          if (!success) gone();
         });
   }
 
-  // A weight change, waited for; `body` a JSON object.
-  std::pair<int, std::string> submit_op(std::shared_ptr<WeightOp> op) {
-    auto result = op->result.get_future();
-    {
-      std::lock_guard<std::mutex> lock(m);
-      if (stopping) return {503, "the server is shutting down"};
-      ops.push_back(std::move(op));
+  // A weight change, run by the engine thread once the requests running have finished, waited for.
+  std::pair<int, std::string> submit_op(const WeightOp& op) {
+    if (async == nullptr) return {503, "the server is not serving"};
+    std::pair<int, std::string> result{200, ""};
+    auto done = async->change_weights([&] { result = apply(op); });
+    try {
+      done.get();
+    } catch (const ApiError& e) {
+      result = {e.status, e.message};
+    } catch (const UserError& e) {
+      result = {400, e.what()};
+    } catch (const std::exception& e) {
+      result = {500, e.what()};
     }
-    cv.notify_all();
-    return result.get();
+    return result;
   }
 
   std::string metrics_text() {
-    double tokens_per_second = 0;
-    {
-      std::lock_guard<std::mutex> lock(rate_mutex);
-      if (rate.size() >= 2) {
-        const double dt = std::chrono::duration<double>(rate.back().first - rate.front().first).count();
-        if (dt > 0) tokens_per_second = static_cast<double>(rate.back().second - rate.front().second) / dt;
-      }
-    }
-    const double kv = kv_total > 0 ? static_cast<double>(kv_used) / static_cast<double>(kv_total) : 0.0;
+    const AsyncEngineStats e = async ? async->stats() : AsyncEngineStats{};
+    const double kv = e.kv_blocks > 0 ? static_cast<double>(e.kv_blocks_used) / static_cast<double>(e.kv_blocks) : 0.0;
     std::string out;
     auto metric = [&](const char* name, const char* type, const char* help, double value) {
       out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
     };
     metric("rlcpp_requests_total", "counter", "API requests received", static_cast<double>(requests));
     metric("rlcpp_requests_failed_total", "counter", "API requests answered with an error", static_cast<double>(failed));
-    metric("rlcpp_prompt_tokens_total", "counter", "prompt tokens admitted", static_cast<double>(prompt_tokens));
-    metric("rlcpp_generation_tokens_total", "counter", "tokens generated", static_cast<double>(generated_tokens));
-    metric("rlcpp_generation_tokens_per_second", "gauge", "tokens generated per second over the last 10 s", tokens_per_second);
-    metric("rlcpp_sequences_running", "gauge", "sequences waiting or decoding in the engine", static_cast<double>(running_seqs));
-    metric("rlcpp_requests_waiting", "gauge", "requests queued for the engine (the queue depth)", static_cast<double>(waiting));
+    metric("rlcpp_prompt_tokens_total", "counter", "prompt tokens admitted", static_cast<double>(e.prompt_tokens));
+    metric("rlcpp_generation_tokens_total", "counter", "tokens generated", static_cast<double>(e.generated_tokens));
+    metric("rlcpp_generation_tokens_per_second", "gauge", "tokens generated per second over the last 10 s", e.tokens_per_second);
+    metric("rlcpp_sequences_running", "gauge", "sequences waiting or decoding in the engine", static_cast<double>(e.running_sequences));
+    metric("rlcpp_requests_waiting", "gauge", "requests queued for the engine (the queue depth)", static_cast<double>(e.waiting_jobs));
     metric("rlcpp_kv_cache_usage_ratio", "gauge", "KV cache blocks in use, of all", kv);
-    metric("rlcpp_policy_version", "gauge", "version of the weights new requests generate with", static_cast<double>(version));
+    metric("rlcpp_policy_version", "gauge", "version of the weights new requests generate with", static_cast<double>(version()));
     return out;
   }
 
@@ -531,7 +400,7 @@ struct Server::State {
       json_reply(res, 200, Json({{"object", "list"}, {"data", data}}).dump());
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      json_reply(res, 200, Json({{"status", "ok"}, {"policy_version", version.load()}}).dump());
+      json_reply(res, 200, Json({{"status", "ok"}, {"policy_version", version()}}).dump());
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_text(), "text/plain; version=0.0.4");
@@ -555,12 +424,12 @@ struct Server::State {
     http.Post("/update_weights_from_disk", [=, this](const httplib::Request& req, httplib::Response& res) {
       try {
         const auto j = body_of(req);
-        auto op = std::make_shared<WeightOp>();
-        op->kind = WeightOp::Kind::kDisk;
-        op->path = string_field(j, "model_path");
-        op->version = version_field(j);
+        WeightOp op;
+        op.kind = WeightOp::Kind::kDisk;
+        op.path = string_field(j, "model_path");
+        op.version = version_field(j);
         const auto [status, message] = submit_op(op);
-        json_reply(res, status, Json({{"success", status == 200}, {"message", message}, {"policy_version", version.load()}}).dump());
+        json_reply(res, status, Json({{"success", status == 200}, {"message", message}, {"policy_version", version()}}).dump());
       } catch (const ApiError& e) {
         json_reply(res, e.status, e.body());
       }
@@ -569,12 +438,12 @@ struct Server::State {
       return [=, this](const httplib::Request& req, httplib::Response& res) {
         try {
           const auto j = body_of(req);
-          auto op = std::make_shared<WeightOp>();
-          op->kind = kind;
-          op->name = string_field(j, "lora_name");
-          if (op->name == options.model_name) throw ApiError(400, "lora_name: the base model's name", "lora_name");
-          if (kind == WeightOp::Kind::kLoadAdapter) op->path = string_field(j, "lora_path");
-          op->version = version_field(j);
+          WeightOp op;
+          op.kind = kind;
+          op.name = string_field(j, "lora_name");
+          if (op.name == options.model_name) throw ApiError(400, "lora_name: the base model's name", "lora_name");
+          if (kind == WeightOp::Kind::kLoadAdapter) op.path = string_field(j, "lora_path");
+          op.version = version_field(j);
           const auto [status, message] = submit_op(op);
           if (status == 200) {
             res.status = 200;
@@ -603,10 +472,7 @@ Server::Server(std::shared_ptr<Transformer> model, std::shared_ptr<const Tokeniz
   s_->routes();
 }
 
-Server::~Server() {
-  stop();
-  if (s_->engine_thread.joinable()) s_->engine_thread.join();
-}
+Server::~Server() { stop(); }
 
 void Server::load_adapter(const std::string& name, const fs::path& dir) {
   if (!is_peft_adapter_dir(dir)) throw_user_error("--adapter {}: not a PEFT adapter directory (no adapter_config.json)", dir.string());
@@ -633,23 +499,23 @@ void Server::serve(const std::function<void(int port)>& on_listening) {
     throw_user_error("--host {} --port {}: cannot listen there (is the port in use?)", s_->options.host, port);
   }
   if (socket_fd >= 0) ::listen(socket_fd, SOMAXCONN);
-  s_->engine_thread = std::thread([this] { s_->engine_main(); });
-  if (on_listening) on_listening(port);
-  http.listen_after_bind();
   {
     std::lock_guard<std::mutex> lock(s_->m);
-    s_->stopping = true;
+    if (s_->stopping) return;  // stopped before it began
+    s_->async = std::make_unique<AsyncEngine>(*s_->engine, [this](const std::string& name) { s_->activate(name); },
+                                              s_->start_version);
   }
-  s_->cv.notify_all();
-  s_->engine_thread.join();
+  if (on_listening) on_listening(port);
+  http.listen_after_bind();
+  s_->async->stop();  // the requests still waiting hear that the server is shutting down
 }
 
 void Server::stop() {
   {
     std::lock_guard<std::mutex> lock(s_->m);
     s_->stopping = true;
+    if (s_->async) s_->async->stop();
   }
-  s_->cv.notify_all();
   s_->http.stop();
 }
 
