@@ -14,7 +14,7 @@
 #include "comm/mpi.h"
 #include "parallel/weight_sync.h"
 #include "model/transformer.h"
-#include "rl/rollout_channel.h"
+#include "rl/rollout/rollout_channel.h"
 
 using namespace rlcpp;
 using namespace rlcpp::bench;

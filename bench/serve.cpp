@@ -19,7 +19,7 @@
 
 #include "bench_util.h"
 #include "engine/engine.h"
-#include "serve/server.h"
+#include "openai/server.h"
 #include "text/tokenizer.h"
 
 using namespace rlcpp;

@@ -24,12 +24,37 @@ declare -A allowed=(
   [train]="util kernels io comm model algo"
   # Topology and WeightSync: roles and the weights' movement; no engine, trainer or run.
   [parallel]="util io comm"
-  [rl]="util kernels io comm process text model engine reward algo train parallel"
-  [serve]="util kernels io process text model engine reward"
-  [app]="util kernels io comm process text model engine reward algo train parallel rl serve"
+  [rl]="util kernels io comm process text model engine openai reward algo train parallel"
+  # The OpenAI wire format, rlcpp serve's HTTP server and the remote-rollout HTTP client.
+  [openai]="util kernels io text model engine"
+  [app]="util kernels io comm process text model engine openai reward algo train parallel rl"
 )
 
+# rl's subfolders, bottom up: a file in one may include rl/ files of its own subfolder and of those
+# before it (config: the run's settings; checkpoint: the files a run writes; rollout: rounds of
+# groups and where they come from; step: one step's update, metrics line and evaluation; run: the
+# run's state and memory plan; modes: the loops and the distributed roles).
+rl_order=(config checkpoint rollout step run modes)
+rl_index() { local k; for k in "${!rl_order[@]}"; do [ "${rl_order[$k]}" = "$1" ] && { echo "$k"; return; }; done; echo -1; }
+
 bad=0 includes=0
+for f in "$src"/rl/*; do
+  [ -f "$f" ] && { echo "src/rl/${f##*/} is in no subfolder of rl/: put it in one of ${rl_order[*]}"; bad=1; }
+done
+for dir in "$src"/rl/*/; do
+  sub=$(basename "$dir")
+  [ "$(rl_index "$sub")" -ge 0 ] || { echo "src/rl/$sub/ is not a subfolder of rl in $0: add it to rl_order"; bad=1; }
+done
+while IFS=: read -r file line include; do
+  sub=${file#"$src"/rl/}; sub=${sub%%/*}
+  target=$(sed -E 's/.*#include "rl\/([a-z_]+)\/.*/\1/' <<<"$include")
+  [ "$target" = "$include" ] && { echo "${file#"$src"/}:$line includes an rl/ file outside rl's subfolders"; bad=1; continue; }
+  if [ "$(rl_index "$target")" -gt "$(rl_index "$sub")" ]; then
+    echo "${file#"$src"/}:$line includes rl/$target/: rl/$sub/ may include only rl/ subfolders up to itself (${rl_order[*]})"
+    bad=1
+  fi
+done < <(grep -rnE '^#include "rl/' "$src"/rl/ 2>/dev/null || true)
+
 for dir in "$src"/*/; do
   layer=$(basename "$dir")
   if [ -z "${allowed[$layer]+set}" ]; then
@@ -47,5 +72,5 @@ for dir in "$src"/*/; do
     fi
   done < <(grep -rnE '^#include "[a-z_]+/' "$dir" || true)
 done
-[ $bad -eq 0 ] && echo "layering ok: ${#allowed[@]} layers, $includes project includes, each to an allowed layer"
+[ $bad -eq 0 ] && echo "layering ok: ${#allowed[@]} layers, $includes project includes, each to an allowed layer; rl's subfolders in order"
 exit $bad

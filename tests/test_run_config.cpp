@@ -7,9 +7,9 @@
 #include <set>
 #include <sstream>
 
-#include "rl/chatlearn_fields.h"
-#include "rl/rollout.h"
-#include "rl/run_config.h"
+#include "rl/config/chatlearn_fields.h"
+#include "rl/rollout/rollout.h"
+#include "rl/config/run_config.h"
 #include "test_util.h"
 #include "util/error.h"
 

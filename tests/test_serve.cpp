@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "engine/remote_rollout.h"
-#include "serve/openai_api.h"
-#include "serve/server.h"
+#include "openai/remote_rollout.h"
+#include "openai/protocol.h"
+#include "openai/server.h"
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
 #include "test_util.h"

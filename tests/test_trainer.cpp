@@ -8,7 +8,7 @@
 #include "engine/engine.h"
 #include "kernels/elementwise.h"
 #include "test_util.h"
-#include "rl/policy_update.h"
+#include "rl/step/policy_update.h"
 #include "train/trainer.h"
 #include "util/error.h"
 

@@ -9,8 +9,8 @@
 
 #include "app/commands.h"
 #include "app/setting_flags.h"
-#include "rl/run_config.h"
-#include "rl/evaluate.h"
+#include "rl/config/run_config.h"
+#include "rl/step/evaluate.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"

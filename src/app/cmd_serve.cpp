@@ -1,4 +1,4 @@
-// `rlcpp serve`: an OpenAI-compatible HTTP server over one engine (serve/server.h), for clients
+// `rlcpp serve`: an OpenAI-compatible HTTP server over one engine (openai/server.h), for clients
 // that speak the OpenAI API, for trainers that generate through it (`rlcpp train -b openai`), and
 // for talking to a policy while it trains (its weights updated over HTTP).
 #include <fmt/format.h>
@@ -12,7 +12,7 @@
 
 #include "app/commands.h"
 #include "app/setting_flags.h"
-#include "serve/server.h"
+#include "openai/server.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 

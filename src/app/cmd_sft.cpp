@@ -4,7 +4,7 @@
 
 #include "app/commands.h"
 #include "app/run_flags.h"
-#include "rl/sft.h"
+#include "rl/modes/sft.h"
 
 namespace rlcpp {
 

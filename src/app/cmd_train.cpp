@@ -1,6 +1,6 @@
 // `rlcpp train`: GRPO/DAPO fine-tuning of a Hugging Face model on a JSONL dataset — colocated in
 // one process, or distributed under mpirun (-t trainers, -i rollout workers). Every setting of the
-// run table (rl/run_config.h) with flags is an option, with the reference system's short and long
+// run table (rl/config/run_config.h) with flags is an option, with the reference system's short and long
 // names; `--config run.yaml` gives them in a file.
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -14,10 +14,10 @@
 #include "app/run_flags.h"
 #include "comm/mpi.h"
 #include "parallel/topology.h"
-#include "rl/chatlearn_fields.h"
-#include "rl/colocated.h"
-#include "rl/distributed.h"
-#include "rl/memory_plan.h"
+#include "rl/config/chatlearn_fields.h"
+#include "rl/modes/colocated.h"
+#include "rl/modes/distributed.h"
+#include "rl/run/memory_plan.h"
 #include "util/error.h"
 
 namespace rlcpp {

@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "rl/run_config.h"
+#include "rl/config/run_config.h"
 
 namespace rlcpp {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "rl/run_config.h"
+#include "rl/config/run_config.h"
 #include "util/error.h"
 
 namespace rlcpp {

@@ -1,0 +1,425 @@
+#include "rl/checkpoint/run_checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/serialize.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "util/error.h"
+#include "util/file.h"
+#include "util/json.h"
+
+namespace rlcpp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// step-<n> directories of a run, oldest first.
+std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  if (!fs::is_directory(run_dir)) return out;
+  for (const auto& entry : fs::directory_iterator(run_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.rfind("step-", 0) != 0) continue;
+    try {
+      size_t used = 0;
+      const int64_t n = std::stoll(name.substr(5), &used);
+      if (used == name.size() - 5) out.emplace_back(n, entry.path());
+    } catch (const std::exception&) {
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Writes the archive `fill` builds straight into `path`, without holding its bytes in memory: a
+// full fine-tune's optimizer state is twice the model, and a copy in a string (then another of
+// that string) made checkpoint saving the peak of such runs. LibTorch's writer must never see a
+// failed write (its destructor would throw again and terminate): the first error is remembered,
+// the rest of the archive discarded, and the error raised once the writer is done.
+void save_archive(const fs::path& path, const std::function<void(torch::serialize::OutputArchive&)>& fill) {
+  torch::serialize::OutputArchive archive;
+  fill(archive);
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) throw_user_error("cannot create '{}': {}", path.string(), std::strerror(errno));
+  int error = 0;
+  archive.save_to([&](const void* data, size_t n) -> size_t {
+    if (error == 0 && std::fwrite(data, 1, n, file) != n) error = errno != 0 ? errno : EIO;
+    return n;
+  });
+  if (std::fflush(file) != 0 && error == 0) error = errno;
+  if (error == 0 && ::fsync(::fileno(file)) != 0) error = errno;
+  if (std::fclose(file) != 0 && error == 0) error = errno;
+  if (error != 0) throw_user_error("cannot write '{}': {}", path.string(), std::strerror(error));
+}
+
+}  // namespace
+
+std::vector<fs::path> optimizer_shard_files(const fs::path& state_dir) {
+  std::vector<fs::path> out;
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator(state_dir, ignored)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind("optimizer-shard-", 0) == 0 && entry.path().extension() == ".safetensors") out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+constexpr int kShardTag = 9301;
+
+// Optimizer state travels and is written in pieces of at most this many elements, so neither a
+// sender nor trainer 0 holds a copy of a whole part's moments (twice a model's weights).
+constexpr int64_t kPieceElements = int64_t{1} << 25;
+
+void write_shard_file(const fs::path& path, const FlatAdamWState& s, int tp_rank, int tp_size) {
+  save_safetensors(path, {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}},
+                   {{"begin", std::to_string(s.begin)},
+                    {"end", std::to_string(s.end)},
+                    {"total", std::to_string(s.total)},
+                    {"step", std::to_string(s.step)},
+                    {"tp_rank", std::to_string(tp_rank)},
+                    {"tp_size", std::to_string(tp_size)}});
+}
+
+fs::path shard_path(const fs::path& state_dir, int rank, int senders, int64_t piece) {
+  return state_dir / fmt::format("optimizer-shard-{:03d}-of-{:03d}-{:03d}.safetensors", rank, senders, piece);
+}
+
+int64_t n_pieces(const OptimizerShard& s) { return std::max<int64_t>(1, (s.end - s.begin + kPieceElements - 1) / kPieceElements); }
+
+FlatAdamWState piece_of(const OptimizerShard& s, int64_t k) {
+  const int64_t a = s.begin + k * kPieceElements, b = std::min(s.end, a + kPieceElements);
+  return s.range(a, b);
+}
+
+}  // namespace
+
+OptimizerShard optimizer_shard(const FlatAdamWState& held, int tp_rank, int tp_size) {
+  OptimizerShard out{held.begin, held.end, tp_rank, tp_size, {}};
+  out.range = [held](int64_t a, int64_t b) {
+    FlatAdamWState s = held;
+    s.begin = a;
+    s.end = b;
+    s.exp_avg = held.exp_avg.narrow(0, a - held.begin, b - a);
+    s.exp_avg_sq = held.exp_avg_sq.narrow(0, a - held.begin, b - a);
+    return s;
+  };
+  return out;
+}
+
+void send_optimizer_shard(Communicator& senders, const OptimizerShard& mine) {
+  const int64_t n = n_pieces(mine);
+  senders.send_bytes(nlohmann::json({{"pieces", n}, {"tp_rank", mine.tp_rank}, {"tp_size", mine.tp_size}}).dump(), 0,
+                     kShardTag);
+  for (int64_t k = 0; k < n; ++k) {
+    const FlatAdamWState s = piece_of(mine, k);
+    const nlohmann::json header = {{"begin", s.begin}, {"end", s.end}, {"total", s.total}, {"step", s.step},
+                                   {"dtype", static_cast<int>(s.exp_avg.scalar_type())}};
+    senders.send_bytes(header.dump(), 0, kShardTag);
+    senders.send(s.exp_avg, 0, kShardTag);
+    senders.send(s.exp_avg_sq, 0, kShardTag);
+  }
+}
+
+void write_optimizer_shards(const fs::path& state_dir, Communicator& senders, const OptimizerShard& mine) {
+  for (int64_t k = 0; k < n_pieces(mine); ++k) {
+    write_shard_file(shard_path(state_dir, 0, senders.size(), k), piece_of(mine, k), mine.tp_rank, mine.tp_size);
+  }
+  for (int r = 1; r < senders.size(); ++r) {  // one piece in memory at a time
+    const auto first = nlohmann::json::parse(senders.recv_bytes(r, kShardTag));
+    const int64_t n = first.at("pieces").get<int64_t>();
+    for (int64_t k = 0; k < n; ++k) {
+      const auto header = nlohmann::json::parse(senders.recv_bytes(r, kShardTag));
+      FlatAdamWState s;
+      s.begin = header.at("begin").get<int64_t>();
+      s.end = header.at("end").get<int64_t>();
+      s.total = header.at("total").get<int64_t>();
+      s.step = header.at("step").get<int64_t>();
+      const auto dtype = static_cast<torch::ScalarType>(header.at("dtype").get<int>());
+      s.exp_avg = torch::empty({s.end - s.begin}, torch::TensorOptions().dtype(dtype));
+      s.exp_avg_sq = torch::empty_like(s.exp_avg);
+      senders.recv(s.exp_avg, r, kShardTag);
+      senders.recv(s.exp_avg_sq, r, kShardTag);
+      write_shard_file(shard_path(state_dir, r, senders.size(), k), s, first.at("tp_rank").get<int>(),
+                       first.at("tp_size").get<int>());
+    }
+  }
+}
+
+FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, int64_t end, int64_t total, int tp_rank,
+                                     int tp_size) {
+  std::vector<FlatAdamWState> pieces;
+  for (const auto& path : optimizer_shard_files(state_dir)) {
+    auto file = SafetensorsFile::open(path);
+    auto number = [&](const char* key, std::optional<int64_t> absent = std::nullopt) -> int64_t {
+      auto it = file->metadata().find(key);
+      if (it == file->metadata().end() && absent) return *absent;  // written before tensor parallelism
+      if (it == file->metadata().end()) throw_user_error("{}: no \"{}\" in its metadata; not an rlcpp optimizer shard", path.string(), key);
+      try {
+        return std::stoll(it->second);
+      } catch (const std::exception&) {
+        throw_user_error("{}: metadata \"{}\" = \"{}\" is not a number", path.string(), key, it->second);
+      }
+    };
+    const int64_t saved_tp = number("tp_size", 1);
+    if (saved_tp != tp_size) {
+      throw_user_error("{}: the optimizer state was saved by parts of {} tensor-parallel ranks, this run has {}; resume "
+                       "with --train-tp {} (the model directory itself loads at any)", path.string(), saved_tp, tp_size,
+                       saved_tp);
+    }
+    if (number("tp_rank", 0) != tp_rank) continue;  // another part's
+    FlatAdamWState piece;
+    piece.begin = number("begin");
+    piece.end = number("end");
+    piece.total = number("total");
+    piece.step = number("step");
+    if (piece.total != total) {
+      throw_user_error("{}: the optimizer state covers {} trained elements, this run trains {}; the trained parameters "
+                       "changed (LoRA settings, the model): resume with the checkpoint's settings",
+                       path.string(), piece.total, total);
+    }
+    if (piece.end <= begin || piece.begin >= end) continue;  // not needed here: not read
+    piece.exp_avg = file->tensor("exp_avg");
+    piece.exp_avg_sq = file->tensor("exp_avg_sq");
+    if (piece.exp_avg.numel() != piece.end - piece.begin || piece.exp_avg_sq.numel() != piece.exp_avg.numel()) {
+      throw_user_error("{}: exp_avg holds {} elements for the range [{}, {})", path.string(), piece.exp_avg.numel(),
+                       piece.begin, piece.end);
+    }
+    pieces.push_back(std::move(piece));
+  }
+  if (pieces.empty() && begin < end) {
+    throw_user_error("{}: no optimizer.pt, and none of its {} optimizer shards covers elements [{}, {}): a shard file is "
+                     "missing; resume from a complete checkpoint", state_dir.string(), optimizer_shard_files(state_dir).size(),
+                     begin, end);
+  }
+  if (begin == end) {
+    FlatAdamWState empty;
+    empty.total = total;
+    return empty;
+  }
+  return assemble_flat_state(pieces, begin, end, state_dir.string());
+}
+
+void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::path& tokenizer_from,
+                     const std::string& base_model, bool save_merged) {
+  if (policy.has_adapters()) {
+    policy.save_adapter(dir, base_model);
+    if (save_merged) {
+      policy.save_pretrained(dir / "merged");
+      copy_tokenizer_files(tokenizer_from, dir / "merged");
+    }
+  } else {
+    policy.save_pretrained(dir);
+  }
+  copy_tokenizer_files(tokenizer_from, dir);
+}
+
+fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& c, int64_t max_checkpoints) {
+  const fs::path final_dir = run_dir / fmt::format("step-{}", step);
+  const fs::path tmp = run_dir / fmt::format(".step-{}.tmp", step);
+  fs::path writing = tmp;  // what is being written, for the error
+  try {
+    fs::remove_all(tmp);
+    writing = tmp / (c.policy->has_adapters() ? kAdapterWeightsFile : "model.safetensors");
+    save_policy_dir(tmp, *c.policy, c.tokenizer_from, c.base_model, c.save_merged);
+    const fs::path state_dir = tmp / "trainer_state";
+    fs::create_directories(state_dir);
+    writing = state_dir / "state.json";
+    write_file_atomic(writing, c.state.dump(1) + "\n");
+    writing = state_dir / "config.json";
+    write_file_atomic(writing, c.config.dump(2) + "\n");
+    if (c.write_optimizer) {
+      writing = state_dir / "optimizer-shard-*.safetensors";
+      c.write_optimizer(state_dir);
+    } else {
+      writing = state_dir / "optimizer.pt";  // inside the temporary directory: no rename of its own
+      save_archive(writing, [&](torch::serialize::OutputArchive& archive) { c.optimizer->save(archive); });
+    }
+    {
+      auto generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      writing = state_dir / "rng.pt";
+      std::ostringstream rng_bytes;
+      torch::save(generator.get_state(), rng_bytes);
+      write_file_atomic(writing, rng_bytes.str());
+    }
+  } catch (const std::exception& e) {
+    // A failed write (a full disk, above all) leaves no partial checkpoint behind; the earlier
+    // ones and `latest` are untouched.
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    std::string reason = e.what();
+    reason = reason.substr(0, reason.find('\n'));
+    const auto space = fs::space(run_dir, ignored);
+    throw_user_error("checkpoint step-{}: writing {} failed: {} ({} MiB free on its disk); the partial checkpoint was "
+                     "removed and the earlier ones are intact", step, writing.string(), reason,
+                     ignored ? -1 : static_cast<int64_t>(space.available >> 20));
+  }
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  write_file_atomic(run_dir / "latest", fmt::format("step-{}\n", step));
+  if (max_checkpoints > 0) {
+    auto dirs = step_dirs(run_dir);
+    for (size_t k = 0; k + static_cast<size_t>(max_checkpoints) < dirs.size(); ++k) {
+      if (dirs[k].second == final_dir) continue;
+      spdlog::info("removing {} (--max-checkpoints {})", dirs[k].second.string(), max_checkpoints);
+      fs::remove_all(dirs[k].second);
+    }
+  }
+  return final_dir;
+}
+
+fs::path save_run_checkpoint(const RunConfig& config, const fs::path& run_dir, int64_t step, const Transformer& policy,
+                             torch::optim::Optimizer& optimizer, nlohmann::json state,
+                             std::function<void(const fs::path& state_dir)> write_optimizer) {
+  CheckpointContents contents;
+  contents.policy = &policy;
+  contents.optimizer = &optimizer;
+  contents.write_optimizer = std::move(write_optimizer);
+  contents.state = std::move(state);
+  contents.config = run_config_json(config);
+  contents.tokenizer_from = config.model;
+  // As given when it is a path that exists from here, so the adapter finds its base from any directory.
+  contents.base_model = fs::exists(config.model) ? fs::absolute(config.model).lexically_normal().string() : config.model;
+  contents.save_merged = config.save_merged;
+  const auto dir = save_run_checkpoint(run_dir, step, contents, config.max_checkpoints);
+  spdlog::info("checkpoint {}", dir.string());
+  return dir;
+}
+
+std::optional<fs::path> find_resume_checkpoint(const RunConfig& config, const fs::path& run_dir) {
+  auto latest_of = [](const fs::path& dir) -> std::optional<fs::path> {
+    if (!fs::exists(dir / "latest")) return std::nullopt;
+    std::string name = read_file(dir / "latest");
+    name.erase(name.find_last_not_of(" \n\r\t") + 1);
+    const fs::path step = dir / name;
+    if (!fs::is_directory(step / "trainer_state")) {
+      throw_user_error("{}: names {}, which is not a checkpoint (no trainer_state/); give -cp a step-N directory",
+                       (dir / "latest").string(), step.string());
+    }
+    return step;
+  };
+  if (config.resume == "auto") {
+    auto step = latest_of(run_dir);
+    if (!step) spdlog::info("--resume auto: no checkpoint in {} yet, starting a fresh run", run_dir.string());
+    return step;
+  }
+  if (config.checkpoint_path.empty() || !config.enable_resume_training) return std::nullopt;
+  const fs::path path = config.checkpoint_path;
+  if (config.resume_step > 0) {  // ChatLearn's load_data_checkpoint_iteration: that step of the run
+    const fs::path step = path / fmt::format("step-{}", config.resume_step);
+    if (fs::is_directory(step / "trainer_state")) return step;
+    throw_user_error("--resume-step {}: {} is not a checkpoint of the run in -cp {}", config.resume_step, step.string(),
+                     path.string());
+  }
+  if (fs::is_directory(path / "trainer_state")) return path;
+  if (auto step = latest_of(path)) return step;
+  throw_user_error("-cp/--checkpoint-path {}: neither a checkpoint (step-N with trainer_state/) nor a run directory "
+                   "with a `latest` file", path.string());
+}
+
+nlohmann::json read_checkpoint_state(const fs::path& step_dir, const RunConfig& config) {
+  const fs::path state_dir = step_dir / "trainer_state";
+  for (const char* name : {"state.json", "config.json", "optimizer.pt"}) {
+    if (std::string(name) == "optimizer.pt" && !optimizer_shard_files(state_dir).empty()) continue;  // ZeRO's shards
+    if (!fs::exists(state_dir / name)) {
+      throw_user_error("{}: missing {}; the checkpoint is incomplete (or from an older rlcpp) and cannot be resumed",
+                       state_dir.string(), name);
+    }
+  }
+  const auto recorded = nlohmann::ordered_json::parse(read_file(state_dir / "config.json"), nullptr, false);
+  if (recorded.is_discarded()) throw_user_error("{}: not valid JSON", (state_dir / "config.json").string());
+  const auto differing = incompatible_settings(recorded, config);
+  if (!differing.empty()) {
+    std::string list;
+    for (const auto& d : differing) list += "\n  " + d;
+    throw_user_error("{} was written by a run with other settings; resuming it with these would not continue the same "
+                     "run. Differing (checkpoint -> now):{}\nUse the checkpoint's settings (its trainer_state/config.json"
+                     " is a run file for --config), or start a fresh run.",
+                     step_dir.string(), list);
+  }
+  return load_json_file(state_dir / "state.json");
+}
+
+void load_checkpoint_optimizer(const fs::path& step_dir, Trainer& trainer, int tp_rank, int tp_size) {
+  const fs::path state_dir = step_dir / "trainer_state";
+  auto& optimizer = trainer.optimizer();
+  const auto params = optimizer.param_groups().at(0).params();
+  const bool whole = fs::exists(state_dir / "optimizer.pt");
+  if (whole && tp_size > 1) {
+    throw_user_error("{}: the optimizer state is of the whole model (a run without tensor parallelism); resume with "
+                     "--train-tp 1 (the model directory itself loads at any)", (state_dir / "optimizer.pt").string());
+  }
+  if (whole) {
+    try {
+      torch::load(optimizer, (state_dir / "optimizer.pt").string());
+    } catch (const c10::Error& e) {
+      throw_user_error("{}: cannot load the optimizer state ({})", (state_dir / "optimizer.pt").string(),
+                       e.what_without_backtrace());
+    }
+  }
+  // Re-sharding: a ZeRO trainer takes its range of whatever the checkpoint holds (one whole state or
+  // the shards of any number of trainers); an unsharded trainer assembles the whole from shards.
+  if (auto* zero = trainer.zero()) {
+    zero->load_state(whole ? flat_adamw_state(optimizer, params, zero->begin(), zero->end())
+                           : read_optimizer_shards(state_dir, zero->begin(), zero->end(), zero->total(), tp_rank, tp_size));
+    optimizer.state().clear();
+  } else if (!whole) {
+    const int64_t total = flat_numel(params);
+    set_adamw_state(optimizer, params, read_optimizer_shards(state_dir, 0, total, total, tp_rank, tp_size));
+  }
+  if (fs::exists(state_dir / "rng.pt")) {
+    torch::Tensor state;
+    torch::load(state, (state_dir / "rng.pt").string());
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  }
+}
+
+fs::path prepare_metrics_file(const fs::path& run_dir, const RunConfig& config, std::optional<int64_t> resumed_step) {
+  const fs::path path = run_dir / "metrics.jsonl";
+  if (resumed_step) {
+    rewind_metrics(path, *resumed_step);
+  } else if (config.resume == "auto") {
+    rewind_metrics(path, 0);  // killed before its first checkpoint: start over, keeping the old lines aside
+  } else if (fs::exists(path) && fs::file_size(path) > 0) {
+    throw_user_error("{} already holds a run (metrics.jsonl); continue it with --resume auto, or choose another "
+                     "-p/--project or -sd/--save-dir", run_dir.string());
+  }
+  return path;
+}
+
+void rewind_metrics(const fs::path& metrics_path, int64_t step) {
+  if (!fs::exists(metrics_path)) return;
+  std::istringstream in(read_file(metrics_path));
+  std::string kept, discarded, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const bool later = !j.is_discarded() && j.contains("step") && j["step"].is_number() && j["step"].get<int64_t>() > step;
+    (later ? discarded : kept) += line + "\n";
+  }
+  if (discarded.empty()) return;
+  std::ofstream(metrics_path.parent_path() / "metrics.discarded.jsonl", std::ios::app) << discarded;
+  write_file_atomic(metrics_path, kept);
+  spdlog::info("{}: steps after {} moved to metrics.discarded.jsonl (they are run again)", metrics_path.string(), step);
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,96 @@
+// A run's checkpoints: save_dir/<project>/step-<n>/ holds a complete Hugging Face model directory
+// (under LoRA: PEFT's adapter directory over the base model, and with --save-merged the merged
+// model in merged/) plus trainer_state/ — state.json (step, policy version, data cursor, rollout buffer, ...),
+// config.json (the resolved run configuration), optimizer.pt (AdamW moments and steps) and rng.pt
+// (LibTorch's generator state). Each is written to a temporary directory and renamed, `latest` is
+// updated last, and old ones are pruned to --max-checkpoints.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+
+#include "model/transformer.h"
+#include "comm/communicator.h"
+#include "train/trainer.h"
+#include "rl/config/run_config.h"
+
+namespace rlcpp {
+
+struct CheckpointContents {
+  const Transformer* policy = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  nlohmann::json state;                  // trainer_state/state.json
+  nlohmann::ordered_json config;         // trainer_state/config.json
+  std::filesystem::path tokenizer_from;  // tokenizer and generation files are copied from here
+  std::string base_model;                // LoRA: the adapter's base_model_name_or_path
+  bool save_merged = false;              // LoRA: also the merged model in merged/
+  // ZeRO: writes the optimizer's shards into trainer_state/ in place of optimizer.pt.
+  std::function<void(const std::filesystem::path& state_dir)> write_optimizer;
+};
+
+// Writes `policy` as a model directory at `dir`: Hugging Face weights, or under LoRA PEFT's adapter
+// (over `base_model`), with the merged model in dir/merged when `save_merged`; the tokenizer and
+// generation files of `tokenizer_from` are copied beside each.
+void save_policy_dir(const std::filesystem::path& dir, const Transformer& policy, const std::filesystem::path& tokenizer_from,
+                     const std::string& base_model, bool save_merged);
+
+// Writes run_dir/step-<step>, updates `latest`, prunes to `max_checkpoints` (0: keep all).
+std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,
+                                          const CheckpointContents& contents, int64_t max_checkpoints);
+
+// The checkpoint of a run of `config` at `step` (the policy, its optimizer and the run's `state`,
+// with the resolved configuration and the tokenizer files of config.model); logs and returns it.
+std::filesystem::path save_run_checkpoint(const RunConfig& config, const std::filesystem::path& run_dir, int64_t step,
+                                          const Transformer& policy, torch::optim::Optimizer& optimizer,
+                                          nlohmann::json state,
+                                          std::function<void(const std::filesystem::path& state_dir)> write_optimizer = {});
+
+// The checkpoint a run continues from, or nothing for a fresh run: --resume auto takes run_dir's
+// `latest` (nothing when there is none yet); -cp takes a step directory or a run directory's latest.
+std::optional<std::filesystem::path> find_resume_checkpoint(const RunConfig& config, const std::filesystem::path& run_dir);
+
+// Reads step_dir/trainer_state/state.json, refusing a checkpoint whose recorded configuration is
+// incompatible with `config` (the differing settings are named).
+nlohmann::json read_checkpoint_state(const std::filesystem::path& step_dir, const RunConfig& config);
+
+// Restores the trainer's optimizer and the RNG state saved next to state.json. The optimizer state
+// may be one whole optimizer.pt (unsharded runs) or ZeRO's shards from any number of trainers; it
+// is re-sharded to this trainer's range (ZeRO) or assembled whole (unsharded). Under tensor
+// parallelism (`tp_size` > 1) the state is that of this rank's part, `tp_rank` of the same size.
+void load_checkpoint_optimizer(const std::filesystem::path& step_dir, Trainer& trainer, int tp_rank = 0, int tp_size = 1);
+
+// Sharded optimizer state (ZeRO, tensor parallelism): trainer_state/optimizer-shard-<r>-of-<n>-<k>.safetensors,
+// piece k of one trainer's range of the flat AdamW state of its tensor-parallel part (exp_avg,
+// exp_avg_sq; begin, end, total, step, tp_rank and tp_size in its metadata). Trainer 0 writes them all,
+// receiving the others' one at a time (send_optimizer_shard), over a group of the senders in
+// which it is rank 0.
+// A trainer's range [begin, end) of its part's flat state, read a piece at a time through `range`.
+struct OptimizerShard {
+  int64_t begin = 0, end = 0;
+  int tp_rank = 0, tp_size = 1;  // the tensor-parallel part the state is of
+  std::function<FlatAdamWState(int64_t a, int64_t b)> range;  // the state of [a, b) within [begin, end)
+};
+// The shard of a state held whole (ZeRO's): pieces are views of it.
+OptimizerShard optimizer_shard(const FlatAdamWState& held, int tp_rank, int tp_size);
+std::vector<std::filesystem::path> optimizer_shard_files(const std::filesystem::path& state_dir);
+void send_optimizer_shard(Communicator& senders, const OptimizerShard& mine);
+void write_optimizer_shards(const std::filesystem::path& state_dir, Communicator& senders, const OptimizerShard& mine);
+// The range [begin, end) of a checkpoint's shards of part `tp_rank`, which must cover `total` trained
+// elements; shards of another tensor-parallel size are a UserError naming --train-tp.
+FlatAdamWState read_optimizer_shards(const std::filesystem::path& state_dir, int64_t begin, int64_t end, int64_t total,
+                                     int tp_rank = 0, int tp_size = 1);
+
+// run_dir/metrics.jsonl made ready for a run continuing after `resumed_step` (rewound), or for a
+// fresh one: refused when the directory already holds a run, unless --resume auto found no
+// checkpoint there (then the old lines are set aside as in a rewind to step 0).
+std::filesystem::path prepare_metrics_file(const std::filesystem::path& run_dir, const RunConfig& config,
+                                           std::optional<int64_t> resumed_step);
+
+// Keeps metrics.jsonl lines of steps <= `step`; later lines (from a run that went past its last
+// checkpoint) move to metrics.discarded.jsonl, so nothing written is lost.
+void rewind_metrics(const std::filesystem::path& metrics_path, int64_t step);
+
+}  // namespace rlcpp

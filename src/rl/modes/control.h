@@ -1,0 +1,40 @@
+// Control messages from trainer rank 0 to the rollout workers, typed: what each carries is a
+// field, and a message that does not decode (or an op this build does not know) is an
+// InternalError naming it, never a silently ignored string.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "rl/rollout/rollout.h"
+
+namespace rlcpp {
+
+// Message tags on the world communicator (the rollout channel and the weight sync use their own).
+enum ControlTag : int { kControlTag = 11, kHashTag = 12, kShareTag = 13 };
+
+struct ControlMessage {
+  enum class Op {
+    kSync,   // receive the weights the leader is about to send (WeightSync); `verify`: send back their hash
+    kRound,  // generate `picks` with the current weights and deliver the round (RolloutChannel)
+    kStop,   // the run is over
+  };
+  Op op = Op::kStop;
+  bool verify = false;            // kSync
+  std::vector<PromptPick> picks;  // kRound
+
+  static ControlMessage sync(bool verify) { return {Op::kSync, verify, {}}; }
+  static ControlMessage round(std::vector<PromptPick> picks) { return {Op::kRound, false, std::move(picks)}; }
+  static ControlMessage stop() { return {Op::kStop, false, {}}; }
+};
+
+std::string encode_control(const ControlMessage& message);
+ControlMessage decode_control(const std::string& bytes);
+
+// Sends `message` from trainer rank 0 to world rank `dest`; receives one from trainer rank 0.
+void send_control(Communicator& world, const ControlMessage& message, int dest);
+ControlMessage recv_control(Communicator& world);
+
+}  // namespace rlcpp

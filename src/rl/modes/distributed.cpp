@@ -1,0 +1,23 @@
+#include "rl/modes/distributed.h"
+
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include "comm/mpi.h"
+#include "rl/step/step_record.h"
+
+namespace rlcpp {
+
+std::filesystem::path run_distributed(const RunConfig& given, const Topology& topology) {
+  RunConfig config = given;
+  start_profile(config, topology.world->rank(), topology.describe());
+  if (config.device == "cuda") {  // one device per rank: the rank's index on its machine
+    const int devices = static_cast<int>(torch::cuda::device_count());
+    if (devices > 0) config.device = fmt::format("cuda:{}", local_rank() % devices);
+  }
+  if (topology.role == Role::kTrainer) return run_trainer_rank(config, topology);
+  run_rollout_worker(config, topology);
+  return std::filesystem::path(config.save_dir) / config.project;
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,231 @@
+#include "rl/rollout/rollout.h"
+
+#include <chrono>
+#include <optional>
+#include <numeric>
+
+#include "algo/advantages.h"
+#include "algo/dapo.h"
+#include "util/error.h"
+#include "util/trace.h"
+
+namespace rlcpp {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+RewardFunction run_reward_function(const RunConfig& c) {
+  RewardFunction reward;
+  reward.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
+  if (!c.reward_cmd.empty()) {
+    ExternalRewardConfig external;
+    external.command = c.reward_cmd;
+    external.timeout_s = c.reward_timeout;
+    reward.add_external("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
+  }
+  return reward;
+}
+
+nlohmann::json to_json(const GroupRollout& g) {
+  nlohmann::json samples = nlohmann::json::array();
+  for (size_t k = 0; k < g.samples.size(); ++k) {
+    const auto& s = g.samples[k];
+    samples.push_back({{"response_ids", s.response_ids}, {"advantage", s.advantage}, {"truncated", s.truncated},
+                       {"rollout_logprobs", s.rollout_logprobs}, {"reward", g.rewards[k]},
+                       {"correct", g.correct[k] != 0}, {"response", g.responses[k]}});
+  }
+  return {{"prompt_ids", g.samples.empty() ? std::vector<int32_t>{} : g.samples[0].prompt_ids},
+          {"prompt", g.prompt}, {"gt_answer", g.gt_answer}, {"line", g.line},
+          {"policy_version", g.policy_version}, {"trained_step", g.trained_step}, {"samples", samples}};
+}
+
+GroupRollout group_from_json(const nlohmann::json& j) {
+  GroupRollout g;
+  g.prompt = j.at("prompt").get<std::string>();
+  g.gt_answer = j.at("gt_answer").get<std::string>();
+  g.line = j.at("line").get<int64_t>();
+  g.policy_version = j.at("policy_version").get<int64_t>();
+  g.trained_step = j.value("trained_step", int64_t{0});
+  const auto prompt_ids = j.at("prompt_ids").get<std::vector<int32_t>>();
+  for (const auto& s : j.at("samples")) {
+    g.samples.push_back({prompt_ids, s.at("response_ids").get<std::vector<int32_t>>(), s.at("advantage").get<double>(),
+                         s.at("truncated").get<bool>(), s.at("rollout_logprobs").get<std::vector<float>>()});
+    g.rewards.push_back(s.at("reward").get<double>());
+    g.correct.push_back(s.at("correct").get<bool>());
+    g.responses.push_back(s.at("response").get<std::string>());
+  }
+  return g;
+}
+
+std::vector<GroupRollout> take_groups(std::deque<GroupRollout>& buffer, int64_t n) {
+  std::vector<GroupRollout> batch;
+  while (!buffer.empty() && static_cast<int64_t>(batch.size()) < n) {
+    batch.push_back(std::move(buffer.front()));
+    buffer.pop_front();
+  }
+  return batch;
+}
+
+nlohmann::json to_json(const PromptPick& p) {
+  return {{"ids", p.ids}, {"text", p.text}, {"gt_answer", p.gt_answer}, {"line", p.line}, {"seed", p.seed}};
+}
+
+PromptPick pick_from_json(const nlohmann::json& j) {
+  return {j.at("ids").get<std::vector<int32_t>>(), j.at("text").get<std::string>(), j.at("gt_answer").get<std::string>(),
+          j.at("line").get<int64_t>(), j.at("seed").get<uint64_t>()};
+}
+
+EngineConfig run_engine_config(const RunConfig& c) {
+  EngineConfig config;
+  config.kv_cache_mb = c.kv_cache_mb;
+  config.weights_dtype = dtype_or_default(c.rollout_dtype, "--rollout-dtype");
+  config.kv_dtype = dtype_or_default(c.kv_cache_dtype, "--kv-cache-dtype");
+  config.max_num_seqs = c.max_num_seqs;
+  config.max_num_batched_tokens = c.max_num_batched_tokens;
+  config.chunked_prefill = c.enable_chunked_prefill;
+  return config;
+}
+
+PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_config) {
+  PromptOptions options;
+  options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
+  options.max_prompt_tokens = c.max_prompt_tokens;
+  options.context_tokens = model_config.max_position_embeddings;
+  options.overflow = c.overflow;
+  options.source = c.dataset;
+  return options;
+}
+
+RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer,
+                                   RolloutBackend* backend, const PromptDataset* dataset, DatasetCursor* cursor,
+                                   const RewardFunction* reward)
+    : c_(config), backend_(backend), dataset_(dataset), cursor_(cursor), reward_(reward) {
+  prompts_ = std::make_unique<PromptBuilder>(tokenizer, run_prompt_options(config, model_config));
+  sampling_ = config.sampling;
+  sampling_.stop_token_ids = default_stop_tokens(model_config, tokenizer);
+}
+
+std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
+  RLCPP_CHECK(dataset_ != nullptr && cursor_ != nullptr, "picking prompts without a dataset");
+  std::vector<PromptPick> picks;
+  const int64_t n_records = static_cast<int64_t>(dataset_->records.size());
+  int64_t draws = 0;
+  while (static_cast<int64_t>(picks.size()) < n_prompts) {
+    if (++draws > 2 * n_records + n_prompts && picks.empty()) {
+      throw_user_error("{}: every prompt is left out by the prompt-length limits (-mpt {}, min_prompt_length {})",
+                       c_.dataset, c_.max_prompt_tokens, c_.min_prompt_length);
+    }
+    const PromptRecord& record = dataset_->records[static_cast<size_t>(cursor_->next())];
+    auto built = prompts_->build(record);
+    if (!built) {
+      ++skipped_long_;
+      continue;
+    }
+    if (static_cast<int64_t>(built->ids.size()) < c_.min_prompt_length) {
+      ++skipped_short_;
+      continue;
+    }
+    picks.push_back({built->ids, built->text, record.gt_answer, record.line,
+                     c_.seed * 1000003ULL + static_cast<uint64_t>(cursor_->consumed())});
+  }
+  return picks;
+}
+
+RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
+  RLCPP_CHECK(backend_ != nullptr && reward_ != nullptr, "generating without a rollout backend");
+  RolloutRound round;
+  std::vector<GenerationRequest> requests;
+  std::vector<GroupRollout> groups;
+  for (const auto& pick : picks) {
+    GenerationRequest request;
+    request.prompt_ids = pick.ids;
+    request.params = sampling_;
+    request.n = c_.num_generations;
+    request.seed = pick.seed;
+    requests.push_back(std::move(request));
+    GroupRollout group;
+    group.prompt = pick.text;
+    group.gt_answer = pick.gt_answer;
+    group.line = pick.line;
+    groups.push_back(std::move(group));
+  }
+  // Generation, in calls of inference_microbatch_size prompts; ranking sorts them by length first.
+  std::vector<size_t> order(requests.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (c_.ranking) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return requests[a].prompt_ids.size() < requests[b].prompt_ids.size(); });
+  }
+  const size_t per_call = c_.inference_microbatch_size > 0 ? static_cast<size_t>(c_.inference_microbatch_size) : order.size();
+  const int64_t G = c_.num_generations;
+  std::vector<std::vector<GeneratedSample>> by_request(requests.size(), std::vector<GeneratedSample>(static_cast<size_t>(G)));
+  auto t0 = std::chrono::steady_clock::now();
+  std::optional<trace::Span> span(std::in_place, "generate");
+  for (size_t begin = 0; begin < order.size(); begin += per_call) {
+    std::vector<GenerationRequest> call;
+    for (size_t k = begin; k < std::min(order.size(), begin + per_call); ++k) call.push_back(requests[order[k]]);
+    for (auto& s : backend_->generate(call)) {
+      const size_t r = order[begin + static_cast<size_t>(s.request)];
+      by_request[r][static_cast<size_t>(s.sample)] = std::move(s);
+    }
+  }
+  round.generate_seconds = seconds_since(t0);
+  span.emplace("reward");
+  // Rewards (with DAPO's over-length shaping), advantages over the round, the group filter.
+  t0 = std::chrono::steady_clock::now();
+  std::vector<RewardInput> inputs;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    for (const auto& s : by_request[r]) {
+      inputs.push_back({groups[r].prompt, s.text, groups[r].gt_answer, nlohmann::json::object(),
+                        s.finish_reason == FinishReason::kLength});
+    }
+  }
+  const auto graded = reward_->score(inputs);
+  round.reward_seconds = seconds_since(t0);
+  span.reset();
+  std::vector<double> rewards(graded.size());
+  std::vector<int64_t> correct(graded.size());
+  const int64_t cache = c_.algo.overlong_cache > 0 ? c_.algo.overlong_cache : default_overlong_cache(sampling_.max_new_tokens);
+  for (size_t k = 0; k < graded.size(); ++k) {
+    const auto& s = by_request[k / static_cast<size_t>(G)][k % static_cast<size_t>(G)];
+    rewards[k] = graded[k].reward;
+    if (c_.algo.overlong_shaping) {
+      rewards[k] += overlong_penalty(static_cast<int64_t>(s.token_ids.size()), sampling_.max_new_tokens, cache,
+                                     c_.reward_scale.correct);
+    }
+    correct[k] = graded[k].correct;
+  }
+  const auto advantages = compute_advantages(torch::tensor(rewards, torch::kFloat64), G, c_.algo.advantage);
+  const auto* adv = advantages.data_ptr<double>();
+  torch::Tensor keep;
+  if (c_.algo.filter_range) {
+    keep = filter_groups_by_accuracy(torch::tensor(correct).to(torch::kBool), G, c_.algo.filter_range->first,
+                                     c_.algo.filter_range->second);
+  }
+  for (size_t r = 0; r < requests.size(); ++r) {
+    GroupRollout& g = groups[r];
+    // The group's version: its oldest sample's (one generate call's are alike).
+    g.policy_version = by_request[r].front().policy_version;
+    for (const auto& s : by_request[r]) g.policy_version = std::min(g.policy_version, s.policy_version);
+    for (int64_t s = 0; s < G; ++s) {
+      const size_t k = r * static_cast<size_t>(G) + static_cast<size_t>(s);
+      auto& sample = by_request[r][static_cast<size_t>(s)];
+      g.samples.push_back({requests[r].prompt_ids, std::move(sample.token_ids), adv[k],
+                           sample.finish_reason == FinishReason::kLength, std::move(sample.logprobs)});
+      g.rewards.push_back(rewards[k]);
+      g.correct.push_back(static_cast<uint8_t>(correct[k]));
+      g.responses.push_back(std::move(sample.text));
+    }
+    const bool kept = !keep.defined() || keep[static_cast<int64_t>(r)].item<bool>();
+    (kept ? round.kept : round.discarded).push_back(std::move(g));
+  }
+  return round;
+}
+
+
+}  // namespace rlcpp

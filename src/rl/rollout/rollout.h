@@ -1,0 +1,123 @@
+// Rollouts: one prompt's group of G graded samples with advantages (GroupRollout, serialisable
+// for checkpoints and for sending between processes), and the generator of rollout rounds —
+// prompts from the dataset cursor, the engine's samples in calls of inference_microbatch_size,
+// rewards with DAPO's over-length shaping, advantages over the round and the group filter. The
+// colocated loop, trainer rank 0 (picking prompts) and the rollout workers (generating them) use
+// the same generator.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "io/prompt_dataset.h"
+#include "reward/reward_function.h"
+#include "rl/config/run_config.h"
+#include "text/prompt_builder.h"
+
+namespace rlcpp {
+
+// The run's reward: the built-in grader (-rt, with its scale) plus the external command, if any.
+RewardFunction run_reward_function(const RunConfig& config);
+
+// One prompt's G rollouts, graded, with the advantages filled in.
+struct GroupRollout {
+  std::vector<TrainSample> samples;
+  std::vector<double> rewards;
+  std::vector<uint8_t> correct;
+  std::vector<std::string> responses;
+  std::string prompt, gt_answer;
+  int64_t line = 0;  // of the record in the dataset
+  int64_t policy_version = 0;
+  int64_t trained_step = 0;  // the step that first trained on it (kept by the relay buffer)
+};
+
+nlohmann::json to_json(const GroupRollout& group);
+GroupRollout group_from_json(const nlohmann::json& json);
+
+// Up to `n` groups from the front of `buffer` (a step's batch; the rest wait for later steps).
+std::vector<GroupRollout> take_groups(std::deque<GroupRollout>& buffer, int64_t n);
+
+// Rollout figures of the groups a step looked at (trained on, or filtered out).
+struct RolloutStats {
+  int64_t samples = 0, correct = 0, truncated = 0, max_len = 0;
+  double reward_sum = 0, len_sum = 0;
+  void add(const GroupRollout& g) {
+    for (size_t k = 0; k < g.samples.size(); ++k) {
+      const int64_t len = static_cast<int64_t>(g.samples[k].response_ids.size());
+      ++samples;
+      correct += g.correct[k];
+      truncated += g.samples[k].truncated;
+      reward_sum += g.rewards[k];
+      len_sum += static_cast<double>(len);
+      max_len = std::max(max_len, len);
+    }
+  }
+  double mean(double sum) const { return samples > 0 ? sum / static_cast<double>(samples) : 0.0; }
+};
+
+
+// A prompt chosen for a rollout round: everything the generator needs, so a rollout worker can
+// generate it without the dataset (in the distributed mode trainer rank 0 picks the prompts).
+struct PromptPick {
+  std::vector<int32_t> ids;
+  std::string text, gt_answer;
+  int64_t line = 0;
+  uint64_t seed = 0;  // of the group's sampling
+};
+
+nlohmann::json to_json(const PromptPick& pick);
+PromptPick pick_from_json(const nlohmann::json& json);
+
+struct RolloutRound {
+  std::vector<GroupRollout> kept, discarded;  // by the group filter (all kept without one)
+  double generate_seconds = 0, reward_seconds = 0;
+};
+
+// How a run turns dataset records into prompt ids: its system prompt, length limit and overflow
+// policy (the rollout generator and the memory preflight read prompts the same way).
+PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_config);
+// The engine settings of a run: KV cache budget and dtype, and the rollout weights' dtype.
+EngineConfig run_engine_config(const RunConfig& c);
+
+class RolloutGenerator {
+ public:
+  // `backend`, `dataset`, `cursor` and `reward` must outlive the generator. A generator that only
+  // picks prompts (trainer rank 0) has no backend and no reward; one that only generates (a
+  // rollout worker) has no dataset and no cursor.
+  RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer, RolloutBackend* backend,
+                   const PromptDataset* dataset, DatasetCursor* cursor, const RewardFunction* reward);
+
+  // One round of `n_prompts` prompts (those left out by the prompt-length limits are replaced).
+  RolloutRound generate(int64_t n_prompts) { return generate(pick(n_prompts)); }
+  // The two halves: the next `n_prompts` prompts of the dataset cursor within the prompt-length
+  // limits, and a round over given prompts with the backend's current weights (pick on one thread;
+  // generate may run on another meanwhile).
+  std::vector<PromptPick> pick(int64_t n_prompts);
+  RolloutRound generate(const std::vector<PromptPick>& picks);
+
+  int64_t skipped_long() const { return skipped_long_; }
+  int64_t skipped_short() const { return skipped_short_; }
+  void restore_skipped(int64_t long_prompts, int64_t short_prompts) {
+    skipped_long_ = long_prompts;
+    skipped_short_ = short_prompts;
+  }
+  const SamplingParams& sampling() const { return sampling_; }
+
+ private:
+  const RunConfig& c_;
+  RolloutBackend* backend_;
+  const PromptDataset* dataset_;
+  DatasetCursor* cursor_;
+  const RewardFunction* reward_;
+  std::unique_ptr<PromptBuilder> prompts_;
+  SamplingParams sampling_;
+  int64_t skipped_long_ = 0, skipped_short_ = 0;
+};
+
+}  // namespace rlcpp

@@ -1,0 +1,267 @@
+#include "rl/run/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "model/attention.h"
+#include "io/prompt_dataset.h"
+#include "model/transformer.h"
+#include "rl/rollout/rollout.h"
+#include "text/prompt_builder.h"
+#include "util/error.h"
+
+namespace rlcpp {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * kMiB;
+
+double dtype_bytes(const std::string& name) {
+  if (name.empty()) return 4;
+  return static_cast<double>(c10::elementSize(dtypes().parse(name, "--dtype")));
+}
+
+// Adapter parameters of `lora` on `m` (every layer; a name scope is not narrowed here).
+double lora_parameters(const LoraConfig& lora, const ModelConfig& m) {
+  const double h = static_cast<double>(m.hidden_size), q = static_cast<double>(m.q_size()),
+               kv = static_cast<double>(m.kv_size()), i = static_cast<double>(m.intermediate_size);
+  const std::vector<std::pair<std::string, double>> fan = {{"q_proj", h + q},     {"k_proj", h + kv}, {"v_proj", h + kv},
+                                                           {"o_proj", q + h},     {"gate_proj", h + i},
+                                                           {"up_proj", h + i},    {"down_proj", i + h}};
+  double per_layer = 0;
+  for (const auto& [name, in_out] : fan) {
+    if (lora.targets.empty() || std::find(lora.targets.begin(), lora.targets.end(), name) != lora.targets.end()) {
+      per_layer += static_cast<double>(lora.rank) * in_out;
+    }
+  }
+  return per_layer * static_cast<double>(m.num_hidden_layers);
+}
+
+std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
+
+}  // namespace
+
+double MemoryEstimate::total() const {
+  double held = 0, backward = 0, optimizer = 0;
+  for (const auto& l : lines) {
+    (l.phase == MemoryPhase::kHeld ? held : l.phase == MemoryPhase::kBackward ? backward : optimizer) += l.bytes;
+  }
+  return held + std::max(backward, optimizer);
+}
+
+std::string MemoryEstimate::table() const {
+  std::string out;
+  for (const auto& l : lines) {
+    const char* phase = l.phase == MemoryPhase::kHeld ? "" : l.phase == MemoryPhase::kBackward ? "[fwd/bwd] " : "[optimizer] ";
+    out += fmt::format("  {:<30} {:>10}  {}{}\n", l.what, gib(l.bytes), phase, l.detail);
+  }
+  out += fmt::format("  {:<30} {:>10}  everything held + the larger of [fwd/bwd] and [optimizer]\n",
+                     "total (peak, estimated)", gib(total()));
+  return out;
+}
+
+namespace {
+
+// Under tensor parallelism, the shape of the largest rank's part (its heads, KV heads, MLP channels
+// and tokens): what one trainer process holds.
+ModelConfig largest_part(const ModelConfig& whole, int64_t tp) {
+  if (tp <= 1) return whole;
+  const TpLayout layout = TpLayout::make(whole, static_cast<int>(tp));
+  ModelConfig part = whole;
+  part.num_attention_heads = part.num_key_value_heads = part.intermediate_size = part.vocab_size = 0;
+  for (const auto& r : layout.ranks) {
+    part.num_attention_heads = std::max(part.num_attention_heads, r.n_heads());
+    part.num_key_value_heads = std::max(part.num_key_value_heads, r.n_kv_heads());
+    part.intermediate_size = std::max(part.intermediate_size, r.mlp_end - r.mlp_begin);
+    part.vocab_size = std::max(part.vocab_size, r.vocab_end - r.vocab_begin);
+  }
+  return part;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole, int64_t prompt_tokens) {
+  MemoryEstimate est;
+  const ModelConfig m = largest_part(whole, c.tp);  // every line below is of one trainer process
+  const double e = dtype_bytes(c.dtype);  // compute dtype
+  const double frozen = c.frozen_dtype.empty() ? e : dtype_bytes(c.frozen_dtype);
+  const double params = static_cast<double>(m.parameter_count());
+  const double h = static_cast<double>(m.hidden_size), q = static_cast<double>(m.q_size()),
+               kv = static_cast<double>(m.kv_size()), inter = static_cast<double>(m.intermediate_size),
+               vocab = static_cast<double>(m.vocab_size), layers = static_cast<double>(m.num_hidden_layers),
+               heads = static_cast<double>(m.num_attention_heads);
+  const bool lora = c.lora.enabled();
+  std::string prompt_note;
+  if (prompt_tokens <= 0) {
+    prompt_tokens = c.max_prompt_tokens > 0 ? c.max_prompt_tokens : 512;
+    prompt_note = c.max_prompt_tokens > 0 ? "-mpt" : "prompts of 512 tokens assumed (set -mpt)";
+  } else if (c.max_prompt_tokens <= 0) {
+    prompt_note = "the dataset's longest prompt";
+  }
+  const double t = static_cast<double>(prompt_tokens + c.sampling.max_new_tokens);
+  est.sequence_tokens = prompt_tokens + c.sampling.max_new_tokens;
+  const double b = static_cast<double>(c.train_microbatch_size);
+
+  est.lines.push_back({"runtime", 0.35 * kGiB, "LibTorch, BLAS, tokenizer, dataset"});
+  if (lora) {
+    est.lines.push_back({"base weights (frozen)", params * frozen,
+                         fmt::format("{:.0f} M parameters in {}", params / 1e6, c.frozen_dtype.empty() ? c.dtype : c.frozen_dtype)});
+    const double trained = lora_parameters(c.lora, m);
+    est.lines.push_back({"LoRA adapters + grads + AdamW", trained * e * 4,
+                         fmt::format("{:.1f} M parameters (rank {}, {})", trained / 1e6, c.lora.rank, lora_targets_text(c.lora.targets))});
+  } else if (c.zero == 3) {  // train/zero.h: shards, the resident parameters whole, one layer gathered
+    const double n = static_cast<double>(c.replicas());
+    const double resident = vocab * h * (m.tie_word_embeddings ? 1 : 2) + h;
+    const double layer = (params - resident) / layers;
+    est.lines.push_back({"policy weights", (params / n + resident) * e,
+                         fmt::format("ZeRO-3: this trainer's 1/{} of {:.0f} M parameters in {}, the embedding{} whole",
+                                     c.replicas(), params / 1e6, c.dtype, m.tie_word_embeddings ? "" : " and head")});
+    est.lines.push_back({"gradients", (params / n + resident) * e, "the shard's, and the embedding's whole"});
+    est.lines.push_back({"AdamW moments", params * e * 2 / n,
+                         fmt::format("exp_avg and exp_avg_sq: this trainer's 1/{}", c.replicas())});
+    est.lines.push_back({"gathered layer", 2 * layer * e, "one decoder layer's weights and gradients at a time",
+                         MemoryPhase::kBackward});
+    est.lines.push_back({"whole model (sync, checkpoint)", params * e,
+                         "gathered to send the weights to the rollout workers and to write checkpoints",
+                         MemoryPhase::kOptimizer});
+  } else {
+    est.lines.push_back({"policy weights", params * e,
+                         fmt::format("{:.0f} M parameters in {}{}", params / 1e6, c.dtype,
+                                     c.tp > 1 ? fmt::format(" (this rank's part of {:.0f} M, --train-tp {})",
+                                                            static_cast<double>(whole.parameter_count()) / 1e6, c.tp)
+                                              : "")});
+    if (c.zero == 2) {  // train/zero.h: the shard's sum, the embedding's whole, one layer's at a time
+      const double resident = vocab * h * (m.tie_word_embeddings ? 1 : 2) + h;
+      est.lines.push_back({"gradients", (params / static_cast<double>(c.replicas()) + resident) * e,
+                           "ZeRO-2: the shard's sum and the embedding's whole"});
+      est.lines.push_back({"layer gradients", (params - resident) / layers * e,
+                           "one decoder layer's at a time, summed into the shards in backward", MemoryPhase::kBackward});
+    } else {
+      est.lines.push_back({"gradients", params * e, "every weight is trained"});
+    }
+    if (c.zero > 0) {  // train/zero.h: the moments of one shard
+      est.lines.push_back({"AdamW moments", params * e * 2 / static_cast<double>(c.replicas()),
+                           fmt::format("exp_avg and exp_avg_sq: ZeRO-{} keeps this trainer's 1/{}", c.zero, c.replicas())});
+    } else {
+      est.lines.push_back({"AdamW moments", params * e * 2, "exp_avg and exp_avg_sq"});
+    }
+  }
+  if (c.algo.loss.kl_coef != 0 && !lora) {
+    est.lines.push_back({"reference model", params * frozen, fmt::format("-kl {}: a frozen copy", c.algo.loss.kl_coef)});
+  }
+  if (!c.distributed()) {
+    est.lines.push_back({"KV cache", static_cast<double>(c.kv_cache_mb) * kMiB, "--kv-cache-mb"});
+    if (!c.rollout_dtype.empty() && c.rollout_dtype != c.dtype) {
+      est.lines.push_back({"rollout weights", params * dtype_bytes(c.rollout_dtype),
+                           fmt::format("--rollout-dtype {}: the engine's own copy", c.rollout_dtype)});
+    }
+  }
+  // Training activations: per token and layer the norms, projections, rotary copies and MLP
+  // intermediates. Attention keeps no T x T tensor (model/attention.h): one block of query rows'
+  // scores, probabilities and their gradients exist at a time, in fp32.
+  const double per_token_layer = (6 * h + 3 * (q + 2 * kv) + 4 * inter) * e;
+  const double rows = static_cast<double>(attention_block_rows(c.train_microbatch_size, m.num_attention_heads,
+                                                               est.sequence_tokens));
+  const double attention_block = 3 * b * heads * rows * t * 4;
+  // Calibrated on measured peaks (tests/test_memory_estimate.sh): autograd keeps about 1.4 times
+  // the tensors counted above (dtype casts, views copied by reshape; the fused RMSNorm, rotary and
+  // SiLU·mul keep only their inputs).
+  const double layer_act = 1.4 * b * t * per_token_layer;
+  double activations = 0;
+  std::string how;
+  if (c.gradient_checkpointing || c.zero == 3) {
+    // The recomputed layer's activations and their gradients exist together in its backward.
+    activations = layers * b * t * h * e + 2 * layer_act + attention_block;
+    how = c.gradient_checkpointing ? "--gradient-checkpointing: layer inputs, one layer recomputed"
+                                   : "ZeRO-3 recomputes each layer in backward: layer inputs, one layer recomputed";
+  } else {
+    activations = layers * layer_act + attention_block;
+    how = "every layer's activations kept for backward";
+  }
+  est.lines.push_back({"training activations", activations,
+                       fmt::format("micro-batch {} x {} tokens ({}{}); {}", c.train_microbatch_size, est.sequence_tokens,
+                                   prompt_tokens, prompt_note.empty() ? "" : ": " + prompt_note, how),
+                       MemoryPhase::kBackward});
+  // A chunk's logits and their gradient; a trained head also keeps its [V, H] gradient in the
+  // backward. A frozen head (LoRA) builds no such gradient (model/logprobs.cpp).
+  const double chunk = std::min(512.0, b * t);
+  double head = (lora ? 1 : 3) * chunk * vocab * e + b * t * h * e * 2;
+  if (!c.frozen_dtype.empty()) head += vocab * h * e;  // the output weight converted for the head
+  est.lines.push_back({"log-prob head", head, "chunks of 512 tokens x vocabulary", MemoryPhase::kBackward});
+  if (!lora) {
+    // Measured: the gradient of the (tied) vocabulary matrix is built and summed from the head and
+    // the embedding, and AdamW's update makes temporaries of each parameter's size.
+    const double largest = vocab * h * e;
+    est.lines.push_back({"step temporaries", 5 * largest, "vocabulary-sized gradients and AdamW temporaries",
+                         MemoryPhase::kOptimizer});
+  }
+  return est;
+}
+
+namespace {
+
+// The longest prompt of the run's dataset in tokens, over its first 2,000 records (tokenizing all of
+// GSM8K's 7,473 takes 7 s here; a preflight should take about one).
+int64_t longest_prompt_tokens(const RunConfig& c, const ModelConfig& m) {
+  const auto tokenizer = Tokenizer::from_dir(c.model);
+  DatasetOptions dataset_options;
+  dataset_options.skip_bad_lines = c.skip_bad_lines;
+  const auto dataset = load_prompt_dataset(c.dataset, dataset_options);
+  PromptOptions options = run_prompt_options(c, m);
+  options.max_prompt_tokens = 0;             // the longest as written: -mpt is unset here
+  options.overflow = PromptOverflow::kDrop;  // the run itself reports prompts that do not fit
+  PromptBuilder builder(*tokenizer, options);
+  int64_t longest = 0;
+  const size_t n = std::min<size_t>(dataset.records.size(), 2000);
+  for (size_t i = 0; i < n; ++i) {
+    if (auto built = builder.build(dataset.records[i])) longest = std::max<int64_t>(longest, built->ids.size());
+  }
+  return longest;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_run_memory(const RunConfig& c) {
+  const auto model = ModelConfig::load(c.model);
+  return estimate_run_memory(c, model, c.max_prompt_tokens > 0 ? 0 : longest_prompt_tokens(c, model));
+}
+
+double available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double value = 0;
+  std::string unit;
+  while (in >> key >> value >> unit) {
+    if (key == "MemAvailable:") return value * 1024.0;
+  }
+  return 0;
+}
+
+void check_run_memory(const RunConfig& c, const MemoryEstimate& est, double available) {
+  if (available <= 0 || est.total() <= available) return;
+  std::vector<std::string> fixes;
+  if (!c.lora.enabled()) fixes.push_back("--lora-rank 16 (train adapters: no gradients, optimizer state or reference copy of the full model)");
+  if (!c.lora.enabled() && c.zero < 3 && c.distributed() && c.replicas() > 1) {
+    fixes.push_back(fmt::format("-zero {} (shard {} over the {} data-parallel replicas)", c.zero == 0 ? 1 : 3,
+                                c.zero == 0 ? "the AdamW moments" : "the parameters and gradients too", c.replicas()));
+  }
+  fixes.push_back(fmt::format("--train-tp {} (each trainer holds 1/{} of the model's layers, vocabulary and moments; "
+                              "under mpirun)", c.tp * 2, c.tp * 2));
+  if (!c.gradient_checkpointing) fixes.push_back("--gradient-checkpointing (keep one layer's activations, not every layer's)");
+  if (c.train_microbatch_size > 1) fixes.push_back(fmt::format("-tmbs {} (a smaller micro-batch)", std::max<int64_t>(1, c.train_microbatch_size / 2)));
+  if (c.frozen_dtype.empty() && (c.lora.enabled() || c.algo.loss.kl_coef != 0)) {
+    fixes.push_back("--frozen-dtype bfloat16 (frozen weights in half the memory)");
+  }
+  if (c.kv_cache_mb > 256 && !c.distributed()) fixes.push_back("--kv-cache-mb 256");
+  std::string list;
+  for (const auto& f : fixes) list += "\n  " + f;
+  throw_user_error("this run needs about {} but the machine has {} available:\n{}Settings that lower it:{}\n(--dry-run "
+                   "prints the estimate; --skip-memory-check runs anyway)",
+                   gib(est.total()), gib(available), est.table(), list);
+}
+
+}  // namespace rlcpp

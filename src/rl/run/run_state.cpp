@@ -1,0 +1,309 @@
+#include "rl/run/run_state.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/utils.h>
+
+#include "comm/gradient_sync.h"
+#include "rl/step/policy_update.h"
+#include "rl/rollout/rollout_channel.h"
+#include "rl/checkpoint/run_checkpoint.h"
+#include "util/error.h"
+#include "util/json.h"
+
+#include <fmt/ranges.h>
+
+namespace rlcpp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json groups_json(const std::vector<GroupRollout>& groups) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& g : groups) list.push_back(to_json(g));
+  return list;
+}
+
+std::vector<GroupRollout> groups_from(const nlohmann::json& j, const char* key) {
+  std::vector<GroupRollout> groups;
+  for (const auto& g : j.value(key, nlohmann::json::array())) groups.push_back(group_from_json(g));
+  return groups;
+}
+
+nlohmann::json to_json(const TrainerGroups& t) { return {{"groups", groups_json(t.groups)}, {"per_trainer", t.per_trainer}}; }
+
+TrainerGroups trainer_groups_from(const nlohmann::json& j, const std::string& where) {
+  TrainerGroups t;
+  t.groups = groups_from(j, "groups");
+  t.per_trainer = j.value("per_trainer", std::vector<int64_t>{});
+  int64_t sum = 0;
+  for (const int64_t n : t.per_trainer) {
+    if (n < 0 || n > static_cast<int64_t>(t.groups.size())) sum = -1;
+    if (sum >= 0) sum += n;
+  }
+  if (!t.per_trainer.empty() && sum != static_cast<int64_t>(t.groups.size())) {
+    throw_user_error("{}: per_trainer does not count the {} groups saved; the checkpoint cannot be resumed", where,
+                     t.groups.size());
+  }
+  return t;
+}
+
+// The buffers were lists of groups before they said which trainer held which.
+TrainerGroups trainer_groups_at(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) return {};
+  if (j.at(key).is_array()) return {groups_from(j, key), {}};
+  return trainer_groups_from(j.at(key), where);
+}
+
+}  // namespace
+
+nlohmann::json to_json(const CheckpointState& s) {
+  nlohmann::json in_flight = nlohmann::json::array();
+  for (const auto& p : s.in_flight_prompts) in_flight.push_back(to_json(p));
+  const RoundState& r = s.round;
+  return {{"step", s.step},
+          {"policy_version", s.policy_version},
+          {"optimizer_steps", s.optimizer_steps},
+          {"data_cursor", s.data_cursor},
+          {"rollout_buffer", to_json(s.rollout_buffer)},
+          {"relay_buffer", to_json(s.relay_buffer)},
+          {"in_flight_prompts", in_flight},
+          {"round", {{"end_step", r.end_step},
+                     {"collected", r.collected ? to_json(*r.collected) : nlohmann::json(nullptr)},
+                     {"rounds_ahead", r.rounds_ahead},
+                     {"generated_groups", r.generated_groups},
+                     {"kept_groups", r.kept_groups},
+                     {"discarded", groups_json(r.discarded)}}},
+          {"skipped_long_prompts", s.skipped_long_prompts},
+          {"skipped_short_prompts", s.skipped_short_prompts},
+          {"num_trainers", s.num_trainers},
+          {"num_inferencers", s.num_inferencers}};
+}
+
+CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::string& where) {
+  CheckpointState s;
+  try {
+    s.step = json_get<int64_t>(j, "step", where);
+    s.policy_version = json_get_or<int64_t>(j, "policy_version", 0, where);
+    s.optimizer_steps = json_get<int64_t>(j, "optimizer_steps", where);
+    s.data_cursor = j.value("data_cursor", nlohmann::json(nullptr));
+    s.rollout_buffer = trainer_groups_at(j, "rollout_buffer", where);
+    s.relay_buffer = trainer_groups_at(j, "relay_buffer", where);
+    for (const auto& p : j.value("in_flight_prompts", nlohmann::json::array())) s.in_flight_prompts.push_back(pick_from_json(p));
+    if (j.contains("round")) {
+      const auto& r = j.at("round");
+      s.round.end_step = json_get_or<int64_t>(r, "end_step", 0, where);
+      if (r.contains("collected") && !r.at("collected").is_null()) s.round.collected = trainer_groups_from(r.at("collected"), where);
+      s.round.rounds_ahead = json_get_or<int64_t>(r, "rounds_ahead", 0, where);
+      s.round.generated_groups = json_get_or<int64_t>(r, "generated_groups", 0, where);
+      s.round.kept_groups = json_get_or<int64_t>(r, "kept_groups", 0, where);
+      s.round.discarded = groups_from(r, "discarded");
+    }
+    s.skipped_long_prompts = json_get_or<int64_t>(j, "skipped_long_prompts", 0, where);
+    s.skipped_short_prompts = json_get_or<int64_t>(j, "skipped_short_prompts", 0, where);
+    s.num_trainers = json_get_or<int64_t>(j, "num_trainers", 1, where);
+    s.num_inferencers = json_get_or<int64_t>(j, "num_inferencers", 0, where);
+  } catch (const nlohmann::json::exception& e) {
+    throw_user_error("{}: malformed checkpoint state ({}); the checkpoint cannot be resumed", where, e.what());
+  }
+  return s;
+}
+
+int64_t run_total_steps(const RunConfig& c, int64_t n_items, int64_t items_per_step) {
+  if (c.max_steps > 0) return c.max_steps;
+  return std::max<int64_t>(1, n_items / std::max<int64_t>(1, items_per_step)) * c.num_episodes;
+}
+
+RunPlan plan_run(const RunConfig& c) {
+  RunPlan plan;
+  plan.run_dir = fs::path(c.save_dir) / c.project;
+  fs::create_directories(plan.run_dir);
+  plan.resume_from = find_resume_checkpoint(c, plan.run_dir);
+  if (plan.resume_from) {
+    const fs::path where = *plan.resume_from / "trainer_state" / "state.json";
+    plan.saved = checkpoint_state_from_json(read_checkpoint_state(*plan.resume_from, c), where.string());
+  } else if (c.resume != "auto") {
+    // A fresh start over an existing run is refused here, before anything in its directory
+    // (config.yaml, metrics.jsonl) is touched.
+    prepare_metrics_file(plan.run_dir, c, std::nullopt);
+  }
+  return plan;
+}
+
+namespace {
+
+// The plan as trainer rank 0 sends it to the other trainers.
+std::string encode_plan(const RunPlan& plan) {
+  return pack_message({{"run_dir", plan.run_dir.string()},
+                       {"resume_from", plan.resume_from ? plan.resume_from->string() : ""},
+                       {"saved", to_json(plan.saved)},
+                       {"total_steps", plan.total_steps}});
+}
+
+RunPlan decode_plan(const std::string& bytes) {
+  const auto j = unpack_message(bytes, "run plan");
+  RunPlan plan;
+  plan.run_dir = j.at("run_dir").get<std::string>();
+  const auto resume_from = j.at("resume_from").get<std::string>();
+  if (!resume_from.empty()) plan.resume_from = resume_from;
+  plan.saved = checkpoint_state_from_json(j.at("saved"), "run plan from trainer rank 0");
+  plan.total_steps = j.at("total_steps").get<int64_t>();
+  return plan;
+}
+
+}  // namespace
+
+namespace {
+
+ModelOptions run_model_options(const RunConfig& c, bool frozen, std::shared_ptr<Communicator> tp_group) {
+  ModelOptions options = model_options_from_flags(c.dtype, c.device);
+  options.gradient_checkpointing = c.gradient_checkpointing;
+  options.tp_group = std::move(tp_group);
+  if (frozen && !c.frozen_dtype.empty()) options.frozen_dtype = dtypes().parse(c.frozen_dtype, "--frozen-dtype");
+  return options;
+}
+
+}  // namespace
+
+std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional<fs::path>& checkpoint,
+                                         std::shared_ptr<Communicator> tp_group) {
+  if (!c.lora.enabled()) {
+    auto policy = Transformer::from_pretrained(checkpoint ? *checkpoint : fs::path(c.model),
+                                               run_model_options(c, false, std::move(tp_group)));
+    policy->eval();
+    return policy;
+  }
+  auto policy = Transformer::from_pretrained(c.model, run_model_options(c, true, std::move(tp_group)));
+  if (checkpoint) {
+    if (!is_peft_adapter_dir(*checkpoint)) {
+      throw_user_error("{}: a checkpoint of full weights, not a LoRA adapter ({} missing); resume it without --lora-rank",
+                       checkpoint->string(), kAdapterConfigFile);
+    }
+    policy->load_adapter(*checkpoint);
+    LoraConfig want = c.lora, got = policy->lora();
+    if (got.rank != want.rank || got.scaling() != want.scaling()) {
+      throw_user_error("{}: adapter of rank {} and scaling {} but the run asks for rank {} and scaling {}",
+                       checkpoint->string(), got.rank, got.scaling(), want.rank, want.scaling());
+    }
+  } else {
+    policy->add_adapters(c.lora, c.seed);
+  }
+  policy->eval();
+  return policy;
+}
+
+std::shared_ptr<Transformer> load_reference(const RunConfig& c, std::shared_ptr<Communicator> tp_group) {
+  if (c.algo.loss.kl_coef == 0 || c.lora.enabled()) return nullptr;
+  auto reference = Transformer::from_pretrained(c.model, run_model_options(c, true, std::move(tp_group)));
+  reference->eval();
+  return reference;
+}
+
+RunState load_run(const RunConfig& c, const Topology* topology) {
+  RunState run;
+  Communicator* trainers = topology != nullptr ? topology->role_group.get() : nullptr;
+  const bool leader = trainers == nullptr || trainers->rank() == 0;
+  const int64_t n_trainers = topology == nullptr ? 1 : topology->num_replicas();
+  if (leader) {
+    run.tokenizer = Tokenizer::from_dir(c.model);
+    run.plan = plan_run(c);
+    DatasetOptions options;
+    options.skip_bad_lines = c.skip_bad_lines;
+    run.dataset = load_prompt_dataset(c.dataset, options);
+    const int64_t n_records = static_cast<int64_t>(run.dataset.records.size());
+    // Sizes against the dataset, before any work: a step needs n_trainers * tbs distinct prompts.
+    if (n_trainers * c.train_batch_size > n_records) {
+      throw_user_error("-tbs/--train-batch-size {}{} asks for {} prompts per step, but {} has {}; lower -tbs",
+                       c.train_batch_size, n_trainers > 1 ? fmt::format(" on {} trainers", n_trainers) : "",
+                       n_trainers * c.train_batch_size, c.dataset, n_records);
+    }
+    run.cursor = std::make_unique<DatasetCursor>(n_records, c.seed, /*shuffle=*/true);
+    run.plan.total_steps = run_total_steps(c, n_records, n_trainers * c.train_batch_size);
+    if (run.plan.resume_from) {
+      run.cursor->restore(run.plan.saved.data_cursor);
+    } else if (c.consumed_samples > 0) {
+      for (int64_t k = 0; k < c.consumed_samples; ++k) run.cursor->next();
+      spdlog::info("consumed_samples {}: the first {} prompts of the shuffled order are skipped", c.consumed_samples,
+                   c.consumed_samples);
+    }
+  }
+  if (trainers != nullptr && trainers->size() > 1) {
+    std::string bytes = leader ? encode_plan(run.plan) : std::string();
+    trainers->broadcast_bytes(bytes, 0);
+    if (!leader) run.plan = decode_plan(bytes);
+  }
+
+  // LibTorch's own generator (LoRA dropout) starts from the run's seed; a resume restores its state.
+  torch::manual_seed(c.seed);
+  const auto tp_group = topology != nullptr ? topology->tp_group : nullptr;
+  run.policy = load_policy(c, run.plan.resume_from, tp_group);
+  run.reference = load_reference(c, tp_group);
+  run.trainer = std::make_unique<Trainer>(run.policy, run.reference, rl_trainer_config(c, run.plan.total_steps));
+  run.topology = topology;
+  if (leader && run.policy->tensor_parallel() != nullptr) {
+    const auto& shape = run.policy->tensor_parallel()->shape();
+    spdlog::info("tensor parallelism: {} ranks per replica; trainer 0 holds query heads [{}, {}), KV heads {}, MLP "
+                 "channels [{}, {}), tokens [{}, {})", c.tp, shape.q_begin, shape.q_end, fmt::join(shape.kv_heads, ","),
+                 shape.mlp_begin, shape.mlp_end, shape.vocab_begin, shape.vocab_end);
+  }
+  if (c.zero > 0 && topology != nullptr) {
+    run.trainer->enable_zero(*topology->dp_group, static_cast<int>(c.zero), kGradientBucketBytes);
+    if (leader) {
+      spdlog::info("ZeRO stage {}: AdamW moments{} sharded over {} trainers, {} of {} trained elements here", c.zero,
+                   c.zero == 3 ? ", gradients and parameters" : c.zero == 2 ? " and gradients" : "",
+                   topology->dp_group->size(), run.trainer->zero()->end() - run.trainer->zero()->begin(),
+                   run.trainer->zero()->total());
+    }
+  }
+  if (run.plan.resume_from) {
+    GatheredParameters whole(run.trainer->zero());  // ZeRO-3: the optimizer's parameters have their shapes
+    load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer, topology != nullptr ? topology->tp_rank() : 0,
+                              static_cast<int>(c.tp));
+    run.trainer->restore_steps(run.plan.saved.optimizer_steps);
+    run.policy_version = run.plan.saved.policy_version;
+  }
+  return run;
+}
+
+fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState& state) {
+  const Topology* t = run.topology;
+  const bool leader = t == nullptr || t->world->rank() == 0;
+  auto* zero = run.trainer->zero();
+  const bool tp = run.policy->tensor_parallel() != nullptr;
+  const bool first_replica = t == nullptr || t->replica() == 0;
+  // Optimizer shards go to trainer 0 from every trainer under ZeRO (each its shard of its part),
+  // from the tensor-parallel ranks of the first replica otherwise; nobody sends without either
+  // (trainer 0 writes optimizer.pt).
+  Communicator* senders = zero != nullptr ? t->role_group.get() : tp && first_replica ? t->tp_group.get() : nullptr;
+  OptimizerShard mine;
+  if (senders != nullptr) {
+    const int tp_rank = tp ? t->tp_rank() : 0, tp_size = tp ? t->train_tp : 1;
+    if (zero != nullptr) {
+      mine = optimizer_shard(zero->state(), tp_rank, tp_size);
+    } else {  // the whole state of this rank's part, flattened a piece at a time as it goes
+      auto& optimizer = run.trainer->optimizer();
+      const auto params = optimizer.param_groups().at(0).params();
+      mine = {0, flat_numel(params), tp_rank, tp_size,
+              [&optimizer, params](int64_t a, int64_t b) { return flat_adamw_state(optimizer, params, a, b); }};
+    }
+  }
+  // Tensor parallelism: the first replica's parts whole on trainer 0, for the model directory.
+  WholeModel whole(*run.policy, 0, tp && first_replica);
+  if (!leader) {
+    if (senders != nullptr) send_optimizer_shard(*senders, mine);
+    return {};
+  }
+  std::function<void(const fs::path&)> write_optimizer;
+  if (senders != nullptr) {
+    write_optimizer = [&run, zero, senders, &mine](const fs::path& state_dir) {
+      // The model directory is written: its whole copies go before the shards arrive.
+      run.policy->release_whole();
+      if (zero != nullptr && zero->stage() == 3) zero->release_all();
+      write_optimizer_shards(state_dir, *senders, mine);
+    };
+  }
+  return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state),
+                             write_optimizer);
+}
+
+}  // namespace rlcpp

@@ -1,0 +1,117 @@
+// The state of a training run, typed, in one place for every driver (colocated, the distributed
+// trainers, SFT): what a checkpoint's trainer_state/state.json holds (CheckpointState), whether the
+// run is fresh or resumed and how long it is (RunPlan), and the objects a trainer works with —
+// policy, frozen reference, trainer with its optimizer, prompt dataset and cursor (RunState).
+// load_run restores all of them from the checkpoint the plan names; save_run writes them. A new
+// piece of run state is read and checkpointed here and nowhere else.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/prompt_dataset.h"
+#include "comm/communicator.h"
+#include "parallel/topology.h"
+#include "rl/rollout/rollout.h"
+#include "rl/config/run_config.h"
+#include "text/tokenizer.h"
+#include "train/trainer.h"
+
+namespace rlcpp {
+
+// Groups the trainers held, in trainer order: the first per_trainer[0] are trainer 0's, and so on.
+// A resume under the same -t gives each trainer its own back; under another -t (or without
+// per_trainer) they are dealt anew.
+struct TrainerGroups {
+  std::vector<GroupRollout> groups;
+  std::vector<int64_t> per_trainer;
+};
+
+// Where a distributed run stood in its rounds at a checkpoint, so that a resumed run continues
+// exactly as the uninterrupted one would. Defaults: at a round's end with nothing collected ahead.
+struct RoundState {
+  int64_t end_step = 0;                    // the last step of the round in training (> step: resume finishes it first)
+  std::optional<TrainerGroups> collected;  // -nb >= 1: the round the workers were generating, collected at the checkpoint
+  int64_t rounds_ahead = 0;                // rounds sent ahead of training (the --sync-frequency cadence)
+  // Figures of collected rounds not yet on a metrics line (they go on the next step's):
+  int64_t generated_groups = 0, kept_groups = 0;
+  std::vector<GroupRollout> discarded;
+};
+
+// trainer_state/state.json of a checkpoint (the optimizer and RNG states sit beside it).
+struct CheckpointState {
+  int64_t step = 0;                           // the last step the checkpoint includes
+  int64_t policy_version = 0;                 // optimizer updates applied to the policy so far
+  int64_t optimizer_steps = 0;                // the LR schedule's position
+  nlohmann::json data_cursor;                 // DatasetCursor::state() (null: not saved)
+  TrainerGroups rollout_buffer;               // kept groups not yet trained on, of every trainer
+  TrainerGroups relay_buffer;                 // groups the relay buffers hold, of every trainer (trained_step set)
+  std::vector<PromptPick> in_flight_prompts;  // distributed: a round sent and not collected (re-sent on resume)
+  RoundState round;                           // distributed
+  int64_t skipped_long_prompts = 0;           // left out over -mpt so far
+  int64_t skipped_short_prompts = 0;          // left out under min_prompt_length so far
+  int64_t num_trainers = 1, num_inferencers = 0;  // the layout that wrote it (for the log; resume may differ)
+};
+
+nlohmann::json to_json(const CheckpointState& state);
+// A state.json's contents; a missing or mistyped field is a UserError naming `where` and the field.
+CheckpointState checkpoint_state_from_json(const nlohmann::json& json, const std::string& where);
+
+// Steps of a run: --max-steps, or -e episodes of whole batches of `items_per_step` over `n_items`.
+int64_t run_total_steps(const RunConfig& config, int64_t n_items, int64_t items_per_step);
+
+// Fresh or resumed, and how long: decided once (by the only trainer, or trainer rank 0) and shared.
+struct RunPlan {
+  std::filesystem::path run_dir;                     // save_dir/project
+  std::optional<std::filesystem::path> resume_from;  // the step-N directory continued from
+  CheckpointState saved;                             // what resume_from holds (defaults when fresh)
+  int64_t total_steps = 0;
+  int64_t first_step() const { return resume_from ? saved.step + 1 : 1; }
+};
+
+// The run directory (created), and the checkpoint a run continues from (checked for settings that
+// may not change on resume). total_steps is left for the caller, which knows its dataset.
+RunPlan plan_run(const RunConfig& config);
+
+// What a trainer works with. The dataset and cursor exist only where prompts are picked (the
+// colocated run, trainer rank 0).
+struct RunState {
+  RunPlan plan;
+  std::shared_ptr<Tokenizer> tokenizer;    // with the dataset
+  std::shared_ptr<Transformer> policy;     // the checkpoint's weights when resumed
+  std::shared_ptr<Transformer> reference;  // the base model, frozen; only when -kl != 0
+  std::unique_ptr<Trainer> trainer;        // optimizer and LR schedule restored
+  PromptDataset dataset;
+  std::unique_ptr<DatasetCursor> cursor;   // at the checkpoint's position (or after consumed_samples)
+  int64_t policy_version = 0;
+  const Topology* topology = nullptr;      // under mpirun (distributed, or colocated with TP), else null
+};
+
+// The policy of a run of `config`: from `checkpoint` (a step-N directory) when given, else the base
+// model; under LoRA the base (config.model, frozen, in --frozen-dtype) with the checkpoint's adapter
+// or fresh adapters. The same call gives rollout workers a model of the trainer's shape. With
+// `tp_group` of more than one rank, this rank's tensor-parallel part of it.
+std::shared_ptr<Transformer> load_policy(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint,
+                                         std::shared_ptr<Communicator> tp_group = nullptr);
+// The frozen reference model of a run with a KL term (in --frozen-dtype); nullptr under LoRA (the
+// reference is the policy's base with the adapters off) or without KL.
+std::shared_ptr<Transformer> load_reference(const RunConfig& config, std::shared_ptr<Communicator> tp_group = nullptr);
+
+// Loads an RL run. Without a topology (or on trainer rank 0 of it) the plan is made here, with the
+// dataset; the other trainers receive the plan from rank 0 and load no dataset. Every replica
+// counts replicas × -tbs prompts per step. Each trainer holds its tensor-parallel part of the
+// models; ZeRO shards over the data-parallel group.
+RunState load_run(const RunConfig& config, const Topology* topology = nullptr);
+
+// Writes the run's checkpoint step-<state.step> from `run`'s policy and optimizer; returns it. Every
+// trainer calls it (a collective under tensor parallelism or ZeRO: the parts and optimizer shards
+// go to trainer rank 0, which writes; the others get an empty path).
+std::filesystem::path save_run(const RunConfig& config, const RunState& run, const CheckpointState& state);
+
+}  // namespace rlcpp

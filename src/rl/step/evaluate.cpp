@@ -1,0 +1,171 @@
+#include "rl/step/evaluate.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <tuple>
+
+#include "util/error.h"
+#include "util/file.h"
+#include "util/trace.h"
+
+namespace rlcpp {
+
+nlohmann::ordered_json EvalResult::summary() const {
+  return {{"prompts", prompts},         {"samples", samples},
+          {"accuracy", accuracy},       {"pass_at_n", pass_at_n}, {"maj_at_n", maj_at_n},
+          {"format_accuracy", format_accuracy}, {"reward_mean", reward_mean},
+          {"response_length_mean", response_length_mean}, {"truncated_fraction", truncated_fraction},
+          {"seconds", seconds}};
+}
+
+EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset& dataset, const RewardFunction& reward,
+                    const EvalOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<GenerationRequest> requests;
+  std::vector<const PromptRecord*> records;
+  std::vector<std::string> texts;
+  for (const auto& record : dataset.records) {
+    if (options.limit > 0 && static_cast<int64_t>(requests.size()) >= options.limit) break;
+    auto built = prompts.build(record);
+    if (!built) continue;
+    GenerationRequest request;
+    request.prompt_ids = built->ids;
+    request.params = options.sampling;
+    request.n = options.n;
+    request.seed = options.seed * 1000003ULL + static_cast<uint64_t>(record.line);
+    requests.push_back(std::move(request));
+    records.push_back(&record);
+    texts.push_back(built->text);
+  }
+  const auto generated = engine.generate(requests);
+  std::vector<RewardInput> inputs;
+  for (const auto& s : generated) {
+    const auto& record = *records[static_cast<size_t>(s.request)];
+    inputs.push_back({texts[static_cast<size_t>(s.request)], s.text, record.gt_answer, nlohmann::json(record.metadata),
+                      s.finish_reason == FinishReason::kLength});
+  }
+  const auto graded = reward.score(inputs);
+  EvalResult r;
+  r.prompts = static_cast<int64_t>(requests.size());
+  r.samples = static_cast<int64_t>(generated.size());
+  std::vector<uint8_t> solved(requests.size(), 0);
+  // Majority vote per prompt over the extracted answers: (answer -> votes, correct), first seen wins ties.
+  std::vector<std::vector<std::tuple<std::string, int64_t, bool>>> votes(requests.size());
+  for (size_t k = 0; k < generated.size(); ++k) {
+    const auto& s = generated[k];
+    EvalSample e;
+    e.line = records[static_cast<size_t>(s.request)]->line;
+    e.prompt = inputs[k].prompt;
+    e.response = s.text;
+    e.gt_answer = inputs[k].gt_answer;
+    e.extracted = graded[k].extracted.value_or("");
+    e.reward = graded[k].reward;
+    e.correct = graded[k].correct;
+    e.format_ok = graded[k].format_ok;
+    e.truncated = inputs[k].truncated;
+    e.tokens = static_cast<int64_t>(s.token_ids.size());
+    solved[static_cast<size_t>(s.request)] |= e.correct;
+    if (e.format_ok) {
+      auto& list = votes[static_cast<size_t>(s.request)];
+      auto it = std::find_if(list.begin(), list.end(), [&](const auto& v) { return std::get<0>(v) == e.extracted; });
+      if (it == list.end()) list.emplace_back(e.extracted, 1, e.correct);
+      else ++std::get<1>(*it);
+    }
+    r.accuracy += e.correct;
+    r.format_accuracy += e.format_ok;
+    r.reward_mean += e.reward;
+    r.response_length_mean += static_cast<double>(e.tokens);
+    r.truncated_fraction += e.truncated;
+    r.per_sample.push_back(std::move(e));
+  }
+  const double n = std::max<double>(1.0, static_cast<double>(r.samples));
+  r.accuracy /= n;
+  r.format_accuracy /= n;
+  r.reward_mean /= n;
+  r.response_length_mean /= n;
+  r.truncated_fraction /= n;
+  for (uint8_t v : solved) r.pass_at_n += v;
+  for (const auto& list : votes) {
+    const auto best = std::max_element(list.begin(), list.end(),
+                                       [](const auto& a, const auto& b) { return std::get<1>(a) < std::get<1>(b); });
+    if (best != list.end() && std::get<2>(*best)) r.maj_at_n += 1;
+  }
+  r.maj_at_n /= std::max<double>(1.0, static_cast<double>(r.prompts));
+  r.pass_at_n /= std::max<double>(1.0, static_cast<double>(r.prompts));
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+std::string eval_samples_jsonl(const EvalResult& r) {
+  std::string text;
+  for (const auto& s : r.per_sample) {
+    nlohmann::ordered_json line = {{"line", s.line},           {"prompt", s.prompt},       {"response", s.response},
+                                   {"gt_answer", s.gt_answer}, {"extracted", s.extracted}, {"correct", s.correct},
+                                   {"format_ok", s.format_ok}, {"truncated", s.truncated}, {"tokens", s.tokens},
+                                   {"reward", s.reward}};
+    text += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  }
+  return text;
+}
+
+RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, const Tokenizer& tokenizer,
+                           const std::filesystem::path& run_dir)
+    : c_(c), out_dir_(c.eval_save_dir.empty() ? run_dir / "eval" : std::filesystem::path(c.eval_save_dir) / c.project) {
+  for (const auto& [name, path] : eval_sets(c)) sets_.emplace_back(name, load_prompt_dataset(path));
+  PromptOptions prompt_options;
+  prompt_options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
+  prompt_options.max_prompt_tokens = c.max_prompt_tokens;
+  prompt_options.context_tokens = model_config.max_position_embeddings;
+  prompt_options.overflow = c.overflow;
+  prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
+  reward_.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
+  options_.sampling = c.sampling;
+  options_.sampling.temperature = c.eval_greedy ? 0.0 : c.eval_temperature;
+  if (c.eval_max_new_tokens > 0) options_.sampling.max_new_tokens = c.eval_max_new_tokens;
+  options_.sampling.stop_token_ids = default_stop_tokens(model_config, tokenizer);
+  options_.n = c.eval_n;
+  options_.limit = c.eval_limit;
+  options_.seed = c.seed;  // the same sampling noise at every evaluation, so the curve compares like with like
+}
+
+bool evaluation_due(const RunConfig& c, int64_t step, int64_t total_steps) {
+  return !eval_sets(c).empty() && ((c.eval_interval > 0 && step % c.eval_interval == 0) || step == total_steps);
+}
+
+void serve_evaluation_if_due(Engine& engine, const RunConfig& c, int64_t step, int64_t total_steps) {
+  if (evaluation_due(c, step, total_steps)) engine.serve();
+}
+
+bool RunEvaluator::due(int64_t step, int64_t total_steps) const {
+  return !sets_.empty() && evaluation_due(c_, step, total_steps);
+}
+
+double RunEvaluator::run_if_due(Engine* engine, int64_t step, int64_t total_steps, nlohmann::ordered_json& extra) {
+  if (!due(step, total_steps)) return 0;
+  RLCPP_CHECK(engine != nullptr, "evaluation due at step {} without an engine", step);
+  const auto start = std::chrono::steady_clock::now();
+  extra["eval"] = run(*engine, step);
+  engine->release_followers();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+nlohmann::ordered_json RunEvaluator::run(Engine& engine, int64_t step) {
+  nlohmann::ordered_json figures = nlohmann::ordered_json::object();
+  trace::Span span("eval");
+  for (const auto& [name, dataset] : sets_) {
+    const EvalResult r = evaluate(engine, *prompts_, dataset, reward_, options_);
+    auto summary = r.summary();
+    figures[name] = summary;
+    std::filesystem::create_directories(out_dir_ / name);
+    write_file_atomic(out_dir_ / name / fmt::format("step-{}.jsonl", step), eval_samples_jsonl(r));
+    spdlog::info("eval {} at step {}: accuracy {:.1f}% (pass@{} {:.1f}%, maj@{} {:.1f}%), format {:.1f}%, length {:.1f}, "
+                 "truncated {:.1f}%, {:.1f} s", name, step, 100 * r.accuracy, options_.n, 100 * r.pass_at_n, options_.n,
+                 100 * r.maj_at_n, 100 * r.format_accuracy, r.response_length_mean, 100 * r.truncated_fraction, r.seconds);
+  }
+  return figures;
+}
+
+}  // namespace rlcpp

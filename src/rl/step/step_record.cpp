@@ -1,0 +1,179 @@
+#include "rl/step/step_record.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <functional>
+
+#include "comm/mpi.h"
+#include "rl/checkpoint/run_checkpoint.h"
+#include "util/error.h"
+#include "util/file.h"
+#include "util/progress.h"
+#include "util/trace.h"
+
+namespace rlcpp {
+
+namespace {
+
+double value_of(const std::map<std::string, double>& values, const char* key) {
+  const auto it = values.find(key);
+  return it == values.end() ? 0.0 : it->second;
+}
+
+double total_seconds(const StepRecord& r) { return r.time.empty() ? 0.0 : r.time.back().second; }
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const StepRecord& r) {
+  nlohmann::ordered_json line;
+  line["step"] = r.step;
+  line["episode"] = r.episode;
+  line["reward_mean"] = r.stats.mean(r.stats.reward_sum);
+  line["accuracy"] = r.stats.mean(static_cast<double>(r.stats.correct));
+  line["kept_groups"] = r.kept_groups;
+  line["generated_groups"] = r.generated_groups;
+  line["sample_utilization"] =
+      r.generated_groups > 0 ? static_cast<double>(r.round_kept_groups) / static_cast<double>(r.generated_groups) : 1.0;
+  line["buffered_groups"] = r.buffered_groups;
+  line["response_length_mean"] = r.stats.mean(r.stats.len_sum);
+  line["response_length_max"] = r.stats.max_len;
+  line["truncated_fraction"] = r.stats.mean(static_cast<double>(r.stats.truncated));
+  for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "clip_frac_dual",
+                          "grad_norm", "lr", "n_skipped", "tis_weight_mean", "tis_clip_frac", "mismatch_abs_mean",
+                          "mismatch_abs_max", "mismatch_kl", "relayed_groups", "nonfinite", "old_logprobs_reused"}) {
+    line[key] = value_of(r.train, key);
+  }
+  line["optimizer_steps"] = r.optimizer_steps;
+  line["policy_version"] = r.policy_version;
+  line["tokens_per_s"] = r.stats.len_sum / std::max(total_seconds(r), 1e-9);
+  for (const auto& [key, value] : r.extra.items()) line[key] = value;
+  nlohmann::ordered_json time;
+  for (const auto& [phase, seconds] : r.time) time[phase] = seconds;
+  line["time"] = time;
+  return line;
+}
+
+std::string console_line(const StepRecord& r) {
+  auto m = [&](const char* key) { return value_of(r.train, key); };
+  std::string text = fmt::format(
+      "step {}/{} reward {:.3f} acc {:.3f} kept {} len {:.0f}/{} trunc {:.2f} loss {:.4f} kl {:.4f} ent {:.3f} "
+      "clip {:.3f} gnorm {:.3f} lr {:.2e} {:.0f} tok/s |",
+      r.step, r.total_steps, r.stats.mean(r.stats.reward_sum), r.stats.mean(static_cast<double>(r.stats.correct)),
+      r.kept_groups, r.stats.mean(r.stats.len_sum), r.stats.max_len, r.stats.mean(static_cast<double>(r.stats.truncated)),
+      m("loss"), m("kl"), m("entropy"), m("clip_frac_low") + m("clip_frac_high"), m("grad_norm"), m("lr"),
+      r.stats.len_sum / std::max(total_seconds(r), 1e-9));
+  for (const auto& [phase, seconds] : r.time) {
+    if (phase != "total") text += fmt::format(" {} {:.2f}s", phase, seconds);
+  }
+  return text;
+}
+
+void write_scalars(EventWriter& events, const nlohmann::ordered_json& line) {
+  std::vector<std::pair<std::string, double>> values;
+  std::function<void(const std::string&, const nlohmann::ordered_json&)> walk = [&](const std::string& tag,
+                                                                                   const nlohmann::ordered_json& v) {
+    if (v.is_object()) {
+      for (const auto& [key, child] : v.items()) walk(tag.empty() ? key : tag + "/" + key, child);
+    } else if (v.is_number() && tag != "step") {
+      values.emplace_back(tag, v.get<double>());
+    }
+  };
+  walk("", line);
+  events.add_scalars(values, line.at("step").get<int64_t>());
+}
+
+void start_profile(const RunConfig& c, int rank, const std::string& role) {
+  if (c.profile_dir.empty()) return;
+  trace::enable(std::filesystem::path(c.profile_dir) / c.project / fmt::format("trace.rank-{}.json", rank), rank, role);
+}
+
+double eta_seconds(double elapsed, int64_t steps_done, int64_t steps_left) {
+  return steps_done > 0 ? elapsed / static_cast<double>(steps_done) * static_cast<double>(steps_left) : -1.0;
+}
+
+RunLog::RunLog(const std::filesystem::path& run_dir, const RunConfig& config, std::optional<int64_t> resumed_step)
+    : c_(config), metrics_(prepare_metrics_file(run_dir, config, resumed_step), std::ios::app),
+      events_(std::make_unique<EventWriter>(run_dir)) {
+  if (resumed_step) events_->restart_at(*resumed_step + 1);
+}
+
+RunLog::~RunLog() = default;
+
+void RunLog::write(const StepRecord& record) {
+  auto line = to_json(record);
+  // Under mpirun: the bytes this rank (trainer 0) moved since the last line, by kind.
+  const CommunicationBytes now = communication_bytes();
+  const CommunicationBytes& was = communicated_;
+  if (now.total() > was.total()) {
+    line["communication"] = {{"bytes", now.total() - was.total()},
+                             {"all_reduce", now.all_reduce - was.all_reduce},
+                             {"broadcast", now.broadcast - was.broadcast},
+                             {"all_gather", now.all_gather - was.all_gather},
+                             {"reduce", now.reduce - was.reduce},
+                             {"reduce_scatter", now.reduce_scatter - was.reduce_scatter},
+                             {"send", now.send - was.send}};
+  }
+  communicated_ = now;
+  write(line, record.total_steps, console_line(record));
+}
+
+void RunLog::write(const nlohmann::ordered_json& line, int64_t total_steps, const std::string& console) {
+  metrics_ << line.dump() << "\n";
+  metrics_.flush();
+  write_scalars(*events_, line);
+  events_->flush();
+  const int64_t step = line.at("step").get<int64_t>();
+  if (step % c_.log_interval == 0 || step == total_steps) spdlog::info("{}", console);
+  ++steps_written_;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  progress::run(step, total_steps, eta_seconds(elapsed, steps_written_, total_steps - step));
+}
+
+bool checkpoint_due(const RunConfig& c, int64_t step, int64_t total_steps) {
+  return (c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps;
+}
+
+void short_batch(const RunConfig& c, int64_t step, int64_t groups, int64_t wanted) {
+  if (!c.algo.dynamic_batching || groups >= wanted) return;
+  if (c.require_full_batch) {
+    throw_user_error("step {}: {} of -tbs {} groups passed the filter after --max-dynamic-rounds {} extra rounds "
+                     "(--require-full-batch); widen --filter-range, raise --max-dynamic-rounds, or drop "
+                     "--require-full-batch to train on partial batches", step, groups, wanted, c.max_dynamic_rounds);
+  }
+  spdlog::warn("step {}: dynamic batching kept {} of -tbs {} groups after --max-dynamic-rounds {}: training on {} "
+               "(--require-full-batch makes this an error)", step, groups, wanted, c.max_dynamic_rounds, groups);
+}
+
+bool rollouts_due(const RunConfig& c, int64_t step) {
+  return !c.rollout_save_dir.empty() && step % c.rollout_save_interval == 0;
+}
+
+void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<GroupRollout>& trained,
+                   const std::vector<GroupRollout>& discarded) {
+  std::filesystem::create_directories(dir);
+  std::string text;
+  for (const auto* list : {&trained, &discarded}) {
+    for (const auto& g : *list) {
+      for (size_t k = 0; k < g.samples.size(); ++k) {
+        nlohmann::ordered_json line;
+        line["step"] = step;
+        line["prompt"] = g.prompt;
+        line["response"] = g.responses[k];
+        line["reward"] = g.rewards[k];
+        line["correct"] = g.correct[k] != 0;
+        line["gt_answer"] = g.gt_answer;
+        line["advantage"] = g.samples[k].advantage;
+        line["truncated"] = g.samples[k].truncated;
+        line["response_tokens"] = g.samples[k].response_ids.size();
+        line["trained"] = list == &trained;
+        line["policy_version"] = g.policy_version;
+        line["dataset_line"] = g.line;
+        text += line.dump() + "\n";
+      }
+    }
+  }
+  write_file_atomic(dir / fmt::format("step-{}.jsonl", step), text);
+}
+
+}  // namespace rlcpp
