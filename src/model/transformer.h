@@ -19,9 +19,11 @@
 
 #include "io/safetensors.h"
 #include "model/attention_backend.h"
+#include "model/layers.h"
 #include "model/logprobs.h"
 #include "model/lora.h"
 #include "model/model_config.h"
+#include "model/model_options.h"
 #include "model/rope.h"
 #include "model/tensor_parallel.h"
 #include "util/enum_table.h"
@@ -44,116 +46,6 @@ class ParameterHolder {
   virtual void release(const std::vector<torch::Tensor>& params) = 0;  // their storage may go
   // grads[k] is params[k]'s (undefined: none) from one backward pass.
   virtual void take_gradients(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads) = 0;
-};
-
-// Where the model lives and in which dtype: always from config, never hard-coded.
-struct ModelOptions {
-  torch::Device device = torch::kCPU;         // cpu | cuda[:n]
-  torch::ScalarType dtype = torch::kFloat32;  // float32 | bfloat16 | float16 | float64
-  int64_t logprob_chunk_tokens = 512;         // tokens per chunk of the fused log-prob head
-  // Frozen weights (the base under LoRA, a reference model) stored in this dtype and computed in
-  // `dtype` (converted per layer as it runs); Undefined: stored in `dtype`.
-  torch::ScalarType frozen_dtype = torch::ScalarType::Undefined;
-  bool gradient_checkpointing = false;        // training forward keeps only each layer's input; backward recomputes
-  // The tensor-parallel group this rank holds its part of the model in (model/tensor_parallel.h);
-  // null or a group of one: the whole model here.
-  std::shared_ptr<Communicator> tp_group;
-};
-
-// float32 (fp32), bfloat16 (bf16), float16 (fp16), float64 (fp64).
-const EnumTable<torch::ScalarType>& dtypes();
-// A dtype flag's value; Undefined for "" (the flag's default). A bad name is a UserError naming `flag`.
-torch::ScalarType dtype_or_default(const std::string& text, const std::string& flag);
-// ModelOptions from the --dtype and --device flags; bad values are UserErrors naming the flag.
-ModelOptions model_options_from_flags(const std::string& dtype, const std::string& device);
-
-class RMSNormImpl : public torch::nn::Module {
- public:
-  RMSNormImpl(int64_t dim, double eps);
-  torch::Tensor forward(const torch::Tensor& x);  // normalises the last dim in fp32 (or fp64)
-  torch::Tensor weight;
-
- private:
-  double eps_;
-};
-
-// A linear layer y = x W^T + b, optionally with a LoRA adapter (see lora.h). The adapter's tensors
-// are not registered parameters: the module's parameters stay exactly the Hugging Face weights.
-// A weight stored in another dtype than x's (a frozen half-precision base) is converted as it runs.
-// Row-parallel (tensor parallelism: `reduce_over` set), the partial products of this rank's input
-// columns are summed over the group before the bias is added.
-class LinearImpl : public torch::nn::Module {
- public:
-  LinearImpl(int64_t in, int64_t out, bool bias);
-  torch::Tensor forward(const torch::Tensor& x);
-
-  // A as given ([r, in], PEFT's Kaiming-uniform: lora_a_init), B = 0, in `dtype` on the weight's device.
-  void add_adapter(const torch::Tensor& a, double scaling, double dropout, torch::ScalarType dtype);
-  bool has_adapter() const { return lora_A.defined(); }
-  // W + scaling * B A in `dtype` (W itself without an adapter).
-  torch::Tensor merged_weight(torch::ScalarType dtype) const;
-
-  torch::Tensor weight, bias;      // bias undefined when absent
-  torch::Tensor lora_A, lora_B;    // [r, in], [out, r]; undefined without an adapter
-  double lora_scaling = 0, lora_dropout = 0;
-  bool adapter_enabled = true;
-  const TensorParallel* reduce_over = nullptr;  // row-parallel: sum over this group, then the bias
-};
-
-// PEFT's initial A of an adapter [rank, in] (kaiming_uniform_(a = sqrt(5)): uniform(±1/sqrt(in))), fp64.
-torch::Tensor lora_a_init(int64_t rank, int64_t in, at::Generator& generator);
-using Linear = std::shared_ptr<LinearImpl>;
-
-// Under tensor parallelism (`tp`) the modules hold this rank's heads, channels and tokens
-// (model/tensor_parallel.h) and enter and leave the parallel regions themselves.
-class AttentionImpl : public torch::nn::Module {
- public:
-  AttentionImpl(const ModelConfig& config, const TensorParallel* tp);
-  // x [B, T, H]; cos/sin [B, T, D]; mask [B, T] bool, false at padded keys (causality is added by
-  // causal_attention, model/attention.h). Returns [B, T, H].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask);
-  // Packed tokens x [T, H] of several sequences; cos/sin [T, D]; keys and values through `backend`.
-  torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                               int64_t layer, AttentionBackend& backend);
-
-  Linear q_proj, k_proj, v_proj, o_proj;
-  std::shared_ptr<RMSNormImpl> q_norm, k_norm;  // Qwen3 only
-
- private:
-  int64_t n_heads_, n_kv_heads_, head_dim_;  // this rank's query and KV heads
-  const TensorParallel* tp_;
-};
-
-class MlpImpl : public torch::nn::Module {
- public:
-  MlpImpl(const ModelConfig& config, const TensorParallel* tp);
-  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
-  Linear gate_proj, up_proj, down_proj;
-
- private:
-  const TensorParallel* tp_;
-};
-
-class DecoderLayerImpl : public torch::nn::Module {
- public:
-  DecoderLayerImpl(const ModelConfig& config, const TensorParallel* tp);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask);
-  torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                               int64_t layer, AttentionBackend& backend);
-  std::shared_ptr<AttentionImpl> self_attn;
-  std::shared_ptr<MlpImpl> mlp;
-  std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;
-};
-
-// The body, registered as "model" so parameter names match Hugging Face.
-class DecoderImpl : public torch::nn::Module {
- public:
-  DecoderImpl(const ModelConfig& config, const TensorParallel* tp);
-  torch::nn::Embedding embed_tokens{nullptr};
-  torch::nn::ModuleList layers{nullptr};
-  std::shared_ptr<RMSNormImpl> norm;
 };
 
 class Transformer : public torch::nn::Module {

@@ -1,0 +1,119 @@
+// The Transformer's weights in and out: Hugging Face checkpoints loaded (whole, or sliced to this
+// rank's part), updated by name, saved, and initialised at random.
+#include "model/transformer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "io/checkpoint.h"
+#include "model/attention.h"
+#include "model/kernel_linear.h"
+#include "model/logprobs.h"
+#include "util/error.h"
+#include "util/file.h"
+#include "util/torch_format.h"
+
+#include <fmt/ranges.h>
+
+namespace rlcpp {
+
+void Transformer::load_weights(const CheckpointReader& reader, const std::string& source) {
+  const auto params = named_parameters();
+  for (const auto& item : params) {
+    if (!reader.contains(item.key())) {
+      throw_user_error("{}: weight \"{}\" is missing ({} expects it; is config.json the right one for these weights?)",
+                       source, item.key(), config_.architecture.empty() ? config_.model_type : config_.architecture);
+    }
+  }
+  // One tensor at a time, its file pages released once copied: the load peaks at the weights plus
+  // one tensor, not at twice the weights.
+  for (const auto& item : params) {
+    update_weights({{item.key(), reader.tensor(item.key())}}, source);
+    reader.release(item.key());
+  }
+}
+
+void Transformer::load_weights(const NamedTensors& tensors, const std::string& source) {
+  const auto loaded = update_weights(tensors, source);
+  for (const auto& item : named_parameters()) {
+    if (!loaded.count(item.key())) throw_user_error("{}: weight \"{}\" is missing", source, item.key());
+  }
+}
+
+std::set<std::string> Transformer::update_weights(const NamedTensors& tensors, const std::string& source) {
+  torch::NoGradGuard no_grad;
+  auto params = named_parameters();
+  for (const auto& [name, tensor] : trained_weights()) {
+    if (has_adapters()) params.insert(name, tensor);
+  }
+  std::set<std::string> loaded;
+  for (const auto& [name, tensor] : tensors) {
+    auto* param = params.find(name);
+    if (param == nullptr) {
+      if (name == "lm_head.weight" && config_.tie_word_embeddings) continue;  // some writers store the tied copy
+      if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;   // old HF buffers, recomputed here
+      throw_user_error("{}: unexpected weight \"{}\" ({} has no such parameter)", source, name,
+                       config_.model_type);
+    }
+    param->copy_(local_part(name, tensor, *param, source));
+    loaded.insert(name);
+  }
+  return loaded;
+}
+
+NamedTensors Transformer::named_weights() const {
+  NamedTensors out;
+  for (const auto& item : named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+void Transformer::save_pretrained(const std::filesystem::path& dir, uint64_t max_shard_bytes) const {
+  RLCPP_CHECK(!tp_ || !kept_parts_.empty(), "save_pretrained of one rank's part: gather the model whole first");
+  std::filesystem::create_directories(dir);
+  auto config_json = config_.raw;
+  config_json["torch_dtype"] = dtypes().name(options_.dtype);
+  write_file_atomic(dir / "config.json", config_json.dump(2) + "\n");
+  save_checkpoint(dir, has_adapters() || options_.frozen_dtype != torch::ScalarType::Undefined ? merged_weights()
+                                                                                             : named_weights(),
+                  max_shard_bytes);
+}
+
+void Transformer::init_weights(double stddev, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto generator = at::detail::createCPUGenerator(seed);
+  for (auto& item : named_parameters()) {
+    auto& p = item.value();
+    const std::string& name = item.key();
+    torch::Tensor value;
+    if (name.ends_with("norm.weight")) {
+      value = torch::ones(p.sizes(), torch::kFloat32);
+    } else if (name.ends_with(".bias")) {
+      value = torch::zeros(p.sizes(), torch::kFloat32);
+    } else {  // drawn whole, so a tensor-parallel part is that of the whole model
+      value = at::normal(0.0, stddev, global_shape(name, p), generator, torch::TensorOptions().dtype(torch::kFloat32));
+    }
+    p.copy_(tp_ ? tp_->slice(value, tp_->shard(name)) : value);
+  }
+}
+
+void Transformer::add_adapter_to(const std::string& name, LinearImpl& linear, const LoraConfig& config,
+                                 at::Generator& generator) {
+  const std::string a_name = name + ".lora_A.weight";
+  auto a = lora_a_init(config.rank, global_shape(name + ".weight", linear.weight)[1], generator);
+  if (tp_) a = tp_->slice(a, tp_->shard(a_name));
+  linear.add_adapter(a, config.scaling(), config.dropout, options_.dtype);
+}
+
+NamedTensors Transformer::named_tensors() const {
+  NamedTensors out = named_weights();
+  if (has_adapters()) {
+    for (auto& t : trained_weights()) out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace rlcpp
