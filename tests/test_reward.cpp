@@ -11,6 +11,7 @@
 #include "reward/math_equal.h"
 #include "reward/math_expr.h"
 #include "reward/reward.h"
+#include "reward/external.h"
 #include "reward/reward_function.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -202,12 +203,54 @@ TEST(ExternalReward, SetupErrorsStopAtOnce) {
                    "command not found");
 }
 
+TEST(Reward, EachTypesSystemPromptAsksForTheFormItsGraderReads) {
+  EXPECT_NE(default_system_prompt(RewardType::kBoxed).find("\\boxed{}"), std::string::npos);
+  EXPECT_NE(default_system_prompt(RewardType::kThinkAnswerTags).find("<answer> </answer>"), std::string::npos);
+  EXPECT_NE(default_system_prompt(RewardType::kAnswerLine).find("Answer: $Answer"), std::string::npos);
+  for (const auto& e : reward_types().entries()) EXPECT_FALSE(default_system_prompt(e.value).empty()) << e.name;
+}
+
+// A component of the test's own: the seam takes any RewardComponent.
+class LengthReward : public RewardComponent {
+ public:
+  std::vector<ComponentScore> score(const std::vector<RewardInput>& inputs) override {
+    std::vector<ComponentScore> out(inputs.size());
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      out[k].value = static_cast<double>(inputs[k].response.size());
+      out[k].parts["chars"] = out[k].value;
+      out[k].parts["truncated"] = inputs[k].truncated ? 1.0 : 0.0;
+    }
+    return out;
+  }
+};
+
+TEST(RewardFunction, AnyComponentPlugsInAndTheFirstGraderReportsTheOutcome) {
+  RewardFunction reward;
+  reward.add("length", std::make_shared<LengthReward>(), 0.5);
+  reward.add_builtin("accuracy", RewardType::kBoxed, 1.0);
+  reward.add_builtin("tags", RewardType::kThinkAnswerTags, 1.0);  // grades too, but after "accuracy"
+  RewardInput input{"p", "\\boxed{3}", "3"};
+  input.truncated = true;
+  const auto results = reward.score({input});
+  ASSERT_EQ(results.size(), 1u);
+  // 9 characters at 0.5; the graders see the truncation: the scale's truncated value, 0.
+  EXPECT_DOUBLE_EQ(results[0].reward, 0.5 * 9 + 0.0 + 0.0);
+  EXPECT_EQ(results[0].parts.at("length"), 9.0);
+  EXPECT_EQ(results[0].parts.at("length/chars"), 9.0);
+  EXPECT_EQ(results[0].parts.at("length/truncated"), 1.0);
+  EXPECT_EQ(results[0].parts.at("tags"), 0.0);
+  EXPECT_TRUE(results[0].correct);  // accuracy's outcome, not tags'
+  EXPECT_TRUE(results[0].format_ok);
+  EXPECT_EQ(results[0].extracted, std::optional<std::string>("3"));
+  EXPECT_TRUE(results[0].truncated);
+}
+
 TEST(RewardFunction, WeightedSumOfComponentsWithParts) {
   ExternalRewardConfig config;
   config.command = "while read l; do echo '{\"reward\": 0.25}'; done";
   RewardFunction reward;
   reward.add_builtin("accuracy", RewardType::kBoxed, 2.0);
-  reward.add_external("style", std::make_shared<ExternalReward>(config), 4.0);
+  reward.add("style", std::make_shared<ExternalReward>(config), 4.0);
   const auto results = reward.score({{"p", "\\boxed{3}", "3"}, {"p", "\\boxed{4}", "3"}});
   EXPECT_DOUBLE_EQ(results[0].reward, 2.0 * 1.0 + 4.0 * 0.25);
   EXPECT_DOUBLE_EQ(results[1].reward, 4.0 * 0.25);

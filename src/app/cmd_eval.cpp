@@ -9,6 +9,7 @@
 
 #include "app/commands.h"
 #include "app/setting_flags.h"
+#include "reward/reward.h"
 #include "rl/config/run_config.h"
 #include "rl/step/evaluate.h"
 #include "text/tokenizer.h"
@@ -43,7 +44,7 @@ void run_eval(EvalArgs a) {
   sets_config.eval_dataset = a.eval_dataset;
   const auto sets = a.dataset.empty() ? eval_sets(sets_config) : std::vector<std::pair<std::string, std::string>>{{"", a.dataset}};
   PromptOptions prompt_options;
-  prompt_options.system_prompt = a.system_prompt ? *a.system_prompt : default_system_prompt(a.reward_type);
+  prompt_options.system_prompt = a.system_prompt ? *a.system_prompt : default_system_prompt(type);
   prompt_options.max_prompt_tokens = a.max_prompt_tokens;
   prompt_options.context_tokens = model->config().max_position_embeddings;
   prompt_options.overflow = prompt_overflows().parse(a.overflow, "--overflow");

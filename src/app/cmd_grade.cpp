@@ -7,6 +7,7 @@
 
 #include "app/commands.h"
 #include "app/setting_flags.h"
+#include "reward/external.h"
 #include "reward/reward_function.h"
 #include "util/error.h"
 
@@ -45,7 +46,7 @@ void run_grade(const GradeArgs& args) {
     ExternalRewardConfig config;
     config.command = args.reward_cmd;
     config.timeout_s = args.reward_timeout;
-    reward.add_external("external", std::make_shared<ExternalReward>(config), args.reward_cmd_weight);
+    reward.add("external", std::make_shared<ExternalReward>(config), args.reward_cmd_weight);
   }
   std::vector<RewardInput> inputs;
   if (!args.input.empty()) {

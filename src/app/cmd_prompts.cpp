@@ -7,6 +7,7 @@
 #include "app/commands.h"
 #include "app/setting_flags.h"
 #include "io/prompt_dataset.h"
+#include "reward/reward.h"
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
 
@@ -34,7 +35,7 @@ void run_prompts(const PromptsArgs& args) {
   dataset_options.skip_bad_lines = args.skip_bad_lines;
   const PromptDataset dataset = load_prompt_dataset(args.dataset, dataset_options);
   PromptOptions options;
-  options.system_prompt = args.system_prompt_set ? args.system_prompt : default_system_prompt(args.reward_type);
+  options.system_prompt = args.system_prompt_set ? args.system_prompt : default_system_prompt(reward_types().parse(args.reward_type, "-rt/--reward-type"));
   options.max_prompt_tokens = args.max_prompt_tokens;
   options.overflow = prompt_overflows().parse(args.overflow, "--overflow");
   options.source = args.dataset;

@@ -38,6 +38,18 @@ std::vector<ExternalReply> ExternalReward::score(const std::vector<ExternalReque
   return replies;
 }
 
+std::vector<ComponentScore> ExternalReward::score(const std::vector<RewardInput>& inputs) {
+  std::vector<ExternalRequest> requests;
+  for (const auto& in : inputs) requests.push_back({in.prompt, in.response, in.gt_answer, in.metadata});
+  const auto replies = score(requests);
+  std::vector<ComponentScore> out(inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    out[k].value = replies[k].reward;
+    out[k].parts = replies[k].parts;
+  }
+  return out;
+}
+
 void ExternalReward::score_batch(const std::vector<ExternalRequest>& requests, size_t begin, size_t end,
                                  std::vector<ExternalReply>* replies) {
   size_t next = begin;  // the reply awaited

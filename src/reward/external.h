@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "reward/reward_component.h"
+
 namespace rlcpp {
 
 class ChildProcess;
@@ -40,14 +42,16 @@ struct ExternalReply {
   bool failed = false;
 };
 
-class ExternalReward {
+class ExternalReward : public RewardComponent {
  public:
   explicit ExternalReward(ExternalRewardConfig config);
-  ~ExternalReward();
+  ~ExternalReward() override;
   ExternalReward(const ExternalReward&) = delete;
   ExternalReward& operator=(const ExternalReward&) = delete;
 
   std::vector<ExternalReply> score(const std::vector<ExternalRequest>& requests);
+  // As a reward component: each reply's reward, its parts, and no grading outcome.
+  std::vector<ComponentScore> score(const std::vector<RewardInput>& inputs) override;
   int64_t n_failures() const { return n_failures_; }
   int64_t n_restarts() const { return n_restarts_; }
 

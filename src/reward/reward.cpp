@@ -14,6 +14,21 @@ const EnumTable<RewardType>& reward_types() {
   return table;
 }
 
+std::string default_system_prompt(RewardType type) {
+  switch (type) {
+    case RewardType::kBoxed: return "Please reason step by step, and put your final answer within \\boxed{}.";
+    case RewardType::kThinkAnswerTags:
+      return "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and then "
+             "provides the user with the answer. The reasoning process and answer are enclosed within <think> </think> "
+             "and <answer> </answer> tags, respectively, i.e., <think> reasoning process here </think><answer> answer "
+             "here </answer>.";
+    case RewardType::kAnswerLine:
+      return "Solve the problem step by step. The last line of your response should be of the form Answer: $Answer "
+             "(without quotes) where $Answer is the answer to the problem.";
+  }
+  return "";
+}
+
 RewardResult grade_response(RewardType type, std::string_view response, std::string_view ground_truth,
                             bool truncated, const RewardScale& scale) {
   RewardResult result;

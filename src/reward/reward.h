@@ -33,6 +33,10 @@ struct RewardResult {
   std::map<std::string, double> parts;  // named components (combined and external rewards)
 };
 
+// The reference system's system prompt for a reward type: the instruction to answer in the form
+// its grader reads.
+std::string default_system_prompt(RewardType type);
+
 // Grades one response. `truncated`: generation stopped at max_new_tokens.
 RewardResult grade_response(RewardType type, std::string_view response, std::string_view ground_truth,
                             bool truncated = false, const RewardScale& scale = {});

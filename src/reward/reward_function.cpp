@@ -2,44 +2,40 @@
 
 namespace rlcpp {
 
-void RewardFunction::add_builtin(const std::string& name, RewardType type, double weight, RewardScale scale) {
-  components_.push_back({name, weight, type, scale, nullptr});
+std::vector<ComponentScore> BuiltinReward::score(const std::vector<RewardInput>& inputs) {
+  std::vector<ComponentScore> out(inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const RewardResult r = grade_response(type_, inputs[k].response, inputs[k].gt_answer, inputs[k].truncated, scale_);
+    out[k].value = r.reward;
+    out[k].outcome = GradeOutcome{r.extracted, r.format_ok, r.correct};
+  }
+  return out;
 }
 
-void RewardFunction::add_external(const std::string& name, std::shared_ptr<ExternalReward> external, double weight) {
-  components_.push_back({name, weight, RewardType::kBoxed, {}, std::move(external)});
+void RewardFunction::add(const std::string& name, std::shared_ptr<RewardComponent> component, double weight) {
+  components_.push_back({name, weight, std::move(component)});
 }
 
 std::vector<RewardResult> RewardFunction::score(const std::vector<RewardInput>& inputs) const {
   std::vector<RewardResult> results(inputs.size());
-  bool first_builtin = true;
+  bool graded = false;  // an earlier component reported the outcome
   for (const auto& c : components_) {
-    std::vector<double> values(inputs.size(), 0.0);
-    if (c.external) {
-      std::vector<ExternalRequest> requests;
-      for (const auto& in : inputs) requests.push_back({in.prompt, in.response, in.gt_answer, in.metadata});
-      const auto replies = c.external->score(requests);
-      for (size_t k = 0; k < inputs.size(); ++k) {
-        values[k] = replies[k].reward;
-        for (const auto& [part, v] : replies[k].parts) results[k].parts[c.name + "/" + part] = v;
-      }
-    } else {
-      for (size_t k = 0; k < inputs.size(); ++k) {
-        RewardResult r = grade_response(c.type, inputs[k].response, inputs[k].gt_answer, inputs[k].truncated, c.scale);
-        values[k] = r.reward;
-        if (first_builtin) {
-          results[k].extracted = r.extracted;
-          results[k].format_ok = r.format_ok;
-          results[k].correct = r.correct;
-        }
-      }
-      first_builtin = false;
-    }
+    const auto scores = c.component->score(inputs);
+    bool grades = false;
     for (size_t k = 0; k < inputs.size(); ++k) {
-      results[k].parts[c.name] = values[k];
-      results[k].reward += c.weight * values[k];
+      const ComponentScore& s = scores[k];
+      if (s.outcome && !graded) {
+        results[k].extracted = s.outcome->extracted;
+        results[k].format_ok = s.outcome->format_ok;
+        results[k].correct = s.outcome->correct;
+        grades = true;
+      }
+      for (const auto& [part, v] : s.parts) results[k].parts[c.name + "/" + part] = v;
+      results[k].parts[c.name] = s.value;
+      results[k].reward += c.weight * s.value;
       results[k].truncated = inputs[k].truncated;
     }
+    graded = graded || grades;
   }
   return results;
 }

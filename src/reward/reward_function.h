@@ -1,27 +1,25 @@
-// The reward of a run: one or more components (built-in reward types, external commands), each
-// with a weight; the reward is the weighted sum and each component's value is kept as a named part.
-// The first built-in component decides the extracted answer, format and correctness reported.
+// The reward of a run: one or more components (reward_component.h: built-in reward types, external
+// commands, ...), each with a weight; the reward is the weighted sum and each component's value is
+// kept as a named part. The first component that grades an answer decides the extracted answer,
+// format and correctness reported.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "reward/external.h"
 #include "reward/reward.h"
+#include "reward/reward_component.h"
 
 namespace rlcpp {
 
-struct RewardInput {
-  std::string prompt, response, gt_answer;
-  nlohmann::json metadata = nlohmann::json::object();
-  bool truncated = false;
-};
-
 class RewardFunction {
  public:
-  void add_builtin(const std::string& name, RewardType type, double weight, RewardScale scale = {});
-  void add_external(const std::string& name, std::shared_ptr<ExternalReward> external, double weight);
+  void add(const std::string& name, std::shared_ptr<RewardComponent> component, double weight);
+  // The common case: a built-in reward type on its scale.
+  void add_builtin(const std::string& name, RewardType type, double weight, RewardScale scale = {}) {
+    add(name, std::make_shared<BuiltinReward>(type, scale), weight);
+  }
   bool empty() const { return components_.empty(); }
 
   std::vector<RewardResult> score(const std::vector<RewardInput>& inputs) const;
@@ -30,9 +28,7 @@ class RewardFunction {
   struct Component {
     std::string name;
     double weight = 1.0;
-    RewardType type = RewardType::kBoxed;
-    RewardScale scale;
-    std::shared_ptr<ExternalReward> external;  // null for a built-in
+    std::shared_ptr<RewardComponent> component;
   };
   std::vector<Component> components_;
 };

@@ -14,26 +14,13 @@ const EnumTable<PromptOverflow>& prompt_overflows() {
   return table;
 }
 
-std::string default_system_prompt(const std::string& reward_type) {
-  if (reward_type == "boxed") return "Please reason step by step, and put your final answer within \\boxed{}.";
-  if (reward_type == "think_answer_tags") {
-    return "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and then "
-           "provides the user with the answer. The reasoning process and answer are enclosed within <think> </think> "
-           "and <answer> </answer> tags, respectively, i.e., <think> reasoning process here </think><answer> answer "
-           "here </answer>.";
-  }
-  if (reward_type == "answer_line") {
-    return "Solve the problem step by step. The last line of your response should be of the form Answer: $Answer "
-           "(without quotes) where $Answer is the answer to the problem.";
-  }
-  return "";
-}
-
 PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, PromptOptions options)
     : tokenizer_(tokenizer), template_(tokenizer), options_(std::move(options)) {}
 
-std::optional<BuiltPrompt> PromptBuilder::build(const PromptRecord& record) {
-  nlohmann::ordered_json messages = record.messages;
+std::optional<BuiltPrompt> PromptBuilder::build(const PromptRecord& record) { return build(record.messages, record.line); }
+
+std::optional<BuiltPrompt> PromptBuilder::build(const nlohmann::ordered_json& given, int64_t line) {
+  nlohmann::ordered_json messages = given;
   const bool has_system = !messages.empty() && messages[0].value("role", "") == "system";
   if (!options_.system_prompt.empty() && !has_system) {
     messages.insert(messages.begin(), nlohmann::ordered_json{{"role", "system"}, {"content", options_.system_prompt}});
@@ -49,7 +36,7 @@ std::optional<BuiltPrompt> PromptBuilder::build(const PromptRecord& record) {
   }
   const auto n = static_cast<int64_t>(prompt.ids.size());
   if (limit > 0 && n > limit) {
-    const std::string where = fmt::format("{}:{}", options_.source.empty() ? "prompt" : options_.source, record.line);
+    const std::string where = fmt::format("{}:{}", options_.source.empty() ? "prompt" : options_.source, line);
     if (options_.overflow == PromptOverflow::kError) {
       throw_user_error("{}: the prompt is {} tokens, over the limit of {} ({}); shorten it, or give --overflow "
                        "truncate_left or drop", where, n, limit, why);

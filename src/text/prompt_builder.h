@@ -18,10 +18,6 @@ enum class PromptOverflow { kTruncateLeft, kDrop, kError };
 
 const EnumTable<PromptOverflow>& prompt_overflows();
 
-// The reference system's system prompt for a reward type ("boxed", "think_answer_tags",
-// "answer_line"); empty for an unknown type.
-std::string default_system_prompt(const std::string& reward_type);
-
 struct PromptOptions {
   std::string system_prompt;          // prepended as a system message when the record has none; empty: none
   int64_t max_prompt_tokens = 0;      // 0: unlimited
@@ -44,6 +40,9 @@ class PromptBuilder {
   // the policy is drop; a UserError naming the line when it is error. The first truncated prompt
   // is a warning; the rest are counted.
   std::optional<BuiltPrompt> build(const PromptRecord& record);
+  // The same for messages that come from no dataset record (a server's chat, an episode's first
+  // turn); `line` names them in messages (0: none).
+  std::optional<BuiltPrompt> build(const nlohmann::ordered_json& messages, int64_t line = 0);
   int64_t n_truncated() const { return n_truncated_; }
   int64_t n_dropped() const { return n_dropped_; }
 

@@ -40,7 +40,7 @@ fs::path run_sft(const RunConfig& c) {
   const ChatTemplate chat_template(*tokenizer);
   // As in RL training: chats without a system message get -s, or the reward type's default, so a
   // model fine-tuned here sees the prompts `rlcpp train` and `rlcpp eval` will give it.
-  const std::string system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
+  const std::string system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(c.reward_type);
   std::vector<SftSample> examples;
   int64_t n_long = 0, n_learned = 0;
   for (const auto& record : dataset.records) {

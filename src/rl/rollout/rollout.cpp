@@ -6,6 +6,7 @@
 
 #include "algo/advantages.h"
 #include "algo/dapo.h"
+#include "reward/external.h"
 #include "util/error.h"
 #include "util/trace.h"
 
@@ -26,7 +27,7 @@ RewardFunction run_reward_function(const RunConfig& c) {
     ExternalRewardConfig external;
     external.command = c.reward_cmd;
     external.timeout_s = c.reward_timeout;
-    reward.add_external("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
+    reward.add("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
   }
   return reward;
 }
@@ -93,7 +94,7 @@ EngineConfig run_engine_config(const RunConfig& c) {
 
 PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_config) {
   PromptOptions options;
-  options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
+  options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(c.reward_type);
   options.max_prompt_tokens = c.max_prompt_tokens;
   options.context_tokens = model_config.max_position_embeddings;
   options.overflow = c.overflow;

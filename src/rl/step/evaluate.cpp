@@ -116,7 +116,7 @@ RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, 
     : c_(c), out_dir_(c.eval_save_dir.empty() ? run_dir / "eval" : std::filesystem::path(c.eval_save_dir) / c.project) {
   for (const auto& [name, path] : eval_sets(c)) sets_.emplace_back(name, load_prompt_dataset(path));
   PromptOptions prompt_options;
-  prompt_options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(reward_types().name(c.reward_type));
+  prompt_options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(c.reward_type);
   prompt_options.max_prompt_tokens = c.max_prompt_tokens;
   prompt_options.context_tokens = model_config.max_position_embeddings;
   prompt_options.overflow = c.overflow;

@@ -1,0 +1,56 @@
+// The seam every reward plugs into: a component scores a batch of (prompt, response) inputs, each
+// with a value and named parts. Built-in graders (BuiltinReward) and the external command
+// (ExternalReward) implement it here; sandboxed code tests implement it over the sandbox, and reward
+// models and LLM judges from above model/ and openai/, without RewardFunction knowing which.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reward/reward.h"
+
+namespace rlcpp {
+
+struct RewardInput {
+  std::string prompt, response, gt_answer;
+  nlohmann::json metadata = nlohmann::json::object();
+  bool truncated = false;
+};
+
+// A grader's reading of a response: the answer it found, whether the format held, whether it was right.
+struct GradeOutcome {
+  std::optional<std::string> extracted;
+  bool format_ok = false;
+  bool correct = false;
+};
+
+struct ComponentScore {
+  double value = 0.0;
+  std::map<std::string, double> parts;  // named sub-scores (reported as "component/part")
+  std::optional<GradeOutcome> outcome;  // components that grade an answer
+};
+
+class RewardComponent {
+ public:
+  virtual ~RewardComponent() = default;
+  // One score per input, in order. May block (a process, a model); never throws for one bad
+  // response (that is a low score), only for a broken setup (a UserError naming it).
+  virtual std::vector<ComponentScore> score(const std::vector<RewardInput>& inputs) = 0;
+};
+
+// A built-in reward type (reward.h) on its scale.
+class BuiltinReward : public RewardComponent {
+ public:
+  explicit BuiltinReward(RewardType type, RewardScale scale = {}) : type_(type), scale_(scale) {}
+  std::vector<ComponentScore> score(const std::vector<RewardInput>& inputs) override;
+
+ private:
+  RewardType type_;
+  RewardScale scale_;
+};
+
+}  // namespace rlcpp
