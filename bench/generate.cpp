@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "also write the llama-workload figures here");
   EngineConfig engine_config;
   bool no_chunked = false;
-  app.add_option("--max-num-seqs", engine_config.max_num_seqs, "sequences running at once")->capture_default_str();
-  app.add_option("--max-num-batched-tokens", engine_config.max_num_batched_tokens, "tokens per engine step")
+  app.add_option("--max-num-seqs", engine_config.scheduler.max_num_seqs, "sequences running at once")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", engine_config.scheduler.max_num_batched_tokens, "tokens per engine step")
       ->capture_default_str();
   app.add_flag("--no-chunked-prefill", no_chunked, "prefill whole prompts in steps of their own (the group workload runs both)");
   CLI11_PARSE(app, argc, argv);
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     model->add_adapters(lora, 0);
   }
   model->eval();
-  engine_config.chunked_prefill = !no_chunked;
+  engine_config.scheduler.chunked_prefill = !no_chunked;
   engine_config.kv_cache_mb = 2048;
   engine_config.weights_dtype = dtype_or_default(rollout_dtype, "--rollout-dtype");
   engine_config.kv_dtype = dtype_or_default(kv_dtype, "--kv-cache-dtype");
@@ -201,11 +201,11 @@ int main(int argc, char** argv) {
   struct Variant {
     bool sharing, chunked;
   };
-  for (Variant v : {Variant{true, engine_config.chunked_prefill}, Variant{true, !engine_config.chunked_prefill},
-                    Variant{false, engine_config.chunked_prefill}}) {
+  for (Variant v : {Variant{true, engine_config.scheduler.chunked_prefill}, Variant{true, !engine_config.scheduler.chunked_prefill},
+                    Variant{false, engine_config.scheduler.chunked_prefill}}) {
     EngineConfig c = engine_config;
-    c.prefix_sharing = v.sharing;
-    c.chunked_prefill = v.chunked;
+    c.scheduler.prefix_sharing = v.sharing;
+    c.scheduler.chunked_prefill = v.chunked;
     Engine e(model, c);
     const Run r = run(e, requests_of(groups, group_size, group_prompt, group_new, config.vocab_size, 2));
     if (first_s == 0) first_s = r.seconds;

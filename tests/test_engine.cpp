@@ -150,8 +150,8 @@ TEST(Engine, SamplingIsDeterministicAndIndependentOfBatchComposition) {
     expect_same(alone, expected, "request alone");
   }
   EngineConfig narrow = small_engine();
-  narrow.max_num_seqs = 1;
-  narrow.prefix_sharing = false;
+  narrow.scheduler.max_num_seqs = 1;
+  narrow.scheduler.prefix_sharing = false;
   expect_same(Engine(model, narrow).generate(requests), first, "one sequence at a time, no sharing");
   Engine tiny(model, small_engine(/*n_blocks=*/16, /*block_size=*/4));  // 64 slots for 11 sequences of up to 53 tokens
   expect_same(tiny.generate(requests), first, "tiny cache with preemption");
@@ -161,8 +161,8 @@ TEST(Engine, SamplingIsDeterministicAndIndependentOfBatchComposition) {
   for (bool chunked : {true, false}) {
     for (int64_t n_blocks : {256, 16}) {
       EngineConfig c = small_engine(n_blocks, 4);
-      c.chunked_prefill = chunked;
-      c.max_num_batched_tokens = chunked ? 5 : 64;
+      c.scheduler.chunked_prefill = chunked;
+      c.scheduler.max_num_batched_tokens = chunked ? 5 : 64;
       Engine e(model, c);
       expect_same(e.generate(requests), first, fmt::format("chunked {} n_blocks {}", chunked, n_blocks));
       if (chunked && n_blocks == 256) EXPECT_GT(e.last_stats().scheduler.n_prefill_steps, 11);
@@ -180,9 +180,9 @@ TEST(Engine, ChunkedPrefillMatchesWholePromptPrefill) {
     auto model = Transformer::from_pretrained(dir);
     auto requests = mixed_requests(model->config().vocab_size, 0.9, 10, 4);
     EngineConfig whole = small_engine();
-    whole.chunked_prefill = false;
+    whole.scheduler.chunked_prefill = false;
     EngineConfig chunks = small_engine();
-    chunks.max_num_batched_tokens = 7;
+    chunks.scheduler.max_num_batched_tokens = 7;
     auto a = Engine(model, whole).generate(requests);
     auto b = Engine(model, chunks).generate(requests);
     expect_same(a, b, "chunked vs whole");

@@ -204,13 +204,13 @@ TEST(RunSettings, AlgorithmKnobsAreReachable) {
 TEST(RunSettings, EngineSchedulingReachesTheEngine) {
   // vLLM's names for the scheduler's knobs, into the EngineConfig every rollout path builds.
   const EngineConfig defaults = run_engine_config(load(""));
-  EXPECT_TRUE(defaults.chunked_prefill);
-  EXPECT_EQ(defaults.max_num_batched_tokens, 512);
+  EXPECT_TRUE(defaults.scheduler.chunked_prefill);
+  EXPECT_EQ(defaults.scheduler.max_num_batched_tokens, 512);
   const EngineConfig e = run_engine_config(
       load("rollout:\n  max_num_seqs: 16\n  max_num_batched_tokens: 64\n  enable_chunked_prefill: false\n"));
-  EXPECT_EQ(e.max_num_seqs, 16);
-  EXPECT_EQ(e.max_num_batched_tokens, 64);
-  EXPECT_FALSE(e.chunked_prefill);
+  EXPECT_EQ(e.scheduler.max_num_seqs, 16);
+  EXPECT_EQ(e.scheduler.max_num_batched_tokens, 64);
+  EXPECT_FALSE(e.scheduler.chunked_prefill);
   EXPECT_THROW_MSG(load("rollout:\n  max_num_batched_tokens: 0\n"), UserError, "rollout.max_num_batched_tokens",
                    "below the minimum 1");
 }

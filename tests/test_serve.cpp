@@ -34,7 +34,7 @@ const std::filesystem::path kModel = std::filesystem::path(RLCPP_SOURCE_DIR) / "
 EngineConfig engine_config() {
   EngineConfig e;
   e.n_blocks = 512;
-  e.max_num_seqs = 64;
+  e.scheduler.max_num_seqs = 64;
   return e;
 }
 

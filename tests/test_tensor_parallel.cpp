@@ -341,7 +341,7 @@ EngineConfig engine_config(int64_t n_blocks) {
   EngineConfig c;
   c.block_size = 4;
   c.n_blocks = n_blocks;
-  c.max_num_batched_tokens = 16;  // prompts in chunks beside the decodes
+  c.scheduler.max_num_batched_tokens = 16;  // prompts in chunks beside the decodes
   return c;
 }
 

@@ -28,14 +28,12 @@ CLI::Option* add_setting_flag(CLI::App* cmd, const std::string& name, T& target)
 struct EngineFlags {
   std::string dtype = "float32";
   std::string device = "cpu";
-  int64_t kv_cache_mb = 1024;
   std::string rollout_dtype, kv_cache_dtype;
-  EngineConfig engine;  // the scheduler's flags bind here
+  EngineConfig engine;  // the KV budget and the scheduler's flags bind here
 
   ModelOptions model_options() const { return model_options_from_flags(dtype, device); }
   EngineConfig engine_config() const {
     EngineConfig out = engine;
-    out.kv_cache_mb = kv_cache_mb;
     out.weights_dtype = dtype_or_default(rollout_dtype, "--rollout-dtype");
     out.kv_dtype = dtype_or_default(kv_cache_dtype, "--kv-cache-dtype");
     return out;
@@ -45,12 +43,12 @@ struct EngineFlags {
 inline void add_engine_flags(CLI::App* cmd, EngineFlags& flags) {
   add_setting_flag(cmd, "runtime.dtype", flags.dtype);
   add_setting_flag(cmd, "runtime.device", flags.device);
-  add_setting_flag(cmd, "model.kv_cache_mb", flags.kv_cache_mb);
+  add_setting_flag(cmd, "model.kv_cache_mb", flags.engine.kv_cache_mb);
   add_setting_flag(cmd, "rollout.dtype", flags.rollout_dtype);
   add_setting_flag(cmd, "rollout.kv_cache_dtype", flags.kv_cache_dtype);
-  add_setting_flag(cmd, "rollout.max_num_seqs", flags.engine.max_num_seqs);
-  add_setting_flag(cmd, "rollout.max_num_batched_tokens", flags.engine.max_num_batched_tokens);
-  add_setting_flag(cmd, "rollout.enable_chunked_prefill", flags.engine.chunked_prefill);
+  add_setting_flag(cmd, "rollout.max_num_seqs", flags.engine.scheduler.max_num_seqs);
+  add_setting_flag(cmd, "rollout.max_num_batched_tokens", flags.engine.scheduler.max_num_batched_tokens);
+  add_setting_flag(cmd, "rollout.enable_chunked_prefill", flags.engine.scheduler.chunked_prefill);
 }
 
 }  // namespace rlcpp

@@ -172,9 +172,9 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
     n_blocks = KvCache::blocks_for_bytes(mc, model_->max_kv_heads(), config_.block_size, dtype, config_.kv_cache_mb << 20);
   }
   if (n_blocks < 1) throw_user_error("--kv-cache-mb {}: too small for one KV block of this model", config_.kv_cache_mb);
-  if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
+  if (config_.scheduler.max_num_batched_tokens < 1 || config_.scheduler.max_num_seqs < 1) {
     throw_user_error("--max-num-batched-tokens {} and --max-num-seqs {}: both must be at least 1",
-                     config_.max_num_batched_tokens, config_.max_num_seqs);
+                     config_.scheduler.max_num_batched_tokens, config_.scheduler.max_num_seqs);
   }
   cache_ = std::make_unique<KvCache>(mc, model_->kv_heads(), n_blocks, config_.block_size, dtype, source.device);
 }
@@ -248,8 +248,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 GenerationLoop::GenerationLoop(Engine& engine)
     : engine_(engine),
       start_(std::chrono::steady_clock::now()),
-      scheduler_(SchedulerConfig{engine.config_.max_num_seqs, engine.config_.max_num_batched_tokens,
-                                 engine.config_.prefix_sharing, engine.config_.chunked_prefill},
+      scheduler_(engine.config_.scheduler,
                  engine.cache_->n_blocks(), engine.cache_->block_size()) {
   RLCPP_CHECK(engine_.leads(), "generating on a follower of the engine's group (it serves)");
   engine_.refresh_copy();

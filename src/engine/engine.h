@@ -36,12 +36,7 @@ struct EngineConfig {
   int64_t block_size = 16;          // tokens per KV block
   int64_t kv_cache_mb = 1024;       // KV cache budget (ignored when n_blocks > 0)
   int64_t n_blocks = 0;             // explicit block count (tests)
-  int64_t max_num_seqs = 256;       // sequences decoding at once
-  // Tokens per step (scheduler.h): with chunked prefill, a step's decodes plus the prompt chunks
-  // that fill the rest, so the running sequences go on while a long prompt is prefilled.
-  int64_t max_num_batched_tokens = 512;
-  bool chunked_prefill = true;
-  bool prefix_sharing = true;       // one prefill per group of samples
+  SchedulerConfig scheduler;        // sequences at once, tokens per step, chunked prefill, prefix sharing
   // The weights generation runs on (--rollout-dtype). Undefined, or the model's dtype: the model's
   // own weights. Otherwise the engine's own copy stored in this dtype (adapters merged in; on the
   // CPU a half-precision copy is computed in fp32 by the kernels), refreshed from the model before

@@ -68,15 +68,17 @@ struct ScheduledBatch {
   int64_t n_tokens() const;
 };
 
+// The engine's scheduling knobs, with vLLM's names and defaults: declared here once, held by
+// EngineConfig, bound to flags and YAML by the run settings table.
 struct SchedulerConfig {
   int64_t max_num_seqs = 256;  // sequences running at once
   // Tokens a step runs. Without chunked prefill: the prompts of a prefill step (a longer single
   // prompt runs alone), and decode steps wait until no prompt can be admitted. With it: every step
   // first runs one token of each decoding sequence, then fills the rest of the budget with prompt
   // chunks (continuing a started prompt first), so a long prompt never stalls the running ones.
-  int64_t max_num_batched_tokens = 4096;
-  bool prefix_sharing = true;    // fork the n samples of a request from one prefill
-  bool chunked_prefill = false;  // vLLM's enable_chunked_prefill
+  int64_t max_num_batched_tokens = 512;
+  bool prefix_sharing = true;   // fork the n samples of a request from one prefill
+  bool chunked_prefill = true;  // vLLM's enable_chunked_prefill
 };
 
 struct SchedulerStats {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algo/presets.h"
+#include "engine/engine.h"
 #include "openai/remote_rollout.h"
 #include "engine/sampling.h"
 #include "parallel/weight_sync.h"
@@ -65,7 +66,6 @@ struct RunConfig {
   bool skip_bad_lines = false;         // malformed dataset lines are counted and skipped, not an error
   // model
   std::string model;                   // Hugging Face model directory
-  int64_t kv_cache_mb = 1024;          // the engine's KV-cache budget
   LoraConfig lora;                     // LoRA adapters (rank 0: all weights are trained)
   std::optional<bool> enable_lora;     // ChatLearn's switch: true gives rank 8 unless set, false turns LoRA off
   double lora_scaling = 0;             // ChatLearn's scaling (alpha = scaling x rank); 0: unset
@@ -74,9 +74,7 @@ struct RunConfig {
   int64_t num_generations = 8;         // G, samples per prompt
   std::string rollout_dtype;           // the engine's weights ("": dtype; see EngineConfig::weights_dtype)
   std::string kv_cache_dtype;          // the engine's KV cache ("": its compute dtype)
-  int64_t max_num_seqs = 256;          // the engine's sequences at once (vLLM's name)
-  int64_t max_num_batched_tokens = 512;  // tokens per engine step (vLLM's name; see SchedulerConfig)
-  bool enable_chunked_prefill = true;  // prompts in chunks mixed into the decode steps (vLLM's name)
+  EngineConfig engine;                 // the engine's KV-cache budget and scheduler (the dtypes: the two above)
   int64_t inference_batch_size = 0;    // prompts per rollout round per rollout worker (0: train_batch_size)
   int64_t inference_microbatch_size = 0;  // prompts per generate call (0: the whole round)
   SamplingParams sampling;             // temperature, top-k/p, max_new_tokens

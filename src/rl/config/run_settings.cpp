@@ -355,7 +355,7 @@ std::vector<Setting> make_settings() {
   s.push_back(string_setting("model.path", "-m,--model", "Hugging Face model directory",
                              [](C& c) -> std::string& { return c.model; }, {"model"}));
   s.push_back(int_setting("model.kv_cache_mb", "--kv-cache-mb", "KV cache budget (MiB)",
-                          [](C& c) -> int64_t& { return c.kv_cache_mb; }, 1, {}, true));
+                          [](C& c) -> int64_t& { return c.engine.kv_cache_mb; }, 1, {}, true));
   s.push_back(int_setting("model.lora_rank", "--lora-rank",
                           "LoRA rank r: train adapters on the frozen base instead of every weight (0: off)",
                           [](C& c) -> int64_t& { return c.lora.rank; }, 0, {"lora_dim"}));
@@ -401,15 +401,15 @@ std::vector<Setting> make_settings() {
                             "compute dtype)",
                             [](C& c) -> std::string& { return c.kv_cache_dtype; }, rollout_dtypes, true));
   s.push_back(int_setting("rollout.max_num_seqs", "--max-num-seqs", "sequences the engine runs at once (vLLM's max_num_seqs)",
-                          [](C& c) -> int64_t& { return c.max_num_seqs; }, 1, {}, true));
+                          [](C& c) -> int64_t& { return c.engine.scheduler.max_num_seqs; }, 1, {}, true));
   s.push_back(int_setting("rollout.max_num_batched_tokens", "--max-num-batched-tokens",
                           "tokens per engine step (vLLM's max_num_batched_tokens): with chunked prefill, one token of "
                           "each decoding sequence plus prompt chunks; without, the prompts of a prefill step",
-                          [](C& c) -> int64_t& { return c.max_num_batched_tokens; }, 1, {}, true));
+                          [](C& c) -> int64_t& { return c.engine.scheduler.max_num_batched_tokens; }, 1, {}, true));
   s.push_back(bool_setting("rollout.enable_chunked_prefill", "--enable-chunked-prefill",
                            "prefill prompts in chunks mixed into the decode steps, so a long prompt never stalls the "
                            "running sequences (vLLM's enable_chunked_prefill; false: whole prompts in steps of their own)",
-                           [](C& c) -> bool& { return c.enable_chunked_prefill; }, {}, true));
+                           [](C& c) -> bool& { return c.engine.scheduler.chunked_prefill; }, {}, true));
   // rollout
   s.push_back(int_setting("rollout.num_generations", "-g,--num-generations", "samples per prompt (G)",
                           [](C& c) -> int64_t& { return c.num_generations; }, 1, {"num_inference_per_prompt"}));

@@ -82,13 +82,9 @@ PromptPick pick_from_json(const nlohmann::json& j) {
 }
 
 EngineConfig run_engine_config(const RunConfig& c) {
-  EngineConfig config;
-  config.kv_cache_mb = c.kv_cache_mb;
+  EngineConfig config = c.engine;
   config.weights_dtype = dtype_or_default(c.rollout_dtype, "--rollout-dtype");
   config.kv_dtype = dtype_or_default(c.kv_cache_dtype, "--kv-cache-dtype");
-  config.max_num_seqs = c.max_num_seqs;
-  config.max_num_batched_tokens = c.max_num_batched_tokens;
-  config.chunked_prefill = c.enable_chunked_prefill;
   return config;
 }
 

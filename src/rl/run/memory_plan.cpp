@@ -154,7 +154,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
     est.lines.push_back({"reference model", params * frozen, fmt::format("-kl {}: a frozen copy", c.algo.loss.kl_coef)});
   }
   if (!c.distributed()) {
-    est.lines.push_back({"KV cache", static_cast<double>(c.kv_cache_mb) * kMiB, "--kv-cache-mb"});
+    est.lines.push_back({"KV cache", static_cast<double>(c.engine.kv_cache_mb) * kMiB, "--kv-cache-mb"});
     if (!c.rollout_dtype.empty() && c.rollout_dtype != c.dtype) {
       est.lines.push_back({"rollout weights", params * dtype_bytes(c.rollout_dtype),
                            fmt::format("--rollout-dtype {}: the engine's own copy", c.rollout_dtype)});
@@ -256,7 +256,7 @@ void check_run_memory(const RunConfig& c, const MemoryEstimate& est, double avai
   if (c.frozen_dtype.empty() && (c.lora.enabled() || c.algo.loss.kl_coef != 0)) {
     fixes.push_back("--frozen-dtype bfloat16 (frozen weights in half the memory)");
   }
-  if (c.kv_cache_mb > 256 && !c.distributed()) fixes.push_back("--kv-cache-mb 256");
+  if (c.engine.kv_cache_mb > 256 && !c.distributed()) fixes.push_back("--kv-cache-mb 256");
   std::string list;
   for (const auto& f : fixes) list += "\n  " + f;
   throw_user_error("this run needs about {} but the machine has {} available:\n{}Settings that lower it:{}\n(--dry-run "
