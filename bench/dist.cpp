@@ -68,9 +68,9 @@ int main(int argc, char** argv) {
     }
   }
   // Rollout transfer: rounds of groups (G responses with their log-probs) from rank 1 to rank 0.
-  std::vector<GroupRollout> round;
+  std::vector<SampleGroup> round;
   for (int64_t g = 0; g < groups_per_round; ++g) {
-    GroupRollout group;
+    SampleGroup group;
     group.prompt = std::string(static_cast<size_t>(prompt_tokens * 4), 'p');
     group.gt_answer = "42";
     for (int64_t k = 0; k < group_size; ++k) {
@@ -80,10 +80,11 @@ int main(int argc, char** argv) {
         response[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7919 + k) % 151936);
         logprobs[static_cast<size_t>(t)] = -0.001f * static_cast<float>(t % 997);
       }
-      group.samples.push_back({prompt, response, 0.5, false, logprobs});
-      group.rewards.push_back(1.0);
-      group.correct.push_back(1);
-      group.responses.push_back(std::string(static_cast<size_t>(response_tokens * 4), 'r'));
+      Sample sample = model_sample(prompt, response, 0.5, logprobs);
+      sample.reward = 1.0;
+      sample.correct = true;
+      sample.response = std::string(static_cast<size_t>(response_tokens * 4), 'r');
+      group.samples.push_back(std::move(sample));
     }
     round.push_back(std::move(group));
   }

@@ -89,9 +89,7 @@ TEST(Lora, OnlyAdaptersAreTrainedAndTheReferenceIsTheBase) {
   config.loss.kl_coef = 0.1;
   Trainer trainer(policy, nullptr, config);
   EXPECT_EQ(trainer.optimizer().param_groups().front().params().size(), trained.size());
-  TrainSample s;
-  s.prompt_ids = {1, 2, 3};
-  s.response_ids = {4, 5, 6, 7};
+  const Sample s = model_sample({1, 2, 3}, {4, 5, 6, 7}, 0.0);
   const auto ref = trainer.reference_logprobs({s});
   Trainer plain(base, nullptr, TrainerConfig{});
   EXPECT_EQ(ref, plain.policy_logprobs({s}));

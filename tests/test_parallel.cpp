@@ -123,10 +123,10 @@ TEST(Dist, TwoTrainersWithHalfTheSamplesEqualOneWithAll) {
   if (world->size() < 2) GTEST_SKIP() << "needs mpirun -np >= 2";
   auto trainers = world->split(world->rank() < 2 ? 0 : 1, world->rank());
   if (world->rank() >= 2) return;
-  std::vector<TrainSample> samples = {{{5, 6, 7}, {8, 9, 10, 11}, 1.0, false, {}},  {{12}, {13, 14}, -1.0, false, {}},
-                                      {{3, 4, 5}, {9}, 0.5, false, {}},            {{1, 2}, {3, 4, 5, 6, 7}, -0.25, false, {}},
-                                      {{9, 9}, {1, 2, 3}, 0.75, false, {}},        {{4}, {4, 4, 4, 4, 4, 4}, -0.5, false, {}},
-                                      {{7, 1, 2, 3}, {5, 6}, 1.5, false, {}},      {{2, 8}, {8, 2, 8}, -1.25, false, {}}};
+  std::vector<Sample> samples = {model_sample({5, 6, 7}, {8, 9, 10, 11}, 1.0), model_sample({12}, {13, 14}, -1.0),
+                                 model_sample({3, 4, 5}, {9}, 0.5),           model_sample({1, 2}, {3, 4, 5, 6, 7}, -0.25),
+                                 model_sample({9, 9}, {1, 2, 3}, 0.75),       model_sample({4}, {4, 4, 4, 4, 4, 4}, -0.5),
+                                 model_sample({7, 1, 2, 3}, {5, 6}, 1.5),     model_sample({2, 8}, {8, 2, 8}, -1.25)};
   ModelOptions options;
   options.dtype = torch::kFloat64;
   auto make = [&](std::shared_ptr<Transformer>& model) {
@@ -141,7 +141,7 @@ TEST(Dist, TwoTrainersWithHalfTheSamplesEqualOneWithAll) {
   auto single = make(single_model);
   auto dp = make(dp_model);
   dp->set_gradient_reducer([&](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*trainers, params, 4096); });
-  const std::vector<TrainSample> half(samples.begin() + 4 * trainers->rank(), samples.begin() + 4 * (trainers->rank() + 1));
+  const std::vector<Sample> half(samples.begin() + 4 * trainers->rank(), samples.begin() + 4 * (trainers->rank() + 1));
   for (int step = 0; step < 3; ++step) {
     single->step({samples, single->policy_logprobs(samples), {}, {}});
     auto tokens = torch::tensor({dp->loss_tokens(half)}, torch::kFloat64);
@@ -169,12 +169,12 @@ TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
   if (world->size() < 2) GTEST_SKIP() << "needs mpirun -np >= 2";
   auto trainers = world->split(world->rank() < 2 ? 0 : 1, world->rank());
   if (world->rank() >= 2) return;
-  std::vector<GroupRollout> source(4);
+  std::vector<SampleGroup> source(4);
   const std::vector<std::vector<int32_t>> responses = {{8, 9, 10, 11}, {13, 14}, {9}, {3, 4, 5, 6, 7}, {1, 2, 3},
                                                        {4, 4, 4, 4, 4, 4}, {5, 6}, {8, 2, 8}};
   for (size_t k = 0; k < responses.size(); ++k) {
     auto& g = source[k / 2];
-    g.samples.push_back({{5, 6, static_cast<int32_t>(k)}, responses[k], k % 2 == 0 ? 1.0 - 0.1 * k : -0.5 + 0.05 * k, false, {}});
+    g.samples.push_back(model_sample({5, 6, static_cast<int32_t>(k)}, responses[k], k % 2 == 0 ? 1.0 - 0.1 * k : -0.5 + 0.05 * k));
   }
   ModelOptions options;
   options.dtype = torch::kFloat64;
@@ -207,8 +207,8 @@ TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
   const int me = trainers->rank();
   // Balanced (group g on trainer g % 2) for two steps, then a step where trainer 1 holds nothing
   // (a partial step under dynamic batching): it must still take part in every collective.
-  const std::vector<GroupRollout> balanced = {source[static_cast<size_t>(me)], source[static_cast<size_t>(me + 2)]};
-  const std::vector<GroupRollout> lopsided = me == 0 ? source : std::vector<GroupRollout>{};
+  const std::vector<SampleGroup> balanced = {source[static_cast<size_t>(me)], source[static_cast<size_t>(me + 2)]};
+  const std::vector<SampleGroup> lopsided = me == 0 ? source : std::vector<SampleGroup>{};
   RunConfig lopsided_config = half;
   lopsided_config.train_batch_size = 4;
   lopsided_config.train_minibatch_size = 2;
@@ -253,15 +253,20 @@ TEST(Dist, GroupsGoToTrainersInEqualCountsWithBalancedTokens) {
 }
 
 TEST(Dist, GroupsSurviveTheirMessageForm) {
-  GroupRollout g;
+  SampleGroup g;
   g.prompt = "2 + 2 = ?";
   g.gt_answer = "4";
   g.line = 7;
-  g.policy_version = 3;
-  g.samples.push_back({{1, 2, 3}, {4, 5}, -0.125, true, {-0.5f, -1.25f}});
-  g.rewards.push_back(0.75);
-  g.correct.push_back(1);
-  g.responses.push_back("4");
+  g.id = 11;
+  Sample s = model_sample({1, 2, 3}, {4, 5}, -0.125, {-0.5f, -1.25f}, /*policy_version=*/3, /*truncated=*/true);
+  s.reward = 0.75;
+  s.reward_parts = {{"accuracy", 0.5}, {"external", 0.25}};
+  s.correct = true;
+  s.response = "4";
+  s.group_id = g.id;
+  s.append(SegmentKind::kInserted, {6, 7}, {}, 3);  // a tool's output
+  s.append(SegmentKind::kModel, {8}, {-0.75f}, 4);  // sampled after a weight update
+  g.samples.push_back(s);
   const auto back = decode_groups(encode_groups({g, g}));
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(to_json(back[1]), to_json(g));

@@ -16,12 +16,12 @@ using namespace rlcpp;
 
 namespace {
 
-std::vector<TrainSample> fixed_samples() {
-  std::vector<TrainSample> s(4);
-  s[0] = {{5, 6, 7}, {8, 9, 10, 11}, 1.0, false, {}};
-  s[1] = {{12}, {13, 14}, -1.0, false, {}};
-  s[2] = {{3, 4, 5, 6, 7, 8}, {9}, 0.5, true, {}};
-  s[3] = {{1, 2}, {3, 4, 5, 6, 7}, -0.25, false, {}};
+std::vector<Sample> fixed_samples() {
+  std::vector<Sample> s(4);
+  s[0] = model_sample({5, 6, 7}, {8, 9, 10, 11}, 1.0);
+  s[1] = model_sample({12}, {13, 14}, -1.0);
+  s[2] = model_sample({3, 4, 5, 6, 7, 8}, {9}, 0.5, {}, 0, true);
+  s[3] = model_sample({1, 2}, {3, 4, 5, 6, 7}, -0.25);
   return s;
 }
 
@@ -74,8 +74,8 @@ TEST(Trainer, LogprobsEqualTheEnginesForItsOwnSamples) {
     r.seed = 99;
   }
   const auto generated = engine.generate(requests);
-  std::vector<TrainSample> samples;
-  for (const auto& g : generated) samples.push_back({requests[g.request].prompt_ids, g.token_ids, 0.0, false, g.logprobs});
+  std::vector<Sample> samples;
+  for (const auto& g : generated) samples.push_back(model_sample(requests[g.request].prompt_ids, g.token_ids, 0.0, g.logprobs));
   TrainerConfig config;
   config.temperature = 0.7;
   config.train_microbatch_size = 4;  // padded batches of different lengths
@@ -119,7 +119,7 @@ TEST(Trainer, StepRaisesTheLikelihoodOfPositiveAdvantageResponses) {
   config.optimizer.lr = 3e-3;
   config.loss.aggregation = LossAggregation::kTokenLevel;
   Trainer trainer(model, nullptr, config);
-  std::vector<TrainSample> samples = {{{1, 2, 3}, {40, 41, 42}, 1.0, false, {}}, {{1, 2, 3}, {50, 51, 52}, -1.0, false, {}}};
+  std::vector<Sample> samples = {model_sample({1, 2, 3}, {40, 41, 42}, 1.0), model_sample({1, 2, 3}, {50, 51, 52}, -1.0)};
   auto sum = [](const std::vector<float>& v) { double s = 0; for (float x : v) s += x; return s; };
   const auto before = trainer.policy_logprobs(samples);
   for (int step = 0; step < 5; ++step) {
@@ -134,6 +134,45 @@ TEST(Trainer, StepRaisesTheLikelihoodOfPositiveAdvantageResponses) {
   EXPECT_GT(sum(after[0]), sum(before[0]) + 0.1);
   EXPECT_LT(sum(after[1]), sum(before[1]) - 0.1);
   EXPECT_EQ(trainer.n_steps(), 5);
+}
+
+// The sample record's per-token parts reach the loss: inserted tokens (a tool's output) are context
+// only, whatever their advantage; per-token advantages equal to one value give that value's step
+// bit for bit; a model token's own advantage moves the step.
+TEST(Trainer, InsertedTokensAreNeverTrainedAndAdvantagesArePerToken) {
+  ModelOptions options;
+  options.dtype = torch::kFloat64;
+  auto multi_turn = [](std::vector<double> advantages) {
+    Sample s = model_sample({5, 6, 7}, {8, 9}, 0.0);
+    s.append(SegmentKind::kInserted, {30, 31, 32}, {}, 0);
+    s.append(SegmentKind::kModel, {10, 11}, {}, 0);
+    s.advantages = std::move(advantages);
+    return std::vector<Sample>{s, model_sample({12}, {13, 14}, -1.0)};
+  };
+  for (auto mode : {LossAggregation::kTokenLevel, LossAggregation::kSampleLevel}) {
+    SCOPED_TRACE(loss_aggregations().name(mode));
+    auto step = [&](const std::vector<Sample>& samples) {
+      auto model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
+      TrainerConfig config;
+      config.loss.kl_coef = 0;
+      config.loss.aggregation = mode;
+      config.optimizer.lr = 1e-2;
+      config.train_microbatch_size = 1;  // each sample alone: the mask, not the padding, leaves tokens out
+      Trainer trainer(model, nullptr, config);
+      EXPECT_EQ(trainer.loss_tokens(samples), 4 + 2);  // the inserted 3 never count
+      trainer.step({samples, trainer.policy_logprobs(samples), {}, {}});
+      return weights_of(*model);
+    };
+    const auto uniform = step(multi_turn({0.75}));
+    const auto per_token = step(multi_turn({0.75, 0.75, 0.75, 0.75, 0.75, 0.75, 0.75}));
+    const auto other_inserted = step(multi_turn({0.75, 0.75, -9.0, 4.0, 100.0, 0.75, 0.75}));
+    const auto other_model = step(multi_turn({0.75, 0.75, 0.75, 0.75, 0.75, 0.75, -0.75}));
+    expect_same_weights({uniform, per_token}, 1e-300);        // the same loss, the same arithmetic
+    expect_same_weights({uniform, other_inserted}, 1e-300);   // inserted tokens' advantages reach nothing
+    double moved = 0;
+    for (size_t k = 0; k < uniform.size(); ++k) moved = std::max(moved, (other_model[k] - uniform[k]).abs().max().item<double>());
+    EXPECT_GT(moved, 1e-6);
+  }
 }
 
 TEST(Trainer, ScheduleAndErrors) {
@@ -214,10 +253,10 @@ TEST(Trainer, PolicyEntropyIsTheSoftmaxEntropyOfResponseTokens) {
 // --num-training-epoch > 1: the second pass reshuffles the samples into new mini-batches (seeded,
 // so two identical runs agree bitwise), which changes the update against the in-order second pass.
 TEST(Trainer, LaterEpochsReshuffleMiniBatchesDeterministically) {
-  std::vector<GroupRollout> groups(4);
+  std::vector<SampleGroup> groups(4);
   for (int k = 0; k < 8; ++k) {
     groups[static_cast<size_t>(k / 2)].samples.push_back(
-        {{5, 6, k}, {static_cast<int32_t>(8 + k), 3, static_cast<int32_t>(k)}, k % 2 == 0 ? 1.0 - 0.1 * k : -0.4, false, {}});
+        model_sample({5, 6, k}, {static_cast<int32_t>(8 + k), 3, static_cast<int32_t>(k)}, k % 2 == 0 ? 1.0 - 0.1 * k : -0.4));
   }
   ModelOptions options;
   options.dtype = torch::kFloat64;
@@ -229,7 +268,7 @@ TEST(Trainer, LaterEpochsReshuffleMiniBatchesDeterministically) {
   c.num_training_epoch = 2;
   c.algo.loss.kl_coef = 0;
   c.optimizer.lr = 1e-2;
-  auto run = [&](const RunConfig& config, const std::vector<GroupRollout>& input) {
+  auto run = [&](const RunConfig& config, const std::vector<SampleGroup>& input) {
     auto model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
     Trainer trainer(model, nullptr, rl_trainer_config(config, 1));
     update_policy(trainer, config, input);
@@ -301,7 +340,7 @@ TEST(Trainer, SkippedSamplesLeaveTheLossAndItsDenominators) {
   options.dtype = torch::kFloat64;
   const auto samples = fixed_samples();
   for (auto mode : {LossAggregation::kTokenLevel, LossAggregation::kSampleLevel}) {
-    auto run = [&](const std::vector<TrainSample>& input, const std::vector<uint8_t>& skipped) {
+    auto run = [&](const std::vector<Sample>& input, const std::vector<uint8_t>& skipped) {
       auto m = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
       TrainerConfig config;
       config.loss.aggregation = mode;
@@ -312,7 +351,7 @@ TEST(Trainer, SkippedSamplesLeaveTheLossAndItsDenominators) {
       const auto metrics = trainer.step(mb).values;
       return std::make_pair(metrics.at("n_skipped"), weights_of(*m));
     };
-    std::vector<TrainSample> without_one = samples;
+    std::vector<Sample> without_one = samples;
     without_one.erase(without_one.begin() + 1);
     const auto [n_skipped, skipped] = run(samples, {0, 1, 0, 0});
     const auto [none, subset] = run(without_one, {});
@@ -336,7 +375,7 @@ TEST(Trainer, SkippedSamplesLeaveTheLossAndItsDenominators) {
 // Off-policy correction: samples whose rollout log-probs differ from the trainer's report the
 // mismatch, and TIS weights their loss.
 TEST(Trainer, MismatchMetricsAndTisWeightsOnStaleSamples) {
-  std::vector<GroupRollout> groups(2);
+  std::vector<SampleGroup> groups(2);
   const auto samples = fixed_samples();
   for (size_t k = 0; k < samples.size(); ++k) groups[k / 2].samples.push_back(samples[k]);
   ModelOptions options;
@@ -373,13 +412,13 @@ TEST(Trainer, NonFiniteStepsAreSkippedAndCounted) {
   config.optimizer.lr = 1e-2;
   Trainer trainer(model, nullptr, config);
   auto samples = fixed_samples();
-  samples[1].advantage = std::nan("");
+  samples[1].set_advantage(std::nan(""));
   const auto before = weights_of(*model);
   const auto metrics = trainer.step({samples, trainer.policy_logprobs(samples), {}, {}}).values;
   EXPECT_EQ(metrics.at("nonfinite"), 1.0);
   EXPECT_EQ(trainer.n_steps(), 1);
   expect_same_weights({before, weights_of(*model)}, 1e-300);
-  samples[1].advantage = -1.0;  // the next finite step applies
+  samples[1].set_advantage(-1.0);  // the next finite step applies
   EXPECT_EQ(trainer.step({samples, trainer.policy_logprobs(samples), {}, {}}).values.at("nonfinite"), 0.0);
   double moved = 0;
   const auto after = weights_of(*model);
@@ -421,11 +460,11 @@ TEST(Trainer, OnPolicyStepReusesTheSamplersLogprobs) {
       r.n = 2;
       r.seed = 5;
     }
-    std::vector<GroupRollout> groups(2);
+    std::vector<SampleGroup> groups(2);
     for (const auto& g : engine.generate(requests)) {
       const double advantage = 1.0 - 0.6 * static_cast<double>(g.sample) - 0.3 * static_cast<double>(g.request);
-      groups[g.request].samples.push_back({requests[g.request].prompt_ids, g.token_ids, advantage, false, g.logprobs});
-      groups[g.request].policy_version = 3;
+      groups[g.request].samples.push_back(
+          model_sample(requests[g.request].prompt_ids, g.token_ids, advantage, g.logprobs, /*policy_version=*/3));
     }
     RunConfig c;
     c.num_generations = 2;
@@ -441,7 +480,7 @@ TEST(Trainer, OnPolicyStepReusesTheSamplersLogprobs) {
     c.optimizer.eps = 1e3;
     c.optimizer.weight_decay = 0;
     ASSERT_EQ(on_policy_shortcut_off(c), "");
-    auto update = [&](std::optional<int64_t> version, const std::vector<GroupRollout>& input) {
+    auto update = [&](std::optional<int64_t> version, const std::vector<SampleGroup>& input) {
       auto model = Transformer::from_pretrained(rlcpp::testing::fixture(name));
       const auto before = weights_of(*model);
       Trainer trainer(model, nullptr, rl_trainer_config(c, 1));
@@ -470,7 +509,7 @@ TEST(Trainer, OnPolicyStepReusesTheSamplersLogprobs) {
     EXPECT_NEAR(reused.at("loss"), scored.at("loss"), 1e-5);
     // Off the shortcut: a group from an older policy, two epochs, or the setting off.
     auto stale = groups;
-    stale[1].policy_version = 2;
+    stale[1].samples[0].segments[0].policy_version = 2;
     EXPECT_EQ(update(3, stale).first.at("old_logprobs_reused"), 0.0);
     c.num_training_epoch = 2;
     EXPECT_NE(on_policy_shortcut_off(c), "");

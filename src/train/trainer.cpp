@@ -13,7 +13,7 @@
 
 namespace rlcpp {
 
-PackedBatch pack_samples(const std::vector<TrainSample>& samples, size_t begin, size_t end) {
+PackedBatch pack_samples(const std::vector<Sample>& samples, size_t begin, size_t end) {
   RLCPP_CHECK(begin < end && end <= samples.size(), "pack [{}, {}) of {} samples", begin, end, samples.size());
   int64_t length = 0;
   for (size_t k = begin; k < end; ++k) {
@@ -32,7 +32,8 @@ PackedBatch pack_samples(const std::vector<TrainSample>& samples, size_t begin, 
   auto targets = p.targets.accessor<int64_t, 2>();
   auto response = p.response_mask.accessor<float, 2>();
   for (int64_t row = 0; row < b; ++row) {
-    const auto& s = samples[begin + static_cast<size_t>(row)];
+    const size_t k = begin + static_cast<size_t>(row);
+    const auto& s = samples[k];
     const int64_t n_prompt = static_cast<int64_t>(s.prompt_ids.size());
     const int64_t n_total = n_prompt + static_cast<int64_t>(s.response_ids.size());
     for (int64_t t = 0; t < n_total; ++t) {
@@ -40,9 +41,12 @@ PackedBatch pack_samples(const std::vector<TrainSample>& samples, size_t begin, 
       mask[row][t] = 1;
     }
     // Position t predicts token t + 1: response token j is predicted at n_prompt - 1 + j.
+    const auto loss_mask = s.loss_mask();
+    RLCPP_CHECK(loss_mask.size() == s.response_ids.size(), "sample {}: segments cover {} of {} response tokens", k,
+                loss_mask.size(), s.response_ids.size());
     for (int64_t j = 0; j < static_cast<int64_t>(s.response_ids.size()); ++j) {
       targets[row][n_prompt - 1 + j] = s.response_ids[static_cast<size_t>(j)];
-      response[row][n_prompt - 1 + j] = 1.0f;
+      response[row][n_prompt - 1 + j] = loss_mask[static_cast<size_t>(j)];
     }
     p.response_start.push_back(n_prompt - 1);
   }
@@ -52,7 +56,7 @@ PackedBatch pack_samples(const std::vector<TrainSample>& samples, size_t begin, 
 namespace {
 
 // Each sample's response values from a packed [B, L] fp32 CPU tensor, appended to `out`.
-void append_response_values(const torch::Tensor& values, const PackedBatch& batch, const std::vector<TrainSample>& samples,
+void append_response_values(const torch::Tensor& values, const PackedBatch& batch, const std::vector<Sample>& samples,
                             size_t begin, std::vector<std::vector<float>>& out) {
   for (int64_t row = 0; row < values.size(0); ++row) {
     const int64_t n = static_cast<int64_t>(samples[begin + static_cast<size_t>(row)].response_ids.size());
@@ -140,7 +144,7 @@ double Trainer::current_lr() const {
   return floor + (o.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, const std::vector<TrainSample>& samples,
+std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, const std::vector<Sample>& samples,
                                                            double* mean_entropy) const {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<float>> out;
@@ -160,8 +164,11 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
     auto head = model.token_logprobs_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
     auto logp = head.logprobs.to(torch::kCPU).to(torch::kFloat32);
     if (mean_entropy != nullptr) {
-      entropy_sum += head.entropy.sum().item<double>();
-      entropy_tokens += batch.targets.ge(0).sum().item<double>();
+      // Over the trained tokens (the entropy is 0 where there is no target, so this is every
+      // response token's when nothing was inserted).
+      const auto mask = batch.response_mask.to(head.entropy.device()).to(head.entropy.scalar_type());
+      entropy_sum += (head.entropy * mask).sum().item<double>();
+      entropy_tokens += batch.response_mask.sum().item<double>();
     }
     append_response_values(logp, batch, samples, begin, out);
   }
@@ -170,12 +177,12 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
   return out;
 }
 
-std::vector<std::vector<float>> Trainer::policy_logprobs(const std::vector<TrainSample>& samples,
+std::vector<std::vector<float>> Trainer::policy_logprobs(const std::vector<Sample>& samples,
                                                          double* mean_entropy) const {
   return response_logprobs(*policy_, samples, mean_entropy);
 }
 
-std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<TrainSample>& samples) const {
+std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<Sample>& samples) const {
   if (reference_ == nullptr && policy_->has_adapters()) {  // LoRA: the reference is the base, adapters off
     AdaptersOff base(*policy_);
     return response_logprobs(*policy_, samples);
@@ -198,9 +205,30 @@ torch::Tensor lay_out(const std::vector<std::vector<float>>& values, const Packe
   return out;
 }
 
+// The samples' advantages for the loss: [B] when each sample has one for all its tokens, else
+// [B, L] on the packed batch's response positions (fp64).
+torch::Tensor lay_out_advantages(const std::vector<Sample>& samples, const PackedBatch& batch, size_t begin) {
+  const auto b = batch.targets.size(0);
+  bool uniform = true;
+  for (int64_t row = 0; row < b; ++row) uniform = uniform && samples[begin + static_cast<size_t>(row)].uniform_advantage();
+  if (uniform) {
+    std::vector<double> per_sample;
+    for (int64_t row = 0; row < b; ++row) per_sample.push_back(samples[begin + static_cast<size_t>(row)].advantages[0]);
+    return torch::tensor(per_sample, torch::kFloat64);
+  }
+  auto out = torch::zeros(batch.targets.sizes(), torch::kFloat64);
+  auto a = out.accessor<double, 2>();
+  for (int64_t row = 0; row < b; ++row) {
+    const auto& s = samples[begin + static_cast<size_t>(row)];
+    const int64_t start = batch.response_start[static_cast<size_t>(row)];
+    for (size_t t = 0; t < s.response_ids.size(); ++t) a[row][start + static_cast<int64_t>(t)] = s.advantage(t);
+  }
+  return out;
+}
+
 }  // namespace
 
-std::vector<uint8_t> Trainer::skipped_samples(const std::vector<TrainSample>& samples,
+std::vector<uint8_t> Trainer::skipped_samples(const std::vector<Sample>& samples,
                                               const std::vector<std::vector<float>>& old_logprobs) const {
   RLCPP_CHECK(old_logprobs.size() == samples.size(), "{} old log-prob rows for {} samples", old_logprobs.size(),
               samples.size());
@@ -250,13 +278,11 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
     PolicyLossInputs in;
     in.old_logprobs = lay_out(mb.old_logprobs, batch, begin).to(device);
     if (config_.loss.kl_coef != 0) in.ref_logprobs = lay_out(mb.ref_logprobs, batch, begin).to(device);
-    std::vector<double> advantages;
     std::vector<int64_t> left_out;  // truncated under filter_truncated, or skipped
     for (size_t k = begin; k < end; ++k) {
-      advantages.push_back(samples[k].advantage);
       left_out.push_back((config_.filter_truncated && samples[k].truncated) || (!mb.skipped.empty() && mb.skipped[k]));
     }
-    in.advantages = torch::tensor(advantages, torch::kFloat64).to(device);
+    in.advantages = lay_out_advantages(samples, batch, begin).to(device);
     in.mask = mask_truncated(batch.response_mask.to(device), torch::tensor(left_out).to(torch::kBool).to(device));
     if (config_.loss.tis_cap > 0) {
       std::vector<std::vector<float>> rollout;
@@ -301,7 +327,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
     if (mb.score) {
       auto logp = in.logprobs.detach().to(torch::kCPU).to(torch::kFloat32);
       append_response_values(logp, batch, samples, begin, metrics.logprobs);
-      auto response = batch.targets.ge(0).to(in.entropy.device());
+      auto response = batch.response_mask.gt(0).to(in.entropy.device());
       entropy_sum += in.entropy.detach().masked_select(response).sum().item<double>();
       entropy_tokens += static_cast<double>(response.sum().item<int64_t>());
     }
@@ -336,11 +362,11 @@ double Trainer::begin_update() {
   return lr;
 }
 
-double Trainer::loss_tokens(const std::vector<TrainSample>& samples, const std::vector<uint8_t>& skipped) const {
+double Trainer::loss_tokens(const std::vector<Sample>& samples, const std::vector<uint8_t>& skipped) const {
   double tokens = 0;
   for (size_t k = 0; k < samples.size(); ++k) {
     const bool left_out = (config_.filter_truncated && samples[k].truncated) || (!skipped.empty() && skipped[k]);
-    if (!left_out) tokens += static_cast<double>(samples[k].response_ids.size());
+    if (!left_out) tokens += static_cast<double>(samples[k].trained_tokens());
   }
   return tokens;
 }

@@ -14,19 +14,11 @@
 
 #include "algo/policy_loss.h"
 #include "model/transformer.h"
+#include "train/sample.h"
 #include "train/zero.h"
 #include "util/enum_table.h"
 
 namespace rlcpp {
-
-// One rollout sample as the trainer needs it.
-struct TrainSample {
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> response_ids;
-  double advantage = 0.0;
-  bool truncated = false;
-  std::vector<float> rollout_logprobs;  // the sampler's own (for TIS and diagnostics)
-};
 
 // One supervised example: token ids and which of them are learned (1: predicted with loss).
 struct SftSample {
@@ -61,7 +53,7 @@ struct TrainerConfig {
 
 // One mini-batch of an RL step, as Trainer::step takes it (every vector aligned with `samples`).
 struct PolicyMiniBatch {
-  std::vector<TrainSample> samples;
+  std::vector<Sample> samples;
   std::vector<std::vector<float>> old_logprobs;  // the policy's before the step's first update
   std::vector<std::vector<float>> ref_logprobs;  // the reference's; empty when kl_coef is 0
   std::vector<uint8_t> skipped;                  // 1: left out by the skip threshold; empty: none
@@ -84,17 +76,17 @@ class Trainer {
 
   // Per-sample response-token log-probs under `model` (no grad), [n_samples][response length];
   // with `mean_entropy`, also the policy's mean entropy over those tokens.
-  std::vector<std::vector<float>> response_logprobs(Transformer& model, const std::vector<TrainSample>& samples,
+  std::vector<std::vector<float>> response_logprobs(Transformer& model, const std::vector<Sample>& samples,
                                                     double* mean_entropy = nullptr) const;
   // Convenience: under the policy / the reference.
-  std::vector<std::vector<float>> policy_logprobs(const std::vector<TrainSample>& samples,
+  std::vector<std::vector<float>> policy_logprobs(const std::vector<Sample>& samples,
                                                   double* mean_entropy = nullptr) const;
-  std::vector<std::vector<float>> reference_logprobs(const std::vector<TrainSample>& samples) const;
+  std::vector<std::vector<float>> reference_logprobs(const std::vector<Sample>& samples) const;
 
   // The samples of a mini-batch the skip threshold leaves out under the current policy (one
   // no-grad forward; all 0 without a threshold). Decided before the step so that the mini-batch's
   // global counts can leave them out.
-  std::vector<uint8_t> skipped_samples(const std::vector<TrainSample>& samples,
+  std::vector<uint8_t> skipped_samples(const std::vector<Sample>& samples,
                                        const std::vector<std::vector<float>>& old_logprobs) const;
 
   // One optimizer step on a mini-batch. With entropy_coef, the entropy bonus is differentiated
@@ -121,9 +113,10 @@ class Trainer {
   // inside a GatheredParameters scope (train/zero.h).
   void enable_zero(Communicator& group, int stage, uint64_t bucket_bytes);
   ZeroOptimizer* zero() { return zero_.get(); }
-  // The response tokens of `samples` that count in the loss (the token-level normaliser): not
-  // truncated ones under filter_truncated, nor those of samples marked in `skipped`.
-  double loss_tokens(const std::vector<TrainSample>& samples, const std::vector<uint8_t>& skipped = {}) const;
+  // The response tokens of `samples` that count in the loss (the token-level normaliser): model
+  // tokens (inserted ones never count), not of truncated samples under filter_truncated, nor of
+  // samples marked in `skipped`.
+  double loss_tokens(const std::vector<Sample>& samples, const std::vector<uint8_t>& skipped = {}) const;
 
   double current_lr() const;
   // Continues a run: the optimizer steps already taken (the schedule's position).
@@ -151,8 +144,6 @@ class Trainer {
   std::unique_ptr<ZeroOptimizer> zero_;
 };
 
-// Right-padded token batch for samples [begin, end): ids and attention mask [B, L], targets [B, L]
-// (-1 except at positions predicting a response token), and the response-token mask [B, L].
 // torch::optim::AdamW's step, each parameter through adamw_update (train/zero.h: the kernels' pool
 // for dense fp32 CPU tensors) when every parameter with a gradient is a dense fp32 CPU tensor and
 // the kernels are enabled ($RLCPP_KERNELS); else LibTorch's own step. The state is the
@@ -160,10 +151,13 @@ class Trainer {
 // step continue it unchanged.
 void adamw_step(torch::optim::AdamW& optimizer);
 
+// Right-padded token batch for samples [begin, end): ids and attention mask [B, L], targets [B, L]
+// (-1 except at positions predicting a response token), and the loss mask [B, L] (1 at positions
+// predicting a model token of the response; inserted tokens are context, never trained).
 struct PackedBatch {
   torch::Tensor ids, attention_mask, targets, response_mask;
   std::vector<int64_t> response_start;  // position in the row of the first predicted response token
 };
-PackedBatch pack_samples(const std::vector<TrainSample>& samples, size_t begin, size_t end);
+PackedBatch pack_samples(const std::vector<Sample>& samples, size_t begin, size_t end);
 
 }  // namespace rlcpp

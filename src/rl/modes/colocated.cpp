@@ -36,7 +36,7 @@ class ColocatedRun {
  private:
   // Generates one rollout round (inference_batch_size prompts), or takes the one generated ahead;
   // kept groups join the buffer, filtered ones go to `discarded`.
-  void generate_round(std::vector<GroupRollout>& discarded);
+  void generate_round(std::vector<SampleGroup>& discarded);
   // Rollout servers (-b openai|vllm|sglang): they get the policy's current version (every
   // --sync-frequency rounds); with -nb >= 1 the next round is generated on another thread while
   // this step trains (one version behind), and a checkpoint waits for it.
@@ -48,7 +48,7 @@ class ColocatedRun {
   void set_version(int64_t v);
   // The step's groups: generated and picked by the first rank (the others serve its engine) and
   // handed to the others under tensor parallelism.
-  std::vector<GroupRollout> step_groups(int64_t step, std::vector<GroupRollout>& discarded);
+  std::vector<SampleGroup> step_groups(int64_t step, std::vector<SampleGroup>& discarded);
   void step(int64_t step);
   void save_checkpoint(int64_t step);
 
@@ -66,7 +66,7 @@ class ColocatedRun {
   std::unique_ptr<RolloutGenerator> rollouts_;
   std::unique_ptr<RunEvaluator> evaluator_;
   std::unique_ptr<RunLog> log_;
-  std::deque<GroupRollout> buffer_;  // kept groups not yet trained on
+  std::deque<SampleGroup> buffer_;  // kept groups not yet trained on
   RelayBuffer relay_;                // trained groups trained on again (max_relay_episode)
   int64_t nonfinite_steps_ = 0;      // steps in a row whose updates were skipped as non-finite
   // this step's counters
@@ -136,7 +136,7 @@ void ColocatedRun::collect_round_ahead() {
   if (round_ahead_.valid()) collected_ = round_ahead_.get();
 }
 
-void ColocatedRun::generate_round(std::vector<GroupRollout>& discarded) {
+void ColocatedRun::generate_round(std::vector<SampleGroup>& discarded) {
   collect_round_ahead();
   RolloutRound round;
   if (collected_) {
@@ -154,8 +154,8 @@ void ColocatedRun::generate_round(std::vector<GroupRollout>& discarded) {
   for (auto& g : round.discarded) discarded.push_back(std::move(g));
 }
 
-std::vector<GroupRollout> ColocatedRun::step_groups(int64_t step, std::vector<GroupRollout>& discarded) {
-  std::vector<GroupRollout> batch;
+std::vector<SampleGroup> ColocatedRun::step_groups(int64_t step, std::vector<SampleGroup>& discarded) {
+  std::vector<SampleGroup> batch;
   if (leader_) {
     if (c_.algo.dynamic_batching) {
       for (int64_t round = 0; static_cast<int64_t>(buffer_.size()) < c_.train_batch_size && round <= c_.max_dynamic_rounds;
@@ -185,8 +185,8 @@ void ColocatedRun::step(int64_t step) {
   const auto step_start = Clock::now();
   generated_groups_ = kept_groups_ = 0;
   t_generate_ = t_reward_ = t_sync_ = 0;
-  std::vector<GroupRollout> discarded;
-  const std::vector<GroupRollout> batch = step_groups(step, discarded);
+  std::vector<SampleGroup> discarded;
+  const std::vector<SampleGroup> batch = step_groups(step, discarded);
   const int64_t version_before = version();
   const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, nullptr, relay_.relayed(step), version_before);
   relay_.add(step, batch);
@@ -220,8 +220,8 @@ void ColocatedRun::step(int64_t step) {
     double stale_sum = 0;
     int64_t stale_max = 0;
     for (const auto& g : batch) {
-      stale_sum += static_cast<double>(version_before - g.policy_version);
-      stale_max = std::max(stale_max, version_before - g.policy_version);
+      stale_sum += static_cast<double>(version_before - g.policy_version());
+      stale_max = std::max(stale_max, version_before - g.policy_version());
     }
     record.extra["staleness"] = {{"mean", stale_sum / std::max<double>(1.0, static_cast<double>(batch.size()))},
                                  {"max", stale_max}};

@@ -28,13 +28,13 @@ enum Figure : int64_t {
 
 int64_t n_step_figures() { return kFigures; }
 
-torch::Tensor step_figures(const std::vector<GroupRollout>& batch, int64_t buffered, int64_t version_before) {
+torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffered, int64_t version_before) {
   auto figures = torch::zeros({kFigures}, torch::kFloat64);
   auto* row = figures.data_ptr<double>();
   RolloutStats stats;
   for (const auto& g : batch) {
     stats.add(g);
-    const int64_t stale = version_before - g.policy_version;
+    const int64_t stale = version_before - g.policy_version();
     row[kStaleSum] += static_cast<double>(stale);
     row[kStaleMax] = std::max(row[kStaleMax], static_cast<double>(stale));
     row[kStale0 + std::min<int64_t>(stale, 3)] += 1;
@@ -208,7 +208,7 @@ void Leader::note_round(const RoundReceipt& receipt, double wait) {
 }
 
 void Leader::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdate& update,
-                      const std::vector<GroupRollout>& trained) {
+                      const std::vector<SampleGroup>& trained) {
   StepRecord record;
   const auto figures = rows.sum(0), maxima = std::get<0>(rows.max(0));
   auto sum = [&](Figure f) { return figures[f].item<double>(); };

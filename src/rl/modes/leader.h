@@ -26,7 +26,7 @@ namespace rlcpp {
 
 // One trainer's figures of a step, as a row that the trainers sum (maxima have their own slots).
 // `version_before`: the policy version the step trained from (for the staleness of its groups).
-torch::Tensor step_figures(const std::vector<GroupRollout>& batch, int64_t buffered, int64_t version_before);
+torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffered, int64_t version_before);
 int64_t n_step_figures();
 
 class Leader {
@@ -54,7 +54,7 @@ class Leader {
   void note_round(const RoundReceipt& receipt, double wait);
   // The step's metrics line and rollouts file. `rows`: every trainer's step_figures, [T, n].
   void log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdate& update,
-                const std::vector<GroupRollout>& trained);
+                const std::vector<SampleGroup>& trained);
   // The checkpoint state of `state.step`: `state` holds every replica's groups and where the round
   // stands, the leader adds the rest (every trainer then calls save_run).
   CheckpointState checkpoint_state(CheckpointState state) const;
@@ -78,7 +78,7 @@ class Leader {
     double generate = 0, reward = 0, wait = 0, sync = 0;
     uint64_t sync_bytes = 0;
     int64_t syncs = 0, verified = 0;
-    std::vector<GroupRollout> discarded;
+    std::vector<SampleGroup> discarded;
   } pending_;
   std::chrono::steady_clock::time_point last_step_end_ = std::chrono::steady_clock::now();
 };

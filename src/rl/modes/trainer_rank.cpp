@@ -36,9 +36,9 @@ class TrainerRank {
   int replica() const { return topo_.replica(); }
   ZeroOptimizer* zero() { return run_.trainer->zero(); }
   // This replica's share of saved groups: its own under the same replicas, else dealt by the balance.
-  std::vector<GroupRollout> deal(const TrainerGroups& saved) const;
+  std::vector<SampleGroup> deal(const TrainerGroups& saved) const;
   // One round from the workers: this trainer's share of its kept groups joins `into`.
-  void collect(std::deque<GroupRollout>& into);
+  void collect(std::deque<SampleGroup>& into);
   // One round's kept groups join the buffer: the round collected ahead if there is one.
   void collect_round();
   // At a checkpoint under -nb >= 1: the round the workers are generating, collected now (as if at
@@ -49,18 +49,18 @@ class TrainerRank {
   void train_step(int64_t step);
   void save_checkpoint(int64_t step);
   // Groups of every replica at the leader, in replica order (the others get nothing back).
-  TrainerGroups gather(const std::vector<GroupRollout>& mine);
+  TrainerGroups gather(const std::vector<SampleGroup>& mine);
   // The leader's evaluation of `step` after its metrics, which the first replica's other ranks serve.
   void log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdate& update,
-                const std::vector<GroupRollout>& trained);
+                const std::vector<SampleGroup>& trained);
 
   const RunConfig& c_;
   const Topology& topo_;
   RunState run_;
   std::unique_ptr<RolloutChannel> channel_;
-  std::deque<GroupRollout> buffer_;  // this trainer's kept groups not yet trained on
+  std::deque<SampleGroup> buffer_;  // this trainer's kept groups not yet trained on
   std::unique_ptr<RelayBuffer> relay_;  // this trainer's trained groups trained on again
-  std::optional<std::deque<GroupRollout>> collected_;  // this trainer's share of a round collected ahead
+  std::optional<std::deque<SampleGroup>> collected_;  // this trainer's share of a round collected ahead
   int64_t round_end_ = 0;    // the last step of the round in training
   bool round_ahead_ = false;  // a round is being generated while this one trains (-nb >= 1)
   int64_t nonfinite_steps_ = 0;         // steps in a row whose updates were skipped as non-finite
@@ -91,7 +91,7 @@ TrainerRank::TrainerRank(const RunConfig& c, const Topology& topo)
   }
 }
 
-std::vector<GroupRollout> TrainerRank::deal(const TrainerGroups& saved) const {
+std::vector<SampleGroup> TrainerRank::deal(const TrainerGroups& saved) const {
   if (static_cast<int>(saved.per_trainer.size()) == T()) {
     int64_t first = 0;
     for (int t = 0; t < replica(); ++t) first += saved.per_trainer[static_cast<size_t>(t)];
@@ -99,17 +99,17 @@ std::vector<GroupRollout> TrainerRank::deal(const TrainerGroups& saved) const {
     return {begin, begin + saved.per_trainer[static_cast<size_t>(replica())]};
   }
   std::vector<int64_t> tokens;
-  for (const auto& g : saved.groups) tokens.push_back(group_tokens(g));
+  for (const auto& g : saved.groups) tokens.push_back(g.response_tokens());
   const auto to = assign_groups(tokens, std::vector<int64_t>(static_cast<size_t>(T()), 0),
                                 std::vector<int64_t>(static_cast<size_t>(T()), 0));
-  std::vector<GroupRollout> mine;
+  std::vector<SampleGroup> mine;
   for (size_t k = 0; k < saved.groups.size(); ++k) {
     if (to[k] == replica()) mine.push_back(saved.groups[k]);
   }
   return mine;
 }
 
-TrainerGroups TrainerRank::gather(const std::vector<GroupRollout>& mine) {
+TrainerGroups TrainerRank::gather(const std::vector<SampleGroup>& mine) {
   if (!topo_.tp_leader()) return {};  // the replica's first rank holds the same groups
   if (!leader_) {
     topo_.dp_group->send_bytes(encode_groups(mine), 0, kShareTag);
@@ -124,7 +124,7 @@ TrainerGroups TrainerRank::gather(const std::vector<GroupRollout>& mine) {
   return all;
 }
 
-void TrainerRank::collect(std::deque<GroupRollout>& into) {
+void TrainerRank::collect(std::deque<SampleGroup>& into) {
   const auto wait_start = Clock::now();
   const size_t before = into.size();
   if (topo_.tp_leader()) {
@@ -136,7 +136,7 @@ void TrainerRank::collect(std::deque<GroupRollout>& into) {
   }
   if (topo_.train_tp > 1) {  // the replica's other ranks get the same groups
     std::string bytes;
-    if (topo_.tp_leader()) bytes = encode_groups(std::vector<GroupRollout>(into.begin() + static_cast<long>(before), into.end()));
+    if (topo_.tp_leader()) bytes = encode_groups(std::vector<SampleGroup>(into.begin() + static_cast<long>(before), into.end()));
     topo_.tp_group->broadcast_bytes(bytes, 0);
     if (!topo_.tp_leader()) {
       for (auto& g : decode_groups(bytes)) into.push_back(std::move(g));
@@ -151,7 +151,7 @@ void TrainerRank::collect_round() {
 }
 
 void TrainerRank::collect_ahead() {
-  std::deque<GroupRollout> held = buffer_;  // the balance weighs what this trainer holds
+  std::deque<SampleGroup> held = buffer_;  // the balance weighs what this trainer holds
   const auto before = static_cast<long>(held.size());
   collect(held);
   collected_.emplace(held.begin() + before, held.end());
@@ -181,16 +181,16 @@ void TrainerRank::save_checkpoint(int64_t step) {
   if (round_ahead_ && !collected_) collect_ahead();
   CheckpointState state;
   state.step = step;
-  state.rollout_buffer = gather(std::vector<GroupRollout>(buffer_.begin(), buffer_.end()));
+  state.rollout_buffer = gather(std::vector<SampleGroup>(buffer_.begin(), buffer_.end()));
   state.relay_buffer = gather(relay_->groups());
   state.round.end_step = round_end_;
-  if (collected_) state.round.collected = gather(std::vector<GroupRollout>(collected_->begin(), collected_->end()));
+  if (collected_) state.round.collected = gather(std::vector<SampleGroup>(collected_->begin(), collected_->end()));
   if (leader_) state = leader_->checkpoint_state(std::move(state));
   save_run(c_, run_, state);  // every trainer: parts and optimizer shards go to trainer 0
 }
 
 void TrainerRank::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdate& update,
-                           const std::vector<GroupRollout>& trained) {
+                           const std::vector<SampleGroup>& trained) {
   if (leader_) {
     leader_->log_step(step, rows, update, trained);
   } else if (eval_engine_) {
@@ -200,7 +200,7 @@ void TrainerRank::log_step(int64_t step, const torch::Tensor& rows, const Policy
 
 void TrainerRank::train_step(int64_t step) {
   trace::Span span("step");
-  const std::vector<GroupRollout> batch = take_groups(buffer_, c_.train_batch_size);
+  const std::vector<SampleGroup> batch = take_groups(buffer_, c_.train_batch_size);
   const int64_t version_before = run_.policy_version;
   const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, topo_.dp_group.get(), relay_->relayed(step),
                                             version_before);
@@ -212,7 +212,7 @@ void TrainerRank::train_step(int64_t step) {
   auto rows = torch::zeros({T(), n_step_figures()}, torch::kFloat64);
   rows[replica()] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before);
   if (T() > 1) topo_.dp_group->all_reduce_sum(rows);
-  const auto trained = rollouts_due(c_, step) ? gather(batch).groups : std::vector<GroupRollout>{};
+  const auto trained = rollouts_due(c_, step) ? gather(batch).groups : std::vector<SampleGroup>{};
   if (zero() != nullptr && zero()->stage() == 3) {
     // The leader's evaluation generates with the policy: whole on trainer 0 for it.
     auto due = torch::tensor({leader_ && leader_->evaluation_due(step) ? 1.0 : 0.0}, torch::kFloat64);

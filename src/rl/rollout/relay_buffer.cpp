@@ -2,15 +2,15 @@
 
 namespace rlcpp {
 
-RelayBuffer::RelayBuffer(const RunConfig& c, std::vector<GroupRollout> saved)
+RelayBuffer::RelayBuffer(const RunConfig& c, std::vector<SampleGroup> saved)
     : max_steps_(c.max_relay_episode), offset_(c.relay_episode_offset), groups_(saved.begin(), saved.end()) {}
 
-std::vector<GroupRollout> RelayBuffer::relayed(int64_t step) const {
+std::vector<SampleGroup> RelayBuffer::relayed(int64_t step) const {
   if (!enabled() || step <= offset_) return {};
   return groups();
 }
 
-void RelayBuffer::add(int64_t step, const std::vector<GroupRollout>& fresh) {
+void RelayBuffer::add(int64_t step, const std::vector<SampleGroup>& fresh) {
   if (!enabled()) return;
   for (auto g : fresh) {
     g.trained_step = step;

@@ -14,19 +14,19 @@ namespace rlcpp {
 
 class RelayBuffer {
  public:
-  RelayBuffer(const RunConfig& config, std::vector<GroupRollout> saved);
+  RelayBuffer(const RunConfig& config, std::vector<SampleGroup> saved);
 
   bool enabled() const { return max_steps_ != 0; }
   // The groups trained on again at `step`: all held, from step relay_episode_offset + 1 on.
-  std::vector<GroupRollout> relayed(int64_t step) const;
+  std::vector<SampleGroup> relayed(int64_t step) const;
   // After `step` trained on `fresh`: they join (tagged with the step), and the groups of steps
   // older than the last max_relay_episode leave.
-  void add(int64_t step, const std::vector<GroupRollout>& fresh);
-  std::vector<GroupRollout> groups() const { return {groups_.begin(), groups_.end()}; }
+  void add(int64_t step, const std::vector<SampleGroup>& fresh);
+  std::vector<SampleGroup> groups() const { return {groups_.begin(), groups_.end()}; }
 
  private:
   int64_t max_steps_, offset_;
-  std::deque<GroupRollout> groups_;  // oldest first
+  std::deque<SampleGroup> groups_;  // oldest first
 };
 
 }  // namespace rlcpp

@@ -32,39 +32,8 @@ RewardFunction run_reward_function(const RunConfig& c) {
   return reward;
 }
 
-nlohmann::json to_json(const GroupRollout& g) {
-  nlohmann::json samples = nlohmann::json::array();
-  for (size_t k = 0; k < g.samples.size(); ++k) {
-    const auto& s = g.samples[k];
-    samples.push_back({{"response_ids", s.response_ids}, {"advantage", s.advantage}, {"truncated", s.truncated},
-                       {"rollout_logprobs", s.rollout_logprobs}, {"reward", g.rewards[k]},
-                       {"correct", g.correct[k] != 0}, {"response", g.responses[k]}});
-  }
-  return {{"prompt_ids", g.samples.empty() ? std::vector<int32_t>{} : g.samples[0].prompt_ids},
-          {"prompt", g.prompt}, {"gt_answer", g.gt_answer}, {"line", g.line},
-          {"policy_version", g.policy_version}, {"trained_step", g.trained_step}, {"samples", samples}};
-}
-
-GroupRollout group_from_json(const nlohmann::json& j) {
-  GroupRollout g;
-  g.prompt = j.at("prompt").get<std::string>();
-  g.gt_answer = j.at("gt_answer").get<std::string>();
-  g.line = j.at("line").get<int64_t>();
-  g.policy_version = j.at("policy_version").get<int64_t>();
-  g.trained_step = j.value("trained_step", int64_t{0});
-  const auto prompt_ids = j.at("prompt_ids").get<std::vector<int32_t>>();
-  for (const auto& s : j.at("samples")) {
-    g.samples.push_back({prompt_ids, s.at("response_ids").get<std::vector<int32_t>>(), s.at("advantage").get<double>(),
-                         s.at("truncated").get<bool>(), s.at("rollout_logprobs").get<std::vector<float>>()});
-    g.rewards.push_back(s.at("reward").get<double>());
-    g.correct.push_back(s.at("correct").get<bool>());
-    g.responses.push_back(s.at("response").get<std::string>());
-  }
-  return g;
-}
-
-std::vector<GroupRollout> take_groups(std::deque<GroupRollout>& buffer, int64_t n) {
-  std::vector<GroupRollout> batch;
+std::vector<SampleGroup> take_groups(std::deque<SampleGroup>& buffer, int64_t n) {
+  std::vector<SampleGroup> batch;
   while (!buffer.empty() && static_cast<int64_t>(batch.size()) < n) {
     batch.push_back(std::move(buffer.front()));
     buffer.pop_front();
@@ -73,12 +42,12 @@ std::vector<GroupRollout> take_groups(std::deque<GroupRollout>& buffer, int64_t 
 }
 
 nlohmann::json to_json(const PromptPick& p) {
-  return {{"ids", p.ids}, {"text", p.text}, {"gt_answer", p.gt_answer}, {"line", p.line}, {"seed", p.seed}};
+  return {{"ids", p.ids}, {"text", p.text}, {"gt_answer", p.gt_answer}, {"line", p.line}, {"seed", p.seed}, {"id", p.id}};
 }
 
 PromptPick pick_from_json(const nlohmann::json& j) {
   return {j.at("ids").get<std::vector<int32_t>>(), j.at("text").get<std::string>(), j.at("gt_answer").get<std::string>(),
-          j.at("line").get<int64_t>(), j.at("seed").get<uint64_t>()};
+          j.at("line").get<int64_t>(), j.at("seed").get<uint64_t>(), j.value("id", int64_t{0})};
 }
 
 EngineConfig run_engine_config(const RunConfig& c) {
@@ -127,8 +96,9 @@ std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
       ++skipped_short_;
       continue;
     }
+    const int64_t position = static_cast<int64_t>(cursor_->consumed());
     picks.push_back({built->ids, built->text, record.gt_answer, record.line,
-                     c_.seed * 1000003ULL + static_cast<uint64_t>(cursor_->consumed())});
+                     c_.seed * 1000003ULL + static_cast<uint64_t>(position), position});
   }
   return picks;
 }
@@ -137,7 +107,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   RLCPP_CHECK(backend_ != nullptr && reward_ != nullptr, "generating without a rollout backend");
   RolloutRound round;
   std::vector<GenerationRequest> requests;
-  std::vector<GroupRollout> groups;
+  std::vector<SampleGroup> groups;
   for (const auto& pick : picks) {
     GenerationRequest request;
     request.prompt_ids = pick.ids;
@@ -145,7 +115,8 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
     request.n = c_.num_generations;
     request.seed = pick.seed;
     requests.push_back(std::move(request));
-    GroupRollout group;
+    SampleGroup group;
+    group.id = pick.id;
     group.prompt = pick.text;
     group.gt_answer = pick.gt_answer;
     group.line = pick.line;
@@ -186,7 +157,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   round.reward_seconds = seconds_since(t0);
   span.reset();
   std::vector<double> rewards(graded.size());
-  std::vector<int64_t> correct(graded.size());
+  std::vector<int64_t> correct(graded.size());  // int64: the group filter's tensor
   const int64_t cache = c_.algo.overlong_cache > 0 ? c_.algo.overlong_cache : default_overlong_cache(sampling_.max_new_tokens);
   for (size_t k = 0; k < graded.size(); ++k) {
     const auto& s = by_request[k / static_cast<size_t>(G)][k % static_cast<size_t>(G)];
@@ -205,18 +176,19 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
                                      c_.algo.filter_range->second);
   }
   for (size_t r = 0; r < requests.size(); ++r) {
-    GroupRollout& g = groups[r];
-    // The group's version: its oldest sample's (one generate call's are alike).
-    g.policy_version = by_request[r].front().policy_version;
-    for (const auto& s : by_request[r]) g.policy_version = std::min(g.policy_version, s.policy_version);
+    SampleGroup& g = groups[r];
     for (int64_t s = 0; s < G; ++s) {
       const size_t k = r * static_cast<size_t>(G) + static_cast<size_t>(s);
-      auto& sample = by_request[r][static_cast<size_t>(s)];
-      g.samples.push_back({requests[r].prompt_ids, std::move(sample.token_ids), adv[k],
-                           sample.finish_reason == FinishReason::kLength, std::move(sample.logprobs)});
-      g.rewards.push_back(rewards[k]);
-      g.correct.push_back(static_cast<uint8_t>(correct[k]));
-      g.responses.push_back(std::move(sample.text));
+      auto& generated = by_request[r][static_cast<size_t>(s)];
+      Sample sample = model_sample(requests[r].prompt_ids, std::move(generated.token_ids), adv[k],
+                                   std::move(generated.logprobs), generated.policy_version,
+                                   generated.finish_reason == FinishReason::kLength);
+      sample.response = std::move(generated.text);
+      sample.reward = rewards[k];
+      sample.reward_parts = graded[k].parts;
+      sample.correct = correct[k] != 0;
+      sample.group_id = g.id;
+      g.samples.push_back(std::move(sample));
     }
     const bool kept = !keep.defined() || keep[static_cast<int64_t>(r)].item<bool>();
     (kept ? round.kept : round.discarded).push_back(std::move(g));

@@ -1,5 +1,5 @@
-// Rollouts: one prompt's group of G graded samples with advantages (GroupRollout, serialisable
-// for checkpoints and for sending between processes), and the generator of rollout rounds —
+// Rollouts: one prompt's group of G graded samples with advantages (SampleGroup, train/sample.h),
+// and the generator of rollout rounds —
 // prompts from the dataset cursor, the engine's samples in calls of inference_microbatch_size,
 // rewards with DAPO's over-length shaping, advantages over the round and the group filter. The
 // colocated loop, trainer rank 0 (picking prompts) and the rollout workers (generating them) use
@@ -19,41 +19,27 @@
 #include "reward/reward_function.h"
 #include "rl/config/run_config.h"
 #include "text/prompt_builder.h"
+#include "train/sample.h"
 
 namespace rlcpp {
 
 // The run's reward: the built-in grader (-rt, with its scale) plus the external command, if any.
 RewardFunction run_reward_function(const RunConfig& config);
 
-// One prompt's G rollouts, graded, with the advantages filled in.
-struct GroupRollout {
-  std::vector<TrainSample> samples;
-  std::vector<double> rewards;
-  std::vector<uint8_t> correct;
-  std::vector<std::string> responses;
-  std::string prompt, gt_answer;
-  int64_t line = 0;  // of the record in the dataset
-  int64_t policy_version = 0;
-  int64_t trained_step = 0;  // the step that first trained on it (kept by the relay buffer)
-};
-
-nlohmann::json to_json(const GroupRollout& group);
-GroupRollout group_from_json(const nlohmann::json& json);
-
 // Up to `n` groups from the front of `buffer` (a step's batch; the rest wait for later steps).
-std::vector<GroupRollout> take_groups(std::deque<GroupRollout>& buffer, int64_t n);
+std::vector<SampleGroup> take_groups(std::deque<SampleGroup>& buffer, int64_t n);
 
 // Rollout figures of the groups a step looked at (trained on, or filtered out).
 struct RolloutStats {
   int64_t samples = 0, correct = 0, truncated = 0, max_len = 0;
   double reward_sum = 0, len_sum = 0;
-  void add(const GroupRollout& g) {
-    for (size_t k = 0; k < g.samples.size(); ++k) {
-      const int64_t len = static_cast<int64_t>(g.samples[k].response_ids.size());
+  void add(const SampleGroup& g) {
+    for (const auto& s : g.samples) {
+      const int64_t len = static_cast<int64_t>(s.response_ids.size());
       ++samples;
-      correct += g.correct[k];
-      truncated += g.samples[k].truncated;
-      reward_sum += g.rewards[k];
+      correct += s.correct;
+      truncated += s.truncated;
+      reward_sum += s.reward;
       len_sum += static_cast<double>(len);
       max_len = std::max(max_len, len);
     }
@@ -69,13 +55,14 @@ struct PromptPick {
   std::string text, gt_answer;
   int64_t line = 0;
   uint64_t seed = 0;  // of the group's sampling
+  int64_t id = 0;     // the group's (SampleGroup::id): the dataset cursor's position when picked
 };
 
 nlohmann::json to_json(const PromptPick& pick);
 PromptPick pick_from_json(const nlohmann::json& json);
 
 struct RolloutRound {
-  std::vector<GroupRollout> kept, discarded;  // by the group filter (all kept without one)
+  std::vector<SampleGroup> kept, discarded;  // by the group filter (all kept without one)
   double generate_seconds = 0, reward_seconds = 0;
 };
 

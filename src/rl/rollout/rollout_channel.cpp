@@ -49,20 +49,14 @@ std::vector<int> assign_groups(const std::vector<int64_t>& group_tokens, std::ve
   return to;
 }
 
-int64_t group_tokens(const GroupRollout& group) {
-  int64_t n = 0;
-  for (const auto& s : group.samples) n += static_cast<int64_t>(s.response_ids.size());
-  return n;
-}
-
-std::string encode_groups(const std::vector<GroupRollout>& groups) {
+std::string encode_groups(const std::vector<SampleGroup>& groups) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& g : groups) list.push_back(to_json(g));
   return pack_message(list);
 }
 
-std::vector<GroupRollout> decode_groups(const std::string& bytes) {
-  std::vector<GroupRollout> groups;
+std::vector<SampleGroup> decode_groups(const std::string& bytes) {
+  std::vector<SampleGroup> groups;
   for (const auto& g : unpack_message(bytes, "rollout groups")) groups.push_back(group_from_json(g));
   return groups;
 }
@@ -73,7 +67,7 @@ RolloutChannel::RolloutChannel(const Topology& topology)
 void RolloutChannel::deliver(RolloutRound& round, int64_t policy_version) {
   Communicator& world = *topo_.world;
   nlohmann::json tokens = nlohmann::json::array();
-  for (const auto& g : round.kept) tokens.push_back(group_tokens(g));
+  for (const auto& g : round.kept) tokens.push_back(g.response_tokens());
   nlohmann::json discarded = nlohmann::json::array();
   for (const auto& g : round.discarded) discarded.push_back(to_json(g));
   world.send_bytes(pack_message({{"tokens", tokens},
@@ -84,12 +78,12 @@ void RolloutChannel::deliver(RolloutRound& round, int64_t policy_version) {
                     0, kManifest);
   const auto to = unpack_message(world.recv_bytes(0, kAssignment), "assignment").get<std::vector<int>>();
   RLCPP_CHECK(to.size() == round.kept.size(), "an assignment of {} groups for {} kept", to.size(), round.kept.size());
-  std::vector<std::vector<GroupRollout>> share(static_cast<size_t>(T_));
+  std::vector<std::vector<SampleGroup>> share(static_cast<size_t>(T_));
   for (size_t g = 0; g < to.size(); ++g) share.at(static_cast<size_t>(to[g])).push_back(std::move(round.kept[g]));
   for (int t = 0; t < T_; ++t) world.send_bytes(encode_groups(share[static_cast<size_t>(t)]), topo_.replica_leader(t), kGroups);
 }
 
-RoundReceipt RolloutChannel::collect(std::deque<GroupRollout>& buffer) {
+RoundReceipt RolloutChannel::collect(std::deque<SampleGroup>& buffer) {
   RoundReceipt receipt;
   Communicator& world = *topo_.world;
   Communicator& replicas = *topo_.dp_group;  // on the replicas' first ranks: one per replica, in order
@@ -97,7 +91,7 @@ RoundReceipt RolloutChannel::collect(std::deque<GroupRollout>& buffer) {
   std::vector<double> held(static_cast<size_t>(2 * T_), 0.0);
   const int me = replicas.rank();
   held[static_cast<size_t>(me)] = static_cast<double>(buffer.size());
-  for (const auto& g : buffer) held[static_cast<size_t>(T_ + me)] += static_cast<double>(group_tokens(g));
+  for (const auto& g : buffer) held[static_cast<size_t>(T_ + me)] += static_cast<double>(g.response_tokens());
   if (T_ > 1) {
     auto t = torch::tensor(held, torch::kFloat64);
     replicas.all_reduce_sum(t);

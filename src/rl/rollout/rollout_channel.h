@@ -24,23 +24,20 @@ namespace rlcpp {
 std::vector<int> assign_groups(const std::vector<int64_t>& group_tokens, std::vector<int64_t> held_groups,
                                std::vector<int64_t> held_tokens);
 
-// Response tokens of a group (its weight in the balance).
-int64_t group_tokens(const GroupRollout& group);
-
 // Messages between ranks: JSON in its compact binary form (MessagePack). A message that does not
 // decode is an InternalError naming `what`.
 std::string pack_message(const nlohmann::json& message);
 nlohmann::json unpack_message(const std::string& bytes, const char* what);
 
 // Compact binary form of groups, for messages and checkpoints.
-std::string encode_groups(const std::vector<GroupRollout>& groups);
-std::vector<GroupRollout> decode_groups(const std::string& bytes);
+std::string encode_groups(const std::vector<SampleGroup>& groups);
+std::vector<SampleGroup> decode_groups(const std::string& bytes);
 
 // What one round brought a trainer.
 struct RoundReceipt {
   int64_t kept = 0;                      // groups added to this trainer's buffer
   // On trainer rank 0 only, over every worker:
-  std::vector<GroupRollout> discarded;   // by the group filter
+  std::vector<SampleGroup> discarded;   // by the group filter
   int64_t generated = 0, kept_all = 0;   // groups
   double generate_seconds = 0, reward_seconds = 0;  // the slowest worker's
   int64_t min_version = 0, max_version = 0;         // of the round's groups
@@ -55,7 +52,7 @@ class RolloutChannel {
   void deliver(RolloutRound& round, int64_t policy_version);
   // A replica's first rank: receives one round from every engine; its share of the kept groups
   // joins `buffer`.
-  RoundReceipt collect(std::deque<GroupRollout>& buffer);
+  RoundReceipt collect(std::deque<SampleGroup>& buffer);
 
  private:
   const Topology& topo_;

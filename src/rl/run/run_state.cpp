@@ -18,14 +18,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nlohmann::json groups_json(const std::vector<GroupRollout>& groups) {
+nlohmann::json groups_json(const std::vector<SampleGroup>& groups) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& g : groups) list.push_back(to_json(g));
   return list;
 }
 
-std::vector<GroupRollout> groups_from(const nlohmann::json& j, const char* key) {
-  std::vector<GroupRollout> groups;
+std::vector<SampleGroup> groups_from(const nlohmann::json& j, const char* key) {
+  std::vector<SampleGroup> groups;
   for (const auto& g : j.value(key, nlohmann::json::array())) groups.push_back(group_from_json(g));
   return groups;
 }

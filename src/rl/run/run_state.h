@@ -29,7 +29,7 @@ namespace rlcpp {
 // A resume under the same -t gives each trainer its own back; under another -t (or without
 // per_trainer) they are dealt anew.
 struct TrainerGroups {
-  std::vector<GroupRollout> groups;
+  std::vector<SampleGroup> groups;
   std::vector<int64_t> per_trainer;
 };
 
@@ -41,7 +41,7 @@ struct RoundState {
   int64_t rounds_ahead = 0;                // rounds sent ahead of training (the --sync-frequency cadence)
   // Figures of collected rounds not yet on a metrics line (they go on the next step's):
   int64_t generated_groups = 0, kept_groups = 0;
-  std::vector<GroupRollout> discarded;
+  std::vector<SampleGroup> discarded;
 };
 
 // trainer_state/state.json of a checkpoint (the optimizer and RNG states sit beside it).

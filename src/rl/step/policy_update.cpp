@@ -42,38 +42,51 @@ const std::vector<std::string> kCounted = {"n_skipped", "nonfinite"};
 const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "entropy",
                                               "tis_weight_mean", "tis_clip_frac"};
 
-// REINFORCE++: the step's advantages (r - group mean) whitened over the response tokens of every
-// sample trained on, on every trainer rank.
-void whiten_advantages(std::vector<TrainSample>& samples, double eps, Communicator* trainers) {
+// REINFORCE++: the step's advantages (r - group mean) whitened over the trained tokens of every
+// sample trained on, on every trainer rank. A sample with one advantage for all its tokens counts
+// it once per trained token.
+void whiten_advantages(std::vector<Sample>& samples, double eps, Communicator* trainers) {
+  // Over each sample's trained tokens: sum f(advantage) (one product for a uniform advantage).
+  auto token_sum = [](const Sample& s, auto&& f) {
+    if (s.uniform_advantage()) return f(s.advantages[0]) * static_cast<double>(s.trained_tokens());
+    const auto mask = s.loss_mask();
+    double sum = 0;
+    for (size_t t = 0; t < mask.size(); ++t) sum += mask[t] ? f(s.advantages[t]) : 0.0;
+    return sum;
+  };
   double n = 0, sum = 0;
   for (const auto& s : samples) {
-    n += static_cast<double>(s.response_ids.size());
-    sum += s.advantage * static_cast<double>(s.response_ids.size());
+    n += static_cast<double>(s.trained_tokens());
+    sum += token_sum(s, [](double a) { return a; });
   }
   std::vector<double> moments = {n, sum};
   sum_over(trainers, moments);
   if (moments[0] < 2) {
-    for (auto& s : samples) s.advantage = 0;
+    for (auto& s : samples) s.advantages.assign(s.advantages.size(), 0.0);
     return;
   }
   const double mean = moments[1] / moments[0];
   std::vector<double> squares = {0.0};
-  for (const auto& s : samples) squares[0] += std::pow(s.advantage - mean, 2) * static_cast<double>(s.response_ids.size());
+  for (const auto& s : samples) squares[0] += token_sum(s, [&](double a) { return std::pow(a - mean, 2); });
   sum_over(trainers, squares);
   const double scale = 1.0 / std::sqrt(squares[0] / (moments[0] - 1) + eps);
-  for (auto& s : samples) s.advantage = (s.advantage - mean) * scale;
+  for (auto& s : samples) {
+    for (auto& a : s.advantages) a = (a - mean) * scale;
+  }
 }
 
 // How far the sampler's log-probs are from the trainer's for the same tokens (a different policy
 // version under staleness or relay, or another dtype or kernel): mean and max |Δ log p| and the
 // KL(rollout || trainer) estimate k3, over every token with a rollout log-prob, on every rank.
-void add_mismatch(std::map<std::string, double>& metrics, const std::vector<TrainSample>& samples,
+void add_mismatch(std::map<std::string, double>& metrics, const std::vector<Sample>& samples,
                   const std::vector<std::vector<float>>& logprobs, Communicator* trainers) {
   double tokens = 0, abs_sum = 0, kl_sum = 0, abs_max = 0;
   for (size_t k = 0; k < samples.size(); ++k) {
     const auto& rollout = samples[k].rollout_logprobs;
     if (rollout.size() != logprobs[k].size()) continue;  // none kept for this sample
+    const auto mask = samples[k].loss_mask();  // inserted tokens were not sampled
     for (size_t t = 0; t < rollout.size(); ++t) {
+      if (!mask[t]) continue;
       const double delta = static_cast<double>(logprobs[k][t]) - static_cast<double>(rollout[t]);  // log π_train/π_rollout
       tokens += 1;
       abs_sum += std::abs(delta);
@@ -92,13 +105,15 @@ void add_mismatch(std::map<std::string, double>& metrics, const std::vector<Trai
 // The on-policy shortcut for this step's samples: every rank's groups from the policy as it is now,
 // nothing relayed, one mini-batch, and the sampler's log-prob for every response token. Agreed over
 // the trainer ranks (one small sum), so they all take the same path.
-bool step_is_on_policy(const RunConfig& c, const std::vector<GroupRollout>& groups, double n_relayed,
+bool step_is_on_policy(const RunConfig& c, const std::vector<SampleGroup>& groups, double n_relayed,
                        size_t n_minibatches, std::optional<int64_t> policy_version, Communicator* trainers) {
   if (!policy_version || !on_policy_shortcut_off(c).empty() || n_relayed > 0 || n_minibatches != 1) return false;
   bool here = true;
   for (const auto& g : groups) {
-    here = here && g.policy_version == *policy_version;
-    for (const auto& s : g.samples) here = here && s.rollout_logprobs.size() == s.response_ids.size();
+    for (const auto& s : g.samples) {
+      here = here && s.rollout_logprobs.size() == s.response_ids.size() &&
+             (s.segments.empty() || (s.single_version() && s.policy_version() == *policy_version));
+    }
   }
   std::vector<double> off = {here ? 0.0 : 1.0};
   sum_over(trainers, off);
@@ -106,7 +121,7 @@ bool step_is_on_policy(const RunConfig& c, const std::vector<GroupRollout>& grou
 }
 
 // Per-sample response log-probs laid out like the scoring pass's: the sampler's own.
-std::vector<std::vector<float>> rollout_logprobs_of(const std::vector<TrainSample>& samples) {
+std::vector<std::vector<float>> rollout_logprobs_of(const std::vector<Sample>& samples) {
   std::vector<std::vector<float>> out;
   out.reserve(samples.size());
   for (const auto& s : samples) out.push_back(s.rollout_logprobs);
@@ -155,11 +170,11 @@ TrainerConfig rl_trainer_config(const RunConfig& c, int64_t total_steps) {
   return t;
 }
 
-PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vector<GroupRollout>& groups,
-                           Communicator* trainers, const std::vector<GroupRollout>& relayed,
+PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vector<SampleGroup>& groups,
+                           Communicator* trainers, const std::vector<SampleGroup>& relayed,
                            std::optional<int64_t> policy_version) {
   PolicyUpdate out;
-  std::vector<TrainSample> samples;
+  std::vector<Sample> samples;
   for (const auto* set : {&groups, &relayed}) {
     for (const auto& g : *set) {
       for (const auto& s : g.samples) {

@@ -37,8 +37,8 @@ struct PolicyUpdate {
 // `policy_version`: the version of the policy's weights now. Given, an on-policy step (see
 // on_policy_shortcut) takes the sampler's log-probs as the old ones and skips the scoring pass;
 // the entropy and the train/rollout mismatch then come from the first update's own forward.
-PolicyUpdate update_policy(Trainer& trainer, const RunConfig& config, const std::vector<GroupRollout>& groups,
-                           Communicator* trainers = nullptr, const std::vector<GroupRollout>& relayed = {},
+PolicyUpdate update_policy(Trainer& trainer, const RunConfig& config, const std::vector<SampleGroup>& groups,
+                           Communicator* trainers = nullptr, const std::vector<SampleGroup>& relayed = {},
                            std::optional<int64_t> policy_version = std::nullopt);
 
 // Why the on-policy shortcut (--reuse-rollout-logprobs) can never apply to this run's steps ("" when

@@ -149,26 +149,24 @@ bool rollouts_due(const RunConfig& c, int64_t step) {
   return !c.rollout_save_dir.empty() && step % c.rollout_save_interval == 0;
 }
 
-void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<GroupRollout>& trained,
-                   const std::vector<GroupRollout>& discarded) {
+void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<SampleGroup>& trained,
+                   const std::vector<SampleGroup>& discarded) {
   std::filesystem::create_directories(dir);
   std::string text;
   for (const auto* list : {&trained, &discarded}) {
     for (const auto& g : *list) {
-      for (size_t k = 0; k < g.samples.size(); ++k) {
+      for (const auto& s : g.samples) {
         nlohmann::ordered_json line;
         line["step"] = step;
         line["prompt"] = g.prompt;
-        line["response"] = g.responses[k];
-        line["reward"] = g.rewards[k];
-        line["correct"] = g.correct[k] != 0;
         line["gt_answer"] = g.gt_answer;
-        line["advantage"] = g.samples[k].advantage;
-        line["truncated"] = g.samples[k].truncated;
-        line["response_tokens"] = g.samples[k].response_ids.size();
-        line["trained"] = list == &trained;
-        line["policy_version"] = g.policy_version;
         line["dataset_line"] = g.line;
+        line["group"] = g.id;
+        line["trained"] = list == &trained;
+        line["policy_version"] = s.policy_version();
+        line["response_tokens"] = s.response_ids.size();
+        const nlohmann::json sample = to_json(s);  // the sample as checkpoints hold it
+        for (const auto& [key, value] : sample.items()) line[key] = value;
         text += line.dump() + "\n";
       }
     }

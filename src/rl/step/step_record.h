@@ -80,7 +80,7 @@ double eta_seconds(double elapsed, int64_t steps_done, int64_t steps_left);
 void write_scalars(EventWriter& events, const nlohmann::ordered_json& line);
 
 // Writes DIR/step-N.jsonl: one line per sample of the trained and the filtered-out groups.
-void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<GroupRollout>& trained,
-                   const std::vector<GroupRollout>& discarded);
+void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<SampleGroup>& trained,
+                   const std::vector<SampleGroup>& discarded);
 
 }  // namespace rlcpp

@@ -1,0 +1,243 @@
+// The rl layer's pieces on their own (the end-to-end scripts run them together): the sample record
+// and its serialised form (train/sample.h, which every rl piece carries), the step buffer, rollout figures, ChatLearn's relay buffer, the metrics rewind.
+#include <fstream>
+#include <sstream>
+
+#include "rl/checkpoint/run_checkpoint.h"
+#include "rl/rollout/relay_buffer.h"
+#include "rl/rollout/rollout.h"
+#include "test_util.h"
+#include "util/error.h"
+#include "util/file.h"
+
+using namespace rlcpp;
+
+namespace {
+
+// A group of `n` samples whose values all differ, so a field dropped or swapped shows.
+SampleGroup group(int64_t line, int n, int64_t version = 3) {
+  SampleGroup g;
+  g.prompt = "prompt " + std::to_string(line);
+  g.gt_answer = std::to_string(line * 7);
+  g.line = line;
+  g.id = 100 + line;
+  g.trained_step = 0;
+  for (int k = 0; k < n; ++k) {
+    const std::vector<int32_t> response(static_cast<size_t>(k + 1), static_cast<int32_t>(10 + k));
+    Sample s = model_sample({1, 2, static_cast<int32_t>(line)}, response, 0.25 * k - 0.5,
+                            std::vector<float>(response.size(), -0.125f * static_cast<float>(k + 1)), version, k % 2 == 1);
+    s.reward = k;
+    s.reward_parts = {{"accuracy", 0.5 * k}};
+    s.correct = k % 3 == 0;
+    s.response = "response " + std::to_string(k);
+    s.group_id = g.id;
+    g.samples.push_back(s);
+  }
+  return g;
+}
+
+void expect_same(const SampleGroup& a, const SampleGroup& b) {
+  EXPECT_EQ(a.prompt, b.prompt);
+  EXPECT_EQ(a.gt_answer, b.gt_answer);
+  EXPECT_EQ(a.line, b.line);
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.trained_step, b.trained_step);
+  EXPECT_EQ(a.policy_version(), b.policy_version());
+  ASSERT_EQ(a.samples.size(), b.samples.size());
+  for (size_t k = 0; k < a.samples.size(); ++k) {
+    const Sample &x = a.samples[k], &y = b.samples[k];
+    EXPECT_EQ(x.prompt_ids, y.prompt_ids);
+    EXPECT_EQ(x.response_ids, y.response_ids);
+    EXPECT_EQ(x.segments, y.segments);
+    EXPECT_EQ(x.advantages, y.advantages);  // exactly: checkpoints resume bit for bit
+    EXPECT_EQ(x.truncated, y.truncated);
+    EXPECT_EQ(x.rollout_logprobs, y.rollout_logprobs);
+    EXPECT_EQ(x.reward, y.reward);
+    EXPECT_EQ(x.reward_parts, y.reward_parts);
+    EXPECT_EQ(x.correct, y.correct);
+    EXPECT_EQ(x.response, y.response);
+    EXPECT_EQ(x.group_id, y.group_id);
+  }
+}
+
+}  // namespace
+
+TEST(SampleGroup, SurvivesItsJsonFormExactly) {
+  SampleGroup g = group(5, 4);
+  g.trained_step = 9;
+  g.samples[1].set_advantage(0.1 + 0.2);  // not a short decimal: the text form must keep every bit
+  // A multi-turn sample: a tool's output inserted, then tokens sampled after a weight update, with
+  // per-token advantages.
+  Sample& s = g.samples[2];
+  s.append(SegmentKind::kInserted, {40, 41}, {}, 3);
+  s.append(SegmentKind::kModel, {42}, {-0.0625f}, 4);
+  s.advantages = {0.5, 0.25, 0.125, 0.0, 0.1 + 0.7, -1.0};
+  check_sample(s, "the test's sample");
+  const SampleGroup back = group_from_json(nlohmann::json::parse(to_json(g).dump()));
+  expect_same(g, back);
+  // The binary message form too.
+  expect_same(g, group_from_json(nlohmann::json::from_msgpack(nlohmann::json::to_msgpack(to_json(g)))));
+}
+
+TEST(SampleGroup, GroupsSavedBeforeSegmentsReadBack) {
+  // A checkpoint's group as written before samples had segments: the version on the group, one
+  // advantage per sample, no reward parts.
+  const auto old = nlohmann::json::parse(R"({"prompt_ids": [1, 2], "prompt": "p", "gt_answer": "4", "line": 3,
+      "policy_version": 6, "trained_step": 2, "samples": [
+      {"response_ids": [7, 8, 9], "advantage": -0.5, "truncated": true, "rollout_logprobs": [-0.5, -0.25, -1.0],
+       "reward": 0.0, "correct": false, "response": "x"},
+      {"response_ids": [5], "advantage": 0.5, "truncated": false, "rollout_logprobs": [],
+       "reward": 1.0, "correct": true, "response": "4"}]})");
+  const SampleGroup g = group_from_json(old);
+  ASSERT_EQ(g.samples.size(), 2u);
+  EXPECT_EQ(g.policy_version(), 6);
+  EXPECT_EQ(g.trained_step, 2);
+  const Sample& s = g.samples[0];
+  EXPECT_EQ(s.prompt_ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(s.segments, (std::vector<Segment>{{SegmentKind::kModel, 3, 6}}));
+  EXPECT_EQ(s.advantages, (std::vector<double>{-0.5}));
+  EXPECT_EQ(s.loss_mask(), (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_TRUE(s.truncated);
+  EXPECT_TRUE(g.samples[1].correct);
+  EXPECT_TRUE(g.samples[1].rollout_logprobs.empty());
+}
+
+TEST(SampleGroup, ABrokenSampleIsRefusedNamingIt) {
+  auto j = to_json(group(4, 2));
+  j["samples"][1]["segments"][0][1] = 7;  // covers 7 of its 2 tokens
+  EXPECT_THROW_MSG(group_from_json(j), InternalError, "dataset line 4", "segments cover 7 of 2");
+  j = to_json(group(4, 2));
+  j["samples"][0]["advantages"] = {1.0, 2.0};  // neither one nor one per token (1 token)
+  EXPECT_THROW_MSG(group_from_json(j), InternalError, "2 advantages for 1 response tokens");
+  j = to_json(group(4, 2));
+  j["samples"][0]["segments"][0][0] = "tool";
+  EXPECT_THROW_MSG(group_from_json(j), InternalError, "unknown kind \"tool\"");
+}
+
+TEST(Sample, SegmentsGiveTheLossMaskAndVersions) {
+  Sample s = model_sample({1}, {10, 11}, 1.0, {-0.5f, -0.25f}, 2);
+  s.append(SegmentKind::kModel, {12}, {-1.0f}, 2);  // the same version: joins the segment
+  s.append(SegmentKind::kInserted, {20, 21, 22}, {}, 2);
+  s.append(SegmentKind::kModel, {13, 14}, {-0.125f, -2.0f}, 3);
+  EXPECT_EQ(s.segments, (std::vector<Segment>{{SegmentKind::kModel, 3, 2}, {SegmentKind::kInserted, 3, 2},
+                                               {SegmentKind::kModel, 2, 3}}));
+  EXPECT_EQ(s.response_ids, (std::vector<int32_t>{10, 11, 12, 20, 21, 22, 13, 14}));
+  EXPECT_EQ(s.loss_mask(), (std::vector<uint8_t>{1, 1, 1, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(s.token_versions(), (std::vector<int64_t>{2, 2, 2, 2, 2, 2, 3, 3}));
+  EXPECT_EQ(s.rollout_logprobs, (std::vector<float>{-0.5f, -0.25f, -1.0f, 0, 0, 0, -0.125f, -2.0f}));
+  EXPECT_EQ(s.trained_tokens(), 5);
+  EXPECT_EQ(s.policy_version(), 2);
+  EXPECT_FALSE(s.single_version());
+  EXPECT_EQ(s.advantage(6), 1.0);  // one advantage: every token's
+  s.advantages = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(s.advantage(6), 6.0);
+  check_sample(s, "the test's sample");
+  // A sample that kept no log-probs keeps none.
+  Sample bare = model_sample({1}, {10}, 0.0);
+  bare.append(SegmentKind::kInserted, {11}, {}, 0);
+  EXPECT_TRUE(bare.rollout_logprobs.empty());
+  // The group's version is its oldest sample's.
+  SampleGroup g;
+  g.samples = {s, model_sample({1}, {9}, 0.0, {}, 1), Sample{}};  // an empty sample has no version to count
+  EXPECT_EQ(g.policy_version(), 1);
+  EXPECT_EQ(g.response_tokens(), 9);
+}
+
+TEST(SampleGroup, TakeGroupsTakesFromTheFrontInOrder) {
+  std::deque<SampleGroup> buffer;
+  for (int64_t line = 1; line <= 5; ++line) buffer.push_back(group(line, 2));
+  const auto first = take_groups(buffer, 2);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].line, 1);
+  EXPECT_EQ(first[1].line, 2);
+  EXPECT_EQ(buffer.size(), 3u);
+  const auto rest = take_groups(buffer, 10);  // fewer left than asked: all of them
+  ASSERT_EQ(rest.size(), 3u);
+  EXPECT_EQ(rest[2].line, 5);
+  EXPECT_TRUE(buffer.empty());
+  EXPECT_TRUE(take_groups(buffer, 1).empty());
+}
+
+TEST(RolloutStats, CountsAndMeansOverTheSamples) {
+  RolloutStats stats;
+  stats.add(group(1, 3));  // lengths 1, 2, 3; rewards 0, 1, 2; correct 1, 0, 0; truncated 0, 1, 0
+  stats.add(group(2, 1));  // length 1, reward 0, correct, not truncated
+  EXPECT_EQ(stats.samples, 4);
+  EXPECT_EQ(stats.correct, 2);
+  EXPECT_EQ(stats.truncated, 1);
+  EXPECT_EQ(stats.max_len, 3);
+  EXPECT_DOUBLE_EQ(stats.mean(stats.reward_sum), 3.0 / 4);
+  EXPECT_DOUBLE_EQ(stats.mean(stats.len_sum), 7.0 / 4);
+  EXPECT_DOUBLE_EQ(RolloutStats{}.mean(1.0), 0.0);
+}
+
+TEST(PromptPick, SurvivesItsJsonForm) {
+  const PromptPick p{{4, 5, 6}, "the text", "42", 17, 0xfedcba9876543210ULL, 33};
+  const PromptPick back = pick_from_json(nlohmann::json::parse(to_json(p).dump()));
+  EXPECT_EQ(back.ids, p.ids);
+  EXPECT_EQ(back.text, p.text);
+  EXPECT_EQ(back.gt_answer, p.gt_answer);
+  EXPECT_EQ(back.line, p.line);
+  EXPECT_EQ(back.seed, p.seed);  // all 64 bits
+  EXPECT_EQ(back.id, p.id);
+}
+
+TEST(RelayBuffer, RelaysTheLastStepsGroupsAfterTheOffset) {
+  RunConfig c;
+  c.max_relay_episode = 2;
+  c.relay_episode_offset = 1;
+  RelayBuffer relay(c, {});
+  ASSERT_TRUE(relay.enabled());
+  EXPECT_TRUE(relay.relayed(1).empty());
+  relay.add(1, {group(1, 2), group(2, 2)});
+  EXPECT_TRUE(relay.relayed(1).empty());  // step <= offset: nothing relayed yet
+  ASSERT_EQ(relay.relayed(2).size(), 2u);
+  EXPECT_EQ(relay.relayed(2)[0].trained_step, 1);  // tagged with the step that trained on it
+  relay.add(2, {group(3, 2)});
+  relay.add(3, {group(4, 2)});  // the groups of step 1 are now older than the last two steps
+  const auto held = relay.relayed(4);
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(held[0].line, 3);
+  EXPECT_EQ(held[1].line, 4);
+  // A checkpoint's groups come back as they were.
+  RelayBuffer again(c, relay.groups());
+  ASSERT_EQ(again.relayed(4).size(), 2u);
+  expect_same(again.relayed(4)[1], held[1]);
+}
+
+TEST(RelayBuffer, MinusOneKeepsEveryStepAndZeroIsOff) {
+  RunConfig all;
+  all.max_relay_episode = -1;
+  RelayBuffer keep(all, {});
+  for (int64_t step = 1; step <= 5; ++step) keep.add(step, {group(step, 1)});
+  EXPECT_EQ(keep.relayed(6).size(), 5u);
+  RunConfig off;
+  RelayBuffer none(off, {});
+  EXPECT_FALSE(none.enabled());
+  none.add(1, {group(1, 1)});
+  EXPECT_TRUE(none.relayed(2).empty());
+  EXPECT_TRUE(none.groups().empty());
+}
+
+TEST(RunCheckpoint, RewindMovesLaterStepsAsideAndLosesNothing) {
+  rlcpp::testing::TempDir dir;
+  const auto metrics = dir / "metrics.jsonl";
+  std::ofstream(metrics) << "{\"step\": 1, \"loss\": 0.5}\n{\"step\": 2, \"loss\": 0.4}\n"
+                            "{\"step\": 3, \"loss\": 0.3}\n{\"step\": 4, \"loss\": 0.2}\n";
+  rewind_metrics(metrics, 2);
+  EXPECT_EQ(read_file(metrics), "{\"step\": 1, \"loss\": 0.5}\n{\"step\": 2, \"loss\": 0.4}\n");
+  EXPECT_EQ(read_file(dir / "metrics.discarded.jsonl"), "{\"step\": 3, \"loss\": 0.3}\n{\"step\": 4, \"loss\": 0.2}\n");
+  rewind_metrics(metrics, 2);  // nothing later: nothing moves
+  EXPECT_EQ(read_file(dir / "metrics.discarded.jsonl"), "{\"step\": 3, \"loss\": 0.3}\n{\"step\": 4, \"loss\": 0.2}\n");
+  rewind_metrics(dir / "absent.jsonl", 0);  // no file: nothing to do
+}
+
+TEST(RunCheckpoint, AFreshRunRefusesADirectoryThatHoldsARun) {
+  rlcpp::testing::TempDir dir;
+  RunConfig c;
+  std::ofstream(dir / "metrics.jsonl") << "{\"step\": 1}\n";
+  EXPECT_THROW_MSG(prepare_metrics_file(dir.path(), c, std::nullopt), UserError, "already holds a run", "--resume auto");
+  c.resume = "auto";  // killed before its first checkpoint: starts over, the old lines set aside
+  prepare_metrics_file(dir.path(), c, std::nullopt);
+  EXPECT_EQ(read_file(dir / "metrics.discarded.jsonl"), "{\"step\": 1}\n");
+}
