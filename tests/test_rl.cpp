@@ -1,11 +1,12 @@
 // The rl layer's pieces on their own (the end-to-end scripts run them together): the sample record
-// and its serialised form (train/sample.h, which every rl piece carries), the step buffer, rollout figures, ChatLearn's relay buffer, the metrics rewind.
+// and its serialised form (train/sample.h, which every rl piece carries), the staleness policy, the step buffer, rollout figures, ChatLearn's relay buffer, the metrics rewind.
 #include <fstream>
 #include <sstream>
 
 #include "rl/checkpoint/run_checkpoint.h"
 #include "rl/rollout/relay_buffer.h"
 #include "rl/rollout/rollout.h"
+#include "rl/rollout/rollout_source.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -240,4 +241,26 @@ TEST(RunCheckpoint, AFreshRunRefusesADirectoryThatHoldsARun) {
   c.resume = "auto";  // killed before its first checkpoint: starts over, the old lines set aside
   prepare_metrics_file(dir.path(), c, std::nullopt);
   EXPECT_EQ(read_file(dir / "metrics.discarded.jsonl"), "{\"step\": 1}\n");
+}
+
+TEST(StalenessPolicy, RoundsGoAheadOnlyFromAConcurrentSourceAndPublishOnCadence) {
+  RunConfig c;
+  c.n_behind = 2;
+  c.sync_frequency = 2;
+  StalenessPolicy workers(c, /*concurrent=*/true, /*rounds_ahead=*/0);
+  EXPECT_TRUE(workers.ahead(3, 10));
+  EXPECT_FALSE(workers.ahead(10, 10));  // the last round's steps: nothing left to generate ahead
+  // Rounds ahead publish every second time; a round not ahead always publishes (a no-op when the
+  // generators hold the policy already).
+  EXPECT_FALSE(workers.publish_before(true));
+  EXPECT_TRUE(workers.publish_before(true));
+  EXPECT_FALSE(workers.publish_before(true));
+  EXPECT_TRUE(workers.publish_before(false));
+  EXPECT_EQ(workers.rounds_ahead(), 3);
+  StalenessPolicy resumed(c, true, workers.rounds_ahead());  // a checkpoint's count keeps the cadence
+  EXPECT_TRUE(resumed.publish_before(true));
+  // The engine over the policy's own weights cannot generate while it trains: never ahead.
+  EXPECT_FALSE(StalenessPolicy(c, /*concurrent=*/false, 0).ahead(3, 10));
+  c.n_behind = 0;  // -nb 0: on-policy rounds
+  EXPECT_FALSE(StalenessPolicy(c, true, 0).ahead(3, 10));
 }

@@ -4,6 +4,8 @@
 #include <torch/cuda.h>
 
 #include "comm/mpi.h"
+#include "rl/modes/step_loop.h"
+#include "rl/modes/worker_source.h"
 #include "rl/step/step_record.h"
 
 namespace rlcpp {
@@ -18,6 +20,11 @@ std::filesystem::path run_distributed(const RunConfig& given, const Topology& to
   if (topology.role == Role::kTrainer) return run_trainer_rank(config, topology);
   run_rollout_worker(config, topology);
   return std::filesystem::path(config.save_dir) / config.project;
+}
+
+std::filesystem::path run_trainer_rank(const RunConfig& config, const Topology& topology) {
+  return run_step_loop(config, &topology,
+                       [&](RunState& run) { return std::make_unique<WorkerSource>(config, topology, run); });
 }
 
 }  // namespace rlcpp

@@ -16,6 +16,7 @@
 #include "comm/communicator.h"
 #include "parallel/topology.h"
 #include "rl/rollout/rollout.h"
+#include "rl/rollout/rollout_source.h"
 
 namespace rlcpp {
 
@@ -32,16 +33,6 @@ nlohmann::json unpack_message(const std::string& bytes, const char* what);
 // Compact binary form of groups, for messages and checkpoints.
 std::string encode_groups(const std::vector<SampleGroup>& groups);
 std::vector<SampleGroup> decode_groups(const std::string& bytes);
-
-// What one round brought a trainer.
-struct RoundReceipt {
-  int64_t kept = 0;                      // groups added to this trainer's buffer
-  // On trainer rank 0 only, over every worker:
-  std::vector<SampleGroup> discarded;   // by the group filter
-  int64_t generated = 0, kept_all = 0;   // groups
-  double generate_seconds = 0, reward_seconds = 0;  // the slowest worker's
-  int64_t min_version = 0, max_version = 0;         // of the round's groups
-};
 
 class RolloutChannel {
  public:

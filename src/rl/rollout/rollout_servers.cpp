@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "rl/checkpoint/run_checkpoint.h"
+#include "rl/rollout/rollout.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -74,6 +75,56 @@ double RolloutServers::publish(const Transformer& policy, int64_t version) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::debug("policy version {} published to the rollout servers in {:.2f} s", version, seconds);
   return seconds;
+}
+
+ServerSource::ServerSource(const RunConfig& c, const fs::path& run_dir, std::shared_ptr<Transformer> policy,
+                           const Tokenizer& tokenizer)
+    : c_(c), policy_(std::move(policy)), servers_(c, run_dir), reward_(run_reward_function(c)) {
+  generator_ = std::make_unique<RolloutGenerator>(c, policy_->config(), tokenizer, &servers_.backend(), nullptr, nullptr,
+                                                  &reward_);
+}
+
+void ServerSource::submit(std::vector<PromptPick> picks) {
+  in_flight_.push_back(
+      std::async(std::launch::async, [this, picks = std::move(picks)] { return generator_->generate(picks); }));
+}
+
+RoundReceipt ServerSource::collect(std::deque<SampleGroup>& buffer) {
+  RLCPP_CHECK(!in_flight_.empty(), "collecting a round that was never submitted");
+  auto future = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  RolloutRound round = future.get();  // a round's error (every server down, a broken reward) is thrown here
+  RoundReceipt receipt;
+  receipt.generated = static_cast<int64_t>(round.kept.size() + round.discarded.size());
+  receipt.kept = receipt.kept_all = static_cast<int64_t>(round.kept.size());
+  receipt.generate_seconds = round.generate_seconds;
+  receipt.reward_seconds = round.reward_seconds;
+  receipt.discarded = std::move(round.discarded);
+  receipt.min_version = INT64_MAX;
+  receipt.max_version = INT64_MIN;
+  for (auto& g : round.kept) {
+    receipt.min_version = std::min(receipt.min_version, g.policy_version());
+    receipt.max_version = std::max(receipt.max_version, g.policy_version());
+    buffer.push_back(std::move(g));
+  }
+  return receipt;
+}
+
+double ServerSource::publish(int64_t version, uint64_t& /*bytes: written to disk, not sent*/) {
+  if (version == published_) return 0;
+  published_ = version;
+  return servers_.publish(*policy_, version);
+}
+
+void ServerSource::add_figures(nlohmann::ordered_json& extra) {
+  const RemoteRolloutStats remote = servers_.backend().stats();
+  extra["rollout_servers"] = {{"requests", remote.requests}, {"retries", remote.retries},
+                              {"server_failures", remote.server_failures}, {"weight_pushes", remote.pushes}};
+}
+
+std::string ServerSource::describe() const {
+  return fmt::format("the {} servers at {} (policy written to {})", rollout_backend_kinds().name(c_.backend),
+                     c_.rollout_url, servers_.weights_dir().string());
 }
 
 }  // namespace rlcpp

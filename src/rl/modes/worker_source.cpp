@@ -1,0 +1,159 @@
+#include "rl/modes/worker_source.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "rl/modes/control.h"
+#include "util/error.h"
+#include "util/trace.h"
+
+namespace rlcpp {
+
+namespace {
+
+// ZeRO-3's optimizer when the parameters are sharded, else nullptr.
+ZeroOptimizer* sharded_parameters(RunState& run) {
+  auto* zero = run.trainer->zero();
+  return zero != nullptr && zero->stage() == 3 ? zero : nullptr;
+}
+
+// Under ZeRO-3 or tensor parallelism (the other trainers take part in a sync): whether a sync
+// follows, from trainer 0 to the other trainers.
+bool announce_sync(const Topology& topology, RunState& run, bool syncs) {
+  const bool others_take_part = sharded_parameters(run) != nullptr || run.policy->tensor_parallel() != nullptr;
+  if (!others_take_part || topology.num_trainers == 1) return syncs;
+  auto flag = torch::tensor({syncs ? 1.0 : 0.0}, torch::kFloat64);
+  topology.role_group->broadcast(flag, 0);
+  return flag.item<double>() > 0;
+}
+
+// The other trainers' part of trainer 0's sync, as it asks for each tensor: ZeRO-3's layers
+// streamed (every trainer of a data-parallel group gathers them alike), the first replica's parts
+// gathered onto trainer 0.
+void follow_sync(const Topology& topology, RunState& run) {
+  if (!announce_sync(topology, run, false)) return;
+  auto* zero = sharded_parameters(run);
+  std::optional<LayerByLayer> stream;
+  if (zero != nullptr) stream.emplace(*zero, run.policy->layer_trainable_parameters());
+  if (topology.replica() == 0) {
+    for (const auto& [name, t] : run.policy->trained_weights()) {
+      run.policy->gather_weight(name, stream ? stream->get(t) : t, 0);
+    }
+  }
+  if (stream) stream->finish();
+}
+
+}  // namespace
+
+WorkerSource::WorkerSource(const RunConfig& c, const Topology& topo, RunState& run)
+    : c_(c), topo_(topo), run_(run), channel_(topo) {
+  if (leader()) {
+    weight_sync_ = std::make_unique<WeightSync>(topo.sync_group, static_cast<uint64_t>(c.sync_bucket_mb) << 20,
+                                                c.param_sync_comm_type);
+  }
+}
+
+void WorkerSource::submit(std::vector<PromptPick> picks) {
+  if (!leader()) return;
+  const size_t n = picks.size(), engines = static_cast<size_t>(topo_.num_engines());
+  for (size_t e = 0; e < engines; ++e) {
+    std::vector<PromptPick> part(picks.begin() + static_cast<long>(n * e / engines),
+                                 picks.begin() + static_cast<long>(n * (e + 1) / engines));
+    const int first = topo_.engine_leader(static_cast<int>(e));
+    send_control(*topo_.world, ControlMessage::round(std::move(part)), first);
+    for (int r = 1; r < topo_.rollout_tp; ++r) send_control(*topo_.world, ControlMessage::round({}), first + r);  // they serve
+  }
+}
+
+RoundReceipt WorkerSource::collect(std::deque<SampleGroup>& buffer) {
+  RoundReceipt receipt;
+  const size_t before = buffer.size();
+  if (topo_.tp_leader()) receipt = channel_.collect(buffer);
+  if (topo_.train_tp > 1) {  // the replica's other ranks get the same groups
+    std::string bytes;
+    if (topo_.tp_leader()) bytes = encode_groups(std::vector<SampleGroup>(buffer.begin() + static_cast<long>(before), buffer.end()));
+    topo_.tp_group->broadcast_bytes(bytes, 0);
+    if (!topo_.tp_leader()) {
+      for (auto& g : decode_groups(bytes)) buffer.push_back(std::move(g));
+    }
+  }
+  return receipt;
+}
+
+double WorkerSource::publish(int64_t version, uint64_t& bytes) {
+  if (!leader()) {
+    follow_sync(topo_, run_);
+    return 0;
+  }
+  return sync_weights(version, bytes);
+}
+
+double WorkerSource::sync_weights(int64_t version, uint64_t& bytes) {
+  if (!announce_sync(topo_, run_, version != synced_version_)) return 0;
+  const int T = topo_.num_trainers, I = topo_.num_inferencers;
+  for (int w = 0; w < I; ++w) send_control(*topo_.world, ControlMessage::sync(c_.verify_sync), T + w);
+  const NamedTensors weights = run_.policy->trained_weights();  // under LoRA, the adapters alone
+  SyncStats stats;
+  uint64_t expected = 0;
+  auto* zero = sharded_parameters(run_);
+  if (zero != nullptr || run_.policy->tensor_parallel() != nullptr) {
+    // Whole tensors made piece by piece as they go: ZeRO-3's layers streamed, the tensor-parallel
+    // parts gathered; the header takes the whole shapes. Each receiver keeps its own part.
+    NamedTensors layout;
+    for (const auto& [name, t] : weights) {
+      const auto local = zero != nullptr ? torch::empty(zero->shape_of(t), t.options().device(torch::kMeta)) : t;
+      layout.emplace_back(name, torch::empty(run_.policy->global_shape(name, local), t.options().device(torch::kMeta)));
+    }
+    // values(k) comes once per tensor in order, as the other trainers take part (follow_sync).
+    expected = weights_hash_seed();
+    size_t next = 0;
+    std::optional<LayerByLayer> stream;
+    if (zero != nullptr) stream.emplace(*zero, run_.policy->layer_trainable_parameters());
+    stats = weight_sync_->sync(layout, version, {}, [&](size_t k) {
+      RLCPP_CHECK(k == next++, "weight sync asked for tensor {} out of order", k);
+      const auto& local = stream ? stream->get(weights[k].second) : weights[k].second;
+      auto whole = run_.policy->gather_weight(weights[k].first, local, 0);
+      if (c_.verify_sync) expected = weights_hash_add(expected, weights[k].first, whole);
+      return whole;
+    });
+    if (stream) stream->finish();
+  } else {
+    stats = weight_sync_->sync(weights, version);
+    if (c_.verify_sync) expected = weights_hash(weights);
+  }
+  synced_version_ = version;
+  bytes += stats.bytes;
+  sync_bytes_ += stats.bytes;
+  ++syncs_;
+  if (c_.verify_sync) {
+    for (int e = 0; e < topo_.num_engines(); ++e) {
+      const auto got = std::stoull(topo_.world->recv_bytes(topo_.engine_leader(e), kHashTag));
+      if (got != expected) {
+        throw InternalError(fmt::format("weight sync to version {}: rollout engine {} holds weights hashing {:016x}, "
+                                        "trainer rank 0 {:016x}", version, e, got, expected));
+      }
+    }
+    verified_ += topo_.num_engines();
+  }
+  spdlog::debug("weights of version {} sent: {:.1f} MB in {} buckets, {:.3f} s", version, stats.bytes / 1e6,
+                stats.buckets, stats.seconds);
+  return stats.seconds;
+}
+
+void WorkerSource::add_figures(nlohmann::ordered_json& extra) {
+  extra["weight_sync"] = {{"syncs", syncs_}, {"bytes", sync_bytes_}, {"verified_workers", verified_}};
+  syncs_ = verified_ = 0;
+  sync_bytes_ = 0;
+}
+
+void WorkerSource::finish() {
+  if (!leader()) return;
+  for (int w = 0; w < topo_.num_inferencers; ++w) send_control(*topo_.world, ControlMessage::stop(), topo_.num_trainers + w);
+}
+
+std::string WorkerSource::describe() const {
+  return fmt::format("{} rollout engine(s) over MPI ({} ranks)", topo_.num_engines(), topo_.num_inferencers);
+}
+
+}  // namespace rlcpp

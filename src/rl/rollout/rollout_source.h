@@ -1,0 +1,111 @@
+// Where a run's rollouts come from, as the step loop (rl/modes/step_loop.h) sees it: rounds of
+// prompts submitted, their graded groups collected in the order submitted, and the policy's
+// weights published with their version. Three sources implement it: the built-in engine over the
+// policy's own weights (EngineSource), OpenAI-compatible servers (ServerSource, rollout_servers.h)
+// and the MPI rollout workers of the distributed mode (WorkerSource, rl/modes/worker_source.h).
+// The loop's staleness policy (StalenessPolicy) decides when a round goes ahead of training and
+// when the weights are published; the sources only do it.
+//
+// Every rank of a run calls the same methods at the same points: on the rank that picks prompts
+// (the leader) they do the work, and on the others they take their part (a tensor-parallel
+// engine's followers serve its steps, the other trainers receive their share of the groups and
+// stream their parts of the weights).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/engine.h"
+#include "rl/config/run_config.h"
+#include "rl/rollout/rollout.h"
+
+namespace rlcpp {
+
+// What one collected round brought.
+struct RoundReceipt {
+  int64_t kept = 0;                      // groups added to this rank's buffer
+  // On the leader only, over every engine:
+  std::vector<SampleGroup> discarded;    // by the group filter
+  int64_t generated = 0, kept_all = 0;   // groups
+  double generate_seconds = 0, reward_seconds = 0;  // the slowest engine's
+  int64_t min_version = 0, max_version = 0;         // the weights' versions that generated it
+};
+
+class RolloutSource {
+ public:
+  virtual ~RolloutSource() = default;
+  // Starts one round over `picks` with the weights last published (the leader's picks; the other
+  // ranks pass none). A source that cannot generate while the trainers train (concurrent() false)
+  // generates it in collect, with the weights published by then.
+  virtual void submit(std::vector<PromptPick> picks) = 0;
+  // Waits for the oldest round submitted: this rank's share of its kept groups joins `buffer`.
+  virtual RoundReceipt collect(std::deque<SampleGroup>& buffer) = 0;
+  // The generators take the policy's current weights, which are `version`. Returns the seconds
+  // it took and adds the bytes moved to `bytes` (0 for weights shared in place).
+  virtual double publish(int64_t version, uint64_t& bytes) = 0;
+  // Whether rounds generate while the trainers train, so that one may go ahead (-nb >= 1).
+  virtual bool concurrent() const = 0;
+  // Prompts the leader picks for one round (-ibs per engine).
+  virtual int64_t round_prompts() const = 0;
+  // The source's own figures on the step's metrics line (rollout_servers, weight_sync).
+  virtual void add_figures(nlohmann::ordered_json& extra) {}
+  // After the last step (the rollout workers are told to stop).
+  virtual void finish() {}
+  // An engine over the policy's own weights that evaluations may use, or null.
+  virtual Engine* engine() { return nullptr; }
+  // For the start-up line: where rounds are generated.
+  virtual std::string describe() const = 0;
+};
+
+// -nb and --sync-frequency: when the next round is submitted before the steps of this one train,
+// and whether the policy is published before a round is submitted. Rounds ahead publish every
+// sync_frequency-th time (the others generate with the weights the generators already hold);
+// other rounds publish whenever the policy changed. A colocated engine (no concurrent source)
+// never runs ahead.
+class StalenessPolicy {
+ public:
+  // `rounds_ahead`: rounds sent ahead so far (a checkpoint's, for the cadence).
+  StalenessPolicy(const RunConfig& config, bool concurrent, int64_t rounds_ahead);
+  // Whether the round after the one whose steps end at `round_end` goes ahead of them.
+  bool ahead(int64_t round_end, int64_t total_steps) const;
+  // Before a round is submitted: whether the policy is published first. Counts the rounds ahead.
+  bool publish_before(bool ahead);
+  int64_t rounds_ahead() const { return rounds_ahead_; }
+
+ private:
+  int64_t n_behind_, sync_frequency_;
+  bool concurrent_;
+  int64_t rounds_ahead_;
+};
+
+// The built-in engine over the policy's own weights (the colocated mode): a round is generated,
+// graded and filtered in collect, with the weights as they are then (publishing only sets the
+// version). Under tensor parallelism the engine's first rank generates while the others serve,
+// and the round's kept groups reach every rank of the group.
+class EngineSource : public RolloutSource {
+ public:
+  // `tokenizer`: on the engine's first rank (the others serve); `tp_group`: the engine's ranks, or null.
+  EngineSource(const RunConfig& config, const ModelConfig& model_config, const Tokenizer* tokenizer,
+               std::shared_ptr<Engine> engine, std::shared_ptr<Communicator> tp_group);
+  void submit(std::vector<PromptPick> picks) override;
+  RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
+  double publish(int64_t version, uint64_t& bytes) override;
+  bool concurrent() const override { return false; }
+  int64_t round_prompts() const override { return c_.round_prompts(); }
+  Engine* engine() override { return engine_.get(); }
+  std::string describe() const override { return "the built-in engine over the policy's own weights"; }
+
+ private:
+  const RunConfig& c_;
+  std::shared_ptr<Engine> engine_;
+  RewardFunction reward_;
+  std::unique_ptr<RolloutGenerator> generator_;  // on the engine's first rank
+  std::shared_ptr<Communicator> tp_group_;  // null or of one rank without tensor parallelism
+  std::deque<std::vector<PromptPick>> submitted_;
+};
+
+}  // namespace rlcpp
