@@ -1,5 +1,6 @@
 // The rl layer's pieces on their own (the end-to-end scripts run them together): the sample record
-// and its serialised form (train/sample.h, which every rl piece carries), the staleness policy, the step buffer, rollout figures, ChatLearn's relay buffer, the metrics rewind.
+// and its serialised form (train/sample.h, which every rl piece carries), the staleness policy,
+// the step buffer, rollout figures, ChatLearn's relay buffer, the metrics rewind.
 #include <fstream>
 #include <sstream>
 
