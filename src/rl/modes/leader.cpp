@@ -107,7 +107,7 @@ void Leader::note_round(const RoundReceipt& receipt, double wait) {
   in_flight_.clear();
 }
 
-void Leader::note_publish(double seconds, uint64_t /*bytes: the source's figures count them*/) { pending_.sync += seconds; }
+void Leader::note_publish(double seconds) { pending_.sync += seconds; }
 
 bool Leader::evaluation_due(int64_t step) const { return evaluator_->due(step, run_.plan.total_steps); }
 

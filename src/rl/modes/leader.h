@@ -40,8 +40,8 @@ class Leader {
   const std::vector<PromptPick>& pick_round();
   // What a collected round brought; `wait`: seconds spent waiting for it.
   void note_round(const RoundReceipt& receipt, double wait);
-  // A weight publication's seconds and bytes.
-  void note_publish(double seconds, uint64_t bytes);
+  // A weight publication's seconds.
+  void note_publish(double seconds);
   // Whether log_step of `step` runs an evaluation.
   bool evaluation_due(int64_t step) const;
   // The step's metrics line and rollouts file. `rows`: every trainer's step_figures, [T, n].

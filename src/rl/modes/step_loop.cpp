@@ -136,9 +136,8 @@ TrainerGroups StepLoop::gather(const std::vector<SampleGroup>& mine) {
 }
 
 void StepLoop::publish() {
-  uint64_t bytes = 0;
-  const double seconds = source_->publish(run_.policy_version, bytes);
-  if (lead_) lead_->note_publish(seconds, bytes);
+  const double seconds = source_->publish(run_.policy_version);
+  if (lead_) lead_->note_publish(seconds);
 }
 
 void StepLoop::submit_round(bool ahead) {

@@ -81,15 +81,15 @@ RoundReceipt WorkerSource::collect(std::deque<SampleGroup>& buffer) {
   return receipt;
 }
 
-double WorkerSource::publish(int64_t version, uint64_t& bytes) {
+double WorkerSource::publish(int64_t version) {
   if (!leader()) {
     follow_sync(topo_, run_);
     return 0;
   }
-  return sync_weights(version, bytes);
+  return sync_weights(version);
 }
 
-double WorkerSource::sync_weights(int64_t version, uint64_t& bytes) {
+double WorkerSource::sync_weights(int64_t version) {
   if (!announce_sync(topo_, run_, version != synced_version_)) return 0;
   const int T = topo_.num_trainers, I = topo_.num_inferencers;
   for (int w = 0; w < I; ++w) send_control(*topo_.world, ControlMessage::sync(c_.verify_sync), T + w);
@@ -123,7 +123,6 @@ double WorkerSource::sync_weights(int64_t version, uint64_t& bytes) {
     if (c_.verify_sync) expected = weights_hash(weights);
   }
   synced_version_ = version;
-  bytes += stats.bytes;
   sync_bytes_ += stats.bytes;
   ++syncs_;
   if (c_.verify_sync) {

@@ -99,17 +99,12 @@ RoundReceipt RolloutChannel::collect(std::deque<SampleGroup>& buffer) {
   }
   if (me == 0) {
     std::vector<std::vector<int64_t>> tokens(static_cast<size_t>(I_));
-    receipt.min_version = INT64_MAX;
-    receipt.max_version = INT64_MIN;
     for (int w = 0; w < I_; ++w) {
       const auto m = unpack_message(world.recv_bytes(topo_.engine_leader(w), kManifest), "manifest");
       tokens[static_cast<size_t>(w)] = m.at("tokens").get<std::vector<int64_t>>();
       for (const auto& g : m.at("discarded")) receipt.discarded.push_back(group_from_json(g));
       receipt.generate_seconds = std::max(receipt.generate_seconds, m.at("generate_seconds").get<double>());
       receipt.reward_seconds = std::max(receipt.reward_seconds, m.at("reward_seconds").get<double>());
-      const int64_t version = m.at("version").get<int64_t>();
-      receipt.min_version = std::min(receipt.min_version, version);
-      receipt.max_version = std::max(receipt.max_version, version);
       receipt.kept_all += static_cast<int64_t>(tokens[static_cast<size_t>(w)].size());
       receipt.generated += static_cast<int64_t>(m.at("tokens").size() + m.at("discarded").size());
     }

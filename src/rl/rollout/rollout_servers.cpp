@@ -100,17 +100,11 @@ RoundReceipt ServerSource::collect(std::deque<SampleGroup>& buffer) {
   receipt.generate_seconds = round.generate_seconds;
   receipt.reward_seconds = round.reward_seconds;
   receipt.discarded = std::move(round.discarded);
-  receipt.min_version = INT64_MAX;
-  receipt.max_version = INT64_MIN;
-  for (auto& g : round.kept) {
-    receipt.min_version = std::min(receipt.min_version, g.policy_version());
-    receipt.max_version = std::max(receipt.max_version, g.policy_version());
-    buffer.push_back(std::move(g));
-  }
+  for (auto& g : round.kept) buffer.push_back(std::move(g));
   return receipt;
 }
 
-double ServerSource::publish(int64_t version, uint64_t& /*bytes: written to disk, not sent*/) {
+double ServerSource::publish(int64_t version) {
   if (version == published_) return 0;
   published_ = version;
   return servers_.publish(*policy_, version);

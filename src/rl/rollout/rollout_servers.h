@@ -45,7 +45,7 @@ class ServerSource : public RolloutSource {
                const Tokenizer& tokenizer);
   void submit(std::vector<PromptPick> picks) override;
   RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
-  double publish(int64_t version, uint64_t& bytes) override;
+  double publish(int64_t version) override;
   bool concurrent() const override { return true; }
   int64_t round_prompts() const override { return c_.round_prompts(); }
   void add_figures(nlohmann::ordered_json& extra) override;

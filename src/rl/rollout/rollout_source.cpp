@@ -43,7 +43,6 @@ RoundReceipt EngineSource::collect(std::deque<SampleGroup>& buffer) {
     receipt.generate_seconds = round.generate_seconds;
     receipt.reward_seconds = round.reward_seconds;
     receipt.discarded = std::move(round.discarded);
-    receipt.min_version = receipt.max_version = engine_->version();
     kept = std::move(round.kept);
   } else {
     engine_->serve();  // the first rank's steps, until it has the round
@@ -58,7 +57,7 @@ RoundReceipt EngineSource::collect(std::deque<SampleGroup>& buffer) {
   return receipt;
 }
 
-double EngineSource::publish(int64_t version, uint64_t& /*bytes: none move*/) {
+double EngineSource::publish(int64_t version) {
   engine_->set_version(version);  // the engine generates on the policy's own weights
   return 0;
 }

@@ -32,7 +32,6 @@ struct RoundReceipt {
   std::vector<SampleGroup> discarded;    // by the group filter
   int64_t generated = 0, kept_all = 0;   // groups
   double generate_seconds = 0, reward_seconds = 0;  // the slowest engine's
-  int64_t min_version = 0, max_version = 0;         // the weights' versions that generated it
 };
 
 class RolloutSource {
@@ -44,9 +43,9 @@ class RolloutSource {
   virtual void submit(std::vector<PromptPick> picks) = 0;
   // Waits for the oldest round submitted: this rank's share of its kept groups joins `buffer`.
   virtual RoundReceipt collect(std::deque<SampleGroup>& buffer) = 0;
-  // The generators take the policy's current weights, which are `version`. Returns the seconds
-  // it took and adds the bytes moved to `bytes` (0 for weights shared in place).
-  virtual double publish(int64_t version, uint64_t& bytes) = 0;
+  // The generators take the policy's current weights, which are `version` (a no-op when they hold
+  // them already). Returns the seconds it took.
+  virtual double publish(int64_t version) = 0;
   // Whether rounds generate while the trainers train, so that one may go ahead (-nb >= 1).
   virtual bool concurrent() const = 0;
   // Prompts the leader picks for one round (-ibs per engine).
@@ -93,7 +92,7 @@ class EngineSource : public RolloutSource {
                std::shared_ptr<Engine> engine, std::shared_ptr<Communicator> tp_group);
   void submit(std::vector<PromptPick> picks) override;
   RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
-  double publish(int64_t version, uint64_t& bytes) override;
+  double publish(int64_t version) override;
   bool concurrent() const override { return false; }
   int64_t round_prompts() const override { return c_.round_prompts(); }
   Engine* engine() override { return engine_.get(); }
