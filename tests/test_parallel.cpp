@@ -179,20 +179,20 @@ TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
   ModelOptions options;
   options.dtype = torch::kFloat64;
   RunConfig c;
-  c.num_generations = 2;
-  c.train_microbatch_size = 3;
+  c.rollout.num_generations = 2;
+  c.train.train_microbatch_size = 3;
   c.algo.loss.kl_coef = 0;
   c.algo.loss.aggregation = LossAggregation::kTokenLevel;
-  c.optimizer.lr = 1e-2;
+  c.train.optimizer.lr = 1e-2;
   auto make = [&](std::shared_ptr<Transformer>& model, const RunConfig& config) {
     model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
     return std::make_unique<Trainer>(model, nullptr, rl_trainer_config(config, 3));
   };
   RunConfig whole = c, half = c;
-  whole.train_batch_size = 4;
-  whole.train_minibatch_size = 2;
-  half.train_batch_size = 2;
-  half.train_minibatch_size = 1;
+  whole.train.train_batch_size = 4;
+  whole.train.train_minibatch_size = 2;
+  half.train.train_batch_size = 2;
+  half.train.train_minibatch_size = 1;
   for (int stage : {0, 2, 3}) {
   SCOPED_TRACE(fmt::format("ZeRO stage {}", stage));
   std::shared_ptr<Transformer> single_model, dp_model;
@@ -210,8 +210,8 @@ TEST(Dist, RunStepOnTwoTrainersEqualsOneWithTheWholeBatch) {
   const std::vector<SampleGroup> balanced = {source[static_cast<size_t>(me)], source[static_cast<size_t>(me + 2)]};
   const std::vector<SampleGroup> lopsided = me == 0 ? source : std::vector<SampleGroup>{};
   RunConfig lopsided_config = half;
-  lopsided_config.train_batch_size = 4;
-  lopsided_config.train_minibatch_size = 2;
+  lopsided_config.train.train_batch_size = 4;
+  lopsided_config.train.train_minibatch_size = 2;
   for (int step = 0; step < 3; ++step) {
     const bool last = step == 2;
     const auto& mine = last ? lopsided : balanced;

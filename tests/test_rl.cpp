@@ -185,7 +185,7 @@ TEST(PromptPick, SurvivesItsJsonForm) {
 }
 
 TEST(RelayBuffer, RelaysTheLastStepsGroupsAfterTheOffset) {
-  RunConfig c;
+  StalenessOptions c;
   c.max_relay_episode = 2;
   c.relay_episode_offset = 1;
   RelayBuffer relay(c, {});
@@ -208,12 +208,12 @@ TEST(RelayBuffer, RelaysTheLastStepsGroupsAfterTheOffset) {
 }
 
 TEST(RelayBuffer, MinusOneKeepsEveryStepAndZeroIsOff) {
-  RunConfig all;
+  StalenessOptions all;
   all.max_relay_episode = -1;
   RelayBuffer keep(all, {});
   for (int64_t step = 1; step <= 5; ++step) keep.add(step, {group(step, 1)});
   EXPECT_EQ(keep.relayed(6).size(), 5u);
-  RunConfig off;
+  StalenessOptions off;
   RelayBuffer none(off, {});
   EXPECT_FALSE(none.enabled());
   none.add(1, {group(1, 1)});
@@ -239,13 +239,13 @@ TEST(RunCheckpoint, AFreshRunRefusesADirectoryThatHoldsARun) {
   RunConfig c;
   std::ofstream(dir / "metrics.jsonl") << "{\"step\": 1}\n";
   EXPECT_THROW_MSG(prepare_metrics_file(dir.path(), c, std::nullopt), UserError, "already holds a run", "--resume auto");
-  c.resume = "auto";  // killed before its first checkpoint: starts over, the old lines set aside
+  c.runtime.resume = "auto";  // killed before its first checkpoint: starts over, the old lines set aside
   prepare_metrics_file(dir.path(), c, std::nullopt);
   EXPECT_EQ(read_file(dir / "metrics.discarded.jsonl"), "{\"step\": 1}\n");
 }
 
 TEST(StalenessPolicy, RoundsGoAheadOnlyFromAConcurrentSourceAndPublishOnCadence) {
-  RunConfig c;
+  StalenessOptions c;
   c.n_behind = 2;
   c.sync_frequency = 2;
   StalenessPolicy workers(c, /*concurrent=*/true, /*rounds_ahead=*/0);

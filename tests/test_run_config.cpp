@@ -70,34 +70,34 @@ TEST(ChatLearnFields, EveryFieldOfTheReferenceHasAFate) {
 
 TEST(ChatLearnFields, ARunFileUsingEveryFieldLoadsAndMapsTheValues) {
   const RunConfig c = load(read_text(kSource / "tests" / "data" / "chatlearn_all_fields.yaml"));
-  EXPECT_EQ(c.num_episodes, 2);
-  EXPECT_EQ(c.train_batch_size, 2);        // sample_per_episode 16 / G 8
-  EXPECT_EQ(c.train_minibatch_size, 1);    // train_global_batch_size 8 / G 8
-  EXPECT_EQ(c.train_microbatch_size, 4);
-  EXPECT_EQ(c.inference_microbatch_size, 2);  // runtime's 2; the model block's -1 leaves it
-  EXPECT_EQ(c.save_interval, 5);
-  EXPECT_EQ(c.log_interval, 2);
-  EXPECT_EQ(c.dataset, "train.jsonl");
-  EXPECT_EQ(c.max_checkpoints, 3);
+  EXPECT_EQ(c.runtime.num_episodes, 2);
+  EXPECT_EQ(c.train.train_batch_size, 2);        // sample_per_episode 16 / G 8
+  EXPECT_EQ(c.train.train_minibatch_size, 1);    // train_global_batch_size 8 / G 8
+  EXPECT_EQ(c.train.train_microbatch_size, 4);
+  EXPECT_EQ(c.rollout.inference_microbatch_size, 2);  // runtime's 2; the model block's -1 leaves it
+  EXPECT_EQ(c.logging.save_interval, 5);
+  EXPECT_EQ(c.logging.log_interval, 2);
+  EXPECT_EQ(c.runtime.dataset, "train.jsonl");
+  EXPECT_EQ(c.logging.max_checkpoints, 3);
   EXPECT_TRUE(c.algo.dynamic_batching);    // stream_data_loader_type: dynamic
-  EXPECT_EQ(c.sync_bucket_mb, 50);
-  EXPECT_EQ(c.param_sync_comm_type, SyncMode::kP2p);
-  EXPECT_EQ(c.consumed_samples, 4);
-  EXPECT_EQ(c.project, "chatlearn-run");
-  EXPECT_EQ(c.save_dir, "/tmp/chatlearn-out");
-  EXPECT_EQ(c.num_trainers, 1);            // num_replica
-  EXPECT_EQ(c.sync_frequency, 1);
-  EXPECT_TRUE(c.ranking);
-  EXPECT_EQ(c.min_prompt_length, 3);
-  EXPECT_EQ(c.model, "model-dir");
+  EXPECT_EQ(c.parallel.sync_bucket_mb, 50);
+  EXPECT_EQ(c.parallel.param_sync_comm_type, SyncMode::kP2p);
+  EXPECT_EQ(c.runtime.consumed_samples, 4);
+  EXPECT_EQ(c.logging.project, "chatlearn-run");
+  EXPECT_EQ(c.logging.save_dir, "/tmp/chatlearn-out");
+  EXPECT_EQ(c.parallel.num_trainers, 1);            // num_replica
+  EXPECT_EQ(c.staleness.sync_frequency, 1);
+  EXPECT_TRUE(c.rollout.ranking);
+  EXPECT_EQ(c.rollout.min_prompt_length, 3);
+  EXPECT_EQ(c.model.path, "model-dir");
 }
 
 TEST(ChatLearnFields, RefusedFeaturesNameTheirPlanAndOffValuesPass) {
   EXPECT_THROW_MSG(load("model:\n  zero_size: 2\n"), UserError, "-zero/--zero-stage 3", "the colocated mode has one trainer");
-  EXPECT_EQ(load("runtime:\n  num_trainers: 2\n  num_inferencers: 2\nmodel:\n  zero_size: 2\n").zero, 3);
-  EXPECT_EQ(load("model:\n  zero_size: 1\n").zero, 0);
-  EXPECT_EQ(load("model:\n  tensor_model_parallel_size: 2\n").tp, 2);  // the trainer's (--train-tp)
-  EXPECT_EQ(load("model:\n  tensor_model_parallel_size: null\n").tp, 1);
+  EXPECT_EQ(load("runtime:\n  num_trainers: 2\n  num_inferencers: 2\nmodel:\n  zero_size: 2\n").parallel.zero, 3);
+  EXPECT_EQ(load("model:\n  zero_size: 1\n").parallel.zero, 0);
+  EXPECT_EQ(load("model:\n  tensor_model_parallel_size: 2\n").parallel.tp, 2);  // the trainer's (--train-tp)
+  EXPECT_EQ(load("model:\n  tensor_model_parallel_size: null\n").parallel.tp, 1);
   EXPECT_THROW_MSG(load("model:\n  offload_weights: true\n"), UserError, "offload_weights", "issue 25");
   EXPECT_THROW_MSG(load("runtime:\n  cpu_schedule_strategy: ROUND\n"), UserError, "PACK or SPREAD", "--map-by");
   EXPECT_THROW_MSG(load("runtime:\n  stream_data_loader_type: streaming\n"), UserError, "use fixed or dynamic");
@@ -108,30 +108,30 @@ TEST(ChatLearnFields, RefusedFeaturesNameTheirPlanAndOffValuesPass) {
 
 TEST(ChatLearnFields, LoraConfigMapsOntoTheLoraSettings) {
   const RunConfig on = load("model:\n  lora:\n    enable_lora: true\n");
-  EXPECT_EQ(on.lora.rank, 8);  // ChatLearn's default lora_dim
-  EXPECT_EQ(on.lora.scaling(), 1.0);
-  EXPECT_TRUE(on.lora.targets.empty());  // all linear layers
+  EXPECT_EQ(on.model.lora.rank, 8);  // ChatLearn's default lora_dim
+  EXPECT_EQ(on.model.lora.scaling(), 1.0);
+  EXPECT_TRUE(on.model.lora.targets.empty());  // all linear layers
   const RunConfig full = load("model:\n  lora:\n    enable_lora: true\n    lora_dim: 16\n    lora_scaling: 2.0\n"
                               "    lora_dropout: 0.1\n    column_only_qkv: true\n    part_module_name: layers.0.\n"
                               "    lora_layer: ColumnParallelLinear,Embedding,LinearLayer,RowParallelLinear,VocabParallelEmbedding\n");
-  EXPECT_EQ(full.lora.rank, 16);
-  EXPECT_EQ(full.lora.alpha, 32.0);
-  EXPECT_EQ(full.lora.scaling(), 2.0);
-  EXPECT_EQ(full.lora.dropout, 0.1);
-  EXPECT_EQ(full.lora.targets, (std::vector<std::string>{"q_proj", "k_proj", "v_proj"}));
-  EXPECT_EQ(full.lora.name_scope, "layers.0.");
-  EXPECT_TRUE(full.lora.adapts("model.layers.0.self_attn.k_proj"));
-  EXPECT_FALSE(full.lora.adapts("model.layers.0.self_attn.o_proj"));
-  EXPECT_FALSE(full.lora.adapts("model.layers.1.self_attn.q_proj"));
-  EXPECT_FALSE(load("model:\n  lora:\n    enable_lora: false\n    lora_dim: 16\n").lora.enabled());
+  EXPECT_EQ(full.model.lora.rank, 16);
+  EXPECT_EQ(full.model.lora.alpha, 32.0);
+  EXPECT_EQ(full.model.lora.scaling(), 2.0);
+  EXPECT_EQ(full.model.lora.dropout, 0.1);
+  EXPECT_EQ(full.model.lora.targets, (std::vector<std::string>{"q_proj", "k_proj", "v_proj"}));
+  EXPECT_EQ(full.model.lora.name_scope, "layers.0.");
+  EXPECT_TRUE(full.model.lora.adapts("model.layers.0.self_attn.k_proj"));
+  EXPECT_FALSE(full.model.lora.adapts("model.layers.0.self_attn.o_proj"));
+  EXPECT_FALSE(full.model.lora.adapts("model.layers.1.self_attn.q_proj"));
+  EXPECT_FALSE(load("model:\n  lora:\n    enable_lora: false\n    lora_dim: 16\n").model.lora.enabled());
   EXPECT_THROW_MSG(load("model:\n  lora:\n    enable_lora: true\n    lora_layer: Embedding\n"), UserError, "lora_layer");
   EXPECT_THROW_MSG(load("model:\n  lora_rank: 8\n  lora_alpha: 16\n  lora:\n    lora_scaling: 2\n"), UserError,
                    "lora_scaling", "lora_alpha");
   // The printed configuration reads back to the same adapters.
   const RunConfig again = load(run_config_yaml(full));
-  EXPECT_EQ(again.lora.rank, 16);
-  EXPECT_EQ(again.lora.scaling(), 2.0);
-  EXPECT_EQ(again.lora.targets, full.lora.targets);
+  EXPECT_EQ(again.model.lora.rank, 16);
+  EXPECT_EQ(again.model.lora.scaling(), 2.0);
+  EXPECT_EQ(again.model.lora.targets, full.model.lora.targets);
 }
 
 TEST(ChatLearnFields, TheDocsTableIsTheOneTheCodePrints) {
@@ -151,8 +151,8 @@ TEST(RunSettings, EnumSettingsTakeTheirNamesAndHelpFromTheTable) {
   EXPECT_EQ(adv->help.find("reinforce_pp |"), std::string::npos);
   EXPECT_EQ(load("algorithm:\n  kl_estimator: k2\n").algo.loss.kl_estimator, KlEstimator::kK2);
   EXPECT_EQ(load("algorithm:\n  kl_estimator: low_var_kl\n").algo.loss.kl_estimator, KlEstimator::kK3);
-  EXPECT_EQ(load("train:\n  lr_schedule: cosine\n").optimizer.lr_schedule, LrSchedule::kCosine);
-  EXPECT_EQ(load("runtime:\n  dtype: bf16\n").dtype, "bfloat16");  // aliases are stored by their name
+  EXPECT_EQ(load("train:\n  lr_schedule: cosine\n").train.optimizer.lr_schedule, LrSchedule::kCosine);
+  EXPECT_EQ(load("runtime:\n  dtype: bf16\n").runtime.dtype, "bfloat16");  // aliases are stored by their name
   EXPECT_THROW_MSG(load("train:\n  lr_schedule: step\n"), UserError, "train.lr_schedule", "unknown learning-rate schedule \"step\"",
                    "constant, linear, cosine");
   // Every enum setting's printed value parses back (the --print-config round trip).
@@ -183,15 +183,21 @@ TEST(RunSettings, AlgorithmKnobsAreReachable) {
   EXPECT_EQ(c.algo.loss.tis_level, ImportanceLevel::kSequence);
   EXPECT_DOUBLE_EQ(c.algo.loss.skip_threshold, 10.0);
   EXPECT_EQ(c.algo.loss.skip_mode, SkipMode::kSequenceGeoMean);
-  EXPECT_EQ(c.max_relay_episode, -1);
-  EXPECT_EQ(c.relay_episode_offset, 2);
+  EXPECT_EQ(c.staleness.max_relay_episode, -1);
+  EXPECT_EQ(c.staleness.relay_episode_offset, 2);
   // The preset comes first, single settings over it; the reference's names and aliases load.
   EXPECT_EQ(load("algorithm:\n  algo: REINFORCE_PP\n").algo.name, "REINFORCE_PPB");
   EXPECT_FALSE(load("algorithm:\n  algo: DAPO\n  dual_clip: 0\n").algo.loss.clip_ratio_c.has_value());
   EXPECT_DOUBLE_EQ(load("algorithm:\n  clip_ratio_c: 4\n").algo.loss.clip_ratio_c.value_or(0), 4.0);
   EXPECT_THROW_MSG(load("algorithm:\n  dual_clip: 0.5\n"), UserError, "algorithm.dual_clip", "must exceed 1");
   EXPECT_THROW_MSG(load("algorithm:\n  tis_level: sample\n"), UserError, "algorithm.tis_level", "token, sequence");
-  EXPECT_THROW_MSG(load("runtime:\n  max_relay_episode: -2\n"), UserError, "runtime.max_relay_episode", "below the minimum -1");
+  EXPECT_THROW_MSG(load("staleness:\n  max_relay_episode: -2\n"), UserError, "staleness.max_relay_episode",
+                   "below the minimum -1");
+  // A key in the group it had before the groups followed the option structs: read the same, and
+  // an error names the place the file gave.
+  EXPECT_EQ(load("runtime:\n  max_relay_episode: 3\n").staleness.max_relay_episode, 3);
+  EXPECT_THROW_MSG(load("runtime:\n  max_relay_episode: -2\n"), UserError, "runtime.max_relay_episode",
+                   "below the minimum -1");
   EXPECT_THROW_MSG(load("algorithm:\n  algo: PPO\n"), UserError, "unknown algorithm", "REINFORCE_PPB", "GSPO");
   // -a's help lists every preset with its settings.
   const Setting* algo = find_setting("algorithm.algo");
@@ -243,6 +249,44 @@ TEST(RunSettings, ResumeTreatsASettingTheCheckpointPredatesAsItsDefault) {
   EXPECT_EQ(incompatible_settings(recorded, load("rollout:\n  temperature: 0.9\n")).size(), 1u);
 }
 
+// The YAML groups are RunConfig's members, printed in its order; a checkpoint's configuration
+// recorded when most settings sat under runtime: and rollout: resumes as one recorded now.
+TEST(RunSettings, GroupsFollowTheOptionStructsAndOldRecordsStillResume) {
+  EXPECT_EQ(run_groups(), (std::vector<std::string>{"runtime", "parallel", "staleness", "model", "rollout", "remote",
+                                                    "reward", "algorithm", "train", "eval", "logging"}));
+  const RunConfig given = load("parallel:\n  num_trainers: 2\n  num_inferencers: 2\nstaleness:\n  n_behind: 1\n"
+                               "remote:\n  rollout_timeout: 30\nreward:\n  reward_type: answer_line\n"
+                               "eval:\n  eval_n: 4\nrollout:\n  kv_cache_mb: 64\n");
+  EXPECT_EQ(given.parallel.trainers(), 2);
+  EXPECT_EQ(given.staleness.n_behind, 1);
+  EXPECT_EQ(given.remote.timeout, 30);
+  EXPECT_EQ(given.reward.type, RewardType::kAnswerLine);
+  EXPECT_EQ(given.eval.n, 4);
+  EXPECT_EQ(given.rollout.engine.kv_cache_mb, 64);
+  const auto now = run_config_json(given);
+  std::vector<std::string> printed;
+  for (const auto& [group, entries] : now.items()) printed.push_back(group);
+  EXPECT_EQ(printed, run_groups());
+  // The same settings as an old checkpoint recorded them.
+  nlohmann::ordered_json old = now;
+  auto move = [&](const std::string& from, const std::string& to, const std::string& key) {
+    old[to][key] = old[from][key];
+    old[from].erase(key);
+  };
+  for (const char* key : {"num_trainers", "num_inferencers", "tensor_parallel_size", "zero_stage"}) move("parallel", "runtime", key);
+  move("staleness", "runtime", "max_relay_episode");
+  move("reward", "rollout", "reward_type");
+  move("rollout", "model", "kv_cache_mb");
+  for (const char* group : {"parallel", "staleness", "reward"}) {
+    if (old[group].empty()) old.erase(group);
+  }
+  EXPECT_TRUE(incompatible_settings(old, given).empty());
+  old["rollout"]["reward_type"] = "boxed";  // a real difference is still found under its old group
+  const auto differing = incompatible_settings(old, given);
+  ASSERT_EQ(differing.size(), 1u);
+  EXPECT_EQ(differing[0], "reward.reward_type: \"boxed\" -> \"answer_line\"");
+}
+
 // A resume onto another trainer count keeps the global batch (-t × -tbs, -t × -tMbs), not -tbs.
 TEST(RunSettings, ResumeOntoAnotherTrainerCountKeepsTheGlobalBatch) {
   auto layout = [](int t, int tbs) {
@@ -254,7 +298,7 @@ TEST(RunSettings, ResumeOntoAnotherTrainerCountKeepsTheGlobalBatch) {
   EXPECT_TRUE(incompatible_settings(recorded, layout(1, 6)).empty());
   const auto differing = incompatible_settings(recorded, layout(3, 3));
   ASSERT_EQ(differing.size(), 2u);
-  EXPECT_EQ(differing[0], "train.train_batch_size × runtime.num_trainers (the global batch): 6 -> 9");
+  EXPECT_EQ(differing[0], "train.train_batch_size × parallel.num_trainers (the global batch): 6 -> 9");
 }
 
 TEST(RunSettings, ProjectIsOneFolderName) {
@@ -262,7 +306,7 @@ TEST(RunSettings, ProjectIsOneFolderName) {
     SCOPED_TRACE(bad);
     EXPECT_THROW_MSG(load(std::string("logging:\n  project: ") + bad + "\n"), UserError, "-p/--project", "one folder name");
   }
-  EXPECT_EQ(load("logging:\n  project: my-run.2\n").project, "my-run.2");
+  EXPECT_EQ(load("logging:\n  project: my-run.2\n").logging.project, "my-run.2");
 }
 
 TEST(RunSettings, RoundsThatCannotFitInMemoryAreRefused) {
@@ -272,22 +316,22 @@ TEST(RunSettings, RoundsThatCannotFitInMemoryAreRefused) {
 
 // -zero and ColossalChat's plugin_config form of it (a JSON map, as a flag or in a run file).
 TEST(RunSettings, ZeroStageAndThePluginConfigForm) {
-  const std::string dist = "runtime:\n  num_trainers: 2\n  num_inferencers: 2\n";
-  EXPECT_EQ(load(dist + "  zero_stage: 2\n").zero, 2);
+  const std::string dist = "parallel:\n  num_trainers: 2\n  num_inferencers: 2\n";
+  EXPECT_EQ(load(dist + "  zero_stage: 2\n").parallel.zero, 2);
   const auto c = load(dist + "  plugin_config: '{\"zero_stage\": 1, \"tp_size\": 1, \"pp_size\": 1, \"max_norm\": 0.5, "
                              "\"microbatch_size\": 2}'\n");
-  EXPECT_EQ(c.zero, 1);
-  EXPECT_EQ(c.optimizer.max_grad_norm, 0.5);
-  EXPECT_EQ(load(dist + "  plugin_config:\n    zero_stage: 2\n").zero, 2);
+  EXPECT_EQ(c.parallel.zero, 1);
+  EXPECT_EQ(c.train.optimizer.max_grad_norm, 0.5);
+  EXPECT_EQ(load(dist + "  plugin_config:\n    zero_stage: 2\n").parallel.zero, 2);
   EXPECT_THROW_MSG(load(dist + "  zero_stage: 1\n  plugin_config: '{\"zero_stage\": 2}'\n"), UserError, "zero_stage",
                    "give it once");
   EXPECT_THROW_MSG(load(dist + "  plugin_config: '{\"zero_stag\": 2}'\n"), UserError, "plugin_config key \"zero_stag\"");
-  EXPECT_EQ(load(dist + "  plugin_config: '{\"tp_size\": 2}'\n").tp, 2);  // one replica of the 2 trainers
+  EXPECT_EQ(load(dist + "  plugin_config: '{\"tp_size\": 2}'\n").parallel.tp, 2);  // one replica of the 2 trainers
   EXPECT_THROW_MSG(load(dist + "  plugin_config: '{\"tp_size\": 3}'\n"), UserError, "-t 2 --train-tp 3",
                    "make -t a multiple of --train-tp");
-  EXPECT_THROW_MSG(load(dist + "  plugin_config: '[1]'\n"), UserError, "runtime.plugin_config", "expected a map");
-  EXPECT_EQ(load(dist + "  zero_stage: 3\n").zero, 3);
+  EXPECT_THROW_MSG(load(dist + "  plugin_config: '[1]'\n"), UserError, "parallel.plugin_config", "expected a map");
+  EXPECT_EQ(load(dist + "  zero_stage: 3\n").parallel.zero, 3);
   EXPECT_THROW_MSG(load(dist + "  zero_stage: 4\n"), UserError, "a ZeRO stage is 0");
   EXPECT_THROW_MSG(load("runtime:\n  zero_stage: 1\n"), UserError, "the colocated mode has one trainer");
-  EXPECT_EQ(load("runtime:\n  plugin_config: null\n").zero, 0);  // as printed configurations show it
+  EXPECT_EQ(load("runtime:\n  plugin_config: null\n").parallel.zero, 0);  // as printed configurations show it
 }

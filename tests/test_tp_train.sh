@@ -106,7 +106,7 @@ run_mpi 6 "${base[@]}" -tbs 1 -tMbs 1 --max-steps 4 -t 4 -i 2 --train-tp 2 -zero
   || { bad resume-onto-two-replicas-run; tail -3 onto2.log; }
 same resume-onto-two-replicas runs/whole/step-4/model.safetensors runs/onto2/step-4/model.safetensors
 run_mpi 2 "${base[@]}" "${two[@]}" -t 1 -i 1 -cp runs/first/step-2 -p other > other.log 2>&1
-[ $? -ne 0 ] && grep -q "runtime.tensor_parallel_size: 2 -> 1" other.log && ok resume-other-tp-refused \
+[ $? -ne 0 ] && grep -q "parallel.tensor_parallel_size: 2 -> 1" other.log && ok resume-other-tp-refused \
   || { bad resume-other-tp-refused; tail -5 other.log; }
 
 # Layouts refused with the flags and numbers named (exit code 2, before any work).

@@ -261,13 +261,13 @@ TEST(Trainer, LaterEpochsReshuffleMiniBatchesDeterministically) {
   ModelOptions options;
   options.dtype = torch::kFloat64;
   RunConfig c;
-  c.num_generations = 2;
-  c.train_batch_size = 4;
-  c.train_minibatch_size = 1;  // 4 mini-batches of one group each
-  c.train_microbatch_size = 2;
-  c.num_training_epoch = 2;
+  c.rollout.num_generations = 2;
+  c.train.train_batch_size = 4;
+  c.train.train_minibatch_size = 1;  // 4 mini-batches of one group each
+  c.train.train_microbatch_size = 2;
+  c.train.num_training_epoch = 2;
   c.algo.loss.kl_coef = 0;
-  c.optimizer.lr = 1e-2;
+  c.train.optimizer.lr = 1e-2;
   auto run = [&](const RunConfig& config, const std::vector<SampleGroup>& input) {
     auto model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
     Trainer trainer(model, nullptr, rl_trainer_config(config, 1));
@@ -280,9 +280,9 @@ TEST(Trainer, LaterEpochsReshuffleMiniBatchesDeterministically) {
     return d;
   };
   RunConfig other_seed = c;
-  other_seed.seed = 7;
+  other_seed.runtime.seed = 7;
   RunConfig one_epoch = c, one_epoch_other_seed = other_seed;
-  one_epoch.num_training_epoch = one_epoch_other_seed.num_training_epoch = 1;
+  one_epoch.train.num_training_epoch = one_epoch_other_seed.train.num_training_epoch = 1;
   // Identical runs agree bitwise; the seed changes the second pass's mini-batches (so the update);
   // with one pass the seed changes nothing (the first pass takes the samples in order).
   EXPECT_EQ(max_diff(run(c, groups), run(c, groups)), 0.0);
@@ -382,10 +382,10 @@ TEST(Trainer, MismatchMetricsAndTisWeightsOnStaleSamples) {
   options.dtype = torch::kFloat64;
   auto model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
   RunConfig c;
-  c.num_generations = 2;
-  c.train_batch_size = 2;
-  c.train_minibatch_size = 2;
-  c.train_microbatch_size = 4;
+  c.rollout.num_generations = 2;
+  c.train.train_batch_size = 2;
+  c.train.train_minibatch_size = 2;
+  c.train.train_microbatch_size = 4;
   c.algo.loss.kl_coef = 0;
   c.algo.loss.tis_cap = 2.0;
   Trainer trainer(model, nullptr, rl_trainer_config(c, 1));
@@ -425,7 +425,7 @@ TEST(Trainer, NonFiniteStepsAreSkippedAndCounted) {
   for (size_t k = 0; k < after.size(); ++k) moved = std::max(moved, (after[k] - before[k]).abs().max().item<double>());
   EXPECT_GT(moved, 0.0);
 
-  RunConfig c;
+  TrainOptions c;
   c.max_nonfinite_steps = 2;
   int64_t consecutive = 0;
   PolicyUpdate bad, good;
@@ -467,18 +467,18 @@ TEST(Trainer, OnPolicyStepReusesTheSamplersLogprobs) {
           model_sample(requests[g.request].prompt_ids, g.token_ids, advantage, g.logprobs, /*policy_version=*/3));
     }
     RunConfig c;
-    c.num_generations = 2;
-    c.train_batch_size = 2;
-    c.train_minibatch_size = 2;
-    c.train_microbatch_size = 3;  // two micro-batches, padded
-    c.sampling.temperature = 1.3;
+    c.rollout.num_generations = 2;
+    c.train.train_batch_size = 2;
+    c.train.train_minibatch_size = 2;
+    c.train.train_microbatch_size = 3;  // two micro-batches, padded
+    c.rollout.sampling.temperature = 1.3;
     c.algo.loss.kl_coef = 0;
     // AdamW's first step is lr · sign(g) where |g| >> eps, which would turn a 1e-7 difference in a
     // near-zero gradient into a full step: with lr = eps >> |g| the update is the (clipped) gradient,
     // large enough that fp32 rounding of the weights does not hide its differences.
-    c.optimizer.lr = 1e3;
-    c.optimizer.eps = 1e3;
-    c.optimizer.weight_decay = 0;
+    c.train.optimizer.lr = 1e3;
+    c.train.optimizer.eps = 1e3;
+    c.train.optimizer.weight_decay = 0;
     ASSERT_EQ(on_policy_shortcut_off(c), "");
     auto update = [&](std::optional<int64_t> version, const std::vector<SampleGroup>& input) {
       auto model = Transformer::from_pretrained(rlcpp::testing::fixture(name));
@@ -511,11 +511,11 @@ TEST(Trainer, OnPolicyStepReusesTheSamplersLogprobs) {
     auto stale = groups;
     stale[1].samples[0].segments[0].policy_version = 2;
     EXPECT_EQ(update(3, stale).first.at("old_logprobs_reused"), 0.0);
-    c.num_training_epoch = 2;
+    c.train.num_training_epoch = 2;
     EXPECT_NE(on_policy_shortcut_off(c), "");
     EXPECT_EQ(update(3, groups).first.at("old_logprobs_reused"), 0.0);
-    c.num_training_epoch = 1;
-    c.reuse_rollout_logprobs = false;
+    c.train.num_training_epoch = 1;
+    c.train.reuse_rollout_logprobs = false;
     EXPECT_EQ(update(3, groups).first.at("old_logprobs_reused"), 0.0);
   }
 }

@@ -21,6 +21,8 @@ struct AlgoConfig {
   bool overlong_shaping = false;                           // soft over-length punishment
   int64_t overlong_cache = 0;                              // L_cache; 0: min(1024, max_new_tokens / 4)
   bool filter_truncated = false;                           // truncated samples leave the loss
+  int64_t max_dynamic_rounds = 3;                          // extra rounds to fill a step under dynamic batching
+  bool require_full_batch = false;  // a step short of -tbs groups after those rounds is an error, not a warning
 };
 
 // The presets and their settings are listed by algo_preset_help (GRPO, DAPO, DR_GRPO, RLOO,

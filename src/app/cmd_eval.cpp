@@ -25,7 +25,7 @@ namespace {
 struct EvalArgs {
   std::string model, dataset, eval_dataset, reward_type = "boxed", output;
   std::optional<std::string> system_prompt;
-  EvalOptions options;
+  EvalSampling options;
   bool greedy = false, json = false;
   int64_t max_prompt_tokens = 0;
   EngineFlags engine;
@@ -40,8 +40,8 @@ void run_eval(EvalArgs a) {
   if (a.dataset.empty() == a.eval_dataset.empty()) {
     throw_user_error("give -d/--dataset FILE or --ed/--eval-dataset '{{\"name\": \"path.jsonl\", ...}}' (one of them)");
   }
-  RunConfig sets_config;  // the eval sets as `rlcpp train -ed` reads them
-  sets_config.eval_dataset = a.eval_dataset;
+  EvalOptions sets_config;  // the eval sets as `rlcpp train -ed` reads them
+  sets_config.dataset = a.eval_dataset;
   const auto sets = a.dataset.empty() ? eval_sets(sets_config) : std::vector<std::pair<std::string, std::string>>{{"", a.dataset}};
   PromptOptions prompt_options;
   prompt_options.system_prompt = a.system_prompt ? *a.system_prompt : default_system_prompt(type);
@@ -94,7 +94,7 @@ void add_eval_command(CLI::App& app) {
   add_setting_flag(cmd, "model.path", a->model)->required();
   cmd->add_option("-d,--dataset", a->dataset, "JSONL of prompts with gt_answer");
   cmd->add_option("--ed,--eval-dataset", a->eval_dataset, "several sets as a JSON map {\"name\": \"path.jsonl\", ...}");
-  add_setting_flag(cmd, "rollout.reward_type", a->reward_type);
+  add_setting_flag(cmd, "reward.reward_type", a->reward_type);
   cmd->add_option("-n,--eval-n", a->options.n, "samples per prompt (pass@n)")->capture_default_str();
   add_setting_flag(cmd, "rollout.temperature", a->options.sampling.temperature);
   cmd->add_flag("--eval-greedy,--greedy", a->greedy, "greedy decoding");

@@ -88,7 +88,7 @@ void run_grade(const GradeArgs& args) {
 void add_grade_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("grade", "grade responses against ground-truth answers");
   auto args = std::make_shared<GradeArgs>();
-  add_setting_flag(cmd, "rollout.reward_type", args->reward_type);
+  add_setting_flag(cmd, "reward.reward_type", args->reward_type);
   cmd->add_option("--gt", args->gt, "ground-truth answer (with RESPONSE)");
   cmd->add_option("response", args->response, "the response text");
   cmd->add_option("--input", args->input, "JSONL of {\"response\", \"gt_answer\"[, \"truncated\"]}");

@@ -67,7 +67,7 @@ void add_prompts_command(CLI::App& app) {
   cmd->add_option("-n", args->count, "how many prompts")->capture_default_str();
   cmd->add_option("-s,--system-prompt", args->system_prompt, "system prompt (default: the reward type's)")
       ->each([args](const std::string&) { args->system_prompt_set = true; });
-  add_setting_flag(cmd, "rollout.reward_type", args->reward_type);
+  add_setting_flag(cmd, "reward.reward_type", args->reward_type);
   add_setting_flag(cmd, "rollout.max_prompt_tokens", args->max_prompt_tokens);
   add_setting_flag(cmd, "rollout.overflow", args->overflow);
   cmd->add_flag("--shuffle", args->shuffle, "walk the dataset in the seeded shuffled order");

@@ -36,16 +36,16 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
     if (memory_check && world->rank() == 0) {
       check_run_memory(config, estimate_run_memory(config), available_memory_bytes());
     }
-    if (config.distributed()) {
-      topology = Topology::create(world, static_cast<int>(config.trainers()), static_cast<int>(config.inferencers()),
-                                  static_cast<int>(config.tp), static_cast<int>(config.ptp));
-    } else if (world->size() == 1 && config.tp > 1) {
+    if (config.parallel.distributed()) {
+      topology = Topology::create(world, static_cast<int>(config.parallel.trainers()), static_cast<int>(config.parallel.inferencers()),
+                                  static_cast<int>(config.parallel.tp), static_cast<int>(config.parallel.ptp));
+    } else if (world->size() == 1 && config.parallel.tp > 1) {
       throw_user_error("--train-tp {} without -i: the colocated mode's tensor-parallel ranks are processes; run "
-                       "`mpirun -np {} rlcpp train --train-tp {} ...`", config.tp, config.tp, config.tp);
-    } else if (world->size() != config.tp) {
+                       "`mpirun -np {} rlcpp train --train-tp {} ...`", config.parallel.tp, config.parallel.tp, config.parallel.tp);
+    } else if (world->size() != config.parallel.tp) {
       throw_user_error("mpirun started {} processes but -i is not set and --train-tp is {}: give -t T -i I with T + I = "
                        "{}, or --train-tp {} for the colocated mode over {} tensor-parallel ranks (or run without mpirun)",
-                       world->size(), config.tp, world->size(), world->size(), world->size());
+                       world->size(), config.parallel.tp, world->size(), world->size(), world->size());
     } else if (world->size() > 1) {
       topology = Topology::colocated(world);  // one replica that trains and generates
     }
@@ -111,18 +111,18 @@ void add_train_command(CLI::App& app) {
       const auto estimate = estimate_run_memory(config);
       const double available = available_memory_bytes();
       std::cout << fmt::format("estimated peak memory of {} (one {} process):\n{}available now: {:.2f} GiB\n",
-                               config.model, config.distributed() ? "trainer" : "training", estimate.table(),
+                               config.model.path, config.parallel.distributed() ? "trainer" : "training", estimate.table(),
                                available / (1024.0 * 1024.0 * 1024.0));
       return;
     }
     auto world = mpi_world();  // a world of one process without mpirun
     const auto [config, topology] = prepare(raw, world, !*skip_memory_check);
-    if (config.debug) spdlog::set_level(spdlog::level::debug);
+    if (config.logging.debug) spdlog::set_level(spdlog::level::debug);
     if (!topology) {
       run_colocated(config);
       return;
     }
-    if (!config.distributed()) {  // colocated over tensor-parallel ranks: an error on one ends the job
+    if (!config.parallel.distributed()) {  // colocated over tensor-parallel ranks: an error on one ends the job
       try {
         run_colocated(config, &*topology);
       } catch (const std::exception& e) {

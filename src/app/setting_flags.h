@@ -43,7 +43,7 @@ struct EngineFlags {
 inline void add_engine_flags(CLI::App* cmd, EngineFlags& flags) {
   add_setting_flag(cmd, "runtime.dtype", flags.dtype);
   add_setting_flag(cmd, "runtime.device", flags.device);
-  add_setting_flag(cmd, "model.kv_cache_mb", flags.engine.kv_cache_mb);
+  add_setting_flag(cmd, "rollout.kv_cache_mb", flags.engine.kv_cache_mb);
   add_setting_flag(cmd, "rollout.dtype", flags.rollout_dtype);
   add_setting_flag(cmd, "rollout.kv_cache_dtype", flags.kv_cache_dtype);
   add_setting_flag(cmd, "rollout.max_num_seqs", flags.engine.scheduler.max_num_seqs);

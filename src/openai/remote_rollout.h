@@ -36,6 +36,18 @@ struct RemoteRolloutOptions {
   std::string adapter_name = "rlcpp-policy";  // adapters are served as NAME-v<version>
 };
 
+// A run's choice of rollout backend and its servers (the remote group; RemoteRolloutOptions is
+// what the client is built with from it).
+struct RemoteOptions {
+  RolloutBackendKind backend = RolloutBackendKind::kNative;  // where rollouts come from (-b)
+  std::string url;                   // -b openai|vllm|sglang: the servers, "http://HOST:PORT[,...]"
+  std::string model;                 // the servers' served name of the base model ("": their first listed)
+  std::string weights_dir;           // where the policy is written for the servers to read ("": run_dir/rollout-weights)
+  double timeout = 600;              // seconds a server has for one prompt's samples before it is retried elsewhere
+  int64_t concurrency = 32;          // prompts in flight at one server
+  bool enabled() const { return backend != RolloutBackendKind::kNative; }
+};
+
 // The weights the servers are to generate with.
 struct RemoteWeights {
   int64_t version = 0;

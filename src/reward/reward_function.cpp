@@ -1,5 +1,7 @@
 #include "reward/reward_function.h"
 
+#include "reward/external.h"
+
 namespace rlcpp {
 
 std::vector<ComponentScore> BuiltinReward::score(const std::vector<RewardInput>& inputs) {
@@ -38,6 +40,18 @@ std::vector<RewardResult> RewardFunction::score(const std::vector<RewardInput>& 
     graded = graded || grades;
   }
   return results;
+}
+
+RewardFunction make_reward_function(const RewardOptions& options) {
+  RewardFunction reward;
+  reward.add_builtin("accuracy", options.type, 1.0, options.scale);
+  if (!options.cmd.empty()) {
+    ExternalRewardConfig external;
+    external.command = options.cmd;
+    external.timeout_s = options.timeout;
+    reward.add("external", std::make_shared<ExternalReward>(external), options.cmd_weight);
+  }
+  return reward;
 }
 
 }  // namespace rlcpp

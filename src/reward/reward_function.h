@@ -13,6 +13,16 @@
 
 namespace rlcpp {
 
+// A run's reward settings (the reward group): the built-in grader on its scale, and an external
+// command (reward/external.h) added to it with a weight.
+struct RewardOptions {
+  RewardType type = RewardType::kBoxed;  // the built-in grader
+  RewardScale scale;                     // what each outcome of the grader is worth
+  std::string cmd;                       // external reward command (JSON lines), added to the built-in one
+  double cmd_weight = 1.0;               // the external reward's weight in the sum
+  double timeout = 30.0;                 // seconds the external reward command has for each reply
+};
+
 class RewardFunction {
  public:
   void add(const std::string& name, std::shared_ptr<RewardComponent> component, double weight);
@@ -32,5 +42,8 @@ class RewardFunction {
   };
   std::vector<Component> components_;
 };
+
+// The reward the options describe: the built-in grader as "accuracy", the command as "external".
+RewardFunction make_reward_function(const RewardOptions& options);
 
 }  // namespace rlcpp

@@ -42,6 +42,19 @@ struct OptimizerConfig {
   double min_lr_ratio = 0.0;         // floor of the decay, as a fraction of lr
 };
 
+// A run's training settings (the train group): batch sizes in prompts per trainer, epochs, the
+// optimizer and what the trainer does with a non-finite gradient.
+struct TrainOptions {
+  int64_t train_batch_size = 4;        // prompts (groups) per step per trainer
+  int64_t train_minibatch_size = 4;    // prompts per optimizer step
+  int64_t train_microbatch_size = 8;   // samples per forward/backward
+  int64_t num_training_epoch = 1;      // passes over each step's rollouts
+  bool reuse_rollout_logprobs = true;  // an on-policy step takes the sampler's log-probs as the old ones
+  bool gradient_checkpointing = false; // recompute each decoder layer's activations in backward
+  OptimizerConfig optimizer;           // AdamW and the LR schedule
+  int64_t max_nonfinite_steps = 3;     // stop after this many consecutive steps with a non-finite gradient
+};
+
 struct TrainerConfig {
   PolicyLossConfig loss;
   OptimizerConfig optimizer;

@@ -294,11 +294,11 @@ fs::path save_run_checkpoint(const RunConfig& config, const fs::path& run_dir, i
   contents.write_optimizer = std::move(write_optimizer);
   contents.state = std::move(state);
   contents.config = run_config_json(config);
-  contents.tokenizer_from = config.model;
+  contents.tokenizer_from = config.model.path;
   // As given when it is a path that exists from here, so the adapter finds its base from any directory.
-  contents.base_model = fs::exists(config.model) ? fs::absolute(config.model).lexically_normal().string() : config.model;
-  contents.save_merged = config.save_merged;
-  const auto dir = save_run_checkpoint(run_dir, step, contents, config.max_checkpoints);
+  contents.base_model = fs::exists(config.model.path) ? fs::absolute(config.model.path).lexically_normal().string() : config.model.path;
+  contents.save_merged = config.logging.save_merged;
+  const auto dir = save_run_checkpoint(run_dir, step, contents, config.logging.max_checkpoints);
   spdlog::info("checkpoint {}", dir.string());
   return dir;
 }
@@ -315,17 +315,17 @@ std::optional<fs::path> find_resume_checkpoint(const RunConfig& config, const fs
     }
     return step;
   };
-  if (config.resume == "auto") {
+  if (config.runtime.resume == "auto") {
     auto step = latest_of(run_dir);
     if (!step) spdlog::info("--resume auto: no checkpoint in {} yet, starting a fresh run", run_dir.string());
     return step;
   }
-  if (config.checkpoint_path.empty() || !config.enable_resume_training) return std::nullopt;
-  const fs::path path = config.checkpoint_path;
-  if (config.resume_step > 0) {  // ChatLearn's load_data_checkpoint_iteration: that step of the run
-    const fs::path step = path / fmt::format("step-{}", config.resume_step);
+  if (config.runtime.checkpoint_path.empty() || !config.runtime.enable_resume_training) return std::nullopt;
+  const fs::path path = config.runtime.checkpoint_path;
+  if (config.runtime.resume_step > 0) {  // ChatLearn's load_data_checkpoint_iteration: that step of the run
+    const fs::path step = path / fmt::format("step-{}", config.runtime.resume_step);
     if (fs::is_directory(step / "trainer_state")) return step;
-    throw_user_error("--resume-step {}: {} is not a checkpoint of the run in -cp {}", config.resume_step, step.string(),
+    throw_user_error("--resume-step {}: {} is not a checkpoint of the run in -cp {}", config.runtime.resume_step, step.string(),
                      path.string());
   }
   if (fs::is_directory(path / "trainer_state")) return path;
@@ -397,7 +397,7 @@ fs::path prepare_metrics_file(const fs::path& run_dir, const RunConfig& config, 
   const fs::path path = run_dir / "metrics.jsonl";
   if (resumed_step) {
     rewind_metrics(path, *resumed_step);
-  } else if (config.resume == "auto") {
+  } else if (config.runtime.resume == "auto") {
     rewind_metrics(path, 0);  // killed before its first checkpoint: start over, keeping the old lines aside
   } else if (fs::exists(path) && fs::file_size(path) > 0) {
     throw_user_error("{} already holds a run (metrics.jsonl); continue it with --resume auto, or choose another "

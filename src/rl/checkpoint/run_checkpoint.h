@@ -42,7 +42,7 @@ std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, 
                                           const CheckpointContents& contents, int64_t max_checkpoints);
 
 // The checkpoint of a run of `config` at `step` (the policy, its optimizer and the run's `state`,
-// with the resolved configuration and the tokenizer files of config.model); logs and returns it.
+// with the resolved configuration and the tokenizer files of config.model.path); logs and returns it.
 std::filesystem::path save_run_checkpoint(const RunConfig& config, const std::filesystem::path& run_dir, int64_t step,
                                           const Transformer& policy, torch::optim::Optimizer& optimizer,
                                           nlohmann::json state,

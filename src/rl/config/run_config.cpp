@@ -123,169 +123,169 @@ void read_group(const std::filesystem::path& path, const std::string& group, con
 }
 
 void reject_unimplemented(const RunConfig& c) {
-  const std::string backend = rollout_backend_kinds().name(c.backend);
-  if (!c.remote_rollout() && !c.rollout_url.empty()) {
-    throw_user_error("--rollout-url {}: the servers generate only with -b openai, vllm or sglang (-b is native)", c.rollout_url);
+  const std::string backend = rollout_backend_kinds().name(c.remote.backend);
+  if (!c.remote.enabled() && !c.remote.url.empty()) {
+    throw_user_error("--rollout-url {}: the servers generate only with -b openai, vllm or sglang (-b is native)", c.remote.url);
   }
-  if (c.remote_rollout()) {
-    if (c.rollout_url.empty()) {
+  if (c.remote.enabled()) {
+    if (c.remote.url.empty()) {
       throw_user_error("-b {}: give the servers with --rollout-url http://HOST:PORT[,http://HOST:PORT...] (start them "
-                       "with rlcpp serve --model {} --port PORT)", backend, c.model.empty() ? "DIR" : c.model);
+                       "with rlcpp serve --model {} --port PORT)", backend, c.model.path.empty() ? "DIR" : c.model.path);
     }
-    if (c.distributed() || c.num_trainers > 1) {
+    if (c.parallel.distributed() || c.parallel.num_trainers > 1) {
       throw_user_error("-b {} with -t {} -i {}: the servers at --rollout-url take the rollout workers' place, and the "
-                       "trainer runs as one process; drop -t and -i (and mpirun)", backend, c.trainers(), c.num_inferencers);
+                       "trainer runs as one process; drop -t and -i (and mpirun)", backend, c.parallel.trainers(), c.parallel.num_inferencers);
     }
-    if (c.tp > 1) {
+    if (c.parallel.tp > 1) {
       throw_user_error("-b {} with --train-tp {}: a tensor-parallel trainer with rollout servers is not supported; train "
                        "in one process (LoRA, --frozen-dtype and --gradient-checkpointing shrink it), or use -b native",
-                       backend, c.tp);
+                       backend, c.parallel.tp);
     }
-    if (c.backend == RolloutBackendKind::kVllm && !c.lora.enabled()) {
+    if (c.remote.backend == RolloutBackendKind::kVllm && !c.model.lora.enabled()) {
       throw_user_error("-b vllm trains LoRA adapters only: vLLM's server loads adapters at run time "
                        "(/v1/load_lora_adapter) but documents no reload of a whole model from disk; add --lora-rank R, "
                        "or serve with rlcpp serve or SGLang (-b openai or sglang)");
     }
   }
-  if (c.tp < 1 || c.ptp < 1) {
-    throw_user_error("--train-tp {} --rollout-tp {}: tensor-parallel sizes are at least 1", c.tp, c.ptp);
+  if (c.parallel.tp < 1 || c.parallel.ptp < 1) {
+    throw_user_error("--train-tp {} --rollout-tp {}: tensor-parallel sizes are at least 1", c.parallel.tp, c.parallel.ptp);
   }
-  if (!c.distributed() && c.ptp != 1 && c.ptp != c.tp) {
+  if (!c.parallel.distributed() && c.parallel.ptp != 1 && c.parallel.ptp != c.parallel.tp) {
     throw_user_error("--rollout-tp {} with --train-tp {} in the colocated mode (no -i): the engine generates with the "
                      "trainer's own parts of the weights, so it has the trainer's tensor parallelism; leave --rollout-tp "
-                     "at 1 (or {}), or give rollout workers their own (-t T -i I under mpirun)", c.ptp, c.tp, c.tp);
+                     "at 1 (or {}), or give rollout workers their own (-t T -i I under mpirun)", c.parallel.ptp, c.parallel.tp, c.parallel.tp);
   }
-  if (c.pp != 1) {
+  if (c.parallel.pp != 1) {
     throw_user_error("-pp {}: pipeline parallelism is not planned; leave it at 1 (tensor parallelism, --train-tp, and "
-                     "ZeRO, -zero, shard large models)", c.pp);
+                     "ZeRO, -zero, shard large models)", c.parallel.pp);
   }
-  if (c.zero < 0 || c.zero > 3) {
+  if (c.parallel.zero < 0 || c.parallel.zero > 3) {
     throw_user_error("-zero/--zero-stage {}: a ZeRO stage is 0 (off), 1 (optimizer state sharded), 2 (also gradients) "
-                     "or 3 (also parameters)", c.zero);
+                     "or 3 (also parameters)", c.parallel.zero);
   }
-  if (c.zero > 0 && !c.distributed()) {
+  if (c.parallel.zero > 0 && !c.parallel.distributed()) {
     throw_user_error("-zero/--zero-stage {}: ZeRO shards over data-parallel trainers, which need the distributed mode "
                      "(mpirun -np T+I rlcpp train -t T -i I ...); the colocated mode has one trainer: leave -zero at 0",
-                     c.zero);
+                     c.parallel.zero);
   }
-  if (!c.master_address.empty() || c.master_port != 0) {
+  if (!c.parallel.master_address.empty() || c.parallel.master_port != 0) {
     throw_user_error("--master_address/--master_port: rlcpp has no Ray or torch rendezvous to point at (mpirun "
                      "provides it: see docs/distributed.md, several machines); remove these flags");
   }
 }
 
 void check_eval_sets(const RunConfig& c, bool files) {
-  for (const auto& [name, path] : eval_sets(c)) {
+  for (const auto& [name, path] : eval_sets(c.eval)) {
     if (files && !fs::is_regular_file(path)) throw_user_error("-ed/--eval-dataset: set \"{}\": no such file {}", name, path);
   }
 }
 
 void check_files(const RunConfig& c) {
-  if (c.model.empty()) throw_user_error("-m/--model (model.path) is required");
-  if (c.dataset.empty()) throw_user_error("-d/--dataset (runtime.dataset) is required");
-  if (!fs::is_regular_file(fs::path(c.model) / "config.json")) {
-    throw_user_error("-m/--model {}: no config.json there; give a Hugging Face model directory", c.model);
+  if (c.model.path.empty()) throw_user_error("-m/--model (model.path) is required");
+  if (c.runtime.dataset.empty()) throw_user_error("-d/--dataset (runtime.dataset) is required");
+  if (!fs::is_regular_file(fs::path(c.model.path) / "config.json")) {
+    throw_user_error("-m/--model {}: no config.json there; give a Hugging Face model directory", c.model.path);
   }
-  const ModelConfig model = ModelConfig::load(c.model);  // names an unsupported architecture
-  TpLayout::make(model, static_cast<int>(c.tp), "--train-tp");  // a model too small to split that many ways
-  TpLayout::make(model, static_cast<int>(c.ptp), "--rollout-tp");
-  if (!fs::is_regular_file(c.dataset)) throw_user_error("-d/--dataset {}: no such file", c.dataset);
+  const ModelConfig model = ModelConfig::load(c.model.path);  // names an unsupported architecture
+  TpLayout::make(model, static_cast<int>(c.parallel.tp), "--train-tp");  // a model too small to split that many ways
+  TpLayout::make(model, static_cast<int>(c.parallel.ptp), "--rollout-tp");
+  if (!fs::is_regular_file(c.runtime.dataset)) throw_user_error("-d/--dataset {}: no such file", c.runtime.dataset);
   check_eval_sets(c, true);
 }
 
 // "-t 4" or "-t 4 / --train-tp 2 = 2 replicas", and the same of the engines.
 std::string replicas_text(const RunConfig& c) {
-  if (c.tp == 1) return fmt::format("-t {}", c.trainers());
-  return fmt::format("-t {} / --train-tp {} = {} replicas", c.trainers(), c.tp, c.replicas());
+  if (c.parallel.tp == 1) return fmt::format("-t {}", c.parallel.trainers());
+  return fmt::format("-t {} / --train-tp {} = {} replicas", c.parallel.trainers(), c.parallel.tp, c.parallel.replicas());
 }
 
 std::string engines_text(const RunConfig& c) {
-  if (c.ptp == 1 || !c.distributed()) return fmt::format("-i {}", c.inferencers());
-  return fmt::format("-i {} / --rollout-tp {} = {} engines", c.inferencers(), c.ptp, c.engines());
+  if (c.parallel.ptp == 1 || !c.parallel.distributed()) return fmt::format("-i {}", c.parallel.inferencers());
+  return fmt::format("-i {} / --rollout-tp {} = {} engines", c.parallel.inferencers(), c.parallel.ptp, c.parallel.engines());
 }
 
 void validate(const RunConfig& c) {
   reject_unimplemented(c);
-  if (!c.frozen_dtype.empty() && !c.lora.enabled() && c.algo.loss.kl_coef == 0) {
+  if (!c.model.frozen_dtype.empty() && !c.model.lora.enabled() && c.algo.loss.kl_coef == 0) {
     throw_user_error("--frozen-dtype {}: nothing is frozen in this run (it trains every weight and has no reference "
-                     "model, -kl 0); drop it or add --lora-rank R", c.frozen_dtype);
+                     "model, -kl 0); drop it or add --lora-rank R", c.model.frozen_dtype);
   }
   check_eval_sets(c, false);
-  if (c.train_minibatch_size > c.train_batch_size) {
+  if (c.train.train_minibatch_size > c.train.train_batch_size) {
     throw_user_error("-tMbs/--train-minibatch-size {} must be between 1 and -tbs {} (train_batch_size >= "
-                     "train_minibatch_size >= train_microbatch_size)", c.train_minibatch_size, c.train_batch_size);
+                     "train_minibatch_size >= train_microbatch_size)", c.train.train_minibatch_size, c.train.train_batch_size);
   }
-  if (c.train_batch_size % c.train_minibatch_size != 0) {
-    throw_user_error("-tbs {} must be a multiple of -tMbs {}", c.train_batch_size, c.train_minibatch_size);
+  if (c.train.train_batch_size % c.train.train_minibatch_size != 0) {
+    throw_user_error("-tbs {} must be a multiple of -tMbs {}", c.train.train_batch_size, c.train.train_minibatch_size);
   }
-  if (c.train_microbatch_size > c.train_minibatch_size * c.num_generations) {
+  if (c.train.train_microbatch_size > c.train.train_minibatch_size * c.rollout.num_generations) {
     throw_user_error("-tmbs/--train-microbatch-size {} samples exceeds a mini-batch of -tMbs {} × -g {} = {} samples",
-                     c.train_microbatch_size, c.train_minibatch_size, c.num_generations,
-                     c.train_minibatch_size * c.num_generations);
+                     c.train.train_microbatch_size, c.train.train_minibatch_size, c.rollout.num_generations,
+                     c.train.train_minibatch_size * c.rollout.num_generations);
   }
   // Data-parallel replicas (-t / --train-tp) and engines (-i / --rollout-tp) are what the seed's
   // constraints count (its num_trainer / train_tensor_parallel_size and num_inferencer).
-  const int64_t ibs = c.round_prompts(), T = c.replicas(), I = c.engines();
-  if (c.distributed() && (c.trainers() % c.tp != 0 || c.inferencers() % c.ptp != 0)) {
+  const int64_t ibs = c.round_prompts(), T = c.parallel.replicas(), I = c.parallel.engines();
+  if (c.parallel.distributed() && (c.parallel.trainers() % c.parallel.tp != 0 || c.parallel.inferencers() % c.parallel.ptp != 0)) {
     throw_user_error("-t {} --train-tp {} -i {} --rollout-tp {}: the trainer ranks form replicas of --train-tp ranks and "
                      "the rollout ranks engines of --rollout-tp ranks; make -t a multiple of --train-tp and -i of "
-                     "--rollout-tp", c.trainers(), c.tp, c.inferencers(), c.ptp);
+                     "--rollout-tp", c.parallel.trainers(), c.parallel.tp, c.parallel.inferencers(), c.parallel.ptp);
   }
-  if (!c.distributed()) {
-    if (c.num_trainers > 1) {
+  if (!c.parallel.distributed()) {
+    if (c.parallel.num_trainers > 1) {
       throw_user_error("-t {} without -i: trainers need rollout workers; give -i (mpirun -np T+I) or drop -t for the "
-                       "colocated mode", c.num_trainers);
+                       "colocated mode", c.parallel.num_trainers);
     }
-    if (c.n_behind != 0 && !c.remote_rollout()) {
+    if (c.staleness.n_behind != 0 && !c.remote.enabled()) {
       throw_user_error("-nb/--n-behind {}: the colocated mode (no -i) is always on-policy; bounded staleness needs "
-                       "rollout workers (-t T -i I under mpirun) or rollout servers (-b openai --rollout-url URL)", c.n_behind);
+                       "rollout workers (-t T -i I under mpirun) or rollout servers (-b openai --rollout-url URL)", c.staleness.n_behind);
     }
   } else if (I % T != 0) {
     throw_user_error("{} is not a multiple of {} (num_inferencer % num_trainer == 0)", engines_text(c), replicas_text(c));
   }
-  if ((I * ibs) % (T * c.train_batch_size) != 0) {
+  if ((I * ibs) % (T * c.train.train_batch_size) != 0) {
     throw_user_error("-ibs {} with {}: {} prompts per round are not a multiple of {} × -tbs {} = {} "
                      "((num_inferencer × inference_batch_size) % (num_trainer × train_batch_size) == 0{})",
-                     ibs, engines_text(c), I * ibs, replicas_text(c), c.train_batch_size, T * c.train_batch_size,
-                     c.distributed() ? "" : ", with one of each in the colocated mode");
+                     ibs, engines_text(c), I * ibs, replicas_text(c), c.train.train_batch_size, T * c.train.train_batch_size,
+                     c.parallel.distributed() ? "" : ", with one of each in the colocated mode");
   }
-  if (c.sync_frequency > std::max<int64_t>(1, c.n_behind)) {
+  if (c.staleness.sync_frequency > std::max<int64_t>(1, c.staleness.n_behind)) {
     throw_user_error("--sync-frequency {} lets rollout run {} rounds behind the trainers, more than -nb {} allows; "
-                     "raise -nb to {} or sync every round", c.sync_frequency, c.sync_frequency, c.n_behind,
-                     c.sync_frequency);
+                     "raise -nb to {} or sync every round", c.staleness.sync_frequency, c.staleness.sync_frequency, c.staleness.n_behind,
+                     c.staleness.sync_frequency);
   }
   // A round's samples live in host memory (token ids, log-probs, text): refuse a round that could
   // not fit before generating any of it.
   {
-    const double samples = static_cast<double>(ibs) * static_cast<double>(c.num_generations);
-    const double bytes = samples * (static_cast<double>(c.sampling.max_new_tokens) * 16.0 + 512.0);
+    const double samples = static_cast<double>(ibs) * static_cast<double>(c.rollout.num_generations);
+    const double bytes = samples * (static_cast<double>(c.rollout.sampling.max_new_tokens) * 16.0 + 512.0);
     const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
     if (memory > 0 && bytes > memory / 2) {
       throw_user_error("-g {} x -ibs {} = {:.0f} samples per round of up to -mnt {} tokens need about {:.1f} GiB, more than "
                        "half of this machine's {:.1f} GiB; lower -g, -ibs or -mnt",
-                       c.num_generations, ibs, samples, c.sampling.max_new_tokens, bytes / (1 << 30), memory / (1 << 30));
+                       c.rollout.num_generations, ibs, samples, c.rollout.sampling.max_new_tokens, bytes / (1 << 30), memory / (1 << 30));
     }
   }
-  if (c.inference_microbatch_size > ibs) {
+  if (c.rollout.inference_microbatch_size > ibs) {
     throw_user_error("-imbs {} exceeds -ibs {} (inference_batch_size >= inference_microbatch_size)",
-                     c.inference_microbatch_size, ibs);
+                     c.rollout.inference_microbatch_size, ibs);
   }
-  if (c.sampling.temperature < 0) throw_user_error("-temp {}: must be >= 0", c.sampling.temperature);
-  if (!(c.sampling.top_p > 0 && c.sampling.top_p <= 1)) throw_user_error("-topp {}: must be in (0, 1]", c.sampling.top_p);
-  if (c.optimizer.lr < 0) throw_user_error("-lr {}: must be >= 0", c.optimizer.lr);
-  if (c.resume != "" && c.resume != "auto") throw_user_error("--resume \"{}\": use auto, or -cp DIR for a given checkpoint", c.resume);
-  if (c.resume == "auto" && !c.checkpoint_path.empty()) {
-    throw_user_error("--resume auto and -cp {}: give one of them", c.checkpoint_path);
+  if (c.rollout.sampling.temperature < 0) throw_user_error("-temp {}: must be >= 0", c.rollout.sampling.temperature);
+  if (!(c.rollout.sampling.top_p > 0 && c.rollout.sampling.top_p <= 1)) throw_user_error("-topp {}: must be in (0, 1]", c.rollout.sampling.top_p);
+  if (c.train.optimizer.lr < 0) throw_user_error("-lr {}: must be >= 0", c.train.optimizer.lr);
+  if (c.runtime.resume != "" && c.runtime.resume != "auto") throw_user_error("--resume \"{}\": use auto, or -cp DIR for a given checkpoint", c.runtime.resume);
+  if (c.runtime.resume == "auto" && !c.runtime.checkpoint_path.empty()) {
+    throw_user_error("--resume auto and -cp {}: give one of them", c.runtime.checkpoint_path);
   }
   // The run directory is save_dir/project: a project name is one path component.
-  if (c.project.empty() || c.project == "." || c.project == ".." || c.project.find('/') != std::string::npos ||
-      c.project.find('\\') != std::string::npos) {
+  if (c.logging.project.empty() || c.logging.project == "." || c.logging.project == ".." || c.logging.project.find('/') != std::string::npos ||
+      c.logging.project.find('\\') != std::string::npos) {
     throw_user_error("-p/--project \"{}\": a run name is one folder name under -sd (no '/', not empty, not . or ..)",
-                     c.project);
+                     c.logging.project);
   }
-  if (c.resume_step > 0 && c.checkpoint_path.empty()) {
+  if (c.runtime.resume_step > 0 && c.runtime.checkpoint_path.empty()) {
     throw_user_error("--resume-step {} (load_data_checkpoint_iteration) needs -cp/--checkpoint-path: the run directory "
-                     "whose step-{} to resume", c.resume_step, c.resume_step);
+                     "whose step-{} to resume", c.runtime.resume_step, c.runtime.resume_step);
   }
 }
 
@@ -299,13 +299,14 @@ std::string yaml_scalar(const Json& v) {
 void read_run_file(const std::filesystem::path& path, RawSettings& raw) {
   const Json doc = load_yaml_file(path);
   if (doc.is_null()) return;
-  if (!doc.is_object()) throw_user_error("{}: expected groups of settings (runtime:, model:, rollout:, ...)", path.string());
+  if (!doc.is_object()) throw_user_error("{}: expected groups of settings ({}: ...)", path.string(), fmt::join(run_groups(), ":, "));
   // rlcpp's groups, and ChatLearn's runtime_env (its fields are in the ChatLearn table).
-  static const std::set<std::string> groups = {"runtime", "model", "rollout", "algorithm", "train", "logging", "runtime_env"};
+  std::set<std::string> groups = {"runtime_env"};
+  for (const auto& s : run_settings()) groups.insert(s.name.substr(0, s.name.find('.')));
   for (const auto& [group, entries] : doc.items()) {
     if (groups.count(group) == 0) {
       if (entries.is_object()) {
-        throw_user_error("{}: unknown group \"{}\" (use runtime, model, rollout, algorithm, train, logging)", path.string(), group);
+        throw_user_error("{}: unknown group \"{}\" (use {})", path.string(), group, fmt::join(run_groups(), ", "));
       }
       read_group(path, "", Json{{group, entries}}, "", raw);  // a top-level ChatLearn name
       continue;
@@ -321,25 +322,25 @@ namespace {
 // LoRA's settings as one LoraConfig: ChatLearn's switch and scaling folded into rank and alpha, and
 // LoRA settings given while LoRA is off refused.
 void resolve_lora(RunConfig& c, const RawSettings& raw) {
-  if (c.enable_lora) {
-    if (!*c.enable_lora) c.lora.rank = 0;
-    else if (c.lora.rank == 0) c.lora.rank = 8;  // ChatLearn's default lora_dim
+  if (c.model.enable_lora) {
+    if (!*c.model.enable_lora) c.model.lora.rank = 0;
+    else if (c.model.lora.rank == 0) c.model.lora.rank = 8;  // ChatLearn's default lora_dim
   }
-  if (c.lora_scaling > 0) {
-    if (c.lora.alpha > 0) {
+  if (c.model.lora_scaling > 0) {
+    if (c.model.lora.alpha > 0) {
       throw_user_error("{} and {}: give LoRA's scale once (alpha = scaling x r)", raw.source.at("model.lora_scaling"),
                        raw.source.at("model.lora_alpha"));
     }
-    c.lora.alpha = c.lora_scaling * static_cast<double>(c.lora.rank);
+    c.model.lora.alpha = c.model.lora_scaling * static_cast<double>(c.model.lora.rank);
   }
-  if (c.lora.enabled()) return;
+  if (c.model.lora.enabled()) return;
   for (const char* name : {"model.lora_alpha", "model.lora_dropout", "model.lora_target_modules", "model.lora_name_scope"}) {
     const auto it = raw.source.find(name);
     if (it != raw.source.end() && it->second.rfind("-", 0) == 0) {
       throw_user_error("{}: LoRA is off; give --lora-rank R (or --lora) to train adapters", it->second);
     }
   }
-  if (c.save_merged) {
+  if (c.logging.save_merged) {
     throw_user_error("{}: only a LoRA run has something to merge (a full fine-tune's step-N/ already is the whole "
                      "model); drop it, or give --lora-rank R", raw.source.at("logging.save_merged"));
   }
@@ -380,6 +381,30 @@ std::string run_config_yaml(const RunConfig& config) {
   return out.str();
 }
 
+std::vector<std::string> run_groups() {
+  std::vector<std::string> groups;
+  for (const auto& s : run_settings()) {
+    const std::string group = s.name.substr(0, s.name.find('.'));
+    if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
+  }
+  return groups;
+}
+
+namespace {
+
+// A recorded configuration's value of `group.key`, or null when it has none. Keys are unique
+// across groups, so a configuration recorded before a setting moved group is found by its key.
+const nlohmann::ordered_json* recorded_value(const nlohmann::ordered_json& recorded, const std::string& group,
+                                             const std::string& key) {
+  if (recorded.contains(group) && recorded[group].is_object() && recorded[group].contains(key)) return &recorded[group][key];
+  for (const auto& [other, entries] : recorded.items()) {
+    if (entries.is_object() && entries.contains(key)) return &entries[key];
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& recorded, const RunConfig& config) {
   const auto now = run_config_json(config), defaults = run_config_json(RunConfig{});
   std::vector<std::string> out;
@@ -389,21 +414,21 @@ std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& rec
     const std::string group = setting.name.substr(0, dot), key = setting.name.substr(dot + 1);
     const auto& current = now[group][key];
     // A setting the checkpoint does not record is newer than it: the run had its default's behaviour.
-    const bool known = recorded.contains(group) && recorded[group].contains(key);
-    const auto& then = known ? recorded[group][key] : defaults[group][key];
+    const nlohmann::ordered_json* recorded_then = recorded_value(recorded, group, key);
+    const bool known = recorded_then != nullptr;
+    const auto& then = known ? *recorded_then : defaults[group][key];
     // Per-trainer batches may change with the trainer count (a resume onto another -t): what must
     // stay is the global batch, -t × -tbs prompts per step and -t × -tMbs per optimizer step.
     if ((setting.name == "train.train_batch_size" || setting.name == "train.train_minibatch_size") &&
         then.is_number_integer() && current.is_number_integer()) {
       auto trainers = [](const nlohmann::ordered_json& c) {
-        const bool has = c.contains("runtime") && c["runtime"].contains("num_trainers") &&
-                         c["runtime"]["num_trainers"].is_number_integer();
-        return std::max<int64_t>(1, has ? c["runtime"]["num_trainers"].get<int64_t>() : 0);
+        const nlohmann::ordered_json* t = recorded_value(c, "parallel", "num_trainers");
+        return std::max<int64_t>(1, t != nullptr && t->is_number_integer() ? t->get<int64_t>() : 0);
       };
       const int64_t global_then = then.get<int64_t>() * trainers(recorded);
       const int64_t global_now = current.get<int64_t>() * trainers(now);
       if (global_then != global_now) {
-        out.push_back(fmt::format("{} × runtime.num_trainers (the global batch): {} -> {}", setting.name, global_then,
+        out.push_back(fmt::format("{} × parallel.num_trainers (the global batch): {} -> {}", setting.name, global_then,
                                   global_now));
       }
       continue;
@@ -416,18 +441,18 @@ std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& rec
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> eval_sets(const RunConfig& c) {
+std::vector<std::pair<std::string, std::string>> eval_sets(const EvalOptions& eval) {
   std::vector<std::pair<std::string, std::string>> sets;
-  if (c.eval_dataset.empty()) return sets;
+  if (eval.dataset.empty()) return sets;
   nlohmann::ordered_json map;
   try {
-    map = nlohmann::ordered_json::parse(c.eval_dataset);
+    map = nlohmann::ordered_json::parse(eval.dataset);
   } catch (const nlohmann::json::exception&) {
-    throw_user_error("-ed/--eval-dataset '{}': not a JSON map; give '{{\"name\": \"path.jsonl\", ...}}'", c.eval_dataset);
+    throw_user_error("-ed/--eval-dataset '{}': not a JSON map; give '{{\"name\": \"path.jsonl\", ...}}'", eval.dataset);
   }
   if (!map.is_object() || map.empty()) {
     throw_user_error("-ed/--eval-dataset '{}': give a map of set names to JSONL files, e.g. '{{\"gsm8k\": \"test.jsonl\"}}'",
-                     c.eval_dataset);
+                     eval.dataset);
   }
   for (const auto& [name, path] : map.items()) {
     if (!path.is_string() || name.empty() || name.find_first_of("/\\") != std::string::npos) {

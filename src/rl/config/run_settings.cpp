@@ -178,23 +178,23 @@ Setting dtype_setting(std::string name, std::string flags, std::string help, Ref
 
 // A setting given in another unit (ChatLearn counts samples, the reference counts prompts):
 // `samples` is converted with G and must agree with `prompts_name` when both are given.
-Setting samples_setting(std::string name, std::string help, int64_t RunConfig::*prompts, std::string prompts_name) {
+Setting samples_setting(std::string name, std::string help, int64_t TrainOptions::*prompts, std::string prompts_name) {
   return make(name, "", {}, std::move(help),
           [name, prompts, prompts_name](RunConfig& c, const Json& v, const std::string& where, const RawSettings& raw) {
             const int64_t samples = read_int(v, where);
             at_least(samples, 1, where);
-            if (samples % c.num_generations != 0) {
+            if (samples % c.rollout.num_generations != 0) {
               throw_user_error("{}: {} samples is not a multiple of rollout.num_generations (-g) {}", where, samples,
-                               c.num_generations);
+                               c.rollout.num_generations);
             }
-            const int64_t value = samples / c.num_generations;
-            if (raw.values.contains(prompts_name) && c.*prompts != value) {
+            const int64_t value = samples / c.rollout.num_generations;
+            if (raw.values.contains(prompts_name) && c.train.*prompts != value) {
               throw_user_error("{} = {} samples means {} prompts of {} samples, but {} = {} prompts; give one of them",
-                               where, samples, value, c.num_generations, raw.source.at(prompts_name), c.*prompts);
+                               where, samples, value, c.rollout.num_generations, raw.source.at(prompts_name), c.train.*prompts);
             }
-            c.*prompts = value;
+            c.train.*prompts = value;
           },
-          [prompts](const RunConfig& c) { return Json(c.*prompts * c.num_generations); }, false, prompts_name);
+          [prompts](const RunConfig& c) { return Json(c.train.*prompts * c.rollout.num_generations); }, false, prompts_name);
 }
 
 // A setting held in an enum field, spelled by its table; the help lists the table's names.
@@ -222,63 +222,63 @@ std::vector<Setting> make_settings() {
   std::vector<Setting> s;
   // runtime
   s.push_back(string_setting("runtime.dataset", "-d,--dataset", "training JSONL ({\"messages\", \"gt_answer\"})",
-                             [](C& c) -> std::string& { return c.dataset; }, {}));
-  s.push_back(string_setting("runtime.eval_dataset", "--ed,--eval-dataset",
-                             "held-out sets as a JSON map {\"name\": \"path.jsonl\", ...}, evaluated every -ei steps",
-                             [](C& c) -> std::string& { return c.eval_dataset; }, {}, true));
+                             [](C& c) -> std::string& { return c.runtime.dataset; }, {}));
   s.push_back(int_setting("runtime.num_episodes", "-e,--num-episodes", "passes over the dataset",
-                          [](C& c) -> int64_t& { return c.num_episodes; }, 1, {}, true));
+                          [](C& c) -> int64_t& { return c.runtime.num_episodes; }, 1, {}, true));
   s.push_back(int_setting("runtime.max_steps", "--max-steps", "stop after N steps (0: the episodes decide)",
-                          [](C& c) -> int64_t& { return c.max_steps; }, 0, {}, true));
+                          [](C& c) -> int64_t& { return c.runtime.max_steps; }, 0, {}, true));
   s.push_back(int_setting("runtime.seed", "--seed", "data order and sampling seed",
-                          [](C& c) -> uint64_t& { return c.seed; }, 0));
-  s.push_back(int_setting("runtime.num_trainers", "-t,--num-trainers",
+                          [](C& c) -> uint64_t& { return c.runtime.seed; }, 0));
+  s.push_back(string_setting("runtime.device", "--device", "cpu | cuda | cuda:N",
+                             [](C& c) -> std::string& { return c.runtime.device; }, {}, true));
+  s.push_back(make("runtime.dtype", "--dtype", {}, "weights and compute: " + dtypes().names(),
+                   [](C& c, const Json& v, const std::string& where, const RawSettings&) {
+                     c.runtime.dtype = dtypes().name(dtypes().parse(read_string(v, where), where));
+                   },
+                   [](const C& c) { return Json(c.runtime.dtype); }, false));
+  s.push_back(string_setting("runtime.resume", "--resume", "auto: continue from the run's newest checkpoint",
+                             [](C& c) -> std::string& { return c.runtime.resume; }, {}, true));
+  s.push_back(string_setting("runtime.checkpoint_path", "--cp,--checkpoint-path", "resume from this step-N (or run) directory",
+                             [](C& c) -> std::string& { return c.runtime.checkpoint_path; }, {}, true));
+  s.push_back(bool_setting("runtime.enable_resume_training", "--enable-resume-training",
+                           "resume when a checkpoint path is set (ChatLearn)",
+                           [](C& c) -> bool& { return c.runtime.enable_resume_training; }, {}, true));
+  s.push_back(int_setting("runtime.resume_step", "--resume-step", "resume from step-N of -cp's run directory (0: its latest)",
+                          [](C& c) -> int64_t& { return c.runtime.resume_step; }, 0, {}, true));
+  s.push_back(bool_setting("runtime.skip_bad_lines", "--skip-bad-lines",
+                           "skip malformed dataset lines with a count instead of stopping",
+                           [](C& c) -> bool& { return c.runtime.skip_bad_lines; }));
+  s.push_back(int_setting("runtime.consumed_samples", "--consumed-samples",
+                          "a fresh run first skips this many prompts of the shuffled data order",
+                          [](C& c) -> int64_t& { return c.runtime.consumed_samples; }, 0));
+  // parallel
+  s.push_back(int_setting("parallel.num_trainers", "-t,--num-trainers",
                           "trainer processes (mpirun -np T+I; ranks [0,T) train data-parallel)",
-                          [](C& c) -> int64_t& { return c.num_trainers; }, 0, {}, true));
-  s.push_back(int_setting("runtime.num_inferencers", "-i,--num-inferencer",
+                          [](C& c) -> int64_t& { return c.parallel.num_trainers; }, 0, {}, true));
+  s.push_back(int_setting("parallel.num_inferencers", "-i,--num-inferencer",
                           "rollout processes (ranks [T,T+I)); 0: colocated in one process",
-                          [](C& c) -> int64_t& { return c.num_inferencers; }, 0, {}, true));
-  s.push_back(int_setting("runtime.sync_bucket_mb", "--sync-bucket-mb", "weight-sync bucket size (MiB)",
-                          [](C& c) -> int64_t& { return c.sync_bucket_mb; }, 1, {}, true));
-  s.push_back(enum_setting("runtime.param_sync_comm_type", "--param-sync-comm-type",
+                          [](C& c) -> int64_t& { return c.parallel.num_inferencers; }, 0, {}, true));
+  s.push_back(int_setting("parallel.sync_bucket_mb", "--sync-bucket-mb", "weight-sync bucket size (MiB)",
+                          [](C& c) -> int64_t& { return c.parallel.sync_bucket_mb; }, 1, {}, true));
+  s.push_back(enum_setting("parallel.param_sync_comm_type", "--param-sync-comm-type",
                            "how trainer rank 0 sends weights to the rollout workers", sync_modes(),
-                           [](C& c) -> SyncMode& { return c.param_sync_comm_type; }, true));
-  s.push_back(int_setting("runtime.sync_frequency", "--sync-frequency", "rollout rounds between weight syncs",
-                          [](C& c) -> int64_t& { return c.sync_frequency; }, 1, {}, true));
-  s.push_back(bool_setting("runtime.verify_sync", "--verify-sync",
+                           [](C& c) -> SyncMode& { return c.parallel.param_sync_comm_type; }, true));
+  s.push_back(bool_setting("parallel.verify_sync", "--verify-sync",
                            "rollout workers hash the weights they applied and trainer rank 0 checks them",
-                           [](C& c) -> bool& { return c.verify_sync; }, {}, true));
-  s.push_back(enum_setting("runtime.backend", "-b,--backend", "where rollouts come from", rollout_backend_kinds(),
-                           [](C& c) -> RolloutBackendKind& { return c.backend; }, true));
-  s.push_back(string_setting("rollout.rollout_url", "--rollout-url",
-                             "-b openai|vllm|sglang: the OpenAI-compatible servers, http://HOST:PORT[,http://HOST:PORT...]",
-                             [](C& c) -> std::string& { return c.rollout_url; }, {}, true));
-  s.push_back(string_setting("rollout.rollout_model", "--rollout-model",
-                             "the servers' name of the base model (default: the first of their /v1/models)",
-                             [](C& c) -> std::string& { return c.rollout_model; }, {}, true));
-  s.push_back(string_setting("rollout.rollout_weights_dir", "--rollout-weights-dir",
-                             "where the trainer writes the policy for the servers to load (a path they can read; "
-                             "default: the run directory's rollout-weights/)",
-                             [](C& c) -> std::string& { return c.rollout_weights_dir; }, {}, true));
-  s.push_back(double_setting("rollout.rollout_timeout", "--rollout-timeout",
-                             "seconds a server has for one prompt's samples before they are asked of another; with every server "
-                             "down that long the run stops",
-                             [](C& c) -> double& { return c.rollout_timeout; }, kPositive, {}, true));
-  s.push_back(int_setting("rollout.rollout_concurrency", "--rollout-concurrency", "prompts in flight at one server",
-                          [](C& c) -> int64_t& { return c.rollout_concurrency; }, 1, {}, true));
+                           [](C& c) -> bool& { return c.parallel.verify_sync; }, {}, true));
   // Not to change on resume: the optimizer state is saved per tensor-parallel part.
-  s.push_back(int_setting("runtime.tensor_parallel_size", "--tp,--train-tp,--tensor-parallel-size",
+  s.push_back(int_setting("parallel.tensor_parallel_size", "--tp,--train-tp,--tensor-parallel-size",
                           "trainer tensor parallelism: each data-parallel replica is this many trainer ranks (-t counts "
                           "ranks; the colocated mode: mpirun -np N with --train-tp N)",
-                          [](C& c) -> int64_t& { return c.tp; }, 1, {"train_tp"}));
-  s.push_back(int_setting("runtime.pipeline_parallel_size", "--pp,--pipeline-parallel-size", "trainer pipeline parallelism (not yet)",
-                          [](C& c) -> int64_t& { return c.pp; }, 1, {}, true));
-  s.push_back(int_setting("runtime.zero_stage", "--zero,--zero-stage",
+                          [](C& c) -> int64_t& { return c.parallel.tp; }, 1, {"train_tp"}));
+  s.push_back(int_setting("parallel.pipeline_parallel_size", "--pp,--pipeline-parallel-size", "trainer pipeline parallelism (not yet)",
+                          [](C& c) -> int64_t& { return c.parallel.pp; }, 1, {}, true));
+  s.push_back(int_setting("parallel.zero_stage", "--zero,--zero-stage",
                           "ZeRO: 1 shards the AdamW moments over the trainers, 2 also the gradients (distributed mode)",
-                          [](C& c) -> int64_t& { return c.zero; }, 0, {}, true));
+                          [](C& c) -> int64_t& { return c.parallel.zero; }, 0, {}, true));
   // ColossalChat's plugin_config dict (rl_example.py): its keys map onto the settings above.
   s.push_back(make(
-      "runtime.plugin_config", "--plugin-config",  {},
+      "parallel.plugin_config", "--plugin-config",  {},
       "ColossalChat's plugin_config as JSON, e.g. '{\"zero_stage\": 1, \"tp_size\": 1, \"max_norm\": 1.0}'",
       [](RunConfig& c, const Json& v, const std::string& where, const RawSettings& raw) {
         if (v.is_null() || (v.is_string() && (v.get<std::string>().empty() || v.get<std::string>() == "null"))) return;
@@ -288,9 +288,9 @@ std::vector<Setting> make_settings() {
           throw_user_error("{}: expected a map such as '{{\"zero_stage\": 1}}', got {}", where, scalar_text(v));
         }
         // key -> (the setting it stands for, where its value goes)
-        const std::vector<std::pair<std::string, std::string>> known = {{"zero_stage", "runtime.zero_stage"},
-                                                                        {"tp_size", "runtime.tensor_parallel_size"},
-                                                                        {"pp_size", "runtime.pipeline_parallel_size"},
+        const std::vector<std::pair<std::string, std::string>> known = {{"zero_stage", "parallel.zero_stage"},
+                                                                        {"tp_size", "parallel.tensor_parallel_size"},
+                                                                        {"pp_size", "parallel.pipeline_parallel_size"},
                                                                         {"max_norm", "train.max_grad_norm"}};
         for (const auto& [key, value] : map.items()) {
           const std::string at = where + " " + key;
@@ -304,74 +304,53 @@ std::vector<Setting> make_settings() {
             throw_user_error("{} and {} both set {}: give it once", at, raw.source.at(it->second), it->second);
           }
           if (key == "max_norm") {
-            c.optimizer.max_grad_norm = read_double(value, at);
-            if (!(c.optimizer.max_grad_norm >= 0)) throw_user_error("{}: must be >= 0", at);
+            c.train.optimizer.max_grad_norm = read_double(value, at);
+            if (!(c.train.optimizer.max_grad_norm >= 0)) throw_user_error("{}: must be >= 0", at);
           } else {
             const int64_t x = read_int(value, at);
-            (key == "zero_stage" ? c.zero : key == "tp_size" ? c.tp : c.pp) = x;
+            (key == "zero_stage" ? c.parallel.zero : key == "tp_size" ? c.parallel.tp : c.parallel.pp) = x;
           }
         }
       },
       [](const RunConfig&) { return Json(); }, true));
-  s.push_back(int_setting("runtime.producer_tensor_parallel_size", "--ptp,--rollout-tp,--producer-tensor-parallel-size",
+  s.push_back(int_setting("parallel.producer_tensor_parallel_size", "--ptp,--rollout-tp,--producer-tensor-parallel-size",
                           "rollout tensor parallelism: each engine is this many rollout ranks (-i counts ranks)",
-                          [](C& c) -> int64_t& { return c.ptp; }, 1, {"rollout_tp", "tensor_parallel_size"}, true));
-  s.push_back(int_setting("runtime.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (rollout workers, or rollout servers with -b)",
-                          [](C& c) -> int64_t& { return c.n_behind; }, 0, {}, true));
-  s.push_back(int_setting("runtime.max_relay_episode", "--max-relay-episode",
-                          "relay buffer: the rollouts of the last N steps are trained on again with each step (-1: all, 0: off)",
-                          [](C& c) -> int64_t& { return c.max_relay_episode; }, -1));
-  s.push_back(int_setting("runtime.relay_episode_offset", "--relay-episode-offset",
-                          "relayed rollouts join the steps after this many steps",
-                          [](C& c) -> int64_t& { return c.relay_episode_offset; }, 0));
-  s.push_back(string_setting("runtime.master_address", "--master_address,--master-address",
+                          [](C& c) -> int64_t& { return c.parallel.ptp; }, 1, {"rollout_tp", "tensor_parallel_size"}, true));
+  s.push_back(string_setting("parallel.master_address", "--master_address,--master-address",
                              "rendezvous address (not used: mpirun provides it)",
-                             [](C& c) -> std::string& { return c.master_address; }, {}, true));
-  s.push_back(int_setting("runtime.master_port", "--master_port,--master-port", "rendezvous port (not used: mpirun provides it)",
-                          [](C& c) -> int64_t& { return c.master_port; }, 0, {}, true));
-  s.push_back(string_setting("runtime.device", "--device", "cpu | cuda | cuda:N",
-                             [](C& c) -> std::string& { return c.device; }, {}, true));
-  s.push_back(make("runtime.dtype", "--dtype", {}, "weights and compute: " + dtypes().names(),
-                   [](C& c, const Json& v, const std::string& where, const RawSettings&) {
-                     c.dtype = dtypes().name(dtypes().parse(read_string(v, where), where));
-                   },
-                   [](const C& c) { return Json(c.dtype); }, false));
-  s.push_back(string_setting("runtime.resume", "--resume", "auto: continue from the run's newest checkpoint",
-                             [](C& c) -> std::string& { return c.resume; }, {}, true));
-  s.push_back(string_setting("runtime.checkpoint_path", "--cp,--checkpoint-path", "resume from this step-N (or run) directory",
-                             [](C& c) -> std::string& { return c.checkpoint_path; }, {}, true));
-  s.push_back(bool_setting("runtime.enable_resume_training", "--enable-resume-training",
-                           "resume when a checkpoint path is set (ChatLearn)",
-                           [](C& c) -> bool& { return c.enable_resume_training; }, {}, true));
-  s.push_back(int_setting("runtime.resume_step", "--resume-step", "resume from step-N of -cp's run directory (0: its latest)",
-                          [](C& c) -> int64_t& { return c.resume_step; }, 0, {}, true));
-  s.push_back(bool_setting("runtime.skip_bad_lines", "--skip-bad-lines",
-                           "skip malformed dataset lines with a count instead of stopping",
-                           [](C& c) -> bool& { return c.skip_bad_lines; }));
-  s.push_back(int_setting("runtime.consumed_samples", "--consumed-samples",
-                          "a fresh run first skips this many prompts of the shuffled data order",
-                          [](C& c) -> int64_t& { return c.consumed_samples; }, 0));
+                             [](C& c) -> std::string& { return c.parallel.master_address; }, {}, true));
+  s.push_back(int_setting("parallel.master_port", "--master_port,--master-port", "rendezvous port (not used: mpirun provides it)",
+                          [](C& c) -> int64_t& { return c.parallel.master_port; }, 0, {}, true));
+  // staleness
+  s.push_back(int_setting("staleness.sync_frequency", "--sync-frequency", "rollout rounds between weight syncs",
+                          [](C& c) -> int64_t& { return c.staleness.sync_frequency; }, 1, {}, true));
+  s.push_back(int_setting("staleness.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (rollout workers, or rollout servers with -b)",
+                          [](C& c) -> int64_t& { return c.staleness.n_behind; }, 0, {}, true));
+  s.push_back(int_setting("staleness.max_relay_episode", "--max-relay-episode",
+                          "relay buffer: the rollouts of the last N steps are trained on again with each step (-1: all, 0: off)",
+                          [](C& c) -> int64_t& { return c.staleness.max_relay_episode; }, -1));
+  s.push_back(int_setting("staleness.relay_episode_offset", "--relay-episode-offset",
+                          "relayed rollouts join the steps after this many steps",
+                          [](C& c) -> int64_t& { return c.staleness.relay_episode_offset; }, 0));
   // model
   s.push_back(string_setting("model.path", "-m,--model", "Hugging Face model directory",
-                             [](C& c) -> std::string& { return c.model; }, {"model"}));
-  s.push_back(int_setting("model.kv_cache_mb", "--kv-cache-mb", "KV cache budget (MiB)",
-                          [](C& c) -> int64_t& { return c.engine.kv_cache_mb; }, 1, {}, true));
+                             [](C& c) -> std::string& { return c.model.path; }, {"model"}));
   s.push_back(int_setting("model.lora_rank", "--lora-rank",
                           "LoRA rank r: train adapters on the frozen base instead of every weight (0: off)",
-                          [](C& c) -> int64_t& { return c.lora.rank; }, 0, {"lora_dim"}));
+                          [](C& c) -> int64_t& { return c.model.lora.rank; }, 0, {"lora_dim"}));
   s.push_back(make("model.enable_lora", "--lora", {}, "LoRA on (rank 8 unless --lora-rank) or off (ChatLearn's enable_lora)",
-                   [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.enable_lora = read_bool(v, where); },
-                   [](const C& c) { return Json(c.lora.enabled()); }, false));
+                   [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.model.enable_lora = read_bool(v, where); },
+                   [](const C& c) { return Json(c.model.lora.enabled()); }, false));
   s.push_back(double_setting("model.lora_alpha", "--lora-alpha", "LoRA alpha: scaling = alpha / r (0: alpha = r)",
-                             [](C& c) -> double& { return c.lora.alpha; }, kNonNegative));
+                             [](C& c) -> double& { return c.model.lora.alpha; }, kNonNegative));
   s.push_back(make("model.lora_scaling", "", {}, "LoRA scaling (ChatLearn's): alpha = scaling x r",
                    [](C& c, const Json& v, const std::string& where, const RawSettings&) {
-                     c.lora_scaling = read_double(v, where);
-                     if (!(c.lora_scaling > 0)) throw_user_error("{}: {} must be > 0", where, c.lora_scaling);
+                     c.model.lora_scaling = read_double(v, where);
+                     if (!(c.model.lora_scaling > 0)) throw_user_error("{}: {} must be > 0", where, c.model.lora_scaling);
                    },
-                   [](const C& c) { return Json(c.lora.scaling()); }, false, "model.lora_alpha"));
+                   [](const C& c) { return Json(c.model.lora.scaling()); }, false, "model.lora_alpha"));
   s.push_back(double_setting("model.lora_dropout", "--lora-dropout", "dropout on the adapters' input in training",
-                             [](C& c) -> double& { return c.lora.dropout; }, Bounds{0, 1, false, true}));
+                             [](C& c) -> double& { return c.model.lora.dropout; }, Bounds{0, 1, false, true}));
   s.push_back(make("model.lora_target_modules", "--lora-target-modules", {},
                    "linear layers that get adapters: all-linear, or a comma-separated list of " +
                        fmt::format("{}", fmt::join(lora_module_names(), ",")),
@@ -380,75 +359,97 @@ std::vector<Setting> make_settings() {
                      if (v.is_array()) {
                        for (const auto& t : v) text += (text.empty() ? "" : ",") + read_string(t, where);
                      }
-                     c.lora.targets = parse_lora_targets(text, where);
+                     c.model.lora.targets = parse_lora_targets(text, where);
                    },
-                   [](const C& c) { return Json(lora_targets_text(c.lora.targets)); }, false));
+                   [](const C& c) { return Json(lora_targets_text(c.model.lora.targets)); }, false));
   s.push_back(string_setting("model.lora_name_scope", "--lora-name-scope",
                              "only layers whose name contains this get adapters (ChatLearn's part_module_name)",
-                             [](C& c) -> std::string& { return c.lora.name_scope; }));
+                             [](C& c) -> std::string& { return c.model.lora.name_scope; }));
   s.push_back(dtype_setting("model.frozen_dtype", "--frozen-dtype",
                             "dtype frozen weights are stored in (LoRA's base, the reference model), computed in --dtype: " +
                                 dtypes().names() + " (default: --dtype)",
-                            [](C& c) -> std::string& { return c.frozen_dtype; }));
+                            [](C& c) -> std::string& { return c.model.frozen_dtype; }));
+  // rollout
+  s.push_back(int_setting("rollout.kv_cache_mb", "--kv-cache-mb", "KV cache budget (MiB)",
+                          [](C& c) -> int64_t& { return c.rollout.engine.kv_cache_mb; }, 1, {}, true));
   const std::vector<torch::ScalarType> rollout_dtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
   s.push_back(dtype_setting("rollout.dtype", "--rollout-dtype",
                             "dtype of the weights the engine generates with: float32, bfloat16 or float16 (default: "
                             "--dtype). Another than --dtype: the engine keeps its own copy, refreshed after each "
                             "update (half precision on the CPU is computed in fp32 by the kernels)",
-                            [](C& c) -> std::string& { return c.rollout_dtype; }, rollout_dtypes, true));
+                            [](C& c) -> std::string& { return c.rollout.dtype; }, rollout_dtypes, true));
   s.push_back(dtype_setting("rollout.kv_cache_dtype", "--kv-cache-dtype",
                             "dtype of the engine's KV cache: float32, bfloat16 or float16 (default: the engine's "
                             "compute dtype)",
-                            [](C& c) -> std::string& { return c.kv_cache_dtype; }, rollout_dtypes, true));
+                            [](C& c) -> std::string& { return c.rollout.kv_cache_dtype; }, rollout_dtypes, true));
   s.push_back(int_setting("rollout.max_num_seqs", "--max-num-seqs", "sequences the engine runs at once (vLLM's max_num_seqs)",
-                          [](C& c) -> int64_t& { return c.engine.scheduler.max_num_seqs; }, 1, {}, true));
+                          [](C& c) -> int64_t& { return c.rollout.engine.scheduler.max_num_seqs; }, 1, {}, true));
   s.push_back(int_setting("rollout.max_num_batched_tokens", "--max-num-batched-tokens",
                           "tokens per engine step (vLLM's max_num_batched_tokens): with chunked prefill, one token of "
                           "each decoding sequence plus prompt chunks; without, the prompts of a prefill step",
-                          [](C& c) -> int64_t& { return c.engine.scheduler.max_num_batched_tokens; }, 1, {}, true));
+                          [](C& c) -> int64_t& { return c.rollout.engine.scheduler.max_num_batched_tokens; }, 1, {}, true));
   s.push_back(bool_setting("rollout.enable_chunked_prefill", "--enable-chunked-prefill",
                            "prefill prompts in chunks mixed into the decode steps, so a long prompt never stalls the "
                            "running sequences (vLLM's enable_chunked_prefill; false: whole prompts in steps of their own)",
-                           [](C& c) -> bool& { return c.engine.scheduler.chunked_prefill; }, {}, true));
-  // rollout
+                           [](C& c) -> bool& { return c.rollout.engine.scheduler.chunked_prefill; }, {}, true));
   s.push_back(int_setting("rollout.num_generations", "-g,--num-generations", "samples per prompt (G)",
-                          [](C& c) -> int64_t& { return c.num_generations; }, 1, {"num_inference_per_prompt"}));
+                          [](C& c) -> int64_t& { return c.rollout.num_generations; }, 1, {"num_inference_per_prompt"}));
   s.push_back(int_setting("rollout.inference_batch_size", "--ibs,--inference-batch-size",
                           "prompts per rollout round per rollout worker (0: -tbs); may change on resume with -i",
-                          [](C& c) -> int64_t& { return c.inference_batch_size; }, 0, {}, true));
+                          [](C& c) -> int64_t& { return c.rollout.inference_batch_size; }, 0, {}, true));
   s.push_back(int_setting("rollout.inference_microbatch_size", "--imbs,--inference-microbatch-size",
                           "prompts per generate call (0: the whole round)",
-                          [](C& c) -> int64_t& { return c.inference_microbatch_size; }, 0, {}, true));
+                          [](C& c) -> int64_t& { return c.rollout.inference_microbatch_size; }, 0, {}, true));
   s.push_back(double_setting("rollout.temperature", "--temp,--temperature", "sampling temperature",
-                             [](C& c) -> double& { return c.sampling.temperature; }, kNonNegative));
-  s.push_back(int_setting("rollout.top_k", "--topk,--top-k", "0: off", [](C& c) -> int64_t& { return c.sampling.top_k; }, 0));
-  s.push_back(double_setting("rollout.top_p", "--topp,--top-p", "1: off", [](C& c) -> double& { return c.sampling.top_p; }, Bounds{0, 1, true}));
+                             [](C& c) -> double& { return c.rollout.sampling.temperature; }, kNonNegative));
+  s.push_back(int_setting("rollout.top_k", "--topk,--top-k", "0: off", [](C& c) -> int64_t& { return c.rollout.sampling.top_k; }, 0));
+  s.push_back(double_setting("rollout.top_p", "--topp,--top-p", "1: off", [](C& c) -> double& { return c.rollout.sampling.top_p; }, Bounds{0, 1, true}));
   s.push_back(int_setting("rollout.max_new_tokens", "--mnt,--max-new-tokens", "response length cap",
-                          [](C& c) -> int64_t& { return c.sampling.max_new_tokens; }, 1));
+                          [](C& c) -> int64_t& { return c.rollout.sampling.max_new_tokens; }, 1));
   s.push_back(int_setting("rollout.max_prompt_tokens", "--mpt,--max-prompt-tokens", "prompt length cap (0: none)",
-                          [](C& c) -> int64_t& { return c.max_prompt_tokens; }, 0));
+                          [](C& c) -> int64_t& { return c.rollout.max_prompt_tokens; }, 0));
   s.push_back(enum_setting("rollout.overflow", "--overflow",
                            "a prompt over -mpt (or the model's max_position_embeddings less one)", prompt_overflows(),
-                           [](C& c) -> PromptOverflow& { return c.overflow; }));
+                           [](C& c) -> PromptOverflow& { return c.rollout.overflow; }));
   s.push_back(make("rollout.system_prompt", "-s,--system-prompt", {}, "system prompt (default: the reward type's)",
                [](C& c, const Json& v, const std::string& where, const RawSettings&) {
-                 if (v.is_null()) c.system_prompt.reset();
-                 else c.system_prompt = read_string(v, where);
+                 if (v.is_null()) c.rollout.system_prompt.reset();
+                 else c.rollout.system_prompt = read_string(v, where);
                },
-               [](const C& c) { return c.system_prompt ? Json(*c.system_prompt) : Json(nullptr); }, false));
-  s.push_back(enum_setting("rollout.reward_type", "--rt,--reward-type", "the built-in grader", reward_types(),
-                           [](C& c) -> RewardType& { return c.reward_type; }));
-  s.push_back(string_setting("rollout.reward_cmd", "--reward-cmd", "external reward command, added to the built-in reward",
-                             [](C& c) -> std::string& { return c.reward_cmd; }));
-  s.push_back(double_setting("rollout.reward_timeout", "--reward-timeout",
-                             "seconds the external reward command has for each reply (then it is restarted)",
-                             [](C& c) -> double& { return c.reward_timeout; }, kPositive));
-  s.push_back(double_setting("rollout.reward_cmd_weight", "--reward-cmd-weight", "the external reward's weight in the sum",
-                             [](C& c) -> double& { return c.reward_cmd_weight; }, kAnyNumber));
+               [](const C& c) { return c.rollout.system_prompt ? Json(*c.rollout.system_prompt) : Json(nullptr); }, false));
   s.push_back(bool_setting("rollout.ranking", "--ranking", "generate each round's prompts shortest first",
-                           [](C& c) -> bool& { return c.ranking; }, {}));
+                           [](C& c) -> bool& { return c.rollout.ranking; }, {}));
   s.push_back(int_setting("rollout.min_prompt_length", "--min-prompt-length", "skip prompts with fewer tokens",
-                          [](C& c) -> int64_t& { return c.min_prompt_length; }, 0, {}));
+                          [](C& c) -> int64_t& { return c.rollout.min_prompt_length; }, 0, {}));
+  // remote
+  s.push_back(enum_setting("remote.backend", "-b,--backend", "where rollouts come from", rollout_backend_kinds(),
+                           [](C& c) -> RolloutBackendKind& { return c.remote.backend; }, true));
+  s.push_back(string_setting("remote.rollout_url", "--rollout-url",
+                             "-b openai|vllm|sglang: the OpenAI-compatible servers, http://HOST:PORT[,http://HOST:PORT...]",
+                             [](C& c) -> std::string& { return c.remote.url; }, {}, true));
+  s.push_back(string_setting("remote.rollout_model", "--rollout-model",
+                             "the servers' name of the base model (default: the first of their /v1/models)",
+                             [](C& c) -> std::string& { return c.remote.model; }, {}, true));
+  s.push_back(string_setting("remote.rollout_weights_dir", "--rollout-weights-dir",
+                             "where the trainer writes the policy for the servers to load (a path they can read; "
+                             "default: the run directory's rollout-weights/)",
+                             [](C& c) -> std::string& { return c.remote.weights_dir; }, {}, true));
+  s.push_back(double_setting("remote.rollout_timeout", "--rollout-timeout",
+                             "seconds a server has for one prompt's samples before they are asked of another; with every server "
+                             "down that long the run stops",
+                             [](C& c) -> double& { return c.remote.timeout; }, kPositive, {}, true));
+  s.push_back(int_setting("remote.rollout_concurrency", "--rollout-concurrency", "prompts in flight at one server",
+                          [](C& c) -> int64_t& { return c.remote.concurrency; }, 1, {}, true));
+  // reward
+  s.push_back(enum_setting("reward.reward_type", "--rt,--reward-type", "the built-in grader", reward_types(),
+                           [](C& c) -> RewardType& { return c.reward.type; }));
+  s.push_back(string_setting("reward.reward_cmd", "--reward-cmd", "external reward command, added to the built-in reward",
+                             [](C& c) -> std::string& { return c.reward.cmd; }));
+  s.push_back(double_setting("reward.reward_timeout", "--reward-timeout",
+                             "seconds the external reward command has for each reply (then it is restarted)",
+                             [](C& c) -> double& { return c.reward.timeout; }, kPositive));
+  s.push_back(double_setting("reward.reward_cmd_weight", "--reward-cmd-weight", "the external reward's weight in the sum",
+                             [](C& c) -> double& { return c.reward.cmd_weight; }, kAnyNumber));
   // algorithm: the preset first, then single settings over it
   s.push_back(make("algorithm.algo", "-a,--algo", {}, "preset: " + algo_preset_names() + "\n" + algo_preset_help(),
                [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo = algo_preset(read_string(v, where), where); },
@@ -504,11 +505,11 @@ std::vector<Setting> make_settings() {
   s.push_back(bool_setting("algorithm.dynamic_batching", "--dynamic-batching", "generate until -tbs groups are kept",
                            [](C& c) -> bool& { return c.algo.dynamic_batching; }));
   s.push_back(int_setting("algorithm.max_dynamic_rounds", "--max-dynamic-rounds", "extra rounds per step under dynamic batching",
-                          [](C& c) -> int64_t& { return c.max_dynamic_rounds; }, 0));
+                          [](C& c) -> int64_t& { return c.algo.max_dynamic_rounds; }, 0));
   s.push_back(bool_setting("algorithm.require_full_batch", "--require-full-batch",
                            "under dynamic batching, stop the run when a step still has fewer than -tbs groups after "
                            "--max-dynamic-rounds (default: train on what there is, with a warning)",
-                           [](C& c) -> bool& { return c.require_full_batch; }));
+                           [](C& c) -> bool& { return c.algo.require_full_batch; }));
   s.push_back(bool_setting("algorithm.soft_over_length_punishment", "--soft-over-length-punishment",
                            "DAPO's soft over-length penalty", [](C& c) -> bool& { return c.algo.overlong_shaping; }));
   s.push_back(int_setting("algorithm.cache_length", "--cache-length", "L_cache of the penalty (0: min(1024, mnt/4))",
@@ -517,80 +518,84 @@ std::vector<Setting> make_settings() {
                            "truncated responses leave the loss", [](C& c) -> bool& { return c.algo.filter_truncated; }));
   // train
   s.push_back(int_setting("train.train_batch_size", "--tbs,--train-batch-size", "prompts per step",
-                          [](C& c) -> int64_t& { return c.train_batch_size; }, 1));
-  s.push_back(samples_setting("train.sample_per_episode", "samples per step (ChatLearn): -tbs × G", &C::train_batch_size,
+                          [](C& c) -> int64_t& { return c.train.train_batch_size; }, 1));
+  s.push_back(samples_setting("train.sample_per_episode", "samples per step (ChatLearn): -tbs × G", &TrainOptions::train_batch_size,
                               "train.train_batch_size"));
   s.push_back(int_setting("train.train_minibatch_size", "--tMbs,--train-minibatch-size", "prompts per optimizer step",
-                          [](C& c) -> int64_t& { return c.train_minibatch_size; }, 1));
+                          [](C& c) -> int64_t& { return c.train.train_minibatch_size; }, 1));
   s.push_back(samples_setting("train.train_global_batch_size", "samples per optimizer step (ChatLearn): -tMbs × G",
-                              &C::train_minibatch_size, "train.train_minibatch_size"));
+                              &TrainOptions::train_minibatch_size, "train.train_minibatch_size"));
   s.push_back(int_setting("train.train_microbatch_size", "--tmbs,--train-microbatch-size", "samples per forward/backward",
-                          [](C& c) -> int64_t& { return c.train_microbatch_size; }, 1, {}));
+                          [](C& c) -> int64_t& { return c.train.train_microbatch_size; }, 1, {}));
   s.push_back(int_setting("train.num_training_epoch", "--num-training-epoch", "passes over each step's rollouts",
-                          [](C& c) -> int64_t& { return c.num_training_epoch; }, 1));
+                          [](C& c) -> int64_t& { return c.train.num_training_epoch; }, 1));
   s.push_back(bool_setting("train.reuse_rollout_logprobs", "--reuse-rollout-logprobs",
                            "when a step is on-policy (one epoch, one mini-batch, no staleness or relay, rollout weights "
                            "and KV cache in the training dtype), use the sampler's log-probs as the old ones and skip "
                            "the scoring pass (false: always recompute them)",
-                           [](C& c) -> bool& { return c.reuse_rollout_logprobs; }, {}, true));
+                           [](C& c) -> bool& { return c.train.reuse_rollout_logprobs; }, {}, true));
   s.push_back(bool_setting("train.gradient_checkpointing", "--gradient-checkpointing",
                            "keep only each decoder layer's input in training and recompute the rest in backward",
-                           [](C& c) -> bool& { return c.gradient_checkpointing; }, {}, true));
+                           [](C& c) -> bool& { return c.train.gradient_checkpointing; }, {}, true));
   s.push_back(double_setting("train.learning_rate", "--lr,--learning-rate", "AdamW learning rate",
-                             [](C& c) -> double& { return c.optimizer.lr; }, kNonNegative));
+                             [](C& c) -> double& { return c.train.optimizer.lr; }, kNonNegative));
   s.push_back(double_setting("train.weight_decay", "--weight-decay", "AdamW weight decay",
-                             [](C& c) -> double& { return c.optimizer.weight_decay; }, kNonNegative));
+                             [](C& c) -> double& { return c.train.optimizer.weight_decay; }, kNonNegative));
   s.push_back(double_setting("train.max_grad_norm", "--max-grad-norm", "gradient clipping (0: off)",
-                             [](C& c) -> double& { return c.optimizer.max_grad_norm; }, kNonNegative));
+                             [](C& c) -> double& { return c.train.optimizer.max_grad_norm; }, kNonNegative));
   s.push_back(enum_setting("train.lr_schedule", "--lr-schedule", "decay after warm-up", lr_schedules(),
-                           [](C& c) -> LrSchedule& { return c.optimizer.lr_schedule; }));
+                           [](C& c) -> LrSchedule& { return c.train.optimizer.lr_schedule; }));
   s.push_back(int_setting("train.warmup_steps", "--warmup-steps", "linear warm-up optimizer steps",
-                          [](C& c) -> int64_t& { return c.optimizer.warmup_steps; }, 0));
+                          [](C& c) -> int64_t& { return c.train.optimizer.warmup_steps; }, 0));
   s.push_back(int_setting("train.max_nonfinite_steps", "--max-nonfinite-steps",
                           "stop after this many consecutive steps whose gradient is not finite (each is skipped)",
-                          [](C& c) -> int64_t& { return c.max_nonfinite_steps; }, 1));
+                          [](C& c) -> int64_t& { return c.train.max_nonfinite_steps; }, 1));
   s.push_back(double_setting("train.min_lr_ratio", "--min-lr-ratio", "floor of the decay, as a fraction of -lr",
-                             [](C& c) -> double& { return c.optimizer.min_lr_ratio; }, kFraction));
+                             [](C& c) -> double& { return c.train.optimizer.min_lr_ratio; }, kFraction));
+  // eval
+  s.push_back(string_setting("eval.eval_dataset", "--ed,--eval-dataset",
+                             "held-out sets as a JSON map {\"name\": \"path.jsonl\", ...}, evaluated every -ei steps",
+                             [](C& c) -> std::string& { return c.eval.dataset; }, {}, true));
+  s.push_back(int_setting("eval.eval_interval", "--ei,--eval-interval",
+                          "steps between evaluations of -ed (<= 0: at the end only)",
+                          [](C& c) -> int64_t& { return c.eval.interval; }, -1, {}, true));
+  s.push_back(string_setting("eval.eval_save_dir", "--esd,--eval-save-dir",
+                             "per-sample eval JSONL under DIR/<project>/<set>/ (default: the run directory's eval/)",
+                             [](C& c) -> std::string& { return c.eval.save_dir; }, {}, true));
+  s.push_back(int_setting("eval.eval_n", "--eval-n", "samples per eval prompt (pass@n)",
+                          [](C& c) -> int64_t& { return c.eval.n; }, 1, {}, true));
+  s.push_back(double_setting("eval.eval_temperature", "--eval-temperature", "eval sampling temperature",
+                             [](C& c) -> double& { return c.eval.temperature; }, kNonNegative, {}, true));
+  s.push_back(bool_setting("eval.eval_greedy", "--eval-greedy", "greedy eval decoding",
+                           [](C& c) -> bool& { return c.eval.greedy; }, {}, true));
+  s.push_back(int_setting("eval.eval_max_new_tokens", "--eval-max-new-tokens", "eval response budget (0: -mnt)",
+                          [](C& c) -> int64_t& { return c.eval.max_new_tokens; }, 0, {}, true));
+  s.push_back(int_setting("eval.eval_limit", "--eval-limit", "first N prompts of each eval set (0: all)",
+                          [](C& c) -> int64_t& { return c.eval.limit; }, 0, {}, true));
   // logging
   s.push_back(string_setting("logging.project", "-p,--project", "run name (folder under --save-dir)",
-                             [](C& c) -> std::string& { return c.project; }, {}, true));
+                             [](C& c) -> std::string& { return c.logging.project; }, {}, true));
   s.push_back(string_setting("logging.save_dir", "--sd,--save-dir", "where runs are written",
-                             [](C& c) -> std::string& { return c.save_dir; }, {}, true));
+                             [](C& c) -> std::string& { return c.logging.save_dir; }, {}, true));
   s.push_back(int_setting("logging.save_interval", "--si,--save-interval", "steps between checkpoints (0: at the end)",
-                          [](C& c) -> int64_t& { return c.save_interval; }, 0, {}, true));
+                          [](C& c) -> int64_t& { return c.logging.save_interval; }, 0, {}, true));
   s.push_back(bool_setting("logging.save_merged", "--save-merged",
                            "LoRA: each checkpoint also holds the merged Hugging Face model in step-N/merged/",
-                           [](C& c) -> bool& { return c.save_merged; }, {}, true));
+                           [](C& c) -> bool& { return c.logging.save_merged; }, {}, true));
   s.push_back(int_setting("logging.max_checkpoints", "--max-checkpoints", "keep the newest N checkpoints (0: all)",
-                          [](C& c) -> int64_t& { return c.max_checkpoints; }, 0, {}, true));
-  s.push_back(int_setting("logging.eval_interval", "--ei,--eval-interval",
-                          "steps between evaluations of -ed (<= 0: at the end only)",
-                          [](C& c) -> int64_t& { return c.eval_interval; }, -1, {}, true));
-  s.push_back(string_setting("logging.eval_save_dir", "--esd,--eval-save-dir",
-                             "per-sample eval JSONL under DIR/<project>/<set>/ (default: the run directory's eval/)",
-                             [](C& c) -> std::string& { return c.eval_save_dir; }, {}, true));
-  s.push_back(int_setting("logging.eval_n", "--eval-n", "samples per eval prompt (pass@n)",
-                          [](C& c) -> int64_t& { return c.eval_n; }, 1, {}, true));
-  s.push_back(double_setting("logging.eval_temperature", "--eval-temperature", "eval sampling temperature",
-                             [](C& c) -> double& { return c.eval_temperature; }, kNonNegative, {}, true));
-  s.push_back(bool_setting("logging.eval_greedy", "--eval-greedy", "greedy eval decoding",
-                           [](C& c) -> bool& { return c.eval_greedy; }, {}, true));
-  s.push_back(int_setting("logging.eval_max_new_tokens", "--eval-max-new-tokens", "eval response budget (0: -mnt)",
-                          [](C& c) -> int64_t& { return c.eval_max_new_tokens; }, 0, {}, true));
-  s.push_back(int_setting("logging.eval_limit", "--eval-limit", "first N prompts of each eval set (0: all)",
-                          [](C& c) -> int64_t& { return c.eval_limit; }, 0, {}, true));
+                          [](C& c) -> int64_t& { return c.logging.max_checkpoints; }, 0, {}, true));
   s.push_back(string_setting("logging.rollout_save_dir", "--rsd,--rollout-save-dir",
                              "write rollouts (prompt, response, reward, ground truth) as JSONL under DIR/<project>",
-                             [](C& c) -> std::string& { return c.rollout_save_dir; }, {}, true));
+                             [](C& c) -> std::string& { return c.logging.rollout_save_dir; }, {}, true));
   s.push_back(int_setting("logging.rollout_save_interval", "--rollout-save-interval", "steps between rollout files",
-                          [](C& c) -> int64_t& { return c.rollout_save_interval; }, 1, {}, true));
+                          [](C& c) -> int64_t& { return c.logging.rollout_save_interval; }, 1, {}, true));
   s.push_back(int_setting("logging.log_interval", "--log-interval", "console line every N steps",
-                          [](C& c) -> int64_t& { return c.log_interval; }, 1, {}, true));
+                          [](C& c) -> int64_t& { return c.logging.log_interval; }, 1, {}, true));
   s.push_back(string_setting("logging.profile_dir", "--profile-dir",
                              "write a Chrome trace (Perfetto) of every phase per rank to DIR/<project>/trace.rank-<r>.json",
-                             [](C& c) -> std::string& { return c.profile_dir; }, {}, true));
+                             [](C& c) -> std::string& { return c.logging.profile_dir; }, {}, true));
   s.push_back(bool_setting("logging.debug", "--debug", "debug-level log lines",
-                           [](C& c) -> bool& { return c.debug; }, {}, true));
+                           [](C& c) -> bool& { return c.logging.debug; }, {}, true));
   return s;
 }
 

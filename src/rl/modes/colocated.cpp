@@ -8,10 +8,10 @@
 namespace rlcpp {
 
 std::filesystem::path run_colocated(const RunConfig& c, const Topology* topology) {
-  if (topology == nullptr) start_profile(c, 0, "rlcpp train");
-  else start_profile(c, topology->world->rank(), topology->describe());
+  if (topology == nullptr) start_profile(c.logging, 0, "rlcpp train");
+  else start_profile(c.logging, topology->world->rank(), topology->describe());
   return run_step_loop(c, topology, [&](RunState& run) -> std::unique_ptr<RolloutSource> {
-    if (c.remote_rollout()) return std::make_unique<ServerSource>(c, run.plan.run_dir, run.policy, *run.tokenizer);
+    if (c.remote.enabled()) return std::make_unique<ServerSource>(c, run.plan.run_dir, run.policy, *run.tokenizer);
     auto engine = std::make_shared<Engine>(run.policy, run_engine_config(c), run.tokenizer);
     return std::make_unique<EngineSource>(c, run.policy->config(), run.tokenizer.get(), std::move(engine),
                                           topology != nullptr ? topology->tp_group : nullptr);

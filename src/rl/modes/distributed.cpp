@@ -12,14 +12,14 @@ namespace rlcpp {
 
 std::filesystem::path run_distributed(const RunConfig& given, const Topology& topology) {
   RunConfig config = given;
-  start_profile(config, topology.world->rank(), topology.describe());
-  if (config.device == "cuda") {  // one device per rank: the rank's index on its machine
+  start_profile(config.logging, topology.world->rank(), topology.describe());
+  if (config.runtime.device == "cuda") {  // one device per rank: the rank's index on its machine
     const int devices = static_cast<int>(torch::cuda::device_count());
-    if (devices > 0) config.device = fmt::format("cuda:{}", local_rank() % devices);
+    if (devices > 0) config.runtime.device = fmt::format("cuda:{}", local_rank() % devices);
   }
   if (topology.role == Role::kTrainer) return run_trainer_rank(config, topology);
   run_rollout_worker(config, topology);
-  return std::filesystem::path(config.save_dir) / config.project;
+  return std::filesystem::path(config.logging.save_dir) / config.logging.project;
 }
 
 std::filesystem::path run_trainer_rank(const RunConfig& config, const Topology& topology) {

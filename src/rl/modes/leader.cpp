@@ -72,22 +72,22 @@ void Leader::start() {
                  run_.policy_version);
   }
   log_ = std::make_unique<RunLog>(plan.run_dir, c_, plan.resume_from ? std::optional(plan.saved.step) : std::nullopt);
-  if (c_.distributed()) {
+  if (c_.parallel.distributed()) {
     spdlog::info("training {} on {} ({} prompts): steps {}..{}; {} trainer replicas{} x {} prompts x {} samples per "
                  "step, {} engines{} x {} prompts per round, {}, -nb {}",
-                 c_.model, c_.dataset, run_.dataset.records.size(), plan.first_step(), plan.total_steps,
+                 c_.model.path, c_.runtime.dataset, run_.dataset.records.size(), plan.first_step(), plan.total_steps,
                  topo_->num_replicas(), topo_->train_tp > 1 ? fmt::format(" of {} ranks", topo_->train_tp) : "",
-                 c_.train_batch_size, c_.num_generations, topo_->num_engines(),
+                 c_.train.train_batch_size, c_.rollout.num_generations, topo_->num_engines(),
                  topo_->rollout_tp > 1 ? fmt::format(" of {} ranks", topo_->rollout_tp) : "", c_.round_prompts(),
-                 c_.algo.name, c_.n_behind);
+                 c_.algo.name, c_.staleness.n_behind);
   } else {
-    spdlog::info("training {} on {} ({} prompts): steps {}..{} of {} prompts x {} samples, {}", c_.model, c_.dataset,
-                 run_.dataset.records.size(), plan.first_step(), plan.total_steps, c_.train_batch_size,
-                 c_.num_generations, c_.algo.name);
+    spdlog::info("training {} on {} ({} prompts): steps {}..{} of {} prompts x {} samples, {}", c_.model.path, c_.runtime.dataset,
+                 run_.dataset.records.size(), plan.first_step(), plan.total_steps, c_.train.train_batch_size,
+                 c_.rollout.num_generations, c_.algo.name);
   }
   spdlog::info("{}", old_logprobs_plan(c_));
   spdlog::info("rollouts from {}{}", source_.describe(),
-               source_.concurrent() && c_.n_behind >= 1 ? "; each round is generated while the steps before it train (-nb)"
+               source_.concurrent() && c_.staleness.n_behind >= 1 ? "; each round is generated while the steps before it train (-nb)"
                                                          : "");
   last_step_end_ = Clock::now();
 }
@@ -147,7 +147,7 @@ void Leader::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdat
                  {"logprobs", update.logprob_seconds}, {"train", update.train_seconds},
                  {"sync", pending_.sync},         {"eval", t_eval}, {"total", seconds_since(last_step_end_)}};
   log_->write(record);
-  if (rollouts_due(c_, step)) save_rollouts(fs::path(c_.rollout_save_dir) / c_.project, step, trained, pending_.discarded);
+  if (rollouts_due(c_.logging, step)) save_rollouts(fs::path(c_.logging.rollout_save_dir) / c_.logging.project, step, trained, pending_.discarded);
   pending_ = Pending{};
   last_step_end_ = Clock::now();
 }
@@ -162,15 +162,15 @@ CheckpointState Leader::checkpoint_state(CheckpointState state) const {
   state.round.discarded = pending_.discarded;
   state.skipped_long_prompts = picker_->skipped_long();
   state.skipped_short_prompts = picker_->skipped_short();
-  state.num_trainers = topo_ != nullptr && c_.distributed() ? topo_->num_trainers : 1;
-  state.num_inferencers = topo_ != nullptr && c_.distributed() ? topo_->num_inferencers : 0;
+  state.num_trainers = topo_ != nullptr && c_.parallel.distributed() ? topo_->num_trainers : 1;
+  state.num_inferencers = topo_ != nullptr && c_.parallel.distributed() ? topo_->num_inferencers : 0;
   return state;
 }
 
 void Leader::finish(double seconds) const {
   if (picker_->skipped_long() + picker_->skipped_short() > 0) {
     spdlog::info("prompts left out: {} over -mpt {}, {} under min_prompt_length {}", picker_->skipped_long(),
-                 c_.max_prompt_tokens, picker_->skipped_short(), c_.min_prompt_length);
+                 c_.rollout.max_prompt_tokens, picker_->skipped_short(), c_.rollout.min_prompt_length);
   }
   spdlog::info("done in {:.1f} s; run directory {}", seconds, run_.plan.run_dir.string());
 }

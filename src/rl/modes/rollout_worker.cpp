@@ -17,14 +17,14 @@
 namespace rlcpp {
 
 void run_rollout_worker(const RunConfig& c, const Topology& topo) {
-  const RewardFunction reward = run_reward_function(c);
-  auto tokenizer = Tokenizer::from_dir(c.model);
+  const RewardFunction reward = make_reward_function(c.reward);
+  auto tokenizer = Tokenizer::from_dir(c.model.path);
   // The trainer's shape (adapters included), this rank's part of it under --rollout-tp; weights come by sync.
   auto policy = load_policy(c, std::nullopt, topo.tp_group);
   Engine engine(policy, run_engine_config(c), tokenizer);
   RolloutGenerator generator(c, policy->config(), *tokenizer, &engine, nullptr, nullptr, &reward);
   RolloutChannel channel(topo);
-  WeightSync weight_sync(topo.sync_group, static_cast<uint64_t>(c.sync_bucket_mb) << 20, c.param_sync_comm_type);
+  WeightSync weight_sync(topo.sync_group, static_cast<uint64_t>(c.parallel.sync_bucket_mb) << 20, c.parallel.param_sync_comm_type);
   for (;;) {
     const ControlMessage message = recv_control(*topo.world);
     switch (message.op) {

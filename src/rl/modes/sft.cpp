@@ -28,24 +28,24 @@ fs::path run_sft(const RunConfig& c) {
   RunPlan plan = plan_run(c);
   const fs::path& run_dir = plan.run_dir;
   const auto& resume_from = plan.resume_from;
-  auto tokenizer = Tokenizer::from_dir(c.model);
-  torch::manual_seed(c.seed);  // LoRA dropout; a resume restores the generator's state
+  auto tokenizer = Tokenizer::from_dir(c.model.path);
+  torch::manual_seed(c.runtime.seed);  // LoRA dropout; a resume restores the generator's state
   auto policy = load_policy(c, resume_from);
   const int64_t max_positions = policy->config().max_position_embeddings;
 
   DatasetOptions dataset_options;
   dataset_options.kind = DatasetKind::kChats;
-  dataset_options.skip_bad_lines = c.skip_bad_lines;
-  const PromptDataset dataset = load_prompt_dataset(c.dataset, dataset_options);
+  dataset_options.skip_bad_lines = c.runtime.skip_bad_lines;
+  const PromptDataset dataset = load_prompt_dataset(c.runtime.dataset, dataset_options);
   const ChatTemplate chat_template(*tokenizer);
   // As in RL training: chats without a system message get -s, or the reward type's default, so a
   // model fine-tuned here sees the prompts `rlcpp train` and `rlcpp eval` will give it.
-  const std::string system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(c.reward_type);
+  const std::string system_prompt = c.rollout.system_prompt ? *c.rollout.system_prompt : default_system_prompt(c.reward.type);
   std::vector<SftSample> examples;
   int64_t n_long = 0, n_learned = 0;
   for (const auto& record : dataset.records) {
     auto example = build_chat_example(*tokenizer, chat_template, record.messages, system_prompt,
-                                      fmt::format("{}:{}", c.dataset, record.line));
+                                      fmt::format("{}:{}", c.runtime.dataset, record.line));
     if (max_positions > 0 && static_cast<int64_t>(example.ids.size()) > max_positions) {
       ++n_long;
       continue;
@@ -53,18 +53,18 @@ fs::path run_sft(const RunConfig& c) {
     n_learned += example.n_learned;
     examples.push_back({std::move(example.ids), std::move(example.loss_mask)});
   }
-  if (examples.empty()) throw_user_error("{}: every chat is longer than the model's {} positions", c.dataset, max_positions);
-  if (n_long > 0) spdlog::warn("{}: {} chats longer than {} positions left out", c.dataset, n_long, max_positions);
+  if (examples.empty()) throw_user_error("{}: every chat is longer than the model's {} positions", c.runtime.dataset, max_positions);
+  if (n_long > 0) spdlog::warn("{}: {} chats longer than {} positions left out", c.runtime.dataset, n_long, max_positions);
 
   const int64_t n = static_cast<int64_t>(examples.size());
-  const int64_t total_steps = plan.total_steps = run_total_steps(c, n, c.train_batch_size);
+  const int64_t total_steps = plan.total_steps = run_total_steps(c, n, c.train.train_batch_size);
   TrainerConfig trainer_config;
   trainer_config.loss.kl_coef = 0;
-  trainer_config.optimizer = c.optimizer;
+  trainer_config.optimizer = c.train.optimizer;
   if (trainer_config.optimizer.total_steps == 0) trainer_config.optimizer.total_steps = total_steps;
-  trainer_config.train_microbatch_size = c.train_microbatch_size;
+  trainer_config.train_microbatch_size = c.train.train_microbatch_size;
   Trainer trainer(policy, nullptr, trainer_config);
-  DatasetCursor cursor(n, c.seed, /*shuffle=*/true);
+  DatasetCursor cursor(n, c.runtime.seed, /*shuffle=*/true);
   const int64_t first_step = plan.first_step();
   if (resume_from) {
     load_checkpoint_optimizer(*resume_from, trainer);
@@ -74,14 +74,14 @@ fs::path run_sft(const RunConfig& c) {
   }
   write_file_atomic(run_dir / "config.yaml", run_config_yaml(c));
   RunLog log(run_dir, c, resume_from ? std::optional(first_step - 1) : std::nullopt);
-  spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model, c.dataset, n, n_learned,
-               first_step, total_steps, c.train_batch_size);
-  start_profile(c, 0, "rlcpp sft");
+  spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model.path, c.runtime.dataset, n, n_learned,
+               first_step, total_steps, c.train.train_batch_size);
+  start_profile(c.logging, 0, "rlcpp sft");
   for (int64_t step = first_step; step <= total_steps; ++step) {
     trace::Span step_span("step");
     const auto step_start = Clock::now();
     std::vector<SftSample> batch;
-    for (int64_t k = 0; k < c.train_batch_size; ++k) batch.push_back(examples[static_cast<size_t>(cursor.next())]);
+    for (int64_t k = 0; k < c.train.train_batch_size; ++k) batch.push_back(examples[static_cast<size_t>(cursor.next())]);
     auto m = trainer.sft_step(batch).values;
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     nlohmann::ordered_json line;
@@ -96,7 +96,7 @@ fs::path run_sft(const RunConfig& c) {
     log.write(line, total_steps,
               fmt::format("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps,
                           cursor.epoch(), m["loss"], m["grad_norm"], m["lr"], seconds));
-    if (checkpoint_due(c, step, total_steps)) {
+    if (checkpoint_due(c.logging, step, total_steps)) {
       trace::write();
       CheckpointState state;
       state.step = step;

@@ -84,18 +84,18 @@ StepLoop::StepLoop(const RunConfig& c, const Topology* topology, const SourceFac
   }
   source_ = make_source(run_);
   const CheckpointState& saved = run_.plan.saved;
-  staleness_.emplace(c, source_->concurrent(), saved.round.rounds_ahead);
+  staleness_.emplace(c.staleness, source_->concurrent(), saved.round.rounds_ahead);
   if (leader_) {
     lead_ = std::make_unique<Leader>(c, topo_, run_, *source_, source_->engine());
   } else if (source_->engine() != nullptr) {
     follower_engine_ = source_->engine();  // serves the leader's evaluations on its engine
-  } else if (replica() == 0 && topo_->train_tp > 1 && !eval_sets(c).empty()) {
+  } else if (replica() == 0 && topo_->train_tp > 1 && !eval_sets(c.eval).empty()) {
     eval_engine_ = std::make_unique<Engine>(run_.policy, run_engine_config(c));  // serves the leader's evaluations
     follower_engine_ = eval_engine_.get();
   }
   const auto mine = deal(saved.rollout_buffer);
   buffer_.assign(mine.begin(), mine.end());
-  relay_ = std::make_unique<RelayBuffer>(c, deal(saved.relay_buffer));
+  relay_ = std::make_unique<RelayBuffer>(c.staleness, deal(saved.relay_buffer));
   if (saved.round.collected) {
     const auto ahead = deal(*saved.round.collected);
     collected_.emplace(ahead.begin(), ahead.end());
@@ -198,24 +198,24 @@ void StepLoop::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpd
   if (lead_) {
     lead_->log_step(step, rows, update, trained);
   } else if (follower_engine_ != nullptr) {
-    serve_evaluation_if_due(*follower_engine_, c_, step, run_.plan.total_steps);
+    serve_evaluation_if_due(*follower_engine_, c_.eval, step, run_.plan.total_steps);
   }
 }
 
 void StepLoop::train_step(int64_t step) {
   trace::Span span("step");
-  const std::vector<SampleGroup> batch = take_groups(buffer_, c_.train_batch_size);
+  const std::vector<SampleGroup> batch = take_groups(buffer_, c_.train.train_batch_size);
   const int64_t version_before = run_.policy_version;
   const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, trainers(), relay_->relayed(step), version_before);
   relay_->add(step, batch);
-  check_nonfinite(c_, update, step, nonfinite_steps_);
+  check_nonfinite(c_.train, update, step, nonfinite_steps_);
   if (update.trained) ++run_.policy_version;
 
   // Every replica's figures, one row each, summed so each row reaches the leader.
   auto rows = torch::zeros({T(), n_step_figures()}, torch::kFloat64);
   rows[replica()] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before);
   if (T() > 1) topo_->dp_group->all_reduce_sum(rows);
-  const auto trained = rollouts_due(c_, step) ? gather(batch).groups : std::vector<SampleGroup>{};
+  const auto trained = rollouts_due(c_.logging, step) ? gather(batch).groups : std::vector<SampleGroup>{};
   if (zero() != nullptr && zero()->stage() == 3) {
     // The leader's evaluation generates with the policy: whole on trainer 0 for it.
     auto due = torch::tensor({lead_ && lead_->evaluation_due(step) ? 1.0 : 0.0}, torch::kFloat64);
@@ -226,7 +226,7 @@ void StepLoop::train_step(int64_t step) {
     log_step(step, rows, update, trained);
   }
   // After the metrics line, so a run resumed from this checkpoint has every line up to it.
-  if (checkpoint_due(c_, step, run_.plan.total_steps)) save_checkpoint(step);
+  if (checkpoint_due(c_.logging, step, run_.plan.total_steps)) save_checkpoint(step);
 }
 
 fs::path StepLoop::run() {
@@ -248,10 +248,10 @@ fs::path StepLoop::run() {
     auto held = torch::zeros({T()}, torch::kFloat64);
     held[replica()] = static_cast<double>(buffer_.size());
     if (T() > 1) topo_->dp_group->all_reduce_sum(held);
-    int64_t steps = static_cast<int64_t>(held.min().item<double>()) / c_.train_batch_size;
-    if (steps == 0 && !(c_.algo.dynamic_batching && rounds_since_step <= c_.max_dynamic_rounds)) {
+    int64_t steps = static_cast<int64_t>(held.min().item<double>()) / c_.train.train_batch_size;
+    if (steps == 0 && !(c_.algo.dynamic_batching && rounds_since_step <= c_.algo.max_dynamic_rounds)) {
       steps = 1;  // a partial step: every trainer trains on what it holds
-      if (lead_) short_batch(c_, step, static_cast<int64_t>(held.sum().item<double>()), T() * c_.train_batch_size);
+      if (lead_) short_batch(c_.algo, step, static_cast<int64_t>(held.sum().item<double>()), T() * c_.train.train_batch_size);
     }
     steps = std::min(steps, total_steps - step + 1);
     round_end_ = step + steps - 1;

@@ -49,8 +49,8 @@ void follow_sync(const Topology& topology, RunState& run) {
 WorkerSource::WorkerSource(const RunConfig& c, const Topology& topo, RunState& run)
     : c_(c), topo_(topo), run_(run), channel_(topo) {
   if (leader()) {
-    weight_sync_ = std::make_unique<WeightSync>(topo.sync_group, static_cast<uint64_t>(c.sync_bucket_mb) << 20,
-                                                c.param_sync_comm_type);
+    weight_sync_ = std::make_unique<WeightSync>(topo.sync_group, static_cast<uint64_t>(c.parallel.sync_bucket_mb) << 20,
+                                                c.parallel.param_sync_comm_type);
   }
 }
 
@@ -92,7 +92,7 @@ double WorkerSource::publish(int64_t version) {
 double WorkerSource::sync_weights(int64_t version) {
   if (!announce_sync(topo_, run_, version != synced_version_)) return 0;
   const int T = topo_.num_trainers, I = topo_.num_inferencers;
-  for (int w = 0; w < I; ++w) send_control(*topo_.world, ControlMessage::sync(c_.verify_sync), T + w);
+  for (int w = 0; w < I; ++w) send_control(*topo_.world, ControlMessage::sync(c_.parallel.verify_sync), T + w);
   const NamedTensors weights = run_.policy->trained_weights();  // under LoRA, the adapters alone
   SyncStats stats;
   uint64_t expected = 0;
@@ -114,18 +114,18 @@ double WorkerSource::sync_weights(int64_t version) {
       RLCPP_CHECK(k == next++, "weight sync asked for tensor {} out of order", k);
       const auto& local = stream ? stream->get(weights[k].second) : weights[k].second;
       auto whole = run_.policy->gather_weight(weights[k].first, local, 0);
-      if (c_.verify_sync) expected = weights_hash_add(expected, weights[k].first, whole);
+      if (c_.parallel.verify_sync) expected = weights_hash_add(expected, weights[k].first, whole);
       return whole;
     });
     if (stream) stream->finish();
   } else {
     stats = weight_sync_->sync(weights, version);
-    if (c_.verify_sync) expected = weights_hash(weights);
+    if (c_.parallel.verify_sync) expected = weights_hash(weights);
   }
   synced_version_ = version;
   sync_bytes_ += stats.bytes;
   ++syncs_;
-  if (c_.verify_sync) {
+  if (c_.parallel.verify_sync) {
     for (int e = 0; e < topo_.num_engines(); ++e) {
       const auto got = std::stoull(topo_.world->recv_bytes(topo_.engine_leader(e), kHashTag));
       if (got != expected) {

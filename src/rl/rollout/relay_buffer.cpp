@@ -2,8 +2,8 @@
 
 namespace rlcpp {
 
-RelayBuffer::RelayBuffer(const RunConfig& c, std::vector<SampleGroup> saved)
-    : max_steps_(c.max_relay_episode), offset_(c.relay_episode_offset), groups_(saved.begin(), saved.end()) {}
+RelayBuffer::RelayBuffer(const StalenessOptions& options, std::vector<SampleGroup> saved)
+    : max_steps_(options.max_relay_episode), offset_(options.relay_episode_offset), groups_(saved.begin(), saved.end()) {}
 
 std::vector<SampleGroup> RelayBuffer::relayed(int64_t step) const {
   if (!enabled() || step <= offset_) return {};

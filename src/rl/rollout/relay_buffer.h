@@ -7,14 +7,14 @@
 #include <deque>
 #include <vector>
 
-#include "rl/rollout/rollout.h"
-#include "rl/config/run_config.h"
+#include "rl/config/run_options.h"
+#include "train/sample.h"
 
 namespace rlcpp {
 
 class RelayBuffer {
  public:
-  RelayBuffer(const RunConfig& config, std::vector<SampleGroup> saved);
+  RelayBuffer(const StalenessOptions& options, std::vector<SampleGroup> saved);
 
   bool enabled() const { return max_steps_ != 0; }
   // The groups trained on again at `step`: all held, from step relay_episode_offset + 1 on.

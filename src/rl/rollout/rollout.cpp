@@ -20,18 +20,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-RewardFunction run_reward_function(const RunConfig& c) {
-  RewardFunction reward;
-  reward.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
-  if (!c.reward_cmd.empty()) {
-    ExternalRewardConfig external;
-    external.command = c.reward_cmd;
-    external.timeout_s = c.reward_timeout;
-    reward.add("external", std::make_shared<ExternalReward>(external), c.reward_cmd_weight);
-  }
-  return reward;
-}
-
 std::vector<SampleGroup> take_groups(std::deque<SampleGroup>& buffer, int64_t n) {
   std::vector<SampleGroup> batch;
   while (!buffer.empty() && static_cast<int64_t>(batch.size()) < n) {
@@ -51,19 +39,19 @@ PromptPick pick_from_json(const nlohmann::json& j) {
 }
 
 EngineConfig run_engine_config(const RunConfig& c) {
-  EngineConfig config = c.engine;
-  config.weights_dtype = dtype_or_default(c.rollout_dtype, "--rollout-dtype");
-  config.kv_dtype = dtype_or_default(c.kv_cache_dtype, "--kv-cache-dtype");
+  EngineConfig config = c.rollout.engine;
+  config.weights_dtype = dtype_or_default(c.rollout.dtype, "--rollout-dtype");
+  config.kv_dtype = dtype_or_default(c.rollout.kv_cache_dtype, "--kv-cache-dtype");
   return config;
 }
 
 PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_config) {
   PromptOptions options;
-  options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(c.reward_type);
-  options.max_prompt_tokens = c.max_prompt_tokens;
+  options.system_prompt = c.rollout.system_prompt ? *c.rollout.system_prompt : default_system_prompt(c.reward.type);
+  options.max_prompt_tokens = c.rollout.max_prompt_tokens;
   options.context_tokens = model_config.max_position_embeddings;
-  options.overflow = c.overflow;
-  options.source = c.dataset;
+  options.overflow = c.rollout.overflow;
+  options.source = c.runtime.dataset;
   return options;
 }
 
@@ -72,7 +60,7 @@ RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& m
                                    const RewardFunction* reward)
     : c_(config), backend_(backend), dataset_(dataset), cursor_(cursor), reward_(reward) {
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, run_prompt_options(config, model_config));
-  sampling_ = config.sampling;
+  sampling_ = config.rollout.sampling;
   sampling_.stop_token_ids = default_stop_tokens(model_config, tokenizer);
 }
 
@@ -84,7 +72,7 @@ std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
   while (static_cast<int64_t>(picks.size()) < n_prompts) {
     if (++draws > 2 * n_records + n_prompts && picks.empty()) {
       throw_user_error("{}: every prompt is left out by the prompt-length limits (-mpt {}, min_prompt_length {})",
-                       c_.dataset, c_.max_prompt_tokens, c_.min_prompt_length);
+                       c_.runtime.dataset, c_.rollout.max_prompt_tokens, c_.rollout.min_prompt_length);
     }
     const PromptRecord& record = dataset_->records[static_cast<size_t>(cursor_->next())];
     auto built = prompts_->build(record);
@@ -92,13 +80,13 @@ std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
       ++skipped_long_;
       continue;
     }
-    if (static_cast<int64_t>(built->ids.size()) < c_.min_prompt_length) {
+    if (static_cast<int64_t>(built->ids.size()) < c_.rollout.min_prompt_length) {
       ++skipped_short_;
       continue;
     }
     const int64_t position = static_cast<int64_t>(cursor_->consumed());
     picks.push_back({built->ids, built->text, record.gt_answer, record.line,
-                     c_.seed * 1000003ULL + static_cast<uint64_t>(position), position});
+                     c_.runtime.seed * 1000003ULL + static_cast<uint64_t>(position), position});
   }
   return picks;
 }
@@ -112,7 +100,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
     GenerationRequest request;
     request.prompt_ids = pick.ids;
     request.params = sampling_;
-    request.n = c_.num_generations;
+    request.n = c_.rollout.num_generations;
     request.seed = pick.seed;
     requests.push_back(std::move(request));
     SampleGroup group;
@@ -125,12 +113,12 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   // Generation, in calls of inference_microbatch_size prompts; ranking sorts them by length first.
   std::vector<size_t> order(requests.size());
   std::iota(order.begin(), order.end(), 0);
-  if (c_.ranking) {
+  if (c_.rollout.ranking) {
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return requests[a].prompt_ids.size() < requests[b].prompt_ids.size(); });
   }
-  const size_t per_call = c_.inference_microbatch_size > 0 ? static_cast<size_t>(c_.inference_microbatch_size) : order.size();
-  const int64_t G = c_.num_generations;
+  const size_t per_call = c_.rollout.inference_microbatch_size > 0 ? static_cast<size_t>(c_.rollout.inference_microbatch_size) : order.size();
+  const int64_t G = c_.rollout.num_generations;
   std::vector<std::vector<GeneratedSample>> by_request(requests.size(), std::vector<GeneratedSample>(static_cast<size_t>(G)));
   auto t0 = std::chrono::steady_clock::now();
   std::optional<trace::Span> span(std::in_place, "generate");
@@ -164,7 +152,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
     rewards[k] = graded[k].reward;
     if (c_.algo.overlong_shaping) {
       rewards[k] += overlong_penalty(static_cast<int64_t>(s.token_ids.size()), sampling_.max_new_tokens, cache,
-                                     c_.reward_scale.correct);
+                                     c_.reward.scale.correct);
     }
     correct[k] = graded[k].correct;
   }

@@ -23,9 +23,6 @@
 
 namespace rlcpp {
 
-// The run's reward: the built-in grader (-rt, with its scale) plus the external command, if any.
-RewardFunction run_reward_function(const RunConfig& config);
-
 // Up to `n` groups from the front of `buffer` (a step's batch; the rest wait for later steps).
 std::vector<SampleGroup> take_groups(std::deque<SampleGroup>& buffer, int64_t n);
 

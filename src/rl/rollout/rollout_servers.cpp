@@ -34,17 +34,18 @@ std::vector<std::string> split_urls(const std::string& text) {
 
 }  // namespace
 
-RolloutServers::RolloutServers(const RunConfig& config, const fs::path& run_dir) : c_(config) {
+RolloutServers::RolloutServers(const RemoteOptions& remote, std::string base_model, const fs::path& run_dir)
+    : base_model_(std::move(base_model)) {
   RemoteRolloutOptions options;
-  options.kind = config.backend;
-  options.urls = split_urls(config.rollout_url);
+  options.kind = remote.backend;
+  options.urls = split_urls(remote.url);
   if (const char* key = std::getenv("RLCPP_ROLLOUT_API_KEY")) options.api_key = key;
-  options.model = config.rollout_model;
-  options.request_timeout_s = config.rollout_timeout;
-  options.unavailable_timeout_s = config.rollout_timeout;  // every server down that long: the run stops, naming them
-  options.max_requests_per_server = config.rollout_concurrency;
+  options.model = remote.model;
+  options.request_timeout_s = remote.timeout;
+  options.unavailable_timeout_s = remote.timeout;  // every server down that long: the run stops, naming them
+  options.max_requests_per_server = remote.concurrency;
   remote_ = std::make_unique<RemoteRollout>(options);
-  weights_dir_ = config.rollout_weights_dir.empty() ? run_dir / "rollout-weights" : fs::path(config.rollout_weights_dir);
+  weights_dir_ = remote.weights_dir.empty() ? run_dir / "rollout-weights" : fs::path(remote.weights_dir);
   std::error_code ec;
   fs::create_directories(weights_dir_, ec);
   if (ec || ::access(weights_dir_.c_str(), W_OK) != 0) {
@@ -58,7 +59,7 @@ double RolloutServers::publish(const Transformer& policy, int64_t version) {
   const fs::path dir = weights_dir_ / fmt::format("v{}", version);
   const fs::path tmp = weights_dir_ / fmt::format(".v{}.tmp", version);
   fs::remove_all(tmp);
-  save_policy_dir(tmp, policy, c_.model, c_.model, false);
+  save_policy_dir(tmp, policy, base_model_, base_model_, false);
   fs::remove_all(dir);
   fs::rename(tmp, dir);  // a server never reads a half-written version
   remote_->set_weights({version, dir, policy.has_adapters()});
@@ -79,7 +80,7 @@ double RolloutServers::publish(const Transformer& policy, int64_t version) {
 
 ServerSource::ServerSource(const RunConfig& c, const fs::path& run_dir, std::shared_ptr<Transformer> policy,
                            const Tokenizer& tokenizer)
-    : c_(c), policy_(std::move(policy)), servers_(c, run_dir), reward_(run_reward_function(c)) {
+    : c_(c), policy_(std::move(policy)), servers_(c.remote, c.model.path, run_dir), reward_(make_reward_function(c.reward)) {
   generator_ = std::make_unique<RolloutGenerator>(c, policy_->config(), tokenizer, &servers_.backend(), nullptr, nullptr,
                                                   &reward_);
 }
@@ -117,8 +118,8 @@ void ServerSource::add_figures(nlohmann::ordered_json& extra) {
 }
 
 std::string ServerSource::describe() const {
-  return fmt::format("the {} servers at {} (policy written to {})", rollout_backend_kinds().name(c_.backend),
-                     c_.rollout_url, servers_.weights_dir().string());
+  return fmt::format("the {} servers at {} (policy written to {})", rollout_backend_kinds().name(c_.remote.backend),
+                     c_.remote.url, servers_.weights_dir().string());
 }
 
 }  // namespace rlcpp

@@ -21,7 +21,9 @@ namespace rlcpp {
 
 class RolloutServers {
  public:
-  RolloutServers(const RunConfig& config, const std::filesystem::path& run_dir);
+  // `base_model`: the directory of the model the servers started with (its tokenizer and base go
+  // into each version written).
+  RolloutServers(const RemoteOptions& remote, std::string base_model, const std::filesystem::path& run_dir);
 
   RemoteRollout& backend() { return *remote_; }
   // The servers generate with `policy` at `version` from their next request on: written to
@@ -32,7 +34,7 @@ class RolloutServers {
   const std::filesystem::path& weights_dir() const { return weights_dir_; }
 
  private:
-  const RunConfig& c_;
+  std::string base_model_;
   std::filesystem::path weights_dir_;
   std::unique_ptr<RemoteRollout> remote_;
 };

@@ -5,8 +5,8 @@
 
 namespace rlcpp {
 
-StalenessPolicy::StalenessPolicy(const RunConfig& c, bool concurrent, int64_t rounds_ahead)
-    : n_behind_(c.n_behind), sync_frequency_(std::max<int64_t>(1, c.sync_frequency)), concurrent_(concurrent),
+StalenessPolicy::StalenessPolicy(const StalenessOptions& options, bool concurrent, int64_t rounds_ahead)
+    : n_behind_(options.n_behind), sync_frequency_(std::max<int64_t>(1, options.sync_frequency)), concurrent_(concurrent),
       rounds_ahead_(rounds_ahead) {}
 
 bool StalenessPolicy::ahead(int64_t round_end, int64_t total_steps) const {
@@ -20,7 +20,7 @@ bool StalenessPolicy::publish_before(bool ahead) {
 
 EngineSource::EngineSource(const RunConfig& c, const ModelConfig& model_config, const Tokenizer* tokenizer,
                            std::shared_ptr<Engine> engine, std::shared_ptr<Communicator> tp_group)
-    : c_(c), engine_(std::move(engine)), reward_(run_reward_function(c)), tp_group_(std::move(tp_group)) {
+    : c_(c), engine_(std::move(engine)), reward_(make_reward_function(c.reward)), tp_group_(std::move(tp_group)) {
   if (engine_->leads()) {
     RLCPP_CHECK(tokenizer != nullptr, "the engine's first rank without a tokenizer");
     generator_ = std::make_unique<RolloutGenerator>(c, model_config, *tokenizer, engine_.get(), nullptr, nullptr, &reward_);

@@ -68,7 +68,7 @@ class RolloutSource {
 class StalenessPolicy {
  public:
   // `rounds_ahead`: rounds sent ahead so far (a checkpoint's, for the cadence).
-  StalenessPolicy(const RunConfig& config, bool concurrent, int64_t rounds_ahead);
+  StalenessPolicy(const StalenessOptions& options, bool concurrent, int64_t rounds_ahead);
   // Whether the round after the one whose steps end at `round_end` goes ahead of them.
   bool ahead(int64_t round_end, int64_t total_steps) const;
   // Before a round is submitted: whether the policy is published first. Counts the rounds ahead.

@@ -86,43 +86,43 @@ ModelConfig largest_part(const ModelConfig& whole, int64_t tp) {
 
 MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole, int64_t prompt_tokens) {
   MemoryEstimate est;
-  const ModelConfig m = largest_part(whole, c.tp);  // every line below is of one trainer process
-  const double e = dtype_bytes(c.dtype);  // compute dtype
-  const double frozen = c.frozen_dtype.empty() ? e : dtype_bytes(c.frozen_dtype);
+  const ModelConfig m = largest_part(whole, c.parallel.tp);  // every line below is of one trainer process
+  const double e = dtype_bytes(c.runtime.dtype);  // compute dtype
+  const double frozen = c.model.frozen_dtype.empty() ? e : dtype_bytes(c.model.frozen_dtype);
   const double params = static_cast<double>(m.parameter_count());
   const double h = static_cast<double>(m.hidden_size), q = static_cast<double>(m.q_size()),
                kv = static_cast<double>(m.kv_size()), inter = static_cast<double>(m.intermediate_size),
                vocab = static_cast<double>(m.vocab_size), layers = static_cast<double>(m.num_hidden_layers),
                heads = static_cast<double>(m.num_attention_heads);
-  const bool lora = c.lora.enabled();
+  const bool lora = c.model.lora.enabled();
   std::string prompt_note;
   if (prompt_tokens <= 0) {
-    prompt_tokens = c.max_prompt_tokens > 0 ? c.max_prompt_tokens : 512;
-    prompt_note = c.max_prompt_tokens > 0 ? "-mpt" : "prompts of 512 tokens assumed (set -mpt)";
-  } else if (c.max_prompt_tokens <= 0) {
+    prompt_tokens = c.rollout.max_prompt_tokens > 0 ? c.rollout.max_prompt_tokens : 512;
+    prompt_note = c.rollout.max_prompt_tokens > 0 ? "-mpt" : "prompts of 512 tokens assumed (set -mpt)";
+  } else if (c.rollout.max_prompt_tokens <= 0) {
     prompt_note = "the dataset's longest prompt";
   }
-  const double t = static_cast<double>(prompt_tokens + c.sampling.max_new_tokens);
-  est.sequence_tokens = prompt_tokens + c.sampling.max_new_tokens;
-  const double b = static_cast<double>(c.train_microbatch_size);
+  const double t = static_cast<double>(prompt_tokens + c.rollout.sampling.max_new_tokens);
+  est.sequence_tokens = prompt_tokens + c.rollout.sampling.max_new_tokens;
+  const double b = static_cast<double>(c.train.train_microbatch_size);
 
   est.lines.push_back({"runtime", 0.35 * kGiB, "LibTorch, BLAS, tokenizer, dataset"});
   if (lora) {
     est.lines.push_back({"base weights (frozen)", params * frozen,
-                         fmt::format("{:.0f} M parameters in {}", params / 1e6, c.frozen_dtype.empty() ? c.dtype : c.frozen_dtype)});
-    const double trained = lora_parameters(c.lora, m);
+                         fmt::format("{:.0f} M parameters in {}", params / 1e6, c.model.frozen_dtype.empty() ? c.runtime.dtype : c.model.frozen_dtype)});
+    const double trained = lora_parameters(c.model.lora, m);
     est.lines.push_back({"LoRA adapters + grads + AdamW", trained * e * 4,
-                         fmt::format("{:.1f} M parameters (rank {}, {})", trained / 1e6, c.lora.rank, lora_targets_text(c.lora.targets))});
-  } else if (c.zero == 3) {  // train/zero.h: shards, the resident parameters whole, one layer gathered
-    const double n = static_cast<double>(c.replicas());
+                         fmt::format("{:.1f} M parameters (rank {}, {})", trained / 1e6, c.model.lora.rank, lora_targets_text(c.model.lora.targets))});
+  } else if (c.parallel.zero == 3) {  // train/zero.h: shards, the resident parameters whole, one layer gathered
+    const double n = static_cast<double>(c.parallel.replicas());
     const double resident = vocab * h * (m.tie_word_embeddings ? 1 : 2) + h;
     const double layer = (params - resident) / layers;
     est.lines.push_back({"policy weights", (params / n + resident) * e,
                          fmt::format("ZeRO-3: this trainer's 1/{} of {:.0f} M parameters in {}, the embedding{} whole",
-                                     c.replicas(), params / 1e6, c.dtype, m.tie_word_embeddings ? "" : " and head")});
+                                     c.parallel.replicas(), params / 1e6, c.runtime.dtype, m.tie_word_embeddings ? "" : " and head")});
     est.lines.push_back({"gradients", (params / n + resident) * e, "the shard's, and the embedding's whole"});
     est.lines.push_back({"AdamW moments", params * e * 2 / n,
-                         fmt::format("exp_avg and exp_avg_sq: this trainer's 1/{}", c.replicas())});
+                         fmt::format("exp_avg and exp_avg_sq: this trainer's 1/{}", c.parallel.replicas())});
     est.lines.push_back({"gathered layer", 2 * layer * e, "one decoder layer's weights and gradients at a time",
                          MemoryPhase::kBackward});
     est.lines.push_back({"whole model (sync, checkpoint)", params * e,
@@ -130,22 +130,22 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
                          MemoryPhase::kOptimizer});
   } else {
     est.lines.push_back({"policy weights", params * e,
-                         fmt::format("{:.0f} M parameters in {}{}", params / 1e6, c.dtype,
-                                     c.tp > 1 ? fmt::format(" (this rank's part of {:.0f} M, --train-tp {})",
-                                                            static_cast<double>(whole.parameter_count()) / 1e6, c.tp)
+                         fmt::format("{:.0f} M parameters in {}{}", params / 1e6, c.runtime.dtype,
+                                     c.parallel.tp > 1 ? fmt::format(" (this rank's part of {:.0f} M, --train-tp {})",
+                                                            static_cast<double>(whole.parameter_count()) / 1e6, c.parallel.tp)
                                               : "")});
-    if (c.zero == 2) {  // train/zero.h: the shard's sum, the embedding's whole, one layer's at a time
+    if (c.parallel.zero == 2) {  // train/zero.h: the shard's sum, the embedding's whole, one layer's at a time
       const double resident = vocab * h * (m.tie_word_embeddings ? 1 : 2) + h;
-      est.lines.push_back({"gradients", (params / static_cast<double>(c.replicas()) + resident) * e,
+      est.lines.push_back({"gradients", (params / static_cast<double>(c.parallel.replicas()) + resident) * e,
                            "ZeRO-2: the shard's sum and the embedding's whole"});
       est.lines.push_back({"layer gradients", (params - resident) / layers * e,
                            "one decoder layer's at a time, summed into the shards in backward", MemoryPhase::kBackward});
     } else {
       est.lines.push_back({"gradients", params * e, "every weight is trained"});
     }
-    if (c.zero > 0) {  // train/zero.h: the moments of one shard
-      est.lines.push_back({"AdamW moments", params * e * 2 / static_cast<double>(c.replicas()),
-                           fmt::format("exp_avg and exp_avg_sq: ZeRO-{} keeps this trainer's 1/{}", c.zero, c.replicas())});
+    if (c.parallel.zero > 0) {  // train/zero.h: the moments of one shard
+      est.lines.push_back({"AdamW moments", params * e * 2 / static_cast<double>(c.parallel.replicas()),
+                           fmt::format("exp_avg and exp_avg_sq: ZeRO-{} keeps this trainer's 1/{}", c.parallel.zero, c.parallel.replicas())});
     } else {
       est.lines.push_back({"AdamW moments", params * e * 2, "exp_avg and exp_avg_sq"});
     }
@@ -153,18 +153,18 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
   if (c.algo.loss.kl_coef != 0 && !lora) {
     est.lines.push_back({"reference model", params * frozen, fmt::format("-kl {}: a frozen copy", c.algo.loss.kl_coef)});
   }
-  if (!c.distributed()) {
-    est.lines.push_back({"KV cache", static_cast<double>(c.engine.kv_cache_mb) * kMiB, "--kv-cache-mb"});
-    if (!c.rollout_dtype.empty() && c.rollout_dtype != c.dtype) {
-      est.lines.push_back({"rollout weights", params * dtype_bytes(c.rollout_dtype),
-                           fmt::format("--rollout-dtype {}: the engine's own copy", c.rollout_dtype)});
+  if (!c.parallel.distributed()) {
+    est.lines.push_back({"KV cache", static_cast<double>(c.rollout.engine.kv_cache_mb) * kMiB, "--kv-cache-mb"});
+    if (!c.rollout.dtype.empty() && c.rollout.dtype != c.runtime.dtype) {
+      est.lines.push_back({"rollout weights", params * dtype_bytes(c.rollout.dtype),
+                           fmt::format("--rollout-dtype {}: the engine's own copy", c.rollout.dtype)});
     }
   }
   // Training activations: per token and layer the norms, projections, rotary copies and MLP
   // intermediates. Attention keeps no T x T tensor (model/attention.h): one block of query rows'
   // scores, probabilities and their gradients exist at a time, in fp32.
   const double per_token_layer = (6 * h + 3 * (q + 2 * kv) + 4 * inter) * e;
-  const double rows = static_cast<double>(attention_block_rows(c.train_microbatch_size, m.num_attention_heads,
+  const double rows = static_cast<double>(attention_block_rows(c.train.train_microbatch_size, m.num_attention_heads,
                                                                est.sequence_tokens));
   const double attention_block = 3 * b * heads * rows * t * 4;
   // Calibrated on measured peaks (tests/test_memory_estimate.sh): autograd keeps about 1.4 times
@@ -173,24 +173,24 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
   const double layer_act = 1.4 * b * t * per_token_layer;
   double activations = 0;
   std::string how;
-  if (c.gradient_checkpointing || c.zero == 3) {
+  if (c.train.gradient_checkpointing || c.parallel.zero == 3) {
     // The recomputed layer's activations and their gradients exist together in its backward.
     activations = layers * b * t * h * e + 2 * layer_act + attention_block;
-    how = c.gradient_checkpointing ? "--gradient-checkpointing: layer inputs, one layer recomputed"
+    how = c.train.gradient_checkpointing ? "--gradient-checkpointing: layer inputs, one layer recomputed"
                                    : "ZeRO-3 recomputes each layer in backward: layer inputs, one layer recomputed";
   } else {
     activations = layers * layer_act + attention_block;
     how = "every layer's activations kept for backward";
   }
   est.lines.push_back({"training activations", activations,
-                       fmt::format("micro-batch {} x {} tokens ({}{}); {}", c.train_microbatch_size, est.sequence_tokens,
+                       fmt::format("micro-batch {} x {} tokens ({}{}); {}", c.train.train_microbatch_size, est.sequence_tokens,
                                    prompt_tokens, prompt_note.empty() ? "" : ": " + prompt_note, how),
                        MemoryPhase::kBackward});
   // A chunk's logits and their gradient; a trained head also keeps its [V, H] gradient in the
   // backward. A frozen head (LoRA) builds no such gradient (model/logprobs.cpp).
   const double chunk = std::min(512.0, b * t);
   double head = (lora ? 1 : 3) * chunk * vocab * e + b * t * h * e * 2;
-  if (!c.frozen_dtype.empty()) head += vocab * h * e;  // the output weight converted for the head
+  if (!c.model.frozen_dtype.empty()) head += vocab * h * e;  // the output weight converted for the head
   est.lines.push_back({"log-prob head", head, "chunks of 512 tokens x vocabulary", MemoryPhase::kBackward});
   if (!lora) {
     // Measured: the gradient of the (tied) vocabulary matrix is built and summed from the head and
@@ -207,10 +207,10 @@ namespace {
 // The longest prompt of the run's dataset in tokens, over its first 2,000 records (tokenizing all of
 // GSM8K's 7,473 takes 7 s here; a preflight should take about one).
 int64_t longest_prompt_tokens(const RunConfig& c, const ModelConfig& m) {
-  const auto tokenizer = Tokenizer::from_dir(c.model);
+  const auto tokenizer = Tokenizer::from_dir(c.model.path);
   DatasetOptions dataset_options;
-  dataset_options.skip_bad_lines = c.skip_bad_lines;
-  const auto dataset = load_prompt_dataset(c.dataset, dataset_options);
+  dataset_options.skip_bad_lines = c.runtime.skip_bad_lines;
+  const auto dataset = load_prompt_dataset(c.runtime.dataset, dataset_options);
   PromptOptions options = run_prompt_options(c, m);
   options.max_prompt_tokens = 0;             // the longest as written: -mpt is unset here
   options.overflow = PromptOverflow::kDrop;  // the run itself reports prompts that do not fit
@@ -226,8 +226,8 @@ int64_t longest_prompt_tokens(const RunConfig& c, const ModelConfig& m) {
 }  // namespace
 
 MemoryEstimate estimate_run_memory(const RunConfig& c) {
-  const auto model = ModelConfig::load(c.model);
-  return estimate_run_memory(c, model, c.max_prompt_tokens > 0 ? 0 : longest_prompt_tokens(c, model));
+  const auto model = ModelConfig::load(c.model.path);
+  return estimate_run_memory(c, model, c.rollout.max_prompt_tokens > 0 ? 0 : longest_prompt_tokens(c, model));
 }
 
 double available_memory_bytes() {
@@ -244,19 +244,19 @@ double available_memory_bytes() {
 void check_run_memory(const RunConfig& c, const MemoryEstimate& est, double available) {
   if (available <= 0 || est.total() <= available) return;
   std::vector<std::string> fixes;
-  if (!c.lora.enabled()) fixes.push_back("--lora-rank 16 (train adapters: no gradients, optimizer state or reference copy of the full model)");
-  if (!c.lora.enabled() && c.zero < 3 && c.distributed() && c.replicas() > 1) {
-    fixes.push_back(fmt::format("-zero {} (shard {} over the {} data-parallel replicas)", c.zero == 0 ? 1 : 3,
-                                c.zero == 0 ? "the AdamW moments" : "the parameters and gradients too", c.replicas()));
+  if (!c.model.lora.enabled()) fixes.push_back("--lora-rank 16 (train adapters: no gradients, optimizer state or reference copy of the full model)");
+  if (!c.model.lora.enabled() && c.parallel.zero < 3 && c.parallel.distributed() && c.parallel.replicas() > 1) {
+    fixes.push_back(fmt::format("-zero {} (shard {} over the {} data-parallel replicas)", c.parallel.zero == 0 ? 1 : 3,
+                                c.parallel.zero == 0 ? "the AdamW moments" : "the parameters and gradients too", c.parallel.replicas()));
   }
   fixes.push_back(fmt::format("--train-tp {} (each trainer holds 1/{} of the model's layers, vocabulary and moments; "
-                              "under mpirun)", c.tp * 2, c.tp * 2));
-  if (!c.gradient_checkpointing) fixes.push_back("--gradient-checkpointing (keep one layer's activations, not every layer's)");
-  if (c.train_microbatch_size > 1) fixes.push_back(fmt::format("-tmbs {} (a smaller micro-batch)", std::max<int64_t>(1, c.train_microbatch_size / 2)));
-  if (c.frozen_dtype.empty() && (c.lora.enabled() || c.algo.loss.kl_coef != 0)) {
+                              "under mpirun)", c.parallel.tp * 2, c.parallel.tp * 2));
+  if (!c.train.gradient_checkpointing) fixes.push_back("--gradient-checkpointing (keep one layer's activations, not every layer's)");
+  if (c.train.train_microbatch_size > 1) fixes.push_back(fmt::format("-tmbs {} (a smaller micro-batch)", std::max<int64_t>(1, c.train.train_microbatch_size / 2)));
+  if (c.model.frozen_dtype.empty() && (c.model.lora.enabled() || c.algo.loss.kl_coef != 0)) {
     fixes.push_back("--frozen-dtype bfloat16 (frozen weights in half the memory)");
   }
-  if (c.engine.kv_cache_mb > 256 && !c.distributed()) fixes.push_back("--kv-cache-mb 256");
+  if (c.rollout.engine.kv_cache_mb > 256 && !c.parallel.distributed()) fixes.push_back("--kv-cache-mb 256");
   std::string list;
   for (const auto& f : fixes) list += "\n  " + f;
   throw_user_error("this run needs about {} but the machine has {} available:\n{}Settings that lower it:{}\n(--dry-run "

@@ -110,19 +110,19 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
 }
 
 int64_t run_total_steps(const RunConfig& c, int64_t n_items, int64_t items_per_step) {
-  if (c.max_steps > 0) return c.max_steps;
-  return std::max<int64_t>(1, n_items / std::max<int64_t>(1, items_per_step)) * c.num_episodes;
+  if (c.runtime.max_steps > 0) return c.runtime.max_steps;
+  return std::max<int64_t>(1, n_items / std::max<int64_t>(1, items_per_step)) * c.runtime.num_episodes;
 }
 
 RunPlan plan_run(const RunConfig& c) {
   RunPlan plan;
-  plan.run_dir = fs::path(c.save_dir) / c.project;
+  plan.run_dir = fs::path(c.logging.save_dir) / c.logging.project;
   fs::create_directories(plan.run_dir);
   plan.resume_from = find_resume_checkpoint(c, plan.run_dir);
   if (plan.resume_from) {
     const fs::path where = *plan.resume_from / "trainer_state" / "state.json";
     plan.saved = checkpoint_state_from_json(read_checkpoint_state(*plan.resume_from, c), where.string());
-  } else if (c.resume != "auto") {
+  } else if (c.runtime.resume != "auto") {
     // A fresh start over an existing run is refused here, before anything in its directory
     // (config.yaml, metrics.jsonl) is touched.
     prepare_metrics_file(plan.run_dir, c, std::nullopt);
@@ -156,10 +156,10 @@ RunPlan decode_plan(const std::string& bytes) {
 namespace {
 
 ModelOptions run_model_options(const RunConfig& c, bool frozen, std::shared_ptr<Communicator> tp_group) {
-  ModelOptions options = model_options_from_flags(c.dtype, c.device);
-  options.gradient_checkpointing = c.gradient_checkpointing;
+  ModelOptions options = model_options_from_flags(c.runtime.dtype, c.runtime.device);
+  options.gradient_checkpointing = c.train.gradient_checkpointing;
   options.tp_group = std::move(tp_group);
-  if (frozen && !c.frozen_dtype.empty()) options.frozen_dtype = dtypes().parse(c.frozen_dtype, "--frozen-dtype");
+  if (frozen && !c.model.frozen_dtype.empty()) options.frozen_dtype = dtypes().parse(c.model.frozen_dtype, "--frozen-dtype");
   return options;
 }
 
@@ -167,34 +167,34 @@ ModelOptions run_model_options(const RunConfig& c, bool frozen, std::shared_ptr<
 
 std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional<fs::path>& checkpoint,
                                          std::shared_ptr<Communicator> tp_group) {
-  if (!c.lora.enabled()) {
-    auto policy = Transformer::from_pretrained(checkpoint ? *checkpoint : fs::path(c.model),
+  if (!c.model.lora.enabled()) {
+    auto policy = Transformer::from_pretrained(checkpoint ? *checkpoint : fs::path(c.model.path),
                                                run_model_options(c, false, std::move(tp_group)));
     policy->eval();
     return policy;
   }
-  auto policy = Transformer::from_pretrained(c.model, run_model_options(c, true, std::move(tp_group)));
+  auto policy = Transformer::from_pretrained(c.model.path, run_model_options(c, true, std::move(tp_group)));
   if (checkpoint) {
     if (!is_peft_adapter_dir(*checkpoint)) {
       throw_user_error("{}: a checkpoint of full weights, not a LoRA adapter ({} missing); resume it without --lora-rank",
                        checkpoint->string(), kAdapterConfigFile);
     }
     policy->load_adapter(*checkpoint);
-    LoraConfig want = c.lora, got = policy->lora();
+    LoraConfig want = c.model.lora, got = policy->lora();
     if (got.rank != want.rank || got.scaling() != want.scaling()) {
       throw_user_error("{}: adapter of rank {} and scaling {} but the run asks for rank {} and scaling {}",
                        checkpoint->string(), got.rank, got.scaling(), want.rank, want.scaling());
     }
   } else {
-    policy->add_adapters(c.lora, c.seed);
+    policy->add_adapters(c.model.lora, c.runtime.seed);
   }
   policy->eval();
   return policy;
 }
 
 std::shared_ptr<Transformer> load_reference(const RunConfig& c, std::shared_ptr<Communicator> tp_group) {
-  if (c.algo.loss.kl_coef == 0 || c.lora.enabled()) return nullptr;
-  auto reference = Transformer::from_pretrained(c.model, run_model_options(c, true, std::move(tp_group)));
+  if (c.algo.loss.kl_coef == 0 || c.model.lora.enabled()) return nullptr;
+  auto reference = Transformer::from_pretrained(c.model.path, run_model_options(c, true, std::move(tp_group)));
   reference->eval();
   return reference;
 }
@@ -205,26 +205,26 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   const bool leader = trainers == nullptr || trainers->rank() == 0;
   const int64_t n_trainers = topology == nullptr ? 1 : topology->num_replicas();
   if (leader) {
-    run.tokenizer = Tokenizer::from_dir(c.model);
+    run.tokenizer = Tokenizer::from_dir(c.model.path);
     run.plan = plan_run(c);
     DatasetOptions options;
-    options.skip_bad_lines = c.skip_bad_lines;
-    run.dataset = load_prompt_dataset(c.dataset, options);
+    options.skip_bad_lines = c.runtime.skip_bad_lines;
+    run.dataset = load_prompt_dataset(c.runtime.dataset, options);
     const int64_t n_records = static_cast<int64_t>(run.dataset.records.size());
     // Sizes against the dataset, before any work: a step needs n_trainers * tbs distinct prompts.
-    if (n_trainers * c.train_batch_size > n_records) {
+    if (n_trainers * c.train.train_batch_size > n_records) {
       throw_user_error("-tbs/--train-batch-size {}{} asks for {} prompts per step, but {} has {}; lower -tbs",
-                       c.train_batch_size, n_trainers > 1 ? fmt::format(" on {} trainers", n_trainers) : "",
-                       n_trainers * c.train_batch_size, c.dataset, n_records);
+                       c.train.train_batch_size, n_trainers > 1 ? fmt::format(" on {} trainers", n_trainers) : "",
+                       n_trainers * c.train.train_batch_size, c.runtime.dataset, n_records);
     }
-    run.cursor = std::make_unique<DatasetCursor>(n_records, c.seed, /*shuffle=*/true);
-    run.plan.total_steps = run_total_steps(c, n_records, n_trainers * c.train_batch_size);
+    run.cursor = std::make_unique<DatasetCursor>(n_records, c.runtime.seed, /*shuffle=*/true);
+    run.plan.total_steps = run_total_steps(c, n_records, n_trainers * c.train.train_batch_size);
     if (run.plan.resume_from) {
       run.cursor->restore(run.plan.saved.data_cursor);
-    } else if (c.consumed_samples > 0) {
-      for (int64_t k = 0; k < c.consumed_samples; ++k) run.cursor->next();
-      spdlog::info("consumed_samples {}: the first {} prompts of the shuffled order are skipped", c.consumed_samples,
-                   c.consumed_samples);
+    } else if (c.runtime.consumed_samples > 0) {
+      for (int64_t k = 0; k < c.runtime.consumed_samples; ++k) run.cursor->next();
+      spdlog::info("consumed_samples {}: the first {} prompts of the shuffled order are skipped", c.runtime.consumed_samples,
+                   c.runtime.consumed_samples);
     }
   }
   if (trainers != nullptr && trainers->size() > 1) {
@@ -234,7 +234,7 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   }
 
   // LibTorch's own generator (LoRA dropout) starts from the run's seed; a resume restores its state.
-  torch::manual_seed(c.seed);
+  torch::manual_seed(c.runtime.seed);
   const auto tp_group = topology != nullptr ? topology->tp_group : nullptr;
   run.policy = load_policy(c, run.plan.resume_from, tp_group);
   run.reference = load_reference(c, tp_group);
@@ -243,14 +243,14 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   if (leader && run.policy->tensor_parallel() != nullptr) {
     const auto& shape = run.policy->tensor_parallel()->shape();
     spdlog::info("tensor parallelism: {} ranks per replica; trainer 0 holds query heads [{}, {}), KV heads {}, MLP "
-                 "channels [{}, {}), tokens [{}, {})", c.tp, shape.q_begin, shape.q_end, fmt::join(shape.kv_heads, ","),
+                 "channels [{}, {}), tokens [{}, {})", c.parallel.tp, shape.q_begin, shape.q_end, fmt::join(shape.kv_heads, ","),
                  shape.mlp_begin, shape.mlp_end, shape.vocab_begin, shape.vocab_end);
   }
-  if (c.zero > 0 && topology != nullptr) {
-    run.trainer->enable_zero(*topology->dp_group, static_cast<int>(c.zero), kGradientBucketBytes);
+  if (c.parallel.zero > 0 && topology != nullptr) {
+    run.trainer->enable_zero(*topology->dp_group, static_cast<int>(c.parallel.zero), kGradientBucketBytes);
     if (leader) {
-      spdlog::info("ZeRO stage {}: AdamW moments{} sharded over {} trainers, {} of {} trained elements here", c.zero,
-                   c.zero == 3 ? ", gradients and parameters" : c.zero == 2 ? " and gradients" : "",
+      spdlog::info("ZeRO stage {}: AdamW moments{} sharded over {} trainers, {} of {} trained elements here", c.parallel.zero,
+                   c.parallel.zero == 3 ? ", gradients and parameters" : c.parallel.zero == 2 ? " and gradients" : "",
                    topology->dp_group->size(), run.trainer->zero()->end() - run.trainer->zero()->begin(),
                    run.trainer->zero()->total());
     }
@@ -258,7 +258,7 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   if (run.plan.resume_from) {
     GatheredParameters whole(run.trainer->zero());  // ZeRO-3: the optimizer's parameters have their shapes
     load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer, topology != nullptr ? topology->tp_rank() : 0,
-                              static_cast<int>(c.tp));
+                              static_cast<int>(c.parallel.tp));
     run.trainer->restore_steps(run.plan.saved.optimizer_steps);
     run.policy_version = run.plan.saved.policy_version;
   }

@@ -94,7 +94,7 @@ struct RunState {
 };
 
 // The policy of a run of `config`: from `checkpoint` (a step-N directory) when given, else the base
-// model; under LoRA the base (config.model, frozen, in --frozen-dtype) with the checkpoint's adapter
+// model; under LoRA the base (config.model.path, frozen, in --frozen-dtype) with the checkpoint's adapter
 // or fresh adapters. The same call gives rollout workers a model of the trainer's shape. With
 // `tp_group` of more than one rank, this rank's tensor-parallel part of it.
 std::shared_ptr<Transformer> load_policy(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint,

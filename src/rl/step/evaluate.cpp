@@ -22,7 +22,7 @@ nlohmann::ordered_json EvalResult::summary() const {
 }
 
 EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset& dataset, const RewardFunction& reward,
-                    const EvalOptions& options) {
+                    const EvalSampling& options) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<GenerationRequest> requests;
   std::vector<const PromptRecord*> records;
@@ -113,34 +113,34 @@ std::string eval_samples_jsonl(const EvalResult& r) {
 
 RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, const Tokenizer& tokenizer,
                            const std::filesystem::path& run_dir)
-    : c_(c), out_dir_(c.eval_save_dir.empty() ? run_dir / "eval" : std::filesystem::path(c.eval_save_dir) / c.project) {
-  for (const auto& [name, path] : eval_sets(c)) sets_.emplace_back(name, load_prompt_dataset(path));
+    : c_(c), out_dir_(c.eval.save_dir.empty() ? run_dir / "eval" : std::filesystem::path(c.eval.save_dir) / c.logging.project) {
+  for (const auto& [name, path] : eval_sets(c.eval)) sets_.emplace_back(name, load_prompt_dataset(path));
   PromptOptions prompt_options;
-  prompt_options.system_prompt = c.system_prompt ? *c.system_prompt : default_system_prompt(c.reward_type);
-  prompt_options.max_prompt_tokens = c.max_prompt_tokens;
+  prompt_options.system_prompt = c.rollout.system_prompt ? *c.rollout.system_prompt : default_system_prompt(c.reward.type);
+  prompt_options.max_prompt_tokens = c.rollout.max_prompt_tokens;
   prompt_options.context_tokens = model_config.max_position_embeddings;
-  prompt_options.overflow = c.overflow;
+  prompt_options.overflow = c.rollout.overflow;
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
-  reward_.add_builtin("accuracy", c.reward_type, 1.0, c.reward_scale);
-  options_.sampling = c.sampling;
-  options_.sampling.temperature = c.eval_greedy ? 0.0 : c.eval_temperature;
-  if (c.eval_max_new_tokens > 0) options_.sampling.max_new_tokens = c.eval_max_new_tokens;
+  reward_.add_builtin("accuracy", c.reward.type, 1.0, c.reward.scale);
+  options_.sampling = c.rollout.sampling;
+  options_.sampling.temperature = c.eval.greedy ? 0.0 : c.eval.temperature;
+  if (c.eval.max_new_tokens > 0) options_.sampling.max_new_tokens = c.eval.max_new_tokens;
   options_.sampling.stop_token_ids = default_stop_tokens(model_config, tokenizer);
-  options_.n = c.eval_n;
-  options_.limit = c.eval_limit;
-  options_.seed = c.seed;  // the same sampling noise at every evaluation, so the curve compares like with like
+  options_.n = c.eval.n;
+  options_.limit = c.eval.limit;
+  options_.seed = c.runtime.seed;  // the same sampling noise at every evaluation, so the curve compares like with like
 }
 
-bool evaluation_due(const RunConfig& c, int64_t step, int64_t total_steps) {
-  return !eval_sets(c).empty() && ((c.eval_interval > 0 && step % c.eval_interval == 0) || step == total_steps);
+bool evaluation_due(const EvalOptions& eval, int64_t step, int64_t total_steps) {
+  return !eval_sets(eval).empty() && ((eval.interval > 0 && step % eval.interval == 0) || step == total_steps);
 }
 
-void serve_evaluation_if_due(Engine& engine, const RunConfig& c, int64_t step, int64_t total_steps) {
-  if (evaluation_due(c, step, total_steps)) engine.serve();
+void serve_evaluation_if_due(Engine& engine, const EvalOptions& eval, int64_t step, int64_t total_steps) {
+  if (evaluation_due(eval, step, total_steps)) engine.serve();
 }
 
 bool RunEvaluator::due(int64_t step, int64_t total_steps) const {
-  return !sets_.empty() && evaluation_due(c_, step, total_steps);
+  return !sets_.empty() && evaluation_due(c_.eval, step, total_steps);
 }
 
 double RunEvaluator::run_if_due(Engine* engine, int64_t step, int64_t total_steps, nlohmann::ordered_json& extra) {

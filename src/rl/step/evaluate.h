@@ -18,7 +18,9 @@
 
 namespace rlcpp {
 
-struct EvalOptions {
+// How evaluate() samples: the sampling settings (stop tokens included), samples per prompt, the
+// first prompts only, and the seed.
+struct EvalSampling {
   SamplingParams sampling;  // stop tokens included
   int64_t n = 1;            // samples per prompt
   int64_t limit = 0;        // first N prompts (0: all)
@@ -48,7 +50,7 @@ struct EvalResult {
 };
 
 EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset& dataset, const RewardFunction& reward,
-                    const EvalOptions& options);
+                    const EvalSampling& options);
 
 // One JSON line per sample (prompt, response, answer, correctness, ...).
 std::string eval_samples_jsonl(const EvalResult& result);
@@ -76,13 +78,13 @@ class RunEvaluator {
   std::vector<std::pair<std::string, PromptDataset>> sets_;
   std::unique_ptr<PromptBuilder> prompts_;
   RewardFunction reward_;
-  EvalOptions options_;
+  EvalSampling options_;
 };
 
 // Whether a run of `config` evaluates after `step`: RunEvaluator::due, for the ranks that hold no
 // evaluator (they load no eval sets).
-bool evaluation_due(const RunConfig& config, int64_t step, int64_t total_steps);
+bool evaluation_due(const EvalOptions& eval, int64_t step, int64_t total_steps);
 // On a follower of a tensor-parallel engine: serves the evaluation its first rank runs, when due.
-void serve_evaluation_if_due(Engine& engine, const RunConfig& config, int64_t step, int64_t total_steps);
+void serve_evaluation_if_due(Engine& engine, const EvalOptions& eval, int64_t step, int64_t total_steps);
 
 }  // namespace rlcpp

@@ -131,18 +131,18 @@ std::vector<std::vector<float>> rollout_logprobs_of(const std::vector<Sample>& s
 }  // namespace
 
 std::string on_policy_shortcut_off(const RunConfig& c) {
-  if (!c.reuse_rollout_logprobs) return "--reuse-rollout-logprobs false";
-  if (c.num_training_epoch != 1) return fmt::format("--num-training-epoch {}", c.num_training_epoch);
-  if (c.train_minibatch_size < c.train_batch_size) {
-    return fmt::format("--train-minibatch-size {} < --train-batch-size {} (several updates a step)", c.train_minibatch_size,
-                       c.train_batch_size);
+  if (!c.train.reuse_rollout_logprobs) return "--reuse-rollout-logprobs false";
+  if (c.train.num_training_epoch != 1) return fmt::format("--num-training-epoch {}", c.train.num_training_epoch);
+  if (c.train.train_minibatch_size < c.train.train_batch_size) {
+    return fmt::format("--train-minibatch-size {} < --train-batch-size {} (several updates a step)", c.train.train_minibatch_size,
+                       c.train.train_batch_size);
   }
-  if (c.max_relay_episode != 0) return "the relay buffer (--max-relay-episode)";
-  if (!c.rollout_dtype.empty() && c.rollout_dtype != c.dtype) {
-    return fmt::format("--rollout-dtype {} differs from --dtype {}", c.rollout_dtype, c.dtype);
+  if (c.staleness.max_relay_episode != 0) return "the relay buffer (--max-relay-episode)";
+  if (!c.rollout.dtype.empty() && c.rollout.dtype != c.runtime.dtype) {
+    return fmt::format("--rollout-dtype {} differs from --dtype {}", c.rollout.dtype, c.runtime.dtype);
   }
-  if (!c.kv_cache_dtype.empty() && c.kv_cache_dtype != c.dtype) {
-    return fmt::format("--kv-cache-dtype {} differs from --dtype {}", c.kv_cache_dtype, c.dtype);
+  if (!c.rollout.kv_cache_dtype.empty() && c.rollout.kv_cache_dtype != c.runtime.dtype) {
+    return fmt::format("--kv-cache-dtype {} differs from --dtype {}", c.rollout.kv_cache_dtype, c.runtime.dtype);
   }
   return "";
 }
@@ -158,14 +158,14 @@ TrainerConfig rl_trainer_config(const RunConfig& c, int64_t total_steps) {
   TrainerConfig t;
   t.loss = c.algo.loss;
   if (t.loss.aggregation == LossAggregation::kSeqMeanTokenSumNorm) {
-    t.loss.norm_constant = static_cast<double>(c.sampling.max_new_tokens);
+    t.loss.norm_constant = static_cast<double>(c.rollout.sampling.max_new_tokens);
   }
-  t.optimizer = c.optimizer;
+  t.optimizer = c.train.optimizer;
   if (t.optimizer.total_steps == 0) {  // the schedule spans the run's optimizer steps
-    t.optimizer.total_steps = total_steps * (c.train_batch_size / c.train_minibatch_size) * c.num_training_epoch;
+    t.optimizer.total_steps = total_steps * (c.train.train_batch_size / c.train.train_minibatch_size) * c.train.num_training_epoch;
   }
-  t.train_microbatch_size = c.train_microbatch_size;
-  t.temperature = c.sampling.temperature > 0 ? c.sampling.temperature : 1.0;
+  t.train_microbatch_size = c.train.train_microbatch_size;
+  t.temperature = c.rollout.sampling.temperature > 0 ? c.rollout.sampling.temperature : 1.0;
   t.filter_truncated = c.algo.filter_truncated;
   return t;
 }
@@ -187,7 +187,7 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   if (c.algo.advantage.estimator == AdvantageEstimator::kReinforcePpBaseline) {
     whiten_advantages(samples, c.algo.advantage.whiten_eps, trainers);
   }
-  const size_t per_minibatch = static_cast<size_t>(c.train_minibatch_size * c.num_generations);
+  const size_t per_minibatch = static_cast<size_t>(c.train.train_minibatch_size * c.rollout.num_generations);
   const size_t n_minibatches_here = (samples.size() + per_minibatch - 1) / per_minibatch;
   // The step's shape over every rank: samples, and the most mini-batches any rank has.
   size_t n_minibatches = n_minibatches_here;
@@ -221,9 +221,9 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   int64_t n_updates = 0;
   std::vector<size_t> order(samples.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::mt19937_64 rng(c.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(trainer.n_steps() + 1)) ^
+  std::mt19937_64 rng(c.runtime.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(trainer.n_steps() + 1)) ^
                       (static_cast<uint64_t>(trainers != nullptr ? trainers->rank() : 0) << 48));
-  for (int64_t epoch = 0; epoch < c.num_training_epoch; ++epoch) {
+  for (int64_t epoch = 0; epoch < c.train.num_training_epoch; ++epoch) {
     if (epoch > 0) {
       for (size_t k = order.size(); k > 1; --k) std::swap(order[k - 1], order[rng() % k]);  // Fisher-Yates
     }
@@ -277,7 +277,7 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   return out;
 }
 
-void check_nonfinite(const RunConfig& c, const PolicyUpdate& update, int64_t step, int64_t& consecutive) {
+void check_nonfinite(const TrainOptions& train, const PolicyUpdate& update, int64_t step, int64_t& consecutive) {
   const auto it = update.metrics.find("nonfinite");
   if (it == update.metrics.end() || it->second == 0) {
     consecutive = 0;
@@ -286,10 +286,10 @@ void check_nonfinite(const RunConfig& c, const PolicyUpdate& update, int64_t ste
   ++consecutive;
   spdlog::warn("step {}: {} of {} optimizer updates had a non-finite gradient and were skipped ({} such step(s) in a row)",
                step, it->second, update.metrics.at("optimizer_updates"), consecutive);
-  if (consecutive >= c.max_nonfinite_steps) {
+  if (consecutive >= train.max_nonfinite_steps) {
     throw_user_error("step {}: {} steps in a row had a non-finite loss or gradient (--max-nonfinite-steps {}); the run "
                      "stops with its last checkpoint intact. Lower -lr, check the data and the reward, or resume from "
-                     "the checkpoint", step, consecutive, c.max_nonfinite_steps);
+                     "the checkpoint", step, consecutive, train.max_nonfinite_steps);
   }
 }
 

@@ -50,6 +50,6 @@ std::string old_logprobs_plan(const RunConfig& config);
 
 // After each step: counts the steps in a row whose updates were skipped for a non-finite gradient
 // (warning on each) and stops the run (UserError) at --max-nonfinite-steps.
-void check_nonfinite(const RunConfig& config, const PolicyUpdate& update, int64_t step, int64_t& consecutive);
+void check_nonfinite(const TrainOptions& train, const PolicyUpdate& update, int64_t step, int64_t& consecutive);
 
 }  // namespace rlcpp

@@ -83,9 +83,9 @@ void write_scalars(EventWriter& events, const nlohmann::ordered_json& line) {
   events.add_scalars(values, line.at("step").get<int64_t>());
 }
 
-void start_profile(const RunConfig& c, int rank, const std::string& role) {
-  if (c.profile_dir.empty()) return;
-  trace::enable(std::filesystem::path(c.profile_dir) / c.project / fmt::format("trace.rank-{}.json", rank), rank, role);
+void start_profile(const LoggingOptions& logging, int rank, const std::string& role) {
+  if (logging.profile_dir.empty()) return;
+  trace::enable(std::filesystem::path(logging.profile_dir) / logging.project / fmt::format("trace.rank-{}.json", rank), rank, role);
 }
 
 double eta_seconds(double elapsed, int64_t steps_done, int64_t steps_left) {
@@ -124,29 +124,29 @@ void RunLog::write(const nlohmann::ordered_json& line, int64_t total_steps, cons
   write_scalars(*events_, line);
   events_->flush();
   const int64_t step = line.at("step").get<int64_t>();
-  if (step % c_.log_interval == 0 || step == total_steps) spdlog::info("{}", console);
+  if (step % c_.logging.log_interval == 0 || step == total_steps) spdlog::info("{}", console);
   ++steps_written_;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   progress::run(step, total_steps, eta_seconds(elapsed, steps_written_, total_steps - step));
 }
 
-bool checkpoint_due(const RunConfig& c, int64_t step, int64_t total_steps) {
-  return (c.save_interval > 0 && step % c.save_interval == 0) || step == total_steps;
+bool checkpoint_due(const LoggingOptions& logging, int64_t step, int64_t total_steps) {
+  return (logging.save_interval > 0 && step % logging.save_interval == 0) || step == total_steps;
 }
 
-void short_batch(const RunConfig& c, int64_t step, int64_t groups, int64_t wanted) {
-  if (!c.algo.dynamic_batching || groups >= wanted) return;
-  if (c.require_full_batch) {
+void short_batch(const AlgoConfig& algo, int64_t step, int64_t groups, int64_t wanted) {
+  if (!algo.dynamic_batching || groups >= wanted) return;
+  if (algo.require_full_batch) {
     throw_user_error("step {}: {} of -tbs {} groups passed the filter after --max-dynamic-rounds {} extra rounds "
                      "(--require-full-batch); widen --filter-range, raise --max-dynamic-rounds, or drop "
-                     "--require-full-batch to train on partial batches", step, groups, wanted, c.max_dynamic_rounds);
+                     "--require-full-batch to train on partial batches", step, groups, wanted, algo.max_dynamic_rounds);
   }
   spdlog::warn("step {}: dynamic batching kept {} of -tbs {} groups after --max-dynamic-rounds {}: training on {} "
-               "(--require-full-batch makes this an error)", step, groups, wanted, c.max_dynamic_rounds, groups);
+               "(--require-full-batch makes this an error)", step, groups, wanted, algo.max_dynamic_rounds, groups);
 }
 
-bool rollouts_due(const RunConfig& c, int64_t step) {
-  return !c.rollout_save_dir.empty() && step % c.rollout_save_interval == 0;
+bool rollouts_due(const LoggingOptions& logging, int64_t step) {
+  return !logging.rollout_save_dir.empty() && step % logging.rollout_save_interval == 0;
 }
 
 void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::vector<SampleGroup>& trained,

@@ -63,15 +63,15 @@ class RunLog {
 
 // Whether step `step` of `total_steps` writes a checkpoint (-si, and always the last step) and a
 // rollouts file (-rsd every --rollout-save-interval steps).
-bool checkpoint_due(const RunConfig& config, int64_t step, int64_t total_steps);
-bool rollouts_due(const RunConfig& config, int64_t step);
+bool checkpoint_due(const LoggingOptions& logging, int64_t step, int64_t total_steps);
+bool rollouts_due(const LoggingOptions& logging, int64_t step);
 
 // Dynamic batching that ran out of rounds: a warning with the counts, or (--require-full-batch) a
 // UserError. `groups`: what the step will train on, of `wanted`.
-void short_batch(const RunConfig& config, int64_t step, int64_t groups, int64_t wanted);
+void short_batch(const AlgoConfig& algo, int64_t step, int64_t groups, int64_t wanted);
 
 // --profile-dir: starts the Chrome trace of this process (rank `rank`, shown as `role`).
-void start_profile(const RunConfig& config, int rank, const std::string& role);
+void start_profile(const LoggingOptions& logging, int rank, const std::string& role);
 
 // Seconds left at the mean pace of the steps done so far.
 double eta_seconds(double elapsed, int64_t steps_done, int64_t steps_left);
