@@ -559,6 +559,22 @@ TEST(Engine, RolloutCopyMergesLoraAdapters) {
   }
   expect_same(engine.generate(requests), generate_eager(*rounded_copy(*model, torch::kBFloat16), requests, nullptr),
               "after an adapter update");
+  // The base model alone (rlcpp serve's requests for it) is the engine's choice, not state on the
+  // model: the copy is refreshed without the adapters, and with them again after.
+  auto base = std::make_shared<Transformer>(model->config(), ModelOptions{});
+  base->load_weights(model->named_weights(), "test");
+  base->eval();
+  engine.set_adapters_enabled(false);
+  expect_same(engine.generate(requests), generate_eager(*rounded_copy(*base, torch::kBFloat16), requests, nullptr),
+              "adapters off");
+  engine.set_adapters_enabled(true);
+  expect_same(engine.generate(requests), generate_eager(*rounded_copy(*model, torch::kBFloat16), requests, nullptr),
+              "adapters on again");
+  // Without a copy the engine's passes over the model itself leave the adapters out.
+  for (auto& p : base->parameters()) p.set_requires_grad(false);
+  Engine direct(model, small_engine());
+  direct.set_adapters_enabled(false);
+  expect_same(direct.generate(requests), Engine(base, small_engine()).generate(requests), "adapters off, no copy");
 }
 
 TEST(Engine, HalfPrecisionKvCacheStaysCloseToFp32) {

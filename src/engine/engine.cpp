@@ -182,15 +182,21 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
 void Engine::refresh_copy() {
   if (!copy_) return;
   const int64_t signature = weights_signature(*model_);
-  if (signature == copied_signature_) return;
+  if (signature == copied_signature_ && context_.adapters == copied_adapters_) return;
   torch::NoGradGuard no_grad;
   auto params = copy_->named_parameters();
-  model_->for_each_merged_weight([&](const std::string& name, const torch::Tensor& w) {
+  auto copy_in = [&](const std::string& name, const torch::Tensor& w) {
     auto* p = params.find(name);
     RLCPP_CHECK(p != nullptr, "the engine's weight copy has no \"{}\"", name);
     p->copy_(w);
-  });
+  };
+  if (context_.adapters) {
+    model_->for_each_merged_weight(copy_in);
+  } else {
+    for (const auto& [name, w] : model_->named_weights()) copy_in(name, w);
+  }
   copied_signature_ = signature;
+  copied_adapters_ = context_.adapters;
 }
 
 Engine::~Engine() = default;
@@ -227,7 +233,7 @@ void Engine::serve() {
     refresh_copy();
     const StepInputs inputs = decode_step(bytes.substr(1));
     StepBufferScope step_buffers;
-    ModelRunner runner(generating_model(), *cache_);
+    ModelRunner runner(generating_model(), *cache_, context_);
     auto logits = runner.run(inputs);
     sample_step(logits, inputs);
   }
@@ -252,7 +258,7 @@ GenerationLoop::GenerationLoop(Engine& engine)
                  engine.cache_->n_blocks(), engine.cache_->block_size()) {
   RLCPP_CHECK(engine_.leads(), "generating on a follower of the engine's group (it serves)");
   engine_.refresh_copy();
-  runner_ = std::make_unique<ModelRunner>(engine_.generating_model(), *engine_.cache_);
+  runner_ = std::make_unique<ModelRunner>(engine_.generating_model(), *engine_.cache_, engine_.context_);
   stats_.kv_cache_bytes = engine_.cache_->bytes();
 }
 

@@ -86,6 +86,10 @@ class Engine : public RolloutBackend {
   const EngineConfig& config() const { return config_; }
   // The model generation runs: the given one, or the engine's copy in weights_dtype.
   Transformer& generating_model() { return copy_ ? *copy_ : *model_; }
+  // Generation with the model's adapters on (the default) or off: the base model alone (rlcpp
+  // serve's requests for it). The engine holds this, not the model (a trainer may score the same
+  // model meanwhile with its own context); it applies from the next step.
+  void set_adapters_enabled(bool on) { context_.adapters = on; }
 
  private:
   friend class GenerationLoop;
@@ -98,6 +102,8 @@ class Engine : public RolloutBackend {
 
   std::shared_ptr<Transformer> model_;
   std::shared_ptr<Transformer> copy_;  // null: generation runs on model_
+  ForwardContext context_;             // the engine's passes over model_
+  bool copied_adapters_ = true;        // copy_ holds the adapters merged in (else the base weights)
   int64_t copied_signature_ = -1;
   EngineConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;

@@ -155,7 +155,7 @@ torch::Tensor ModelRunner::run(const StepInputs& batch) {
     step.packed_index = longs(packed_index, {total});
   }
   PagedAttention attention(cache_, step);
-  auto hidden = model_.hidden_states_packed(longs(ids, {total}), longs(positions, {total}), attention);
+  auto hidden = model_.hidden_states_packed(longs(ids, {total}), longs(positions, {total}), attention, context_);
   auto last = hidden.index_select(0, longs(last_rows, {static_cast<int64_t>(last_rows.size())}));
   // The same projection and dtype as the trainer's log-prob head (logprobs.cpp).
   return linear_no_grad(last, model_.stored_output_weight()).to(logprob_dtype(last.scalar_type()));

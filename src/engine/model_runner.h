@@ -43,7 +43,8 @@ StepInputs decode_step(const std::string& bytes);
 
 class ModelRunner {
  public:
-  ModelRunner(Transformer& model, KvCache& cache) : model_(model), cache_(cache) {}
+  ModelRunner(Transformer& model, KvCache& cache, const ForwardContext& context)
+      : model_(model), cache_(cache), context_(context) {}
   // logits [n, V] fp32 (fp64 for an fp64 model; [n, V_shard], this rank's part of the vocabulary,
   // under tensor parallelism): one row, its last token's, per work item that samples, in order.
   // The other items only fill the cache.
@@ -52,6 +53,7 @@ class ModelRunner {
  private:
   Transformer& model_;
   KvCache& cache_;
+  ForwardContext context_;
 };
 
 }  // namespace rlcpp

@@ -19,9 +19,10 @@ namespace rlcpp {
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, torch::TensorList params,
                                DecoderLayerImpl* layer, const torch::Tensor& cos, const torch::Tensor& sin,
-                               const torch::Tensor& mask, ParameterHolder* holder, const Transformer* model) {
+                               const torch::Tensor& mask, ParameterHolder* holder, bool adapters, const Transformer* model) {
     ctx->save_for_backward({x});
     ctx->saved_data["holder"] = reinterpret_cast<int64_t>(holder);
+    ctx->saved_data["adapters"] = adapters;
     ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
@@ -36,7 +37,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     }
     std::vector<torch::Tensor> kept(params.begin(), params.end());
     ctx->saved_data["params"] = c10::List<torch::Tensor>(kept);
-    return layer->forward(x, cos, sin, mask);  // with a holder, the parameters were gathered for apply
+    // With a holder, the parameters were gathered for apply.
+    return layer->forward(x, cos, sin, mask, ForwardContext{adapters, holder});
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -60,7 +62,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     {
       torch::AutoGradMode grad(true);
       out = layer->forward(input, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(),
-                           ctx->saved_data["mask"].toTensor());
+                           ctx->saved_data["mask"].toTensor(), ForwardContext{ctx->saved_data["adapters"].toBool(), holder});
     }
     {
       std::lock_guard<std::mutex> lock(generator.mutex());
@@ -84,7 +86,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     }
     param_grads.resize(params.size());
     result.insert(result.end(), param_grads.begin(), param_grads.end());
-    result.resize(result.size() + 6);  // layer, cos, sin, mask, holder, model: no gradient
+    result.resize(result.size() + 7);  // layer, cos, sin, mask, holder, adapters, model: no gradient
     return result;
   }
 };

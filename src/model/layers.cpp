@@ -44,7 +44,7 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) {
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+torch::Tensor LinearImpl::forward(const torch::Tensor& x, const ForwardContext& context) {
   const auto dtype = x.scalar_type();
   // Row-parallel: the bias joins after the sum over the group.
   const torch::Tensor& b = reduce_over != nullptr ? torch::Tensor() : bias;
@@ -55,7 +55,7 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   } else {
     y = torch::nn::functional::linear(x, as_dtype(weight, dtype), as_dtype(b, dtype));
   }
-  if (lora_A.defined() && adapter_enabled) {
+  if (lora_A.defined() && context.adapters) {
     auto h = lora_dropout > 0 && is_training() ? torch::dropout(x, lora_dropout, /*train=*/true) : x;
     y = y + torch::matmul(torch::matmul(h, lora_A.t()), lora_B.t()) * lora_scaling;
   }
@@ -116,12 +116,12 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const TensorParallel* tp)
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos, const torch::Tensor& sin,
-                                     const torch::Tensor& mask) {
+                                     const torch::Tensor& mask, const ForwardContext& context) {
   const auto x = tp_ ? tp_->enter(input) : input;
   const int64_t batch = x.size(0), length = x.size(1);
-  auto q = q_proj->forward(x).view({batch, length, n_heads_, head_dim_});
-  auto k = k_proj->forward(x).view({batch, length, n_kv_heads_, head_dim_});
-  auto v = v_proj->forward(x).view({batch, length, n_kv_heads_, head_dim_}).transpose(1, 2);
+  auto q = q_proj->forward(x, context).view({batch, length, n_heads_, head_dim_});
+  auto k = k_proj->forward(x, context).view({batch, length, n_kv_heads_, head_dim_});
+  auto v = v_proj->forward(x, context).view({batch, length, n_kv_heads_, head_dim_}).transpose(1, 2);
   if (q_norm) {
     q = q_norm->forward(q);
     k = k_norm->forward(k);
@@ -136,16 +136,16 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Te
   k = rotate(k);  // [B, Hkv, T, D]
   auto out = causal_attention(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim_)));  // [B, Hq, T, D]
   out = out.transpose(1, 2).reshape({batch, length, n_heads_ * head_dim_});
-  return o_proj->forward(out);
+  return o_proj->forward(out, context);
 }
 
 torch::Tensor AttentionImpl::forward_packed(const torch::Tensor& input, const torch::Tensor& cos, const torch::Tensor& sin,
-                                            int64_t layer, AttentionBackend& backend) {
+                                            int64_t layer, AttentionBackend& backend, const ForwardContext& context) {
   const auto x = tp_ ? tp_->enter(input) : input;
   const int64_t tokens = x.size(0);
-  auto q = q_proj->forward(x).view({tokens, n_heads_, head_dim_});
-  auto k = k_proj->forward(x).view({tokens, n_kv_heads_, head_dim_});
-  auto v = v_proj->forward(x).view({tokens, n_kv_heads_, head_dim_});
+  auto q = q_proj->forward(x, context).view({tokens, n_heads_, head_dim_});
+  auto k = k_proj->forward(x, context).view({tokens, n_kv_heads_, head_dim_});
+  auto v = v_proj->forward(x, context).view({tokens, n_kv_heads_, head_dim_});
   if (q_norm) {
     q = q_norm->forward(q);
     k = k_norm->forward(k);
@@ -156,7 +156,7 @@ torch::Tensor AttentionImpl::forward_packed(const torch::Tensor& input, const to
   };
   q = rotate(q);
   k = rotate(k);
-  return o_proj->forward(backend.attend(layer, q, k, v));
+  return o_proj->forward(backend.attend(layer, q, k, v), context);
 }
 
 MlpImpl::MlpImpl(const ModelConfig& c, const TensorParallel* tp) : tp_(tp) {
@@ -167,11 +167,11 @@ MlpImpl::MlpImpl(const ModelConfig& c, const TensorParallel* tp) : tp_(tp) {
   down_proj->reduce_over = tp;
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& input) {
+torch::Tensor MlpImpl::forward(const torch::Tensor& input, const ForwardContext& context) {
   const auto x = tp_ ? tp_->enter(input) : input;
-  auto gate = gate_proj->forward(x), up = up_proj->forward(x);
+  auto gate = gate_proj->forward(x, context), up = up_proj->forward(x, context);
   auto h = kernel_silu_mul(gate, up);  // the engine's steps
-  return down_proj->forward(h.defined() ? h : torch::silu(gate) * up);
+  return down_proj->forward(h.defined() ? h : torch::silu(gate) * up, context);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const TensorParallel* tp) {
@@ -183,15 +183,16 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const TensorParallel* t
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                        const torch::Tensor& mask) {
-  auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+                                        const torch::Tensor& mask, const ForwardContext& context) {
+  auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, context);
+  return h + mlp->forward(post_attention_layernorm->forward(h), context);
 }
 
 torch::Tensor DecoderLayerImpl::forward_packed(const torch::Tensor& x, const torch::Tensor& cos,
-                                               const torch::Tensor& sin, int64_t layer, AttentionBackend& backend) {
-  auto h = x + self_attn->forward_packed(input_layernorm->forward(x), cos, sin, layer, backend);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+                                               const torch::Tensor& sin, int64_t layer, AttentionBackend& backend,
+                                               const ForwardContext& context) {
+  auto h = x + self_attn->forward_packed(input_layernorm->forward(x), cos, sin, layer, backend, context);
+  return h + mlp->forward(post_attention_layernorm->forward(h), context);
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const TensorParallel* tp) {

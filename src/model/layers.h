@@ -19,6 +19,17 @@
 
 namespace rlcpp {
 
+class ParameterHolder;
+
+// What one forward pass runs with beside the weights (llama.cpp's context beside its model): the
+// adapters on or off, and the holder of ZeRO's sharded parameters. The model keeps no per-call
+// state, so two passes with different contexts (the policy and, adapters off, its LoRA reference)
+// need nothing switched on the model between them.
+struct ForwardContext {
+  bool adapters = true;               // false: the base model alone (the reference policy under LoRA)
+  ParameterHolder* holder = nullptr;  // ZeRO stages 2 and 3 (train/zero.h; see Transformer::hidden_states)
+};
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
@@ -37,7 +48,7 @@ class RMSNormImpl : public torch::nn::Module {
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x, const ForwardContext& context);
 
   // A as given ([r, in], PEFT's Kaiming-uniform: lora_a_init), B = 0, in `dtype` on the weight's device.
   void add_adapter(const torch::Tensor& a, double scaling, double dropout, torch::ScalarType dtype);
@@ -48,7 +59,6 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor weight, bias;      // bias undefined when absent
   torch::Tensor lora_A, lora_B;    // [r, in], [out, r]; undefined without an adapter
   double lora_scaling = 0, lora_dropout = 0;
-  bool adapter_enabled = true;
   const TensorParallel* reduce_over = nullptr;  // row-parallel: sum over this group, then the bias
 };
 
@@ -64,10 +74,10 @@ class AttentionImpl : public torch::nn::Module {
   // x [B, T, H]; cos/sin [B, T, D]; mask [B, T] bool, false at padded keys (causality is added by
   // causal_attention, model/attention.h). Returns [B, T, H].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask);
+                        const torch::Tensor& mask, const ForwardContext& context);
   // Packed tokens x [T, H] of several sequences; cos/sin [T, D]; keys and values through `backend`.
   torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                               int64_t layer, AttentionBackend& backend);
+                               int64_t layer, AttentionBackend& backend, const ForwardContext& context);
 
   Linear q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RMSNormImpl> q_norm, k_norm;  // Qwen3 only
@@ -80,7 +90,7 @@ class AttentionImpl : public torch::nn::Module {
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const ModelConfig& config, const TensorParallel* tp);
-  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+  torch::Tensor forward(const torch::Tensor& x, const ForwardContext& context);  // down(silu(gate(x)) * up(x))
   Linear gate_proj, up_proj, down_proj;
 
  private:
@@ -91,9 +101,9 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, const TensorParallel* tp);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask);
+                        const torch::Tensor& mask, const ForwardContext& context);
   torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                               int64_t layer, AttentionBackend& backend);
+                               int64_t layer, AttentionBackend& backend, const ForwardContext& context);
   std::shared_ptr<AttentionImpl> self_attn;
   std::shared_ptr<MlpImpl> mlp;
   std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;

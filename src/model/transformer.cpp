@@ -59,7 +59,8 @@ std::shared_ptr<Transformer> Transformer::from_pretrained(const std::filesystem:
   return model;
 }
 
-torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
+torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                         const ForwardContext& context) {
   RLCPP_CHECK(input_ids.dim() == 2, "input_ids must be [B, T], got {}", input_ids.sizes());
   const int64_t batch = input_ids.size(0), length = input_ids.size(1);
   auto ids = input_ids.to(options_.device);
@@ -78,38 +79,39 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
                   : torch::ones({batch, length}, torch::TensorOptions().dtype(torch::kBool).device(options_.device));
   auto h = as_dtype(embed(ids), options_.dtype);
   const bool grad = torch::GradMode::is_enabled();
-  const bool sharded = holder_ != nullptr && holder_->shards_parameters();
+  ParameterHolder* holder = context.holder;
+  const bool sharded = holder != nullptr && holder->shards_parameters();
   const bool checkpoint = grad && (sharded || (options_.gradient_checkpointing && is_training()));
-  const bool tap = grad && holder_ != nullptr && !sharded;
+  const bool tap = grad && holder != nullptr && !sharded;
   const auto anchor = tap ? torch::zeros({}, h.options()).requires_grad_() : torch::Tensor();
   for (const auto& block : *model->layers) {
     auto* layer = block->as<DecoderLayerImpl>();
     if (!sharded && !checkpoint && !tap) {
-      h = layer->forward(h, cos, sin, mask);
+      h = layer->forward(h, cos, sin, mask, context);
       continue;
     }
     const auto params = trained_tensors(*layer);
-    if (tap) h = LayerGradientTap::apply(h, anchor, &params, holder_, this);
+    if (tap) h = LayerGradientTap::apply(h, anchor, &params, holder, this);
     // Gathered before apply: autograd takes the parameters' shapes (their gradient accumulators')
     // as apply records them.
-    if (sharded) holder_->gather(params);
+    if (sharded) holder->gather(params);
     h = checkpoint ? CheckpointedLayer::apply(h, torch::TensorList(params), layer, cos, sin, mask,
-                                              sharded ? holder_ : nullptr, this)
-                   : layer->forward(h, cos, sin, mask);
-    if (sharded) holder_->release(params);
+                                              sharded ? holder : nullptr, context.adapters, this)
+                   : layer->forward(h, cos, sin, mask, context);
+    if (sharded) holder->release(params);
   }
   return model->norm->forward(h);
 }
 
 torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const torch::Tensor& positions,
-                                                AttentionBackend& backend) {
+                                                AttentionBackend& backend, const ForwardContext& context) {
   RLCPP_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(), "packed ids {} and positions {} must be [T]",
               ids.sizes(), positions.sizes());
   auto [cos, sin] = rope_.cos_sin(positions.to(options_.device), options_.dtype);  // [T, D]
   auto h = as_dtype(embed(ids.to(options_.device)), options_.dtype);
   int64_t layer = 0;
   for (const auto& block : *model->layers) {
-    h = block->as<DecoderLayerImpl>()->forward_packed(h, cos, sin, layer++, backend);
+    h = block->as<DecoderLayerImpl>()->forward_packed(h, cos, sin, layer++, backend, context);
   }
   return model->norm->forward(h);
 }
@@ -139,8 +141,9 @@ torch::Tensor Transformer::stored_output_weight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
-torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
-  auto h = hidden_states(input_ids, attention_mask);
+torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                   const ForwardContext& context) {
+  auto h = hidden_states(input_ids, attention_mask, context);
   auto logits = torch::matmul(h, output_weight().t()).to(compute_dtype(options_.dtype));
   if (!tp_) return logits;
   // Every rank's vocabulary part, padded to the widest, gathered and laid side by side.
@@ -161,10 +164,10 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
 
 torch::Tensor Transformer::token_logprobs(const torch::Tensor& input_ids, const torch::Tensor& targets,
                                           double temperature, const torch::Tensor& attention_mask,
-                                          torch::Tensor* entropy) {
+                                          torch::Tensor* entropy, const ForwardContext& context) {
   RLCPP_CHECK(targets.sizes() == input_ids.sizes(), "targets {} must match input_ids {}", targets.sizes(),
               input_ids.sizes());
-  auto h = hidden_states(input_ids, attention_mask);
+  auto h = hidden_states(input_ids, attention_mask, context);
   const int64_t batch = h.size(0), length = h.size(1);
   auto flat = token_logprobs_chunked(h.reshape({batch * length, h.size(2)}), output_weight(),
                                      targets.to(options_.device).reshape({-1}), temperature,
@@ -174,10 +177,11 @@ torch::Tensor Transformer::token_logprobs(const torch::Tensor& input_ids, const 
 }
 
 LogprobsEntropy Transformer::token_logprobs_with_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
-                                                        double temperature, const torch::Tensor& attention_mask) {
+                                                        double temperature, const torch::Tensor& attention_mask,
+                                                        const ForwardContext& context) {
   RLCPP_CHECK(targets.sizes() == input_ids.sizes(), "targets {} must match input_ids {}", targets.sizes(),
               input_ids.sizes());
-  auto h = hidden_states(input_ids, attention_mask);
+  auto h = hidden_states(input_ids, attention_mask, context);
   const int64_t batch = h.size(0), length = h.size(1);
   auto flat_h = h.reshape({batch * length, h.size(2)});
   auto flat_targets = targets.to(options_.device).reshape({-1});
@@ -188,11 +192,12 @@ LogprobsEntropy Transformer::token_logprobs_with_entropy(const torch::Tensor& in
 }
 
 LogprobsEntropy Transformer::token_logprobs_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
-                                                   double temperature, const torch::Tensor& attention_mask) {
+                                                   double temperature, const torch::Tensor& attention_mask,
+                                                   const ForwardContext& context) {
   RLCPP_CHECK(targets.sizes() == input_ids.sizes(), "targets {} must match input_ids {}", targets.sizes(),
               input_ids.sizes());
   torch::NoGradGuard no_grad;
-  auto h = hidden_states(input_ids, attention_mask);
+  auto h = hidden_states(input_ids, attention_mask, context);
   const int64_t batch = h.size(0), length = h.size(1);
   auto out = rlcpp::token_logprobs_entropy(h.reshape({batch * length, h.size(2)}), output_weight(),
                                            targets.to(options_.device).reshape({-1}), temperature,

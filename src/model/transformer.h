@@ -56,11 +56,6 @@ class Transformer : public torch::nn::Module {
   // adapter directory loads its base model (base_model_name_or_path) with the adapter on it.
   static std::shared_ptr<Transformer> from_pretrained(const std::filesystem::path& dir, ModelOptions options = {});
 
-  // With a holder that shards the parameters, each decoder layer's trained tensors are gathered
-  // for it and released after; a forward with grad then recomputes each layer in backward (as
-  // gradient_checkpointing), so no graph keeps a layer's weights. The holder must outlive its use;
-  // nullptr: no holder.
-  void set_parameter_holder(ParameterHolder* holder) { holder_ = holder; }
   // Each decoder layer's trained tensors (see trainable_parameters), in layer order.
   std::vector<std::vector<torch::Tensor>> layer_trainable_parameters() const;
 
@@ -93,33 +88,44 @@ class Transformer : public torch::nn::Module {
   void gather_whole(int root);
   void release_whole();
 
+  // Every forward takes a ForwardContext (layers.h): the adapters on (the default) or off, and a
+  // parameter holder. With a holder that shards the parameters, each decoder layer's trained
+  // tensors are gathered for it and released after; a forward with grad then recomputes each layer
+  // in backward (as gradient_checkpointing), so no graph keeps a layer's weights. With a holder
+  // that does not, each layer's gradients go to it as soon as backward has finished the layer.
+
   // Final hidden states (after the last norm) [B, T, H]. attention_mask [B, T] (1 = token, 0 = pad,
   // left padding) may be undefined (no padding); positions then come from the mask.
-  torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                              const ForwardContext& context = {});
 
   // Final hidden states [T, H] for packed tokens of several sequences (ids [T], positions [T]),
   // keys and values kept by `backend` across calls: the generation engine's entry point.
   torch::Tensor hidden_states_packed(const torch::Tensor& ids, const torch::Tensor& positions,
-                                     AttentionBackend& backend);
+                                     AttentionBackend& backend, const ForwardContext& context = {});
 
   // Logits [B, T, V] in fp32 (fp64 for an fp64 model). Materialises the whole tensor (gathered from
   // the vocabulary's shards on every rank under tensor parallelism): for training use token_logprobs.
-  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                        const ForwardContext& context = {});
 
   // log p(targets[b, t] | input_ids[b, ..t]) under softmax(logits / temperature): [B, T] fp32,
   // differentiable, computed in chunks (see logprobs.h). targets < 0 are ignored (0, no gradient).
   // With `entropy`: also each token's entropy [B, T] from the same logits, without gradient.
   torch::Tensor token_logprobs(const torch::Tensor& input_ids, const torch::Tensor& targets, double temperature = 1.0,
-                               const torch::Tensor& attention_mask = {}, torch::Tensor* entropy = nullptr);
+                               const torch::Tensor& attention_mask = {}, torch::Tensor* entropy = nullptr,
+                               const ForwardContext& context = {});
 
   // As token_logprobs, and the per-token entropy, both [B, T] and differentiable (one forward of
   // the layers; the entropy keeps the response rows' logits, see token_entropy).
   LogprobsEntropy token_logprobs_with_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
-                                              double temperature = 1.0, const torch::Tensor& attention_mask = {});
+                                              double temperature = 1.0, const torch::Tensor& attention_mask = {},
+                                              const ForwardContext& context = {});
 
   // No grad: log-probs of targets and per-token entropies, both [B, T] (0 where targets < 0).
   LogprobsEntropy token_logprobs_entropy(const torch::Tensor& input_ids, const torch::Tensor& targets,
-                                         double temperature = 1.0, const torch::Tensor& attention_mask = {});
+                                         double temperature = 1.0, const torch::Tensor& attention_mask = {},
+                                         const ForwardContext& context = {});
 
   // The output projection [V, H] in the compute dtype: lm_head, or the embedding when tied.
   torch::Tensor output_weight() const;
@@ -131,8 +137,6 @@ class Transformer : public torch::nn::Module {
   void add_adapters(const LoraConfig& config, uint64_t seed);
   bool has_adapters() const { return !adapted_.empty(); }
   const LoraConfig& lora() const { return lora_; }
-  // Off: the base model alone (the reference policy under LoRA). See AdaptersOff.
-  void set_adapters_enabled(bool enabled);
   // What training updates: the adapters' A and B under LoRA, else every parameter.
   std::vector<torch::Tensor> trainable_parameters() const;
   // The trained weights under their names: the adapters ("<module>.lora_A.weight", ...) under
@@ -193,7 +197,6 @@ class Transformer : public torch::nn::Module {
   Rope rope_;
   LoraConfig lora_;
   std::vector<std::pair<std::string, LinearImpl*>> adapted_;  // module name → its layer, in model order
-  ParameterHolder* holder_ = nullptr;
   std::unique_ptr<TensorParallel> tp_;                          // null without tensor parallelism
   std::unordered_map<const void*, TpShard> shards_;             // TensorImpl → its shard (under TP)
   std::vector<torch::Tensor> kept_parts_;                       // this rank's parts while whole (gather_whole)
@@ -214,18 +217,6 @@ class WholeModel {
 
  private:
   Transformer* model_;
-};
-
-// Scoped: the model's adapters off (the base model) until the end of the scope.
-class AdaptersOff {
- public:
-  explicit AdaptersOff(Transformer& model) : model_(model) { model_.set_adapters_enabled(false); }
-  ~AdaptersOff() { model_.set_adapters_enabled(true); }
-  AdaptersOff(const AdaptersOff&) = delete;
-  AdaptersOff& operator=(const AdaptersOff&) = delete;
-
- private:
-  Transformer& model_;
 };
 
 // positions [B, T] from a left-padded attention mask: 0 at the first real token of each row.

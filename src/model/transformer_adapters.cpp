@@ -52,10 +52,6 @@ void Transformer::add_adapters(const LoraConfig& config, uint64_t seed) {
   }
 }
 
-void Transformer::set_adapters_enabled(bool enabled) {
-  for (auto& [name, linear] : adapted_) linear->adapter_enabled = enabled;
-}
-
 std::vector<torch::Tensor> Transformer::trainable_parameters() const {
   if (!has_adapters()) return parameters();
   std::vector<torch::Tensor> out;
@@ -153,7 +149,6 @@ void Transformer::load_adapter(const std::filesystem::path& dir) {
     if (!linear->has_adapter()) add_adapter_to(item.key(), *linear, config, generator);
     linear->lora_scaling = config.scaling();  // a reused adapter takes this one's alpha and dropout
     linear->lora_dropout = config.dropout;
-    linear->adapter_enabled = true;
     adapted_.emplace_back(item.key(), linear.get());
     found.insert(item.key());
   }

@@ -143,7 +143,7 @@ struct Server::State {
   // it is now (a trainer may rewrite it between loads).
   void activate(const std::string& name) {
     if (name.empty()) {
-      if (model->has_adapters()) model->set_adapters_enabled(false);
+      engine->set_adapters_enabled(false);
       return;
     }
     fs::path dir;
@@ -157,7 +157,7 @@ struct Server::State {
       dir = it->second;
     }
     model->load_adapter(dir);
-    model->set_adapters_enabled(true);
+    engine->set_adapters_enabled(true);
   }
 
   // A weight change; its HTTP status and message. A new model or adapter is a new version;

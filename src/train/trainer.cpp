@@ -145,7 +145,7 @@ double Trainer::current_lr() const {
 }
 
 std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, const std::vector<Sample>& samples,
-                                                           double* mean_entropy) const {
+                                                           const ForwardContext& context, double* mean_entropy) const {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<float>> out;
   double entropy_sum = 0, entropy_tokens = 0;
@@ -161,7 +161,7 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
     progress::phase("logprobs", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
     const size_t end = std::min(samples.size(), begin + micro);
     const PackedBatch batch = pack_samples(samples, begin, end);
-    auto head = model.token_logprobs_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
+    auto head = model.token_logprobs_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask, context);
     auto logp = head.logprobs.to(torch::kCPU).to(torch::kFloat32);
     if (mean_entropy != nullptr) {
       // Over the trained tokens (the entropy is 0 where there is no target, so this is every
@@ -179,13 +179,14 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
 
 std::vector<std::vector<float>> Trainer::policy_logprobs(const std::vector<Sample>& samples,
                                                          double* mean_entropy) const {
-  return response_logprobs(*policy_, samples, mean_entropy);
+  return response_logprobs(*policy_, samples, policy_context_, mean_entropy);
 }
 
 std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<Sample>& samples) const {
   if (reference_ == nullptr && policy_->has_adapters()) {  // LoRA: the reference is the base, adapters off
-    AdaptersOff base(*policy_);
-    return response_logprobs(*policy_, samples);
+    ForwardContext base = policy_context_;
+    base.adapters = false;
+    return response_logprobs(*policy_, samples, base);
   }
   RLCPP_CHECK(reference_ != nullptr, "reference log-probs without a reference model");
   return response_logprobs(*reference_, samples);
@@ -297,7 +298,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       // gradients (logprobs.h), over the rows with a target.
       const auto flat_targets = batch.targets.to(device).reshape({-1});
       const auto rows = flat_targets.ge(0).nonzero().squeeze(-1);
-      auto h = policy_->hidden_states(batch.ids, batch.attention_mask);
+      auto h = policy_->hidden_states(batch.ids, batch.attention_mask, policy_context_);
       auto lay_rows = [&](const torch::Tensor& values) {
         return torch::zeros({flat_targets.size(0)}, values.options()).index_copy(0, rows, values).view(batch.targets.sizes());
       };
@@ -314,15 +315,18 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       if (mb.score) in.entropy = lay_rows(head.entropy);
       loss = head.loss;
     } else if (entropy_bonus) {
-      auto head = policy_->token_logprobs_with_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
+      auto head = policy_->token_logprobs_with_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask,
+                                                       policy_context_);
       in.logprobs = head.logprobs;
       in.entropy = head.entropy;
     } else if (mb.score) {
       torch::Tensor entropy;
-      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask, &entropy);
+      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask, &entropy,
+                                            policy_context_);
       in.entropy = entropy;
     } else {
-      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask);
+      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask, nullptr,
+                                            policy_context_);
     }
     if (mb.score) {
       auto logp = in.logprobs.detach().to(torch::kCPU).to(torch::kFloat32);
@@ -392,7 +396,7 @@ void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes)
   }
   zero_ = std::make_unique<ZeroOptimizer>(trained, group, stage, bucket_bytes, resident);
   if (tp != nullptr) zero_->set_tensor_parallel(tp->group(), std::move(owned));
-  if (stage >= 2) policy_->set_parameter_holder(zero_.get());
+  if (stage >= 2) policy_context_.holder = zero_.get();
 }
 
 bool Trainer::sharded_parameters() const { return zero_ != nullptr && zero_->stage() == 3; }
@@ -407,7 +411,7 @@ int64_t Trainer::lockstep_passes(int64_t mine, bool backward) const {
 
 void Trainer::empty_pass(bool backward) const {
   trace::Span span("empty_pass");
-  const auto h = policy_->hidden_states(torch::zeros({1, 1}, torch::kInt64));
+  const auto h = policy_->hidden_states(torch::zeros({1, 1}, torch::kInt64), {}, policy_context_);
   if (backward) (h.sum() * 0).backward();
 }
 
@@ -491,7 +495,7 @@ TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch) {
         if (t > 0 && s.loss_mask[t]) targets_a[row][static_cast<int64_t>(t) - 1] = s.ids[t];  // t-1 predicts t
       }
     }
-    auto logp = policy_->token_logprobs(ids, targets, 1.0, mask);
+    auto logp = policy_->token_logprobs(ids, targets, 1.0, mask, nullptr, policy_context_);
     auto loss = -logp.sum() / std::max(1.0, total);
     loss.backward();
     nll += loss.item<double>();

@@ -87,9 +87,10 @@ class Trainer {
  public:
   Trainer(std::shared_ptr<Transformer> policy, std::shared_ptr<Transformer> reference, TrainerConfig config);
 
-  // Per-sample response-token log-probs under `model` (no grad), [n_samples][response length];
-  // with `mean_entropy`, also the policy's mean entropy over those tokens.
+  // Per-sample response-token log-probs under `model` run with `context` (no grad),
+  // [n_samples][response length]; with `mean_entropy`, also the mean entropy over those tokens.
   std::vector<std::vector<float>> response_logprobs(Transformer& model, const std::vector<Sample>& samples,
+                                                    const ForwardContext& context = {},
                                                     double* mean_entropy = nullptr) const;
   // Convenience: under the policy / the reference.
   std::vector<std::vector<float>> policy_logprobs(const std::vector<Sample>& samples,
@@ -155,6 +156,7 @@ class Trainer {
   int64_t n_steps_ = 0;
   std::function<void(const std::vector<torch::Tensor>&)> gradient_reducer_;
   std::unique_ptr<ZeroOptimizer> zero_;
+  ForwardContext policy_context_;  // the policy's passes: adapters on, ZeRO's holder from stage 2
 };
 
 // torch::optim::AdamW's step, each parameter through adamw_update (train/zero.h: the kernels' pool
