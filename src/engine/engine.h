@@ -88,7 +88,8 @@ class Engine : public RolloutBackend {
   Transformer& generating_model() { return copy_ ? *copy_ : *model_; }
   // Generation with the model's adapters on (the default) or off: the base model alone (rlcpp
   // serve's requests for it). The engine holds this, not the model (a trainer may score the same
-  // model meanwhile with its own context); it applies from the next step.
+  // model meanwhile with its own context). A generation loop keeps the setting it started with:
+  // a change applies to the loops started after it (rlcpp serve switches while idle).
   void set_adapters_enabled(bool on) { context_.adapters = on; }
 
  private:
