@@ -9,7 +9,7 @@ targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(safetensors_header reward j
 out=${FUZZ_BUILD_DIR:-build-fuzz}; mkdir -p "$out" fuzz/crashes
 declare -A sources=(
   [safetensors_header]="fuzz/safetensors_header_fuzz.cpp src/io/safetensors_header.cpp"
-  [reward]="fuzz/reward_fuzz.cpp src/reward/reward.cpp src/reward/extract.cpp src/reward/math_equal.cpp src/reward/math_expr.cpp"
+  [reward]="fuzz/reward_fuzz.cpp src/reward/reward.cpp src/reward/extract.cpp src/reward/math_equal.cpp src/reward/math_normalize.cpp src/reward/answer_forms.cpp src/reward/math_expr.cpp"
   [jinja]="fuzz/jinja_fuzz.cpp src/text/jinja/*.cpp"
   [tokenizer]="fuzz/tokenizer_fuzz.cpp src/text/tokenizer.cpp src/text/bpe.cpp src/text/pre_tokenizer.cpp src/text/normalizer.cpp src/text/regex.cpp src/text/unicode.cpp src/util/file.cpp"
   [dataset_line]="fuzz/dataset_line_fuzz.cpp src/io/prompt_dataset.cpp"

@@ -1,12 +1,16 @@
 // Rewards: the table-driven corpus (tests/data), scales, and bounds on hostile input.
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <tuple>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 
+#include "reward/answer_forms.h"
 #include "reward/extract.h"
 #include "reward/math_equal.h"
 #include "reward/math_expr.h"
@@ -38,6 +42,105 @@ TEST(MathEqual, TableOfCases) {
     ++n;
   }
   EXPECT_GE(n, 200);
+}
+
+// The rounding rule (rounds_fraction in math_equal.cpp), at every precision: the fraction rounded
+// to d decimals is right, one unit either side of it is wrong, and so is the truncation where it
+// differs from the rounding. Values are chosen so that no neighbour is within kMathRelTol.
+TEST(MathEqual, ARoundedDecimalIsRightOnlyAtTheRoundingOfItsOwnDigits) {
+  struct Case { const char* truth; long long numerator, denominator; };
+  for (const Case c : {Case{"\\frac{1}{3}", 1, 3}, Case{"\\frac{2}{3}", 2, 3}, Case{"\\frac{1}{7}", 1, 7},
+                       Case{"-\\frac{5}{6}", -5, 6}, Case{"\\frac{10}{3}", 10, 3}}) {
+    for (int decimals = 2; decimals <= 5; ++decimals) {
+      const double scale = std::pow(10.0, decimals);
+      const double exact = static_cast<double>(c.numerator) / static_cast<double>(c.denominator);
+      auto written = [&](double units) { return fmt::format("{:.{}f}", units / scale, decimals); };
+      const double rounded = std::round(exact * scale), truncated = std::trunc(exact * scale);
+      EXPECT_TRUE(math_equal(written(rounded), c.truth)) << written(rounded) << " for " << c.truth;
+      EXPECT_FALSE(math_equal(written(rounded + 1), c.truth)) << written(rounded + 1) << " for " << c.truth;
+      EXPECT_FALSE(math_equal(written(rounded - 1), c.truth)) << written(rounded - 1) << " for " << c.truth;
+      if (truncated != rounded) {
+        EXPECT_FALSE(math_equal(written(truncated), c.truth)) << written(truncated) << ": a truncation, not a rounding";
+      }
+    }
+  }
+  // One significant digit is too coarse, an exact decimal must be exact, and irrationals keep their form.
+  EXPECT_FALSE(math_equal("0.3", "\\frac{1}{3}"));
+  EXPECT_TRUE(math_equal("0.033", "\\frac{1}{30}"));
+  EXPECT_FALSE(math_equal("0.03", "\\frac{1}{30}"));
+  EXPECT_FALSE(math_equal("0.13", "\\frac{1}{8}"));
+  EXPECT_FALSE(math_equal("3.14", "\\pi"));
+  // Only the answer may be the rounded one: a rounded truth is matched by its own digits.
+  EXPECT_FALSE(math_equal("\\frac{1}{3}", "0.33"));
+}
+
+TEST(AnswerForms, AnInequalityInTheNegatedVariableIsTheIntervalOfTheVariable) {
+  using answer_forms::interval_of;
+  EXPECT_EQ(interval_of("-x>-1"), "(-\\infty,1)");
+  EXPECT_EQ(interval_of("-1<-x"), "(-\\infty,1)");
+  EXPECT_EQ(interval_of("-x>=2"), "(-\\infty,-2]");
+  EXPECT_EQ(interval_of("-3<-x<=1"), "[-1,3)");
+  EXPECT_EQ(interval_of("-x<\\frac{1}{2}"), "(-\\frac{1}{2},\\infty)");
+  EXPECT_EQ(interval_of("-x>1+y"), "(-\\infty,-(1+y))");
+  EXPECT_EQ(interval_of("-x>-y"), std::nullopt) << "both sides negated: no side is the variable";
+}
+
+TEST(AnswerForms, LabelsNameValuesAndExpressionsDoNot) {
+  for (const char* label : {"x", "x_1", "a_{n}", "f(x)", "AB", "ABC", "|AB|", "\\overline{AB}", "\\angleABC",
+                            "\\angleA", "m\\angleABC", "(p,q)", "(x_1,x_2,AB)", "V_1:V_2", "AB:BC"}) {
+    EXPECT_TRUE(answer_forms::is_label(label)) << label;
+  }
+  for (const char* not_label : {"p+2q", "2x", "|x-1|", "(p+q,q)", "(p)", "ABCDE", "1:2", "V_1:", "ab"}) {
+    EXPECT_FALSE(answer_forms::is_label(not_label)) << not_label;
+  }
+  EXPECT_TRUE(answer_forms::names_a_figure_part("|AB|"));
+  EXPECT_FALSE(answer_forms::names_a_figure_part("x")) << "a letter may be an unknown, not a figure's part";
+  EXPECT_FALSE(answer_forms::names_a_figure_part("A")) << "a bare capital too; \\angleA is the angle";
+}
+
+TEST(AnswerForms, AChainHasThreeOrMoreMembersAndIsNoListOrInequality) {
+  EXPECT_EQ(answer_forms::chain_members("x=5+5+1=11"), (std::vector<std::string>{"x", "5+5+1", "11"}));
+  EXPECT_EQ(answer_forms::chain_members("(p,q)=(1+2,2)=(3,2)").size(), 3u);
+  EXPECT_TRUE(answer_forms::chain_members("x=11").empty());
+  EXPECT_TRUE(answer_forms::chain_members("AB=4,CD=5=5").empty()) << "a list of equations";
+  EXPECT_TRUE(answer_forms::chain_members("1<=x=2=2").empty());
+  EXPECT_TRUE(answer_forms::chain_members("x==11").empty());
+  EXPECT_TRUE(answer_forms::chain_members("1=1=1=1=1=1=1=1=1").empty()) << "over 8 members";
+}
+
+TEST(AnswerForms, ListsSplitAtSemicolonsBeforeCommasAndBareBracesAreASet) {
+  EXPECT_EQ(answer_forms::list_items("-12;-11"), (std::vector<std::string>{"-12", "-11"}));
+  EXPECT_EQ(answer_forms::list_items("(1,2);(3,4)"), (std::vector<std::string>{"(1,2)", "(3,4)"}));
+  const auto set = answer_forms::structure_of("{-12,-11}");
+  ASSERT_TRUE(set.has_value());
+  EXPECT_EQ(set->open, '{');
+  EXPECT_EQ(set->items.size(), 2u);
+  EXPECT_FALSE(answer_forms::structure_of("{1}{2}").has_value()) << "no pair encloses it, and no top-level comma";
+}
+
+// Issue 44's forms through the boxed grader, as a policy writes them.
+TEST(Reward, BoxedAnswersInEverydayFormsAreGradedByTheirValue) {
+  const std::vector<std::tuple<std::string, std::string, bool>> cases = {
+      {"so $\\boxed{(p,q)=(3,2)}$", "(3,2)", true},
+      {"so $\\boxed{(p,q)=(2,3)}$", "(3,2)", false},
+      {"\\boxed{AB = 4} and \\boxed{CD = 5}", "4, 5", true},
+      {"\\boxed{AB = 5} and \\boxed{CD = 4}", "4, 5", false},
+      {"\\boxed{V_1 : V_2 = 11 : 21}", "11:21", true},
+      {"\\boxed{x = 5 + 5 + 1 = 11}", "11", true},
+      {"\\boxed{x = 5 + 5 + 2 = 11}", "11", false},
+      {"\\boxed{\\left(0.33, 0.5\\right)}", "\\left(\\frac{1}{3}, \\frac12\\right)", true},
+      {"\\boxed{(0.34, 0.5)}", "(\\frac{1}{3}, \\frac12)", false},
+      {"\\boxed{-x > -1}", "x < 1", true},
+      {"\\boxed{x > 1}", "x < 1", false},
+      {"\\boxed{\\{-12, -11\\}}", "-12;-11", true},
+      {"\\boxed{\\{-12, -10\\}}", "-12;-11", false},
+      {"\\boxed{(7,11), (11,7)}", "(11,7) \\text{ or } (7,11)", true},
+      {"\\boxed{28 \\text{ percentage}}", "28\\%", true},
+      {"\\boxed{27 \\text{ percentage}}", "28\\%", false},
+  };
+  for (const auto& [response, truth, correct] : cases) {
+    EXPECT_EQ(grade_response(RewardType::kBoxed, response, truth).correct, correct) << response << " vs " << truth;
+  }
 }
 
 TEST(Reward, TableOfResponses) {
