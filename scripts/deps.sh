@@ -16,6 +16,7 @@ PACKAGES=(
   python3                                              # the example external reward (standard library only)
   python3-numpy python3-torch                          # the fixture script (tests/fixtures) and the PyTorch-eager anchors (bench/anchors)
   chromium                                             # the report test renders the HTML in a real browser
+  bubblewrap                                           # the sandbox of code rewards: namespaces for untrusted programs
   iproute2 util-linux                                  # the two-host test: network namespaces and a veth pair
   time                                                 # peak RSS of runs (the memory-estimate test, bench/)
   curl                                                 # the serve tests' raw HTTP requests

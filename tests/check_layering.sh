@@ -19,15 +19,17 @@ declare -A allowed=(
   [text]="util io"
   [model]="util kernels io comm"
   [engine]="util kernels io text model"
-  [reward]="util process"
+  # Untrusted programs: namespaces (bubblewrap), rlimits, a private directory, a pool; no RL knowledge.
+  [sandbox]="util process"
+  [reward]="util process sandbox"
   [algo]="util"
   [train]="util kernels io comm model algo"
   # Topology and WeightSync: roles and the weights' movement; no engine, trainer or run.
   [parallel]="util io comm"
-  [rl]="util kernels io comm process text model engine openai reward algo train parallel"
+  [rl]="util kernels io comm process sandbox text model engine openai reward algo train parallel"
   # The OpenAI wire format, rlcpp serve's HTTP server and the remote-rollout HTTP client.
   [openai]="util kernels io text model engine"
-  [app]="util kernels io comm process text model engine openai reward algo train parallel rl"
+  [app]="util kernels io comm process sandbox text model engine openai reward algo train parallel rl"
 )
 
 # rl's subfolders, bottom up: a file in one may include rl/ files of its own subfolder and of those

@@ -34,7 +34,7 @@ bool gone(pid_t pid) {
 }  // namespace
 
 TEST(RunProcess, FeedsStdinAndCapturesStdoutAndStatus) {
-  const auto r = run_process(shell("cat; echo done >&2; exit 3"), "hello\nworld\n", 10, 1 << 20, "test");
+  const auto r = run_process(shell("cat; echo done >&2; exit 3"), "hello\nworld\n", {10, 1 << 20}, "test");
   EXPECT_EQ(r.stdout_text, "hello\nworld\n");
   EXPECT_EQ(r.stderr_text, "done\n");
   EXPECT_TRUE(r.status.exited);
@@ -45,7 +45,7 @@ TEST(RunProcess, FeedsStdinAndCapturesStdoutAndStatus) {
 
 TEST(RunProcess, CapsOutputWithoutBlockingTheChild) {
   // 4 MB through a 64 KB pipe: the child finishes only if the parent keeps reading past the cap.
-  const auto r = run_process(shell("head -c 4000000 /dev/zero; head -c 100000 /dev/zero >&2"), "", 30, 1000, "test");
+  const auto r = run_process(shell("head -c 4000000 /dev/zero; head -c 100000 /dev/zero >&2"), "", {30, 1000}, "test");
   EXPECT_TRUE(r.status.ok()) << r.status.describe();
   EXPECT_EQ(r.stdout_text.size(), 1000u);
   EXPECT_TRUE(r.stdout_truncated);
@@ -54,7 +54,7 @@ TEST(RunProcess, CapsOutputWithoutBlockingTheChild) {
 }
 
 TEST(RunProcess, KillsAtTheWallClockLimit) {
-  const auto r = run_process(shell("echo started; sleep 30"), "", 0.3, 1000, "test");
+  const auto r = run_process(shell("echo started; sleep 30"), "", {0.3, 1000}, "test");
   EXPECT_TRUE(r.timed_out);
   EXPECT_FALSE(r.status.exited);
   EXPECT_EQ(r.status.code, SIGKILL);
@@ -65,7 +65,7 @@ TEST(RunProcess, KillsAtTheWallClockLimit) {
 
 TEST(RunProcess, LeavesNothingOfTheProcessGroupBehind) {
   // The shell exits at once; the sleep it started in the background holds stdout open.
-  const auto r = run_process(shell("sleep 30 & echo $!"), "", 20, 1000, "test");
+  const auto r = run_process(shell("sleep 30 & echo $!"), "", {20, 1000}, "test");
   EXPECT_FALSE(r.timed_out);
   const pid_t background = std::stoi(r.stdout_text);
   EXPECT_TRUE(gone(background)) << "the background sleep " << background << " outlived its process group";
@@ -77,10 +77,10 @@ TEST(RunProcess, SetupInTheChildAndItsFailure) {
     rlimit files{16, 16};
     return ::setrlimit(RLIMIT_NOFILE, &files) == 0 ? 0 : errno;
   };
-  EXPECT_EQ(run_process(limited, "", 10, 100, "test").stdout_text, "16\n");
+  EXPECT_EQ(run_process(limited, "", {10, 100}, "test").stdout_text, "16\n");
   SpawnOptions failing = shell("echo never");
   failing.in_child = [] { return 13; };
-  const auto r = run_process(failing, "", 10, 100, "test");
+  const auto r = run_process(failing, "", {10, 100}, "test");
   EXPECT_EQ(r.status.code, 126);
   EXPECT_EQ(r.stdout_text, "");
   EXPECT_EQ(r.stderr_text, "rlcpp: setup failed: errno 13\n");
@@ -92,11 +92,11 @@ TEST(RunProcess, EnvironmentAndWorkingDirectory) {
   o.env = {"GREETING=hi", "PATH=/usr/bin:/bin"};
   o.replace_env = true;
   o.cwd = dir.path().string();
-  EXPECT_EQ(run_process(o, "", 10, 1000, "test").stdout_text,
+  EXPECT_EQ(run_process(o, "", {10, 1000}, "test").stdout_text,
             "hi:" + std::filesystem::canonical(dir.path()).string() + ":none\n");
   SpawnOptions missing;
   missing.argv = {"/nonexistent/program"};
-  EXPECT_EQ(run_process(missing, "", 10, 100, "test").status.code, 127);
+  EXPECT_EQ(run_process(missing, "", {10, 100}, "test").status.code, 127);
 }
 
 TEST(ChildProcess, SpeaksLinesAndStops) {

@@ -11,6 +11,7 @@
 #include "app/setting_flags.h"
 #include "reward/reward.h"
 #include "rl/config/run_config.h"
+#include "rl/rollout/rollout.h"
 #include "rl/step/evaluate.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -30,6 +31,7 @@ struct EvalArgs {
   int64_t max_prompt_tokens = 0;
   EngineFlags engine;
   std::string overflow = "truncate_left";
+  CodeRewardFlags code;
 };
 
 void run_eval(EvalArgs a) {
@@ -53,11 +55,13 @@ void run_eval(EvalArgs a) {
   if (a.greedy) a.options.sampling.temperature = 0;
   a.options.sampling.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
   Engine engine(model, a.engine.engine_config(), tokenizer);
-  RewardFunction reward;
-  reward.add_builtin("accuracy", type, 1.0);
+  RewardOptions reward_options;
+  reward_options.type = type;
+  reward_options.code = a.code.options();
+  const RewardFunction reward = make_grader(reward_options);
   nlohmann::ordered_json all = nlohmann::ordered_json::object();
   for (const auto& [name, path] : sets) {
-    const EvalResult r = evaluate(engine, prompts, load_prompt_dataset(path), reward, a.options);
+    const EvalResult r = evaluate(engine, prompts, load_prompt_dataset(path, checked_by(reward)), reward, a.options);
     if (!a.output.empty()) {
       // One set: -o is the file; several: -o is a directory holding <set>.jsonl.
       fs::path out = a.output;
@@ -108,6 +112,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "per-sample JSONL");
   cmd->add_flag("--json", a->json, "print the summary as one JSON object");
   add_engine_flags(cmd, a->engine);
+  add_code_reward_flags(cmd, a->code);
   cmd->callback([a] { run_eval(*a); });
 }
 

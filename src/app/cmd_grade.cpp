@@ -1,5 +1,6 @@
-// `rlcpp grade`: grade one response or a JSONL of {"response", "gt_answer"} with a reward type (and
-// optionally an external reward command), printing the structured result(s) as JSON.
+// `rlcpp grade`: grade one response or a JSONL of {"response", "gt_answer"} (a code task's record:
+// {"response", "tests" | "test_code", ...}) with a reward type (and optionally an external reward
+// command), printing the structured result(s) as JSON, one verdict per line.
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -26,6 +27,7 @@ struct GradeArgs {
   std::string reward_cmd;
   double reward_cmd_weight = 1.0;
   double reward_timeout = 30.0;
+  CodeRewardFlags code;
 };
 
 nlohmann::ordered_json to_json(const RewardResult& r) {
@@ -35,19 +37,22 @@ nlohmann::ordered_json to_json(const RewardResult& r) {
   j["correct"] = r.correct;
   j["truncated"] = r.truncated;
   j["reward"] = r.reward;
-  if (r.parts.size() > 1 || (r.parts.size() == 1 && r.parts.begin()->first != "builtin")) j["parts"] = r.parts;
+  if (r.parts.size() > 1 || (r.parts.size() == 1 && r.parts.begin()->first != "accuracy")) j["parts"] = r.parts;
+  if (!r.reason.empty()) j["reason"] = r.reason;
+  if (!r.details.empty()) j["details"] = nlohmann::ordered_json::parse(r.details);
   return j;
 }
 
 void run_grade(const GradeArgs& args) {
-  RewardFunction reward;
-  reward.add_builtin("builtin", reward_types().parse(args.reward_type, "--reward-type"), 1.0, args.scale);
-  if (!args.reward_cmd.empty()) {
-    ExternalRewardConfig config;
-    config.command = args.reward_cmd;
-    config.timeout_s = args.reward_timeout;
-    reward.add("external", std::make_shared<ExternalReward>(config), args.reward_cmd_weight);
-  }
+  RewardOptions options;
+  options.type = reward_types().parse(args.reward_type, "--reward-type");
+  options.scale = args.scale;
+  options.cmd = args.reward_cmd;
+  options.cmd_weight = args.reward_cmd_weight;
+  options.timeout = args.reward_timeout;
+  options.code = args.code.options();
+  const RewardFunction reward = make_reward_function(options);
+  const bool code = options.type == RewardType::kCode;
   std::vector<RewardInput> inputs;
   if (!args.input.empty()) {
     std::ifstream in(args.input);
@@ -58,18 +63,31 @@ void run_grade(const GradeArgs& args) {
       ++line_no;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       auto json = nlohmann::json::parse(line, nullptr, false);
-      if (!json.is_object() || !json.contains("response") || !json["response"].is_string() ||
-          !json.contains("gt_answer") || !(json["gt_answer"].is_string() || json["gt_answer"].is_number())) {
-        throw_user_error("{}:{}: expected {{\"response\": string, \"gt_answer\": string}}", args.input, line_no);
+      const bool has_gt = json.is_object() && json.contains("gt_answer") &&
+                          (json["gt_answer"].is_string() || json["gt_answer"].is_number());
+      if (!json.is_object() || !json.contains("response") || !json["response"].is_string() || (!has_gt && !code)) {
+        throw_user_error("{}:{}: expected {{\"response\": string, {}}}", args.input, line_no,
+                         code ? "\"tests\" or \"test_code\": ..." : "\"gt_answer\": string");
       }
       RewardInput input;
       input.response = json["response"].get<std::string>();
-      input.gt_answer = json["gt_answer"].is_string() ? json["gt_answer"].get<std::string>() : json["gt_answer"].dump();
+      if (has_gt) input.gt_answer = json["gt_answer"].is_string() ? json["gt_answer"].get<std::string>() : json["gt_answer"].dump();
       input.truncated = json.value("truncated", false);
+      for (const auto& [key, value] : json.items()) {
+        if (key != "response" && key != "gt_answer" && key != "truncated") input.metadata[key] = value;
+      }
+      if (code) {
+        try {
+          reward.check_record(input.gt_answer, input.metadata);
+        } catch (const UserError& e) {
+          throw_user_error("{}:{}: {}", args.input, line_no, e.what());
+        }
+      }
       inputs.push_back(std::move(input));
     }
   } else {
     if (args.response.empty()) throw_user_error("give a RESPONSE to grade, or --input FILE.jsonl");
+    if (code) throw_user_error("-rt code grades records with their tests: give --input FILE.jsonl");
     if (args.gt.empty()) throw_user_error("--gt: the ground-truth answer is required with a RESPONSE");
     inputs.push_back({"", args.response, args.gt, nlohmann::json::object(), args.truncated});
   }
@@ -101,6 +119,7 @@ void add_grade_command(CLI::App& app) {
   cmd->add_option("--reward-cmd", args->reward_cmd, "external reward command (JSON lines; see docs/rewards.md)");
   cmd->add_option("--reward-cmd-weight", args->reward_cmd_weight, "its weight in the sum")->capture_default_str();
   cmd->add_option("--reward-timeout", args->reward_timeout, "seconds per reply")->capture_default_str();
+  add_code_reward_flags(cmd, args->code);
   cmd->callback([args] { run_grade(*args); });
 }
 

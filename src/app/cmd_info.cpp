@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "sandbox/sandbox.h"
 #include "io/checkpoint.h"
 #include "kernels/matmul.h"
 #include "model/lora.h"
@@ -118,6 +119,7 @@ void system_info() {
   std::cout << fmt::format("kernel threads   {} ($RLCPP_KERNEL_THREADS)\n", ThreadPool::global().size());
   std::cout << fmt::format("libtorch         {}, {} intra-op thread(s), CUDA {}\n", TORCH_VERSION, at::get_num_threads(),
                            torch::cuda::is_available() ? fmt::format("{} device(s)", torch::cuda::device_count()) : "no");
+  std::cout << sandbox_isolation().describe() << "\n";  // what -rt code's programs run under here
 }
 
 }  // namespace

@@ -267,6 +267,19 @@ std::string render_report(const fs::path& run_dir) {
   int color = 0;
   for (const auto& name : eval_sets) eval.series.push_back(series_of(lines, "eval/" + name + "/accuracy", name, palette[color++ % 8]));
   if (!eval.series.empty()) plots.push_back(eval);
+  // Code rewards: each step's samples by the grader's reason (passed, timeout, wrong_answer, ...).
+  std::set<std::string> reasons;
+  for (const auto& line : lines) {
+    if (line.contains("reward_reasons") && line["reward_reasons"].is_object()) {
+      for (const auto& [name, v] : line["reward_reasons"].items()) reasons.insert(name);
+    }
+  }
+  Plot reason_plot{"Samples by reward reason", {}, Axis::kFromZero};
+  color = 0;
+  for (const auto& name : reasons) {
+    reason_plot.series.push_back(series_of(lines, "reward_reasons/" + name, name, palette[color++ % 8]));
+  }
+  if (!reason_plot.series.empty()) plots.push_back(reason_plot);
   plots.push_back({"Response length (tokens)", {series_of(lines, "response_length_mean", "mean", palette[0]),
                                                 series_of(lines, "response_length_max", "max", palette[3])}, Axis::kFromZero});
   plots.push_back({"Truncated fraction", {series_of(lines, "truncated_fraction", "truncated", palette[1])}, Axis::kFraction});

@@ -51,4 +51,23 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& flags) {
   add_setting_flag(cmd, "rollout.enable_chunked_prefill", flags.engine.scheduler.chunked_prefill);
 }
 
+// -rt code's flags (--code-reward, --sandbox-workers, --sandbox-time-limit, --sandbox-memory-mb)
+// for the commands that grade outside `rlcpp train`: eval and grade.
+struct CodeRewardFlags {
+  std::string mode = "all";
+  CodeRewardOptions code;
+  CodeRewardOptions options() const {
+    CodeRewardOptions out = code;
+    out.mode = code_reward_modes().parse(mode, "--code-reward");
+    return out;
+  }
+};
+
+inline void add_code_reward_flags(CLI::App* cmd, CodeRewardFlags& flags) {
+  add_setting_flag(cmd, "reward.code_reward", flags.mode);
+  add_setting_flag(cmd, "reward.sandbox_workers", flags.code.workers);
+  add_setting_flag(cmd, "reward.sandbox_time_limit", flags.code.time_limit);
+  add_setting_flag(cmd, "reward.sandbox_memory_mb", flags.code.memory_mb);
+}
+
 }  // namespace rlcpp

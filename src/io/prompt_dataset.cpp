@@ -49,7 +49,8 @@ PromptRecord parse_prompt_record(const std::string& line, const std::string& whe
   }
   auto answer = json.find("gt_answer");
   if (answer == json.end()) {
-    if (kind == DatasetKind::kPrompts) throw_user_error("{}: missing \"gt_answer\"", where);
+    const bool code_task = json.contains("tests") || json.contains("test_code");
+    if (kind == DatasetKind::kPrompts && !code_task) throw_user_error("{}: missing \"gt_answer\" (or a code task's \"tests\")", where);
   } else if (answer->is_string()) {
     record.gt_answer = answer->get<std::string>();
   } else if (answer->is_number()) {
@@ -87,6 +88,13 @@ PromptDataset load_prompt_dataset(const fs::path& path, const DatasetOptions& op
       }
       PromptRecord record = parse_prompt_record(line, where, options.kind);
       record.line = line_no;
+      if (options.check) {
+        try {
+          options.check(record);
+        } catch (const UserError& e) {
+          throw_user_error("{}: {}", where, e.what());
+        }
+      }
       dataset.records.push_back(std::move(record));
     } catch (const UserError& e) {
       if (!options.skip_bad_lines) {

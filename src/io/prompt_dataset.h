@@ -1,6 +1,7 @@
 // Prompt datasets in the reference JSONL format: one object per line,
 //   {"messages": {"role": "user", "content": ...} | [{"role", "content"}, ...], "gt_answer": "3", ...}
-// with any other fields kept as metadata; and a cursor that walks it in a seeded shuffled order,
+// (a code task carries its tests, "tests" or "test_code", instead of a gt_answer) with any other
+// fields kept as metadata; and a cursor that walks it in a seeded shuffled order,
 // epoch after epoch, whose position can be saved and restored exactly (for resume).
 #pragma once
 
@@ -8,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,9 @@ enum class DatasetKind { kPrompts, kChats };
 struct DatasetOptions {
   bool skip_bad_lines = false;  // count and warn about malformed lines instead of failing
   DatasetKind kind = DatasetKind::kPrompts;
+  // A further check of each record (the reward's: are a code task's tests usable?): throws a
+  // UserError saying what is wrong, reported with the file and line like any malformed line.
+  std::function<void(const PromptRecord&)> check;
 };
 
 struct PromptDataset {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -138,10 +139,14 @@ void ChildProcess::drain_stderr() {
 void ChildProcess::reap(bool block) {
   if (pid_ <= 0) return;
   int status = 0;
-  const pid_t r = ::waitpid(pid_, &status, block ? 0 : WNOHANG);
+  rusage used{};
+  const pid_t r = ::wait4(pid_, &status, block ? 0 : WNOHANG, &used);
   if (r != pid_) return;
   status_.exited = WIFEXITED(status);
   status_.code = status_.exited ? WEXITSTATUS(status) : WTERMSIG(status);
+  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * t.tv_usec; };
+  usage_.cpu_seconds = seconds(used.ru_utime) + seconds(used.ru_stime);
+  usage_.peak_rss_kb = used.ru_maxrss;
   pid_ = -1;
 }
 
@@ -223,11 +228,12 @@ void ChildProcess::close_fds() {
   }
 }
 
-ProcessResult run_process(SpawnOptions options, const std::string& input, double timeout_s, size_t output_cap,
+ProcessResult run_process(SpawnOptions options, const std::string& input, const RunBounds& bounds,
                           const std::string& what) {
   ProcessResult result;
+  const size_t output_cap = bounds.output_cap;
   options.stderr_tail_bytes = output_cap;
-  const double start = now_s(), deadline = start + timeout_s;
+  const double start = now_s(), deadline = start + bounds.timeout_s;
   ChildProcess child(std::move(options), what);
   size_t written = 0;
   for (;;) {
@@ -243,13 +249,22 @@ ProcessResult run_process(SpawnOptions options, const std::string& input, double
     }
     out.clear();
     if (state == ChildProcess::Pump::kExited) break;
+    if (bounds.kill_past_output_cap && (result.stdout_truncated || child.stderr_bytes() > output_cap)) {
+      result.output_killed = true;
+      break;
+    }
     if (state == ChildProcess::Pump::kTimeout || now_s() >= deadline) {
       result.timed_out = true;
       break;
     }
   }
+  if ((result.timed_out || result.output_killed) && bounds.end_early) {
+    bounds.end_early(child.pid());
+    child.stop(/*grace_s=*/1.0);
+  }
   child.kill();  // the group, whatever it left running
   result.status = child.exit_status();
+  result.usage = child.usage();
   result.stderr_text = child.stderr_tail();
   result.stderr_truncated = child.stderr_bytes() > result.stderr_text.size();
   result.seconds = now_s() - start;

@@ -38,6 +38,12 @@ struct ExitStatus {
   std::string describe() const;  // "exit status 3", "killed by signal 9 (SIGKILL)"
 };
 
+// What a reaped child used, with the descendants it waited for (wait4's rusage).
+struct ResourceUsage {
+  double cpu_seconds = 0;   // user + system
+  int64_t peak_rss_kb = 0;  // the largest resident set of the child or a waited-for descendant
+};
+
 class ChildProcess {
  public:
   // Starts the child; a fork or pipe failure throws a UserError naming `what` (e.g. "--reward-cmd").
@@ -63,6 +69,7 @@ class ChildProcess {
   const std::string& stderr_tail() const { return stderr_tail_; }
   uint64_t stderr_bytes() const { return stderr_bytes_; }  // all of stderr so far, kept or not
   const ExitStatus& exit_status() const { return status_; }
+  const ResourceUsage& usage() const { return usage_; }  // once it has ended
 
   // Closes the child's stdin: it reads end-of-file.
   void close_stdin();
@@ -85,22 +92,36 @@ class ChildProcess {
   std::string stdout_, stderr_tail_;
   uint64_t stderr_bytes_ = 0;
   ExitStatus status_;
+  ResourceUsage usage_;
 };
 
 // Seconds on the steady clock (for pump deadlines).
 double now_s();
 
-// A program run to its end: `input` on its stdin (then end-of-file), stdout's first and stderr's
-// last `output_cap` bytes captured (the rest read and dropped, so the child never blocks on a full
-// pipe), the whole process group killed when the child exits or at `timeout_s` of wall-clock time.
+// The bounds of run_process.
+struct RunBounds {
+  double timeout_s = 10.0;          // wall-clock limit: the process group is killed at it
+  size_t output_cap = 1 << 20;      // bytes kept of stdout (its first) and of stderr (its last)
+  bool kill_past_output_cap = false;  // kill once stdout or stderr passes the cap; else read and drop the rest
+  // Ends a child stopped early (time or output) before its group is killed; the child then has a
+  // second to exit by itself. The sandbox kills the program under bubblewrap here, so that
+  // bubblewrap reaps it and its figures (ResourceUsage) come back.
+  std::function<void(pid_t child)> end_early;
+};
+
+// A program run to its end: `input` on its stdin (then end-of-file), its output captured within
+// the bounds (the rest read and dropped, so the child never blocks on a full pipe, unless it is
+// killed for it), the whole process group killed when the child exits or at the time limit.
 struct ProcessResult {
   ExitStatus status;
+  ResourceUsage usage;
   std::string stdout_text, stderr_text;
   bool stdout_truncated = false, stderr_truncated = false;
-  bool timed_out = false;  // killed at the wall-clock limit
-  double seconds = 0;      // wall-clock time from start to end
+  bool timed_out = false;      // killed at the wall-clock limit
+  bool output_killed = false;  // killed for output past the cap (kill_past_output_cap)
+  double seconds = 0;          // wall-clock time from start to end
 };
-ProcessResult run_process(SpawnOptions options, const std::string& input, double timeout_s, size_t output_cap,
+ProcessResult run_process(SpawnOptions options, const std::string& input, const RunBounds& bounds,
                           const std::string& what);
 
 }  // namespace rlcpp

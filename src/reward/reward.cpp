@@ -10,7 +10,8 @@ const EnumTable<RewardType>& reward_types() {
   static const EnumTable<RewardType> table(
       "reward type", {{RewardType::kBoxed, "boxed", "the last \\boxed{...} of the response"},
                       {RewardType::kThinkAnswerTags, "think_answer_tags", "<think>...</think><answer>...</answer>"},
-                      {RewardType::kAnswerLine, "answer_line", "a last line \"Answer: ...\""}});
+                      {RewardType::kAnswerLine, "answer_line", "a last line \"Answer: ...\""},
+                      {RewardType::kCode, "code", "the last fenced code block, run against the record's tests in the sandbox"}});
   return table;
 }
 
@@ -22,6 +23,8 @@ std::string default_system_prompt(RewardType type) {
              "provides the user with the answer. The reasoning process and answer are enclosed within <think> </think> "
              "and <answer> </answer> tags, respectively, i.e., <think> reasoning process here </think><answer> answer "
              "here </answer>.";
+    case RewardType::kCode:
+      return "Write your solution as a Python program in a single ```python code block at the end of your response.";
     case RewardType::kAnswerLine:
       return "Solve the problem step by step. The last line of your response should be of the form Answer: $Answer "
              "(without quotes) where $Answer is the answer to the problem.";
@@ -37,6 +40,7 @@ RewardResult grade_response(RewardType type, std::string_view response, std::str
     case RewardType::kBoxed: result.extracted = extract_boxed(response); break;
     case RewardType::kThinkAnswerTags: result.extracted = extract_think_answer(response); break;
     case RewardType::kAnswerLine: result.extracted = extract_answer_line(response); break;
+    case RewardType::kCode: RLCPP_CHECK(false, "code rewards run programs: use CodeReward, not grade_response");
   }
   result.format_ok = result.extracted.has_value();
   result.correct = result.format_ok && math_equal(*result.extracted, ground_truth);

@@ -12,7 +12,8 @@
 
 namespace rlcpp {
 
-enum class RewardType { kBoxed, kThinkAnswerTags, kAnswerLine };
+// kCode is graded by running the response's program (reward/code_reward.h), not by grade_response.
+enum class RewardType { kBoxed, kThinkAnswerTags, kAnswerLine, kCode };
 
 const EnumTable<RewardType>& reward_types();
 
@@ -31,6 +32,8 @@ struct RewardResult {
   bool truncated = false;
   double reward = 0.0;
   std::map<std::string, double> parts;  // named components (combined and external rewards)
+  std::string reason;                   // why, where the grader says (code: "passed", "timeout", ...)
+  std::string details;                  // the grader's per-test results as JSON text ("": none)
 };
 
 // The reference system's system prompt for a reward type: the instruction to answer in the form

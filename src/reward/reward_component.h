@@ -32,6 +32,8 @@ struct ComponentScore {
   double value = 0.0;
   std::map<std::string, double> parts;  // named sub-scores (reported as "component/part")
   std::optional<GradeOutcome> outcome;  // components that grade an answer
+  std::string reason;                   // why, where the component says ("passed", "timeout", ...)
+  std::string details;                  // per-test results as JSON text ("": none)
 };
 
 class RewardComponent {
@@ -40,6 +42,9 @@ class RewardComponent {
   // One score per input, in order. May block (a process, a model); never throws for one bad
   // response (that is a low score), only for a broken setup (a UserError naming it).
   virtual std::vector<ComponentScore> score(const std::vector<RewardInput>& inputs) = 0;
+  // Whether a dataset record (its gt_answer and other fields) can be graded: throws a UserError
+  // saying what is wrong and how to fix it. Run on every record when a dataset is loaded.
+  virtual void check_record(const std::string& gt_answer, const nlohmann::json& metadata) const {}
 };
 
 // A built-in reward type (reward.h) on its scale.
@@ -47,6 +52,7 @@ class BuiltinReward : public RewardComponent {
  public:
   explicit BuiltinReward(RewardType type, RewardScale scale = {}) : type_(type), scale_(scale) {}
   std::vector<ComponentScore> score(const std::vector<RewardInput>& inputs) override;
+  void check_record(const std::string& gt_answer, const nlohmann::json& metadata) const override;
 
  private:
   RewardType type_;

@@ -1,6 +1,7 @@
 #include "reward/reward_function.h"
 
 #include "reward/external.h"
+#include "util/error.h"
 
 namespace rlcpp {
 
@@ -12,6 +13,14 @@ std::vector<ComponentScore> BuiltinReward::score(const std::vector<RewardInput>&
     out[k].outcome = GradeOutcome{r.extracted, r.format_ok, r.correct};
   }
   return out;
+}
+
+void BuiltinReward::check_record(const std::string& gt_answer, const nlohmann::json& metadata) const {
+  if (gt_answer.empty()) throw_user_error("no \"gt_answer\" for the {} reward to grade against", reward_types().name(type_));
+}
+
+void RewardFunction::check_record(const std::string& gt_answer, const nlohmann::json& metadata) const {
+  for (const auto& c : components_) c.component->check_record(gt_answer, metadata);
 }
 
 void RewardFunction::add(const std::string& name, std::shared_ptr<RewardComponent> component, double weight) {
@@ -30,6 +39,8 @@ std::vector<RewardResult> RewardFunction::score(const std::vector<RewardInput>& 
         results[k].extracted = s.outcome->extracted;
         results[k].format_ok = s.outcome->format_ok;
         results[k].correct = s.outcome->correct;
+        results[k].reason = s.reason;
+        results[k].details = s.details;
         grades = true;
       }
       for (const auto& [part, v] : s.parts) results[k].parts[c.name + "/" + part] = v;
@@ -44,7 +55,11 @@ std::vector<RewardResult> RewardFunction::score(const std::vector<RewardInput>& 
 
 RewardFunction make_reward_function(const RewardOptions& options) {
   RewardFunction reward;
-  reward.add_builtin("accuracy", options.type, 1.0, options.scale);
+  if (options.type == RewardType::kCode) {
+    reward.add("accuracy", std::make_shared<CodeReward>(options.code), 1.0);
+  } else {
+    reward.add_builtin("accuracy", options.type, 1.0, options.scale);
+  }
   if (!options.cmd.empty()) {
     ExternalRewardConfig external;
     external.command = options.cmd;
@@ -52,6 +67,12 @@ RewardFunction make_reward_function(const RewardOptions& options) {
     reward.add("external", std::make_shared<ExternalReward>(external), options.cmd_weight);
   }
   return reward;
+}
+
+RewardFunction make_grader(const RewardOptions& options) {
+  RewardOptions grader = options;
+  grader.cmd.clear();
+  return make_reward_function(grader);
 }
 
 }  // namespace rlcpp

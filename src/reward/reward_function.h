@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "reward/code_reward.h"
 #include "reward/reward.h"
 #include "reward/reward_component.h"
 
@@ -21,6 +22,7 @@ struct RewardOptions {
   std::string cmd;                       // external reward command (JSON lines), added to the built-in one
   double cmd_weight = 1.0;               // the external reward's weight in the sum
   double timeout = 30.0;                 // seconds the external reward command has for each reply
+  CodeRewardOptions code;                // -rt code: the sandbox and how tests count
 };
 
 class RewardFunction {
@@ -33,6 +35,8 @@ class RewardFunction {
   bool empty() const { return components_.empty(); }
 
   std::vector<RewardResult> score(const std::vector<RewardInput>& inputs) const;
+  // Every component's check of a dataset record (RewardComponent::check_record).
+  void check_record(const std::string& gt_answer, const nlohmann::json& metadata) const;
 
  private:
   struct Component {
@@ -43,7 +47,10 @@ class RewardFunction {
   std::vector<Component> components_;
 };
 
-// The reward the options describe: the built-in grader as "accuracy", the command as "external".
+// The reward the options describe: the built-in grader (or the code tests) as "accuracy", the
+// command as "external".
 RewardFunction make_reward_function(const RewardOptions& options);
+// The grader alone, without the external command: what evaluation reports as accuracy.
+RewardFunction make_grader(const RewardOptions& options);
 
 }  // namespace rlcpp

@@ -118,7 +118,8 @@ nlohmann::json to_json(const Sample& s) {
   for (const auto& seg : s.segments) segments.push_back({kind_name(seg.kind), seg.length, seg.policy_version});
   return {{"response_ids", s.response_ids}, {"segments", segments},      {"rollout_logprobs", s.rollout_logprobs},
           {"advantages", s.advantages},     {"response", s.response},    {"reward", s.reward},
-          {"reward_parts", s.reward_parts}, {"correct", s.correct},      {"truncated", s.truncated}};
+          {"reward_parts", s.reward_parts}, {"correct", s.correct},      {"truncated", s.truncated},
+          {"reason", s.reward_reason}};
 }
 
 nlohmann::json to_json(const SampleGroup& g) {
@@ -163,6 +164,7 @@ SampleGroup group_from_json(const nlohmann::json& j) {
     s.reward = js.at("reward").get<double>();
     s.reward_parts = js.value("reward_parts", std::map<std::string, double>{});
     s.correct = js.at("correct").get<bool>();
+    s.reward_reason = js.value("reason", std::string());
     s.truncated = js.at("truncated").get<bool>();
     check_sample(s, fmt::format("a saved sample of dataset line {}", g.line));
     g.samples.push_back(std::move(s));

@@ -39,6 +39,7 @@ struct Sample {
   std::string response;                 // the response's text
   double reward = 0;
   std::map<std::string, double> reward_parts;  // named components of the reward
+  std::string reward_reason;                   // the grader's reason, where it gives one (code: "timeout", ...)
   bool correct = false;                 // the grader's verdict
   bool truncated = false;               // stopped at the length limit
   int64_t group_id = 0;                 // the group it belongs to (SampleGroup::id)

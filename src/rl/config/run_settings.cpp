@@ -448,6 +448,17 @@ std::vector<Setting> make_settings() {
   s.push_back(double_setting("reward.reward_timeout", "--reward-timeout",
                              "seconds the external reward command has for each reply (then it is restarted)",
                              [](C& c) -> double& { return c.reward.timeout; }, kPositive));
+  s.push_back(enum_setting("reward.code_reward", "--code-reward", "-rt code: what the tests' outcome is worth",
+                           code_reward_modes(), [](C& c) -> CodeRewardMode& { return c.reward.code.mode; }));
+  s.push_back(int_setting("reward.sandbox_workers", "--sandbox-workers",
+                          "-rt code: sandboxed programs run in parallel (0: one per core)",
+                          [](C& c) -> int64_t& { return c.reward.code.workers; }, 0, {}, true));
+  s.push_back(double_setting("reward.sandbox_time_limit", "--sandbox-time-limit",
+                             "-rt code: seconds (wall and CPU) of one program run, unless its record gives time_limit",
+                             [](C& c) -> double& { return c.reward.code.time_limit; }, kPositive));
+  s.push_back(int_setting("reward.sandbox_memory_mb", "--sandbox-memory-mb",
+                          "-rt code: address space (MB) of one program run, unless its record gives memory_limit_mb",
+                          [](C& c) -> int64_t& { return c.reward.code.memory_mb; }, 16, {}));
   s.push_back(double_setting("reward.reward_cmd_weight", "--reward-cmd-weight", "the external reward's weight in the sum",
                              [](C& c) -> double& { return c.reward.cmd_weight; }, kAnyNumber));
   // algorithm: the preset first, then single settings over it

@@ -18,8 +18,10 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 enum Figure : int64_t {
   kSamples, kCorrect, kTruncated, kRewardSum, kLenSum, kMaxLen, kGroups, kBuffered,
-  kStaleSum, kStaleMax, kStale0, kStale1, kStale2, kStale3Plus, kFigures
+  kStaleSum, kStaleMax, kStale0, kStale1, kStale2, kStale3Plus,
+  kReason0,  // then one count per code verdict (the reasons graders give), in code_verdicts() order
 };
+const int64_t kFigures = kReason0 + static_cast<int64_t>(code_verdicts().entries().size());
 
 }  // namespace
 
@@ -44,6 +46,11 @@ torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffer
   row[kMaxLen] = static_cast<double>(stats.max_len);
   row[kGroups] = static_cast<double>(batch.size());
   row[kBuffered] = static_cast<double>(buffered);
+  const auto& verdicts = code_verdicts().entries();
+  for (size_t v = 0; v < verdicts.size(); ++v) {
+    const auto it = stats.reasons.find(std::string(verdicts[v].name));
+    row[kReason0 + static_cast<int64_t>(v)] = it == stats.reasons.end() ? 0.0 : static_cast<double>(it->second);
+  }
   return figures;
 }
 
@@ -123,6 +130,11 @@ void Leader::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdat
   record.stats.reward_sum = sum(kRewardSum);
   record.stats.len_sum = sum(kLenSum);
   record.stats.max_len = static_cast<int64_t>(max(kMaxLen));
+  const auto& verdicts = code_verdicts().entries();
+  for (size_t v = 0; v < verdicts.size(); ++v) {
+    const auto n = static_cast<int64_t>(sum(static_cast<Figure>(kReason0 + static_cast<int64_t>(v))));
+    if (n > 0) record.stats.reasons[std::string(verdicts[v].name)] = n;
+  }
   for (const auto& g : pending_.discarded) record.stats.add(g);
   record.step = step;
   record.total_steps = run_.plan.total_steps;

@@ -29,13 +29,22 @@ std::vector<SampleGroup> take_groups(std::deque<SampleGroup>& buffer, int64_t n)
   return batch;
 }
 
+DatasetOptions checked_by(const RewardFunction& reward, DatasetOptions options) {
+  options.check = [&reward](const PromptRecord& record) {
+    reward.check_record(record.gt_answer, nlohmann::json(record.metadata));
+  };
+  return options;
+}
+
 nlohmann::json to_json(const PromptPick& p) {
-  return {{"ids", p.ids}, {"text", p.text}, {"gt_answer", p.gt_answer}, {"line", p.line}, {"seed", p.seed}, {"id", p.id}};
+  return {{"ids", p.ids}, {"text", p.text}, {"gt_answer", p.gt_answer}, {"line", p.line},
+          {"seed", p.seed}, {"id", p.id}, {"metadata", p.metadata}};
 }
 
 PromptPick pick_from_json(const nlohmann::json& j) {
   return {j.at("ids").get<std::vector<int32_t>>(), j.at("text").get<std::string>(), j.at("gt_answer").get<std::string>(),
-          j.at("line").get<int64_t>(), j.at("seed").get<uint64_t>(), j.value("id", int64_t{0})};
+          j.at("line").get<int64_t>(), j.at("seed").get<uint64_t>(), j.value("id", int64_t{0}),
+          j.value("metadata", nlohmann::json::object())};
 }
 
 EngineConfig run_engine_config(const RunConfig& c) {
@@ -86,7 +95,8 @@ std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
     }
     const int64_t position = static_cast<int64_t>(cursor_->consumed());
     picks.push_back({built->ids, built->text, record.gt_answer, record.line,
-                     c_.runtime.seed * 1000003ULL + static_cast<uint64_t>(position), position});
+                     c_.runtime.seed * 1000003ULL + static_cast<uint64_t>(position), position,
+                     nlohmann::json(record.metadata)});
   }
   return picks;
 }
@@ -137,7 +147,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   std::vector<RewardInput> inputs;
   for (size_t r = 0; r < requests.size(); ++r) {
     for (const auto& s : by_request[r]) {
-      inputs.push_back({groups[r].prompt, s.text, groups[r].gt_answer, nlohmann::json::object(),
+      inputs.push_back({groups[r].prompt, s.text, groups[r].gt_answer, picks[r].metadata,
                         s.finish_reason == FinishReason::kLength});
     }
   }
@@ -174,6 +184,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
       sample.response = std::move(generated.text);
       sample.reward = rewards[k];
       sample.reward_parts = graded[k].parts;
+      sample.reward_reason = graded[k].reason;
       sample.correct = correct[k] != 0;
       sample.group_id = g.id;
       g.samples.push_back(std::move(sample));

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@ std::vector<SampleGroup> take_groups(std::deque<SampleGroup>& buffer, int64_t n)
 struct RolloutStats {
   int64_t samples = 0, correct = 0, truncated = 0, max_len = 0;
   double reward_sum = 0, len_sum = 0;
+  std::map<std::string, int64_t> reasons;  // samples per grader reason (code rewards: "passed", "timeout", ...)
   void add(const SampleGroup& g) {
     for (const auto& s : g.samples) {
       const int64_t len = static_cast<int64_t>(s.response_ids.size());
@@ -39,6 +41,7 @@ struct RolloutStats {
       reward_sum += s.reward;
       len_sum += static_cast<double>(len);
       max_len = std::max(max_len, len);
+      if (!s.reward_reason.empty()) ++reasons[s.reward_reason];
     }
   }
   double mean(double sum) const { return samples > 0 ? sum / static_cast<double>(samples) : 0.0; }
@@ -53,9 +56,15 @@ struct PromptPick {
   int64_t line = 0;
   uint64_t seed = 0;  // of the group's sampling
   int64_t id = 0;     // the group's (SampleGroup::id): the dataset cursor's position when picked
+  nlohmann::json metadata = nlohmann::json::object();  // the record's other fields (a code task's tests)
 };
 
 nlohmann::json to_json(const PromptPick& pick);
+
+// `options` with the reward's check of every record (RewardFunction::check_record): a code task's
+// malformed tests stop the load naming the line (or, with skip_bad_lines, the line is skipped).
+// `reward` must outlive the load.
+DatasetOptions checked_by(const RewardFunction& reward, DatasetOptions options = {});
 PromptPick pick_from_json(const nlohmann::json& json);
 
 struct RolloutRound {

@@ -209,7 +209,8 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
     run.plan = plan_run(c);
     DatasetOptions options;
     options.skip_bad_lines = c.runtime.skip_bad_lines;
-    run.dataset = load_prompt_dataset(c.runtime.dataset, options);
+    const RewardFunction reward = make_reward_function(c.reward);  // its check of each record
+    run.dataset = load_prompt_dataset(c.runtime.dataset, checked_by(reward, options));
     const int64_t n_records = static_cast<int64_t>(run.dataset.records.size());
     // Sizes against the dataset, before any work: a step needs n_trainers * tbs distinct prompts.
     if (n_trainers * c.train.train_batch_size > n_records) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <tuple>
 
+#include "rl/rollout/rollout.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/trace.h"
@@ -62,6 +63,7 @@ EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset&
     e.response = s.text;
     e.gt_answer = inputs[k].gt_answer;
     e.extracted = graded[k].extracted.value_or("");
+    e.reason = graded[k].reason;
     e.reward = graded[k].reward;
     e.correct = graded[k].correct;
     e.format_ok = graded[k].format_ok;
@@ -106,6 +108,7 @@ std::string eval_samples_jsonl(const EvalResult& r) {
                                    {"gt_answer", s.gt_answer}, {"extracted", s.extracted}, {"correct", s.correct},
                                    {"format_ok", s.format_ok}, {"truncated", s.truncated}, {"tokens", s.tokens},
                                    {"reward", s.reward}};
+    if (!s.reason.empty()) line["reason"] = s.reason;
     text += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   return text;
@@ -114,14 +117,14 @@ std::string eval_samples_jsonl(const EvalResult& r) {
 RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, const Tokenizer& tokenizer,
                            const std::filesystem::path& run_dir)
     : c_(c), out_dir_(c.eval.save_dir.empty() ? run_dir / "eval" : std::filesystem::path(c.eval.save_dir) / c.logging.project) {
-  for (const auto& [name, path] : eval_sets(c.eval)) sets_.emplace_back(name, load_prompt_dataset(path));
+  reward_ = make_grader(c.reward);
+  for (const auto& [name, path] : eval_sets(c.eval)) sets_.emplace_back(name, load_prompt_dataset(path, checked_by(reward_)));
   PromptOptions prompt_options;
   prompt_options.system_prompt = c.rollout.system_prompt ? *c.rollout.system_prompt : default_system_prompt(c.reward.type);
   prompt_options.max_prompt_tokens = c.rollout.max_prompt_tokens;
   prompt_options.context_tokens = model_config.max_position_embeddings;
   prompt_options.overflow = c.rollout.overflow;
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
-  reward_.add_builtin("accuracy", c.reward.type, 1.0, c.reward.scale);
   options_.sampling = c.rollout.sampling;
   options_.sampling.temperature = c.eval.greedy ? 0.0 : c.eval.temperature;
   if (c.eval.max_new_tokens > 0) options_.sampling.max_new_tokens = c.eval.max_new_tokens;

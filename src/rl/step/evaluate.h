@@ -30,6 +30,7 @@ struct EvalSampling {
 struct EvalSample {
   int64_t line = 0;
   std::string prompt, response, gt_answer, extracted;
+  std::string reason;  // the grader's, where it gives one (code rewards)
   double reward = 0;
   bool correct = false, format_ok = false, truncated = false;
   int64_t tokens = 0;

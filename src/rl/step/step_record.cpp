@@ -39,6 +39,7 @@ nlohmann::ordered_json to_json(const StepRecord& r) {
   line["response_length_mean"] = r.stats.mean(r.stats.len_sum);
   line["response_length_max"] = r.stats.max_len;
   line["truncated_fraction"] = r.stats.mean(static_cast<double>(r.stats.truncated));
+  if (!r.stats.reasons.empty()) line["reward_reasons"] = r.stats.reasons;  // samples per reason (code rewards)
   for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "clip_frac_dual",
                           "grad_norm", "lr", "n_skipped", "tis_weight_mean", "tis_clip_frac", "mismatch_abs_mean",
                           "mismatch_abs_max", "mismatch_kl", "relayed_groups", "nonfinite", "old_logprobs_reused"}) {
