@@ -6,7 +6,7 @@ BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc)
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps configure build test demo bench fuzz fixtures clean
+.PHONY: all deps configure build test demo demo-code bench fuzz fixtures clean
 
 all: build
 
@@ -28,6 +28,12 @@ test: deps
 demo: deps
 	$(MAKE) build
 	bash scripts/demo.sh $(BUILD_DIR)/rlcpp
+
+# GRPO with a code reward (-rt code: programs run against tests in the sandbox) on the bundled code
+# task: pass@1 and pass@k before and after, and the reward curve.
+demo-code: deps
+	$(MAKE) build
+	bash scripts/demo_code.sh $(BUILD_DIR)/rlcpp
 
 # Every side-by-side benchmark against its anchor (llama.cpp, PyTorch eager) and one table of
 # ratios (bench/all.sh; QUICK=1 for a smoke run of minutes, the full run takes hours on 2 cores).
