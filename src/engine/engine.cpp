@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
+#include <future>
 #include <optional>
 
 #include "engine/model_runner.h"
@@ -18,8 +20,9 @@ namespace rlcpp {
 
 namespace {
 
-// Stop checks after a token was appended: stop token, stop string in the decoded text, length.
-// Returns true when the sequence is done; a stop string also sets `cut` (the response text up to it).
+// Stop checks after a token was appended: stop token, stop string in the decoded text of the turn,
+// length (the response budget, or the turn's limit). Returns true when the turn is done; a stop
+// string also sets `cut` (the turn's text up to it).
 bool check_stop(const Sequence& s, const Tokenizer* tokenizer, std::optional<std::string>* cut, FinishReason* reason) {
   const SamplingParams& p = *s.params;
   const int32_t last = s.tokens.back();
@@ -32,12 +35,13 @@ bool check_stop(const Sequence& s, const Tokenizer* tokenizer, std::optional<std
     // byte: decoding the last (longest stop + 4) tokens finds it without re-decoding the response.
     size_t longest = 0;
     for (const auto& stop : p.stop_strings) longest = std::max(longest, stop.size());
-    const int64_t tail = std::min<int64_t>(s.n_response(), static_cast<int64_t>(longest) + 4);
+    const int64_t turn = static_cast<int64_t>(s.tokens.size()) - s.turn_start;
+    const int64_t tail = std::min<int64_t>(turn, static_cast<int64_t>(longest) + 4);
     const std::string tail_text = tokenizer->decode(std::vector<int32_t>(s.tokens.end() - tail, s.tokens.end()));
     bool seen = false;
     for (const auto& stop : p.stop_strings) seen = seen || (!stop.empty() && tail_text.find(stop) != std::string::npos);
     if (seen) {
-      std::string text = tokenizer->decode(std::vector<int32_t>(s.tokens.begin() + s.n_prompt, s.tokens.end()));
+      std::string text = tokenizer->decode(std::vector<int32_t>(s.tokens.begin() + s.turn_start, s.tokens.end()));
       size_t first = std::string::npos;
       for (const auto& stop : p.stop_strings) {
         if (!stop.empty()) first = std::min(first, text.find(stop));
@@ -50,7 +54,8 @@ bool check_stop(const Sequence& s, const Tokenizer* tokenizer, std::optional<std
       }
     }
   }
-  if (s.n_response() >= p.max_new_tokens) {
+  const bool turn_full = s.turn_limit > 0 && static_cast<int64_t>(s.tokens.size()) - s.turn_start >= s.turn_limit;
+  if (s.n_response() >= p.max_new_tokens || turn_full) {
     *reason = FinishReason::kLength;
     return true;
   }
@@ -68,6 +73,7 @@ GeneratedSample to_sample(const Sequence& s, const Tokenizer* tokenizer, int64_t
   out.top_logprobs = s.top_logprobs;
   out.finish_reason = s.finish_reason;
   out.policy_version = version;
+  out.inserted = s.inserted;
   if (tokenizer != nullptr) out.text = cut_text ? *cut_text : tokenizer->decode(out.token_ids, true);
   return out;
 }
@@ -264,7 +270,7 @@ GenerationLoop::GenerationLoop(Engine& engine)
 
 GenerationLoop::~GenerationLoop() = default;
 
-int64_t GenerationLoop::add(const GenerationRequest& given) {
+int64_t GenerationLoop::add(const GenerationRequest& given, bool hold_turns) {
   const int64_t id = next_request_++;
   const auto& config = engine_.model_->config();
   validate_request(given, static_cast<size_t>(id), config.vocab_size);
@@ -274,7 +280,43 @@ int64_t GenerationLoop::add(const GenerationRequest& given) {
   for (int64_t s = 0; s < request->n; ++s) sequences_[{id, s}] = first + s;
   stats_.n_prompt_tokens += static_cast<int64_t>(request->prompt_ids.size());
   requests_[id] = std::move(request);
+  if (hold_turns) held_[id] = true;
   return id;
+}
+
+void GenerationLoop::resume(int64_t request, int64_t sample, const std::vector<int32_t>& inserted, int64_t turn_limit) {
+  const int64_t id = sequences_.at({request, sample});
+  for (int32_t t : inserted) {
+    RLCPP_CHECK(t >= 0 && t < engine_.model_->config().vocab_size, "inserted token {} is outside the vocabulary", t);
+  }
+  scheduler_.resume(id, inserted, turn_limit);
+  cut_text_.erase(id);
+}
+
+void GenerationLoop::release(int64_t request, int64_t sample) {
+  const int64_t id = sequences_.at({request, sample});
+  Sequence& s = scheduler_.sequence(id);
+  RLCPP_CHECK(s.status == SeqStatus::kPaused, "releasing sample {} of request {} that is not paused", sample, request);
+  scheduler_.finish(id, s.finish_reason);
+}
+
+std::vector<int32_t> GenerationLoop::turn_tokens(int64_t request, int64_t sample) const {
+  const Sequence& s = scheduler_.sequence(sequences_.at({request, sample}));
+  return {s.tokens.begin() + s.turn_start, s.tokens.end()};
+}
+
+int64_t GenerationLoop::response_tokens(int64_t request, int64_t sample) const {
+  return scheduler_.sequence(sequences_.at({request, sample})).n_response();
+}
+
+int64_t GenerationLoop::n_paused() const { return scheduler_.n_paused(); }
+
+void GenerationLoop::set_turn_limit(int64_t request, int64_t sample, int64_t turn_limit) {
+  scheduler_.sequence(sequences_.at({request, sample})).turn_limit = turn_limit;
+}
+
+void GenerationLoop::set_finish_reason(int64_t request, int64_t sample, FinishReason reason) {
+  scheduler_.sequence(sequences_.at({request, sample})).finish_reason = reason;
 }
 
 void GenerationLoop::cancel(int64_t request) { scheduler_.cancel_request(request); }
@@ -309,10 +351,15 @@ std::vector<StepToken> GenerationLoop::step() {
     scheduler_.append(id, sampled.tokens[i], sampled.logprobs[i], std::move(sampled.top[i]));
     ++stats_.n_generated_tokens;
     const Sequence& s = scheduler_.sequence(id);
-    StepToken token{s.request, s.sample, sampled.tokens[i], sampled.logprobs[i], s.top_logprobs.empty() ? std::vector<TokenLogprob>{} : s.top_logprobs.back(), false, FinishReason::kLength};
+    StepToken token{s.request, s.sample, sampled.tokens[i], sampled.logprobs[i], s.top_logprobs.empty() ? std::vector<TokenLogprob>{} : s.top_logprobs.back(), false, false, FinishReason::kLength};
     if (check_stop(s, engine_.tokenizer_.get(), &cut_text_[id], &token.reason)) {
-      scheduler_.finish(id, token.reason);
-      token.finished = true;
+      if (held_.count(s.request) != 0 && token.reason != FinishReason::kAbort) {
+        scheduler_.pause(id, token.reason);
+        token.turn_ended = true;
+      } else {
+        scheduler_.finish(id, token.reason);
+        token.finished = true;
+      }
     }
     out.push_back(std::move(token));
   }
@@ -360,6 +407,7 @@ std::vector<GeneratedSample> GenerationLoop::take(int64_t request) {
     last_token_at_.erase(id);
   }
   requests_.erase(request);
+  held_.erase(request);
   return out;
 }
 
@@ -394,6 +442,178 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
   return out;
 }
 
+std::shared_future<TurnOutcome> ready_outcome(TurnOutcome outcome) {
+  std::promise<TurnOutcome> promise;
+  promise.set_value(std::move(outcome));
+  return promise.get_future().share();
+}
+
+namespace {
+
+// Whether a trajectory with `response` tokens so far can take `inserted` and still sample one.
+bool room_for(int64_t response, const std::vector<int32_t>& inserted, const SamplingParams& params) {
+  return response + static_cast<int64_t>(inserted.size()) < params.max_new_tokens;
+}
+
+}  // namespace
+
+std::vector<GeneratedSample> RolloutBackend::generate_turns(const std::vector<GenerationRequest>& requests,
+                                                            TurnHandler& handler) {
+  struct Trajectory {
+    size_t request = 0;
+    int64_t sample = 0, turn = 0, turn_limit = 0;
+    bool done = false;
+    std::vector<int32_t> ids;  // prompt and response so far
+    GeneratedSample out;
+  };
+  std::vector<Trajectory> all;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    for (int64_t s = 0; s < requests[r].n; ++s) {
+      Trajectory t;
+      t.request = r;
+      t.sample = s;
+      t.turn_limit = handler.first_turn_limit();
+      t.ids = requests[r].prompt_ids;
+      t.out.request = static_cast<int64_t>(r);
+      t.out.sample = s;
+      t.out.policy_version = -1;
+      all.push_back(std::move(t));
+    }
+  }
+  for (;;) {
+    std::vector<size_t> active;
+    std::vector<GenerationRequest> calls;
+    for (size_t k = 0; k < all.size(); ++k) {
+      Trajectory& t = all[k];
+      if (t.done) continue;
+      const GenerationRequest& request = requests[t.request];
+      GenerationRequest call;
+      call.prompt_ids = t.ids;
+      call.params = request.params;
+      const int64_t budget = request.params.max_new_tokens - static_cast<int64_t>(t.out.token_ids.size());
+      call.params.max_new_tokens = t.turn_limit > 0 ? std::min(budget, t.turn_limit) : budget;
+      call.seed = sample_seed(sample_seed(request.seed, t.sample), t.turn);
+      active.push_back(k);
+      calls.push_back(std::move(call));
+    }
+    if (calls.empty()) break;
+    auto results = generate(calls);
+    std::vector<std::pair<size_t, std::shared_future<TurnOutcome>>> answers;
+    for (auto& result : results) {
+      Trajectory& t = all[active[static_cast<size_t>(result.request)]];
+      const auto& params = requests[t.request].params;
+      t.ids.insert(t.ids.end(), result.token_ids.begin(), result.token_ids.end());
+      t.out.token_ids.insert(t.out.token_ids.end(), result.token_ids.begin(), result.token_ids.end());
+      result.logprobs.resize(result.token_ids.size(), 0.0F);
+      t.out.logprobs.insert(t.out.logprobs.end(), result.logprobs.begin(), result.logprobs.end());
+      if (!result.top_logprobs.empty() || !t.out.top_logprobs.empty()) {
+        t.out.top_logprobs.resize(t.out.token_ids.size() - result.token_ids.size());
+        for (auto& top : result.top_logprobs) t.out.top_logprobs.push_back(std::move(top));
+        t.out.top_logprobs.resize(t.out.token_ids.size());
+      }
+      t.out.policy_version = t.out.policy_version < 0 ? result.policy_version : std::min(t.out.policy_version, result.policy_version);
+      t.out.finish_reason = result.finish_reason;
+      const int64_t response = static_cast<int64_t>(t.out.token_ids.size());
+      if (result.finish_reason == FinishReason::kAbort || response >= params.max_new_tokens) {
+        t.done = true;
+        continue;
+      }
+      answers.emplace_back(active[static_cast<size_t>(result.request)],
+                           handler.turn_ended({static_cast<int64_t>(t.request), t.sample, result.token_ids,
+                                               result.finish_reason, response}));
+    }
+    for (auto& [k, answer] : answers) {
+      Trajectory& t = all[k];
+      const TurnOutcome& outcome = answer.get();
+      const auto& params = requests[t.request].params;
+      const int64_t response = static_cast<int64_t>(t.out.token_ids.size());
+      if (!outcome.go_on || !room_for(response, outcome.inserted, params)) {
+        if (outcome.go_on) t.out.finish_reason = FinishReason::kLength;
+        t.done = true;
+        continue;
+      }
+      t.out.inserted.push_back({response, static_cast<int64_t>(outcome.inserted.size())});
+      t.ids.insert(t.ids.end(), outcome.inserted.begin(), outcome.inserted.end());
+      t.out.token_ids.insert(t.out.token_ids.end(), outcome.inserted.begin(), outcome.inserted.end());
+      t.out.logprobs.resize(t.out.token_ids.size(), 0.0F);
+      if (!t.out.top_logprobs.empty()) t.out.top_logprobs.resize(t.out.token_ids.size());
+      t.turn_limit = outcome.turn_limit;
+      ++t.turn;
+    }
+  }
+  std::vector<GeneratedSample> out;
+  for (auto& t : all) {
+    t.out.policy_version = std::max<int64_t>(t.out.policy_version, 0);
+    out.push_back(std::move(t.out));
+  }
+  return out;
+}
+
+std::vector<GeneratedSample> Engine::generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler) {
+  GenerationLoop loop(*this);
+  std::vector<int64_t> ids;
+  for (const auto& r : requests) {
+    ids.push_back(loop.add(r, /*hold_turns=*/true));
+  }
+  const int64_t first_limit = handler.first_turn_limit();
+  if (first_limit > 0) {
+    for (size_t r = 0; r < requests.size(); ++r) {
+      for (int64_t s = 0; s < requests[r].n; ++s) loop.set_turn_limit(ids[r], s, first_limit);
+    }
+  }
+  const int64_t lag = std::max<int64_t>(handler.resume_lag(), 1);
+  struct Waiting {
+    int64_t request, sample, due;
+    std::shared_future<TurnOutcome> answer;
+  };
+  std::deque<Waiting> waiting;  // in the order the turns ended (their due steps never decrease)
+  int64_t n_sequences = 0;
+  for (const auto& r : requests) n_sequences += r.n;
+  int64_t steps = 0;
+  for (;;) {
+    if (loop.idle()) {
+      if (waiting.empty()) break;
+      steps = std::max(steps, waiting.front().due);  // nothing else to run until the next answer is due
+    }
+    while (!waiting.empty() && waiting.front().due <= steps) {
+      Waiting w = std::move(waiting.front());
+      waiting.pop_front();
+      const TurnOutcome& outcome = w.answer.get();
+      const auto& params = requests[static_cast<size_t>(w.request)].params;
+      if (outcome.go_on && room_for(loop.response_tokens(w.request, w.sample), outcome.inserted, params)) {
+        loop.resume(w.request, w.sample, outcome.inserted, outcome.turn_limit);
+      } else {
+        if (outcome.go_on) loop.set_finish_reason(w.request, w.sample, FinishReason::kLength);
+        loop.release(w.request, w.sample);
+      }
+    }
+    if (loop.idle()) continue;  // every trajectory paused: the next answer is due later
+    for (const StepToken& token : loop.step()) {
+      if (!token.turn_ended) continue;
+      const int64_t response = loop.response_tokens(token.request, token.sample);
+      if (response >= requests[static_cast<size_t>(token.request)].params.max_new_tokens) {
+        loop.release(token.request, token.sample);
+        continue;
+      }
+      waiting.push_back({token.request, token.sample, steps + lag,
+                         handler.turn_ended({token.request, token.sample, loop.turn_tokens(token.request, token.sample),
+                                             token.reason, response})});
+    }
+    ++steps;
+    progress::phase("generate", n_sequences - loop.n_unfinished() - loop.n_paused(), n_sequences,
+                    fmt::format("seqs {:.0f} tok/s", static_cast<double>(loop.stats().n_generated_tokens) /
+                                                         std::max(loop.stats().seconds, 1e-9)));
+  }
+  progress::end_phase();
+  RLCPP_CHECK(loop.check_blocks().empty(), "block accounting after generate_turns: {}", loop.check_blocks());
+  std::vector<GeneratedSample> out;
+  for (int64_t id : ids) {
+    for (auto& s : loop.take(id)) out.push_back(std::move(s));
+  }
+  stats_ = loop.stats();
+  return out;
+}
+
 std::vector<int32_t> default_stop_tokens(const ModelConfig& config, const Tokenizer& tokenizer) {
   std::vector<int32_t> ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
   if (auto eos = tokenizer.special_id(tokenizer.config().eos_token)) {
@@ -411,41 +631,75 @@ void Engine::update_weights(const NamedTensors& bucket) {
   model_->update_weights(bucket, fmt::format("weight update after version {}", version_));
 }
 
-std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& given,
-                                            const Tokenizer* tokenizer, int64_t version) {
+namespace {
+
+// The eager reference of one sequence: `handler` (may be null) continues it after each turn.
+GeneratedSample eager_sequence(Transformer& model, const GenerationRequest& request, int64_t r, int64_t s,
+                               const Tokenizer* tokenizer, TurnHandler* handler, int64_t version) {
+  Sequence seq;
+  seq.request = r;
+  seq.sample = s;
+  seq.tokens = request.prompt_ids;
+  seq.n_prompt = static_cast<int64_t>(request.prompt_ids.size());
+  seq.turn_start = seq.n_prompt;
+  seq.turn_limit = handler != nullptr ? handler->first_turn_limit() : 0;
+  seq.params = &request.params;
+  seq.rng.seed(sample_seed(request.seed, s));
+  std::optional<std::string> cut;
+  while (true) {
+    auto ids = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end()), torch::kInt64).unsqueeze(0);
+    auto hidden = model.hidden_states(ids).select(0, 0);
+    auto last = hidden.narrow(0, hidden.size(0) - 1, 1);
+    auto logits = torch::matmul(last, model.output_weight().t()).to(logprob_dtype(last.scalar_type()));
+    const SampleResult sampled = sample_tokens(logits, {seq.params}, {&seq.rng}, model.vocab_shard());
+    seq.tokens.push_back(sampled.tokens[0]);
+    seq.logprobs.push_back(sampled.logprobs[0]);
+    FinishReason reason;
+    if (!check_stop(seq, tokenizer, &cut, &reason)) continue;
+    seq.finish_reason = reason;
+    if (handler == nullptr || seq.n_response() >= request.params.max_new_tokens) break;
+    const TurnOutcome outcome =
+        handler->turn_ended({r, s, {seq.tokens.begin() + seq.turn_start, seq.tokens.end()}, reason, seq.n_response()})
+            .get();
+    if (!outcome.go_on) break;
+    if (!room_for(seq.n_response(), outcome.inserted, request.params)) {
+      seq.finish_reason = FinishReason::kLength;
+      break;
+    }
+    seq.inserted.push_back({seq.n_response(), static_cast<int64_t>(outcome.inserted.size())});
+    seq.tokens.insert(seq.tokens.end(), outcome.inserted.begin(), outcome.inserted.end());
+    seq.logprobs.resize(seq.logprobs.size() + outcome.inserted.size(), 0.0F);
+    seq.turn_start = static_cast<int64_t>(seq.tokens.size());
+    seq.turn_limit = outcome.turn_limit;
+    cut.reset();
+  }
+  return to_sample(seq, tokenizer, version, cut);
+}
+
+std::vector<GeneratedSample> eager(Transformer& model, const std::vector<GenerationRequest>& given,
+                                   const Tokenizer* tokenizer, TurnHandler* handler, int64_t version) {
   validate(given, model.config().vocab_size);
   const std::vector<GenerationRequest> requests = fit_to_positions(given, model.config().max_position_embeddings);
   torch::NoGradGuard no_grad;
   std::vector<GeneratedSample> out;
   for (size_t r = 0; r < requests.size(); ++r) {
-    const auto& request = requests[r];
-    for (int64_t s = 0; s < request.n; ++s) {
-      Sequence seq;
-      seq.request = static_cast<int64_t>(r);
-      seq.sample = s;
-      seq.tokens = request.prompt_ids;
-      seq.n_prompt = static_cast<int64_t>(request.prompt_ids.size());
-      seq.params = &request.params;
-      seq.rng.seed(sample_seed(request.seed, s));
-      std::optional<std::string> cut;
-      while (true) {
-        auto ids = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end()), torch::kInt64).unsqueeze(0);
-        auto hidden = model.hidden_states(ids).select(0, 0);
-        auto last = hidden.narrow(0, hidden.size(0) - 1, 1);
-        auto logits = torch::matmul(last, model.output_weight().t()).to(logprob_dtype(last.scalar_type()));
-        const SampleResult sampled = sample_tokens(logits, {seq.params}, {&seq.rng}, model.vocab_shard());
-        seq.tokens.push_back(sampled.tokens[0]);
-        seq.logprobs.push_back(sampled.logprobs[0]);
-        FinishReason reason;
-        if (check_stop(seq, tokenizer, &cut, &reason)) {
-          seq.finish_reason = reason;
-          break;
-        }
-      }
-      out.push_back(to_sample(seq, tokenizer, version, cut));
+    for (int64_t s = 0; s < requests[r].n; ++s) {
+      out.push_back(eager_sequence(model, requests[r], static_cast<int64_t>(r), s, tokenizer, handler, version));
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& requests,
+                                            const Tokenizer* tokenizer, int64_t version) {
+  return eager(model, requests, tokenizer, nullptr, version);
+}
+
+std::vector<GeneratedSample> generate_eager_turns(Transformer& model, const std::vector<GenerationRequest>& requests,
+                                                  const Tokenizer* tokenizer, TurnHandler& handler, int64_t version) {
+  return eager(model, requests, tokenizer, &handler, version);
 }
 
 }  // namespace rlcpp

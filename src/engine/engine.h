@@ -67,6 +67,12 @@ class Engine : public RolloutBackend {
   // Generates every request's n samples; results ordered by (request, sample). Under tensor
   // parallelism on the group's first rank only, while the others serve.
   std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests) override;
+  // Multi-turn: a sequence whose turn ended is paused with its KV blocks and, once its handler
+  // answers, goes on from them (only the inserted tokens and the turn's last token are prefilled)
+  // while the others keep decoding. Turns that ended in step k resume before step k + `lag`
+  // (TurnHandler::resume_lag), waiting there for an answer still being computed: where sequences
+  // resume never depends on how long a tool took, so a run is reproducible.
+  std::vector<GeneratedSample> generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler) override;
   // Tensor parallelism: whether this rank generates (the group's first, or no group); on the
   // others, serve runs the first rank's steps, through any number of its generate calls, until it
   // calls release_followers (both collectives over the group, at points the caller agrees on).
@@ -120,6 +126,7 @@ struct StepToken {
   float logprob = 0;
   std::vector<TokenLogprob> top;  // with SamplingParams::logprobs > 0
   bool finished = false;          // the sample ended with it (then `reason` says why)
+  bool turn_ended = false;        // a held sample's turn ended with it (`reason` says why): it is paused
   FinishReason reason = FinishReason::kLength;
 };
 
@@ -136,7 +143,20 @@ class GenerationLoop {
 
   // Queues a request (checked and fit to the model's positions as generate does: a UserError
   // names it); returns its id, counting from 0.
-  int64_t add(const GenerationRequest& request);
+  // hold_turns: the samples pause when a turn ends (StepToken::turn_ended) instead of finishing,
+  // keeping their KV blocks until resume or release.
+  int64_t add(const GenerationRequest& request, bool hold_turns = false);
+  // A paused sample goes on with `inserted` appended (see Scheduler::resume) and a new turn of at
+  // most `turn_limit` tokens (0: none); release ends it (with the reason its last turn ended).
+  void resume(int64_t request, int64_t sample, const std::vector<int32_t>& inserted, int64_t turn_limit);
+  void release(int64_t request, int64_t sample);
+  // A sample's tokens of its current (or just ended) turn, and of its whole response so far.
+  std::vector<int32_t> turn_tokens(int64_t request, int64_t sample) const;
+  int64_t response_tokens(int64_t request, int64_t sample) const;
+  int64_t n_paused() const;
+  // A sample's current turn limit (0: none), and the reason a paused sample ends with at release.
+  void set_turn_limit(int64_t request, int64_t sample, int64_t turn_limit);
+  void set_finish_reason(int64_t request, int64_t sample, FinishReason reason);
   // Ends the request's unfinished samples (FinishReason::kAbort) and frees their blocks.
   void cancel(int64_t request);
   // One engine step over everything running: the tokens it sampled. Nothing when idle.
@@ -162,6 +182,7 @@ class GenerationLoop {
   std::unique_ptr<ModelRunner> runner_;
   int64_t next_request_ = 0;
   std::map<int64_t, std::unique_ptr<GenerationRequest>> requests_;  // the sequences point at their params
+  std::map<int64_t, bool> held_;                                    // requests added with hold_turns
   std::map<std::pair<int64_t, int64_t>, int64_t> sequences_;        // (request, sample) -> sequence
   std::unordered_map<int64_t, std::optional<std::string>> cut_text_;
   std::unordered_map<int64_t, double> last_token_at_;  // seconds since start_
@@ -176,5 +197,9 @@ std::vector<int32_t> default_stop_tokens(const ModelConfig& config, const Tokeni
 // sampler and RNG derivation. Slow; the engine is tested against it.
 std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& requests,
                                             const Tokenizer* tokenizer, int64_t version = 0);
+// The same for multi-turn trajectories: each sequence goes on in place after its handler answers
+// (the reference Engine::generate_turns is tested against).
+std::vector<GeneratedSample> generate_eager_turns(Transformer& model, const std::vector<GenerationRequest>& requests,
+                                                  const Tokenizer* tokenizer, TurnHandler& handler, int64_t version = 0);
 
 }  // namespace rlcpp

@@ -1,13 +1,51 @@
 // What generates a run's rollouts: the built-in engine (engine.h), or OpenAI-compatible servers
 // reached over HTTP (remote_rollout.h). The RL loop only asks for samples; each sample says which
 // policy version produced it.
+//
+// Multi-turn rollouts (generate_turns): a sample's turn ends at a stop token or its turn limit; its
+// TurnHandler says whether it goes on and with which inserted tokens (a tool's answer rendered by
+// the chat template). The engine continues the sequence from its KV blocks; any other backend
+// sends each turn as a new request carrying the whole sequence so far.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <future>
 #include <vector>
 
 #include "engine/sampling.h"
 
 namespace rlcpp {
+
+// What follows a turn: the trajectory goes on with `inserted` appended (never sampled) and a new
+// turn of at most `turn_limit` tokens (0: up to the response budget), or it ends.
+struct TurnOutcome {
+  bool go_on = false;
+  std::vector<int32_t> inserted;
+  int64_t turn_limit = 0;
+};
+
+// A turn that ended: the sample, the tokens the model sampled in it, why it ended and how many
+// response tokens the trajectory holds with it (model and inserted).
+struct TurnEnd {
+  int64_t request = 0, sample = 0;
+  std::vector<int32_t> turn_ids;
+  FinishReason reason = FinishReason::kStop;
+  int64_t response_tokens = 0;
+};
+
+class TurnHandler {
+ public:
+  virtual ~TurnHandler() = default;
+  // The first turn's token limit (0: none).
+  virtual int64_t first_turn_limit() const { return 0; }
+  // The engine's steps between a turn's end and its resumption (at least 1): the answer is awaited
+  // there if not ready, so the schedule never depends on how long it took.
+  virtual int64_t resume_lag() const { return 1; }
+  // Called on the generating thread as each turn ends; the outcome may be computed on another
+  // thread (a tool running). Every call is answered before generate_turns returns.
+  virtual std::shared_future<TurnOutcome> turn_ended(const TurnEnd& end) = 0;
+};
 
 class RolloutBackend {
  public:
@@ -15,6 +53,16 @@ class RolloutBackend {
   // Every request's n samples, ordered by (request, sample); each sample's policy_version is that
   // of the weights that produced it.
   virtual std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests) = 0;
+  // Multi-turn: every request's n trajectories, ordered as generate's. A trajectory's token_ids
+  // are every token after the prompt, its `inserted` runs those the handler gave, and its
+  // finish_reason that of its last turn (kLength when the response budget, max_new_tokens, ended
+  // it). This default sends each turn as a request of the whole sequence so far, all trajectories
+  // waiting for a turn in one generate call, turn k of sample s seeded from (seed, s, k); the
+  // engine overrides it to continue sequences in place.
+  virtual std::vector<GeneratedSample> generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler);
 };
+
+// A ready outcome (a handler's answer computed on the calling thread).
+std::shared_future<TurnOutcome> ready_outcome(TurnOutcome outcome);
 
 }  // namespace rlcpp

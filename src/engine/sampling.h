@@ -37,6 +37,14 @@ struct GenerationRequest {
   uint64_t seed = 0;   // sample s of this request draws from an RNG seeded by (seed, s)
 };
 
+// A run of inserted tokens in a multi-turn response (a tool's output, the template's turn markers):
+// context the policy did not sample.
+struct InsertedRun {
+  int64_t start = 0;   // index into the response
+  int64_t length = 0;
+  bool operator==(const InsertedRun&) const = default;
+};
+
 struct GeneratedSample {
   int64_t request = 0;  // index into the generate() call's requests
   int64_t sample = 0;   // 0..n-1 within the request
@@ -47,6 +55,9 @@ struct GeneratedSample {
   std::string text;                // decoded response (stop string excluded) when a tokenizer is set
   FinishReason finish_reason = FinishReason::kLength;
   int64_t policy_version = 0;
+  // Multi-turn (RolloutBackend::generate_turns): the inserted runs of token_ids, in order (their
+  // logprobs are 0); empty: every token was sampled.
+  std::vector<InsertedRun> inserted;
 };
 
 // The seed of sample `sample` of a request seeded `seed` (splitmix64 of both).

@@ -36,6 +36,7 @@ void Scheduler::add_request(int64_t request, const std::vector<int32_t>& prompt,
     seq->sample = s;
     seq->tokens = prompt;
     seq->n_prompt = static_cast<int64_t>(prompt.size());
+    seq->turn_start = seq->n_prompt;
     seq->params = &params;
     seq->rng.seed(sample_seed(seed, s));
     const int64_t id = seq->id;
@@ -52,6 +53,8 @@ void Scheduler::add_request(int64_t request, const std::vector<int32_t>& prompt,
 
 ScheduledBatch Scheduler::schedule() {
   ScheduledBatch batch;
+  batch.copies = std::move(pending_copies_);
+  pending_copies_.clear();
   if (config_.chunked_prefill) {
     schedule_decodes(batch);
     schedule_prefills(batch, config_.max_num_batched_tokens - batch.n_tokens());
@@ -66,6 +69,7 @@ ScheduledBatch Scheduler::schedule() {
 
 SeqWork Scheduler::prefill_work(Sequence& s, int64_t start, int64_t n) {
   SeqWork work{s.id, start, n, {}};
+  stats_.n_prefill_tokens += n;
   if (start + n < s.n_prefill) return work;  // a chunk: nothing to sample yet
   work.samplers.push_back(s.id);
   for (int64_t child_id : s.pending_children) {
@@ -132,6 +136,7 @@ void Scheduler::schedule_decodes(ScheduledBatch& batch) {
     }
     const bool boundary = s.n_cached % bs == 0;
     const bool shared = !boundary && blocks_.ref_count(s.blocks.back()) > 1;
+    if ((boundary || shared) && blocks_.n_free() == 0 && evict_paused(-1)) continue;
     if ((boundary || shared) && blocks_.n_free() == 0) {
       const int64_t victim = running_.back();
       preempt(victim);
@@ -173,7 +178,7 @@ void Scheduler::cancel_request(int64_t request) {
   for (auto& owned : seqs_) {
     if (owned == nullptr || owned->request != request || owned->status == SeqStatus::kFinished) continue;
     Sequence& s = *owned;
-    if (s.status == SeqStatus::kRunning) {
+    if (s.status == SeqStatus::kRunning || s.status == SeqStatus::kPaused) {
       finish(s.id, FinishReason::kAbort);
       continue;
     }
@@ -196,6 +201,73 @@ void Scheduler::finish(int64_t seq, FinishReason reason) {
   s.status = SeqStatus::kFinished;
   s.finish_reason = reason;
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  paused_.erase(std::remove(paused_.begin(), paused_.end(), seq), paused_.end());
+}
+
+void Scheduler::pause(int64_t seq, FinishReason reason) {
+  Sequence& s = sequence(seq);
+  RLCPP_CHECK(s.status == SeqStatus::kRunning && !prefilling(s), "pausing sequence {} that is not decoding", seq);
+  s.status = SeqStatus::kPaused;
+  s.finish_reason = reason;
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  paused_.push_back(seq);
+}
+
+bool Scheduler::evict_paused(int64_t keep) {
+  for (int64_t id : paused_) {
+    Sequence& s = sequence(id);
+    if (id == keep || s.blocks.empty()) continue;
+    for (int32_t b : s.blocks) blocks_.release(b);
+    s.blocks.clear();
+    s.n_cached = 0;
+    s.n_prefill = 0;
+    ++stats_.n_evictions;
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::resume(int64_t seq, const std::vector<int32_t>& inserted, int64_t turn_limit) {
+  Sequence& s = sequence(seq);
+  RLCPP_CHECK(s.status == SeqStatus::kPaused, "resuming sequence {} that is not paused", seq);
+  paused_.erase(std::remove(paused_.begin(), paused_.end(), seq), paused_.end());
+  if (!inserted.empty()) {
+    s.inserted.push_back({s.n_response(), static_cast<int64_t>(inserted.size())});
+    s.tokens.insert(s.tokens.end(), inserted.begin(), inserted.end());
+    s.logprobs.resize(s.logprobs.size() + inserted.size(), 0.0F);
+    if (!s.top_logprobs.empty()) s.top_logprobs.resize(s.top_logprobs.size() + inserted.size());
+  }
+  s.turn_start = static_cast<int64_t>(s.tokens.size());
+  s.turn_limit = turn_limit;
+  const int64_t bs = blocks_.block_size();
+  const int64_t n_tokens = static_cast<int64_t>(s.tokens.size());
+  // The block the next write lands in may still be shared with the group (a turn that ended at its
+  // first token): it is copied first.
+  const bool shared = !s.blocks.empty() && s.n_cached % bs != 0 && blocks_.ref_count(s.blocks.back()) > 1;
+  auto needed = [&] { return (n_tokens + bs - 1) / bs - static_cast<int64_t>(s.blocks.size()) + (shared ? 1 : 0); };
+  while (!s.blocks.empty() && needed() > blocks_.n_free() && evict_paused(seq)) {
+  }
+  if (s.blocks.empty() || needed() > blocks_.n_free()) {
+    // Recomputed from its tokens when admitted, as a preempted sequence is.
+    for (int32_t b : s.blocks) blocks_.release(b);
+    s.blocks.clear();
+    s.n_cached = 0;
+    s.n_prefill = 0;
+    s.status = SeqStatus::kWaiting;
+    waiting_.push_front(seq);
+    return;
+  }
+  if (shared) {
+    const int32_t fresh = blocks_.allocate();
+    pending_copies_.push_back({s.blocks.back(), fresh});
+    blocks_.release(s.blocks.back());
+    s.blocks.back() = fresh;
+    ++stats_.n_copies;
+  }
+  while (static_cast<int64_t>(s.blocks.size()) * bs < n_tokens) s.blocks.push_back(blocks_.allocate());
+  s.status = SeqStatus::kRunning;
+  s.n_prefill = n_tokens;
+  running_.push_back(seq);
 }
 
 void Scheduler::preempt(int64_t seq) {
@@ -215,7 +287,7 @@ std::string Scheduler::check_blocks() const {
   std::vector<int32_t> owners(static_cast<size_t>(blocks_.n_blocks()), 0);
   for (const auto& s : seqs_) {
     if (s == nullptr) continue;  // forgotten
-    if (s->status != SeqStatus::kRunning && !s->blocks.empty()) {
+    if (s->status != SeqStatus::kRunning && s->status != SeqStatus::kPaused && !s->blocks.empty()) {
       return fmt::format("sequence {} is not running but holds {} blocks", s->id, s->blocks.size());
     }
     for (int32_t b : s->blocks) ++owners[static_cast<size_t>(b)];

@@ -25,7 +25,10 @@
 
 namespace rlcpp {
 
-enum class SeqStatus { kWaiting, kRunning, kFinished };
+// kPaused: a multi-turn sequence whose turn ended; it keeps its KV blocks (unless evicted under
+// memory pressure) until it is resumed with inserted tokens or finished.
+enum class SeqStatus { kWaiting, kRunning, kPaused, kFinished };
+
 
 struct Sequence {
   int64_t id = 0;
@@ -43,6 +46,11 @@ struct Sequence {
   FinishReason finish_reason = FinishReason::kLength;
   std::vector<int64_t> pending_children;  // forked at admission (prefix sharing), until then waiting with us
   int64_t n_preemptions = 0;
+  // Multi-turn: where the current turn starts (tokens index; the prompt's end for the first turn),
+  // its token limit (0: none), and the inserted runs of the response (logprobs 0 there).
+  int64_t turn_start = 0;
+  int64_t turn_limit = 0;
+  std::vector<InsertedRun> inserted;
   int64_t n_response() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
 };
 
@@ -83,6 +91,8 @@ struct SchedulerConfig {
 
 struct SchedulerStats {
   int64_t n_prefill_steps = 0, n_decode_steps = 0, n_preemptions = 0, n_copies = 0, peak_blocks_used = 0;
+  int64_t n_prefill_tokens = 0;  // tokens run by prefill work (prompts, recomputations, resumed turns)
+  int64_t n_evictions = 0;       // paused sequences whose blocks were freed (recomputed when resumed)
 };
 
 class Scheduler {
@@ -100,6 +110,15 @@ class Scheduler {
   // Appends a sampled token to a running sequence.
   void append(int64_t seq, int32_t token, float logprob, std::vector<TokenLogprob> top = {});
   void finish(int64_t seq, FinishReason reason);
+  // Multi-turn: a running sequence's turn ended; it leaves the batch and keeps its blocks.
+  void pause(int64_t seq, FinishReason reason);
+  // A paused sequence goes on: `inserted` is appended (never sampled) and prefilled after the
+  // tokens already in the cache, so only they and the turn's last sampled token run; the next token
+  // is sampled from the last of them. Blocks for them come from the free pool, then from other
+  // paused sequences (evicted: recomputed when they resume); when even that is not enough the
+  // sequence is recomputed from its tokens like a preempted one. `turn_limit`: the new turn's
+  // token limit (0: none).
+  void resume(int64_t seq, const std::vector<int32_t>& inserted, int64_t turn_limit);
   // Ends every unfinished sequence of `request` (running, waiting or pending) with kAbort.
   void cancel_request(int64_t request);
   // Drops a finished sequence's record (a server's, once its result is taken); its id is not reused.
@@ -108,7 +127,9 @@ class Scheduler {
   // A running sequence whose admitted tokens are not all in the cache yet (chunked prefill).
   static bool prefilling(const Sequence& s) { return s.n_cached < s.n_prefill; }
 
+  // Nothing waiting or running (paused sequences wait for their caller, not for a step).
   bool done() const { return waiting_.empty() && running_.empty(); }
+  int64_t n_paused() const { return static_cast<int64_t>(paused_.size()); }
   int64_t n_unfinished() const { return static_cast<int64_t>(waiting_.size() + running_.size()); }
   Sequence& sequence(int64_t id) { return *seqs_.at(static_cast<size_t>(id)); }
   const Sequence& sequence(int64_t id) const { return *seqs_.at(static_cast<size_t>(id)); }
@@ -127,6 +148,8 @@ class Scheduler {
   // group's pending samples from it.
   SeqWork prefill_work(Sequence& s, int64_t start, int64_t n);
   void preempt(int64_t seq);
+  // Frees the blocks of the oldest paused sequence other than `keep`; false when there is none.
+  bool evict_paused(int64_t keep);
   int64_t seats(const Sequence& s) const { return 1 + static_cast<int64_t>(s.pending_children.size()); }
 
   SchedulerConfig config_;
@@ -134,6 +157,8 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> seqs_;
   std::deque<int64_t> waiting_;
   std::vector<int64_t> running_;  // in admission order; the newest is preempted first
+  std::vector<int64_t> paused_;   // in the order they paused; the oldest is evicted first
+  std::vector<BlockCopy> pending_copies_;  // copy-on-write of resumed sequences, done by the next step
   SchedulerStats stats_;
 };
 
