@@ -28,6 +28,7 @@ std::optional<BuiltPrompt> PromptBuilder::build(const nlohmann::ordered_json& gi
   BuiltPrompt prompt;
   prompt.text = template_.render(messages, true, options_.template_variables);
   prompt.ids = tokenizer_.encode(prompt.text, false);  // the template already holds BOS where the model wants it
+  prompt.messages = messages;
   int64_t limit = options_.max_prompt_tokens;
   std::string why = fmt::format("-mpt {}", limit);
   if (options_.context_tokens > 1 && (limit <= 0 || limit > options_.context_tokens - 1)) {

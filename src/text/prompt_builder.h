@@ -28,6 +28,7 @@ struct PromptOptions {
 };
 
 struct BuiltPrompt {
+  nlohmann::ordered_json messages;  // what was rendered (the system prompt added)
   std::string text;             // the rendered template (before any truncation)
   std::vector<int32_t> ids;     // what the engine is given
   bool truncated = false;
