@@ -22,14 +22,17 @@ declare -A allowed=(
   # Untrusted programs: namespaces (bubblewrap), rlimits, a private directory, a pool; no RL knowledge.
   [sandbox]="util process"
   [reward]="util process sandbox"
+  # Multi-turn episodes: tools (python on the sandbox, the calculator on reward's parser), external
+  # environments (process), the inserted turns' rendering (text); no engine: the agent loop is rl's.
+  [env]="util io process sandbox text reward"
   [algo]="util"
   [train]="util kernels io comm model algo"
   # Topology and WeightSync: roles and the weights' movement; no engine, trainer or run.
   [parallel]="util io comm"
-  [rl]="util kernels io comm process sandbox text model engine openai reward algo train parallel"
+  [rl]="util kernels io comm process sandbox text model engine openai reward env algo train parallel"
   # The OpenAI wire format, rlcpp serve's HTTP server and the remote-rollout HTTP client.
   [openai]="util kernels io text model engine"
-  [app]="util kernels io comm process sandbox text model engine openai reward algo train parallel rl"
+  [app]="util kernels io comm process sandbox text model engine openai reward env algo train parallel rl"
 )
 
 # rl's subfolders, bottom up: a file in one may include rl/ files of its own subfolder and of those

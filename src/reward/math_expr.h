@@ -30,6 +30,9 @@ class MathExpr {
     char var = 0;
     int a = -1, b = -1;
   };
+  // The parsed tree (a calculator evaluates it exactly): nodes()[root()] is the whole expression.
+  const std::vector<Node>& nodes() const { return nodes_; }
+  int root() const { return root_; }
 
  private:
   double eval_node(int node, const std::map<char, double>& variables) const;

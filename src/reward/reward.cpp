@@ -11,7 +11,8 @@ const EnumTable<RewardType>& reward_types() {
       "reward type", {{RewardType::kBoxed, "boxed", "the last \\boxed{...} of the response"},
                       {RewardType::kThinkAnswerTags, "think_answer_tags", "<think>...</think><answer>...</answer>"},
                       {RewardType::kAnswerLine, "answer_line", "a last line \"Answer: ...\""},
-                      {RewardType::kCode, "code", "the last fenced code block, run against the record's tests in the sandbox"}});
+                      {RewardType::kCode, "code", "the last fenced code block, run against the record's tests in the sandbox"},
+                      {RewardType::kEnv, "env", "the sum of the external environment's rewards (--env-cmd)"}});
   return table;
 }
 
@@ -25,6 +26,7 @@ std::string default_system_prompt(RewardType type) {
              "here </answer>.";
     case RewardType::kCode:
       return "Write your solution as a Python program in a single ```python code block at the end of your response.";
+    case RewardType::kEnv: return "";
     case RewardType::kAnswerLine:
       return "Solve the problem step by step. The last line of your response should be of the form Answer: $Answer "
              "(without quotes) where $Answer is the answer to the problem.";
@@ -41,6 +43,7 @@ RewardResult grade_response(RewardType type, std::string_view response, std::str
     case RewardType::kThinkAnswerTags: result.extracted = extract_think_answer(response); break;
     case RewardType::kAnswerLine: result.extracted = extract_answer_line(response); break;
     case RewardType::kCode: RLCPP_CHECK(false, "code rewards run programs: use CodeReward, not grade_response");
+    case RewardType::kEnv: RLCPP_CHECK(false, "environment rewards come from the environment, not grade_response");
   }
   result.format_ok = result.extracted.has_value();
   result.correct = result.format_ok && math_equal(*result.extracted, ground_truth);

@@ -13,7 +13,8 @@
 namespace rlcpp {
 
 // kCode is graded by running the response's program (reward/code_reward.h), not by grade_response.
-enum class RewardType { kBoxed, kThinkAnswerTags, kAnswerLine, kCode };
+// kEnv: the sum of an external environment's rewards (multi-turn, --env-cmd): no grader of its own.
+enum class RewardType { kBoxed, kThinkAnswerTags, kAnswerLine, kCode, kEnv };
 
 const EnumTable<RewardType>& reward_types();
 

@@ -57,6 +57,8 @@ RewardFunction make_reward_function(const RewardOptions& options) {
   RewardFunction reward;
   if (options.type == RewardType::kCode) {
     reward.add("accuracy", std::make_shared<CodeReward>(options.code), 1.0);
+  } else if (options.type == RewardType::kEnv) {
+    // The environment's rewards are the episodes' (the agent loop adds them as the part "env").
   } else {
     reward.add_builtin("accuracy", options.type, 1.0, options.scale);
   }

@@ -1,5 +1,6 @@
 #include "sandbox/sandbox_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <mutex>
@@ -26,6 +27,30 @@ SandboxPool::SandboxPool(int n_workers, const std::string& root) {
     }
     slots_.push_back(std::make_unique<Sandbox>(slot, root));
   }
+  busy_.assign(slots_.size(), false);
+}
+
+SandboxResult SandboxPool::run(const SandboxRun& run) {
+  sandbox_isolation();
+  size_t slot = 0;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    freed_.wait(lock, [&] { return std::find(busy_.begin(), busy_.end(), false) != busy_.end(); });
+    slot = static_cast<size_t>(std::find(busy_.begin(), busy_.end(), false) - busy_.begin());
+    busy_[slot] = true;
+  }
+  struct Release {
+    SandboxPool& pool;
+    size_t slot;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> lock(pool.mutex_);
+        pool.busy_[slot] = false;
+      }
+      pool.freed_.notify_one();
+    }
+  } release{*this, slot};
+  return slots_[slot]->run(run);
 }
 
 SandboxPool::~SandboxPool() = default;

@@ -3,7 +3,9 @@
 // of G × prompts programs then takes about (runs / workers) × one run, not runs × one run.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,9 +22,15 @@ class SandboxPool {
   // The results in the order of `runs`; each carries its own figures (wall, CPU, peak memory, exit).
   std::vector<SandboxResult> run_all(const std::vector<SandboxRun>& runs);
   int n_workers() const { return static_cast<int>(slots_.size()); }
+  // One run on whichever slot is free, waiting for one; safe from any number of threads (a tool
+  // call's run). Not to be mixed with a run_all in progress.
+  SandboxResult run(const SandboxRun& run);
 
  private:
   std::vector<std::unique_ptr<Sandbox>> slots_;
+  std::mutex mutex_;
+  std::condition_variable freed_;
+  std::vector<bool> busy_;
 };
 
 }  // namespace rlcpp
