@@ -13,6 +13,7 @@
 #include "rl/config/run_config.h"
 #include "rl/rollout/rollout.h"
 #include "rl/step/evaluate.h"
+#include "sandbox/sandbox_pool.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -32,6 +33,7 @@ struct EvalArgs {
   EngineFlags engine;
   std::string overflow = "truncate_left";
   CodeRewardFlags code;
+  EpisodeOptions episode;  // --tools ...: prompts run as multi-turn episodes
 };
 
 void run_eval(EvalArgs a) {
@@ -51,6 +53,19 @@ void run_eval(EvalArgs a) {
   prompt_options.context_tokens = model->config().max_position_embeddings;
   prompt_options.overflow = prompt_overflows().parse(a.overflow, "--overflow");
   if (!a.dataset.empty()) prompt_options.source = a.dataset;
+  if (type == RewardType::kEnv) throw_user_error("-rt env: rlcpp eval runs no environment; grade with another -rt");
+  std::unique_ptr<SandboxPool> tool_sandbox;
+  std::unique_ptr<Agent> agent;
+  if (a.episode.multi_turn()) {
+    if (a.episode.tools.find("python") != std::string::npos) {
+      tool_sandbox = std::make_unique<SandboxPool>(static_cast<int>(a.code.code.workers));
+    }
+    SandboxLimits limits;
+    limits.memory_mb = a.code.code.memory_mb;
+    agent = std::make_unique<Agent>(*tokenizer, a.episode, prompt_options.template_variables, tool_sandbox.get(), limits);
+    prompt_options.template_variables = agent->template_variables();
+    a.options.agent = agent.get();
+  }
   PromptBuilder prompts(*tokenizer, prompt_options);
   if (a.greedy) a.options.sampling.temperature = 0;
   a.options.sampling.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
@@ -84,6 +99,11 @@ void run_eval(EvalArgs a) {
                                  : std::string("greedy"),
                              100 * r.accuracy, a.options.n, 100 * r.pass_at_n, a.options.n, 100 * r.maj_at_n,
                              100 * r.format_accuracy, r.response_length_mean, 100 * r.truncated_fraction, r.seconds);
+    if (r.multi_turn) {
+      std::cout << fmt::format("  tool-call rate  {:.1f}%\n  tool calls      {:.2f} per sample\n  turns           {:.2f} "
+                               "per sample\n  tito mismatches {}\n", 100 * r.tool_call_rate, r.tool_calls_mean,
+                               r.turns_mean, r.tito_mismatch);
+    }
   }
   if (a.json) std::cout << (a.dataset.empty() ? all : all["summary"]).dump() << "\n";
 }
@@ -113,6 +133,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_flag("--json", a->json, "print the summary as one JSON object");
   add_engine_flags(cmd, a->engine);
   add_code_reward_flags(cmd, a->code);
+  add_episode_flags(cmd, a->episode);
   cmd->callback([a] { run_eval(*a); });
 }
 

@@ -51,6 +51,9 @@ void run_grade(const GradeArgs& args) {
   options.cmd_weight = args.reward_cmd_weight;
   options.timeout = args.reward_timeout;
   options.code = args.code.options();
+  if (options.type == RewardType::kEnv) {
+    throw_user_error("-rt env: an environment's rewards come from its episodes in rlcpp train; grade cannot run one");
+  }
   const RewardFunction reward = make_reward_function(options);
   const bool code = options.type == RewardType::kCode;
   std::vector<RewardInput> inputs;

@@ -222,6 +222,23 @@ std::map<int64_t, fs::path> rollout_files(const fs::path& run_dir) {
 
 std::string clip(const std::string& text, size_t n) { return text.size() <= n ? text : text.substr(0, n) + " …"; }
 
+// A response as the report shows it: the text, or a multi-turn rollout's conversation (each turn
+// with its role; inserted turns, never trained, marked so).
+std::string response_cell(const Json& line) {
+  if (!line.contains("turns") || !line["turns"].is_array()) return escape(clip(line.value("response", std::string()), 800));
+  std::string out;
+  for (const auto& turn : line["turns"]) {
+    const bool trained = turn.value("trained", false);
+    out += fmt::format("<b>{}</b>{}: {}\n", escape(turn.value("role", std::string())), trained ? "" : " (inserted)",
+                       escape(clip(turn.value("content", std::string()), 300)));
+  }
+  if (line.contains("episode") && line["episode"].is_object()) {
+    out += fmt::format("<i>ended by {}, token-exact: {}</i>", escape(line["episode"].value("ended_by", std::string())),
+                       escape(line["episode"].value("tito", std::string())));
+  }
+  return out;
+}
+
 std::string samples_table(const std::map<int64_t, fs::path>& files) {
   if (files.empty()) {
     return "<p class=\"note\">No rollout logs: run with <code>-rsd DIR</code> to see sample rollouts here.</p>";
@@ -238,8 +255,7 @@ std::string samples_table(const std::map<int64_t, fs::path>& files) {
       rows += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><pre>{}</pre></td><td><pre>{}</pre></td></tr>",
                           it->first, pick == &best ? "best" : "worst", number(pick->value("reward", 0.0)),
                           escape(pick->value("gt_answer", std::string())),
-                          escape(clip(pick->value("prompt", std::string()), 400)),
-                          escape(clip(pick->value("response", std::string()), 800)));
+                          escape(clip(pick->value("prompt", std::string()), 400)), response_cell(*pick));
     }
   }
   return "<table><tr><th>step</th><th></th><th>reward</th><th>answer</th><th>prompt</th><th>response</th></tr>" + rows +
@@ -280,6 +296,14 @@ std::string render_report(const fs::path& run_dir) {
     reason_plot.series.push_back(series_of(lines, "reward_reasons/" + name, name, palette[color++ % 8]));
   }
   if (!reason_plot.series.empty()) plots.push_back(reason_plot);
+  // Multi-turn: turns and tool calls per trajectory, tool errors and token-exactness mismatches per step.
+  if (std::any_of(lines.begin(), lines.end(), [](const Json& l) { return l.contains("turns_mean"); })) {
+    plots.push_back({"Multi-turn episodes", {series_of(lines, "turns_mean", "turns per trajectory", palette[0]),
+                                             series_of(lines, "tool_calls", "tool calls per trajectory", palette[2]),
+                                             series_of(lines, "tool_errors", "tool errors", palette[1]),
+                                             series_of(lines, "tito_mismatch", "tito mismatches", palette[3])},
+                     Axis::kFromZero});
+  }
   plots.push_back({"Response length (tokens)", {series_of(lines, "response_length_mean", "mean", palette[0]),
                                                 series_of(lines, "response_length_max", "max", palette[3])}, Axis::kFromZero});
   plots.push_back({"Truncated fraction", {series_of(lines, "truncated_fraction", "truncated", palette[1])}, Axis::kFraction});

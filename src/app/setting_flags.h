@@ -70,4 +70,15 @@ inline void add_code_reward_flags(CLI::App* cmd, CodeRewardFlags& flags) {
   add_setting_flag(cmd, "reward.sandbox_memory_mb", flags.code.memory_mb);
 }
 
+// Multi-turn flags (--tools, --max-turns, ...) for `rlcpp eval`: held-out prompts run as episodes.
+inline void add_episode_flags(CLI::App* cmd, EpisodeOptions& episode) {
+  add_setting_flag(cmd, "episode.tools", episode.tools);
+  add_setting_flag(cmd, "episode.max_turns", episode.max_turns);
+  add_setting_flag(cmd, "episode.max_tool_calls", episode.max_tool_calls);
+  add_setting_flag(cmd, "episode.max_tokens_per_turn", episode.max_tokens_per_turn);
+  add_setting_flag(cmd, "episode.tool_timeout", episode.tool_timeout);
+  add_setting_flag(cmd, "episode.max_tool_output", episode.max_tool_output);
+  add_setting_flag(cmd, "episode.tool_format", episode.tool_format);
+}
+
 }  // namespace rlcpp

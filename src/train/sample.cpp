@@ -116,15 +116,21 @@ SegmentKind kind_from(const std::string& name) {
 nlohmann::json to_json(const Sample& s) {
   nlohmann::json segments = nlohmann::json::array();
   for (const auto& seg : s.segments) segments.push_back({kind_name(seg.kind), seg.length, seg.policy_version});
-  return {{"response_ids", s.response_ids}, {"segments", segments},      {"rollout_logprobs", s.rollout_logprobs},
-          {"advantages", s.advantages},     {"response", s.response},    {"reward", s.reward},
-          {"reward_parts", s.reward_parts}, {"correct", s.correct},      {"truncated", s.truncated},
-          {"reason", s.reward_reason}};
+  nlohmann::json out = {{"response_ids", s.response_ids}, {"segments", segments},      {"rollout_logprobs", s.rollout_logprobs},
+                        {"advantages", s.advantages},     {"response", s.response},    {"reward", s.reward},
+                        {"reward_parts", s.reward_parts}, {"correct", s.correct},      {"truncated", s.truncated},
+                        {"reason", s.reward_reason}};
+  if (!s.episode.is_null()) out["episode"] = s.episode;
+  return out;
 }
 
 nlohmann::json to_json(const SampleGroup& g) {
   nlohmann::json samples = nlohmann::json::array();
-  for (const auto& s : g.samples) samples.push_back(to_json(s));
+  for (const auto& s : g.samples) {
+    samples.push_back(to_json(s));
+    // A sample whose prompt is its own (an environment's first message): kept with it.
+    if (s.prompt_ids != g.samples[0].prompt_ids) samples.back()["prompt_ids"] = s.prompt_ids;
+  }
   return {{"id", g.id},
           {"prompt_ids", g.samples.empty() ? std::vector<int32_t>{} : g.samples[0].prompt_ids},
           {"prompt", g.prompt},
@@ -145,7 +151,7 @@ SampleGroup group_from_json(const nlohmann::json& j) {
   const int64_t group_version = j.value("policy_version", int64_t{0});  // before segments: the group's
   for (const auto& js : j.at("samples")) {
     Sample s;
-    s.prompt_ids = prompt_ids;
+    s.prompt_ids = js.contains("prompt_ids") ? js.at("prompt_ids").get<std::vector<int32_t>>() : prompt_ids;
     s.group_id = g.id;
     s.response_ids = js.at("response_ids").get<std::vector<int32_t>>();
     s.rollout_logprobs = js.at("rollout_logprobs").get<std::vector<float>>();
@@ -166,6 +172,7 @@ SampleGroup group_from_json(const nlohmann::json& j) {
     s.correct = js.at("correct").get<bool>();
     s.reward_reason = js.value("reason", std::string());
     s.truncated = js.at("truncated").get<bool>();
+    if (js.contains("episode")) s.episode = js.at("episode");
     check_sample(s, fmt::format("a saved sample of dataset line {}", g.line));
     g.samples.push_back(std::move(s));
   }

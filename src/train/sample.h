@@ -43,6 +43,9 @@ struct Sample {
   bool correct = false;                 // the grader's verdict
   bool truncated = false;               // stopped at the length limit
   int64_t group_id = 0;                 // the group it belongs to (SampleGroup::id)
+  // Multi-turn: the episode's summary (env/episode.h: "turns" [{role, content, n_tokens, trained}],
+  // n_turns, tool_calls, tool_errors, inserted_tokens, ended_by, tito); null for a single turn.
+  nlohmann::json episode;
 
   // Appends tokens as a new segment (joined to the last one when it is of the same kind and
   // version). `logprobs`: one per token for model tokens, or empty.

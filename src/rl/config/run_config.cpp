@@ -270,6 +270,26 @@ void validate(const RunConfig& c) {
     throw_user_error("-imbs {} exceeds -ibs {} (inference_batch_size >= inference_microbatch_size)",
                      c.rollout.inference_microbatch_size, ibs);
   }
+  const bool env_reward = c.reward.type == RewardType::kEnv;
+  if (env_reward && c.episode.env_cmd.empty()) {
+    throw_user_error("-rt env: the reward is an external environment's; give it with --env-cmd CMD");
+  }
+  if (!c.episode.env_cmd.empty() && !env_reward && !c.episode.env_reward_add) {
+    throw_user_error("--env-cmd with -rt {}: say what the trajectory's reward is: -rt env (the environment's rewards) "
+                     "or --env-reward add (the -rt reward of the final answer plus the environment's)",
+                     reward_types().name(c.reward.type));
+  }
+  if (env_reward && c.episode.env_reward_add) {
+    throw_user_error("--env-reward add with -rt env: add adds the environment's rewards to another -rt reward; drop one");
+  }
+  const EpisodeOptions single_turn;
+  if (!c.episode.multi_turn() &&
+      (c.episode.max_turns != single_turn.max_turns || c.episode.max_tool_calls != single_turn.max_tool_calls ||
+       c.episode.max_tokens_per_turn != single_turn.max_tokens_per_turn)) {
+    throw_user_error("--max-turns {} --max-tool-calls {} --max-tokens-per-turn {}: turn limits are for multi-turn "
+                     "rollouts; give --tools or --env-cmd", c.episode.max_turns, c.episode.max_tool_calls,
+                     c.episode.max_tokens_per_turn);
+  }
   if (c.rollout.sampling.temperature < 0) throw_user_error("-temp {}: must be >= 0", c.rollout.sampling.temperature);
   if (!(c.rollout.sampling.top_p > 0 && c.rollout.sampling.top_p <= 1)) throw_user_error("-topp {}: must be in (0, 1]", c.rollout.sampling.top_p);
   if (c.train.optimizer.lr < 0) throw_user_error("-lr {}: must be >= 0", c.train.optimizer.lr);

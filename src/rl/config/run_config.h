@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "algo/presets.h"
+#include "env/episode.h"
 #include "openai/remote_rollout.h"
 #include "reward/reward_function.h"
 #include "rl/config/run_options.h"
@@ -38,6 +39,7 @@ struct RunConfig {
   RolloutOptions rollout;    // the engine, sampling, prompts and round sizes
   RemoteOptions remote;      // rollouts from OpenAI-compatible servers (-b)
   RewardOptions reward;      // the grader and an external reward command
+  EpisodeOptions episode;    // multi-turn rollouts: tools, an external environment, turn limits
   AlgoConfig algo = algo_preset("GRPO", "algorithm.algo");  // the algorithm group: preset, then single overrides
   TrainOptions train;        // batches, epochs, optimizer
   EvalOptions eval;          // held-out sets evaluated during training

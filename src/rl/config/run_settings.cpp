@@ -210,6 +210,14 @@ Setting enum_setting(std::string name, std::string flags, std::string help, cons
               [&table, ref](const RunConfig& c) { return Json(table.name(ref(const_cast<RunConfig&>(c)))); }, may_differ);
 }
 
+// What an external environment's rewards are worth (--env-reward).
+const EnumTable<bool>& env_reward_modes() {
+  static const EnumTable<bool> table(
+      "environment reward", {{false, "env", "the sum of the environment's rewards (with -rt env)"},
+                             {true, "add", "the -rt reward of the final answer plus the environment's"}});
+  return table;
+}
+
 // The standard deviation of GRPO's group rewards: with Bessel's correction (the reference's) or without.
 const EnumTable<bool>& std_estimates() {
   static const EnumTable<bool> table("std estimate", {{true, "unbiased", "divide by G - 1 (torch.std's default)"},
@@ -461,6 +469,39 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.reward.code.memory_mb; }, 16, {}));
   s.push_back(double_setting("reward.reward_cmd_weight", "--reward-cmd-weight", "the external reward's weight in the sum",
                              [](C& c) -> double& { return c.reward.cmd_weight; }, kAnyNumber));
+  // episode: multi-turn rollouts
+  s.push_back(string_setting("episode.tools", "--tools",
+                             "multi-turn with tools the model may call: python,calculator (built in), or a JSON file of "
+                             "OpenAI-style function schemas naming them; declared through the chat template's tools",
+                             [](C& c) -> std::string& { return c.episode.tools; }));
+  s.push_back(string_setting("episode.env_cmd", "--env-cmd",
+                             "multi-turn with an external environment: a command speaking JSON lines (start, step, end)",
+                             [](C& c) -> std::string& { return c.episode.env_cmd; }));
+  s.push_back(int_setting("episode.env_workers", "--env-workers", "copies of the --env-cmd command (episodes spread over them)",
+                          [](C& c) -> int64_t& { return c.episode.env_workers; }, 1, {}, true));
+  s.push_back(int_setting("episode.max_turns", "--max-turns", "assistant turns per trajectory",
+                          [](C& c) -> int64_t& { return c.episode.max_turns; }, 1));
+  s.push_back(int_setting("episode.max_tool_calls", "--max-tool-calls", "tool calls per trajectory",
+                          [](C& c) -> int64_t& { return c.episode.max_tool_calls; }, 0));
+  s.push_back(int_setting("episode.max_tokens_per_turn", "--max-tokens-per-turn",
+                          "tokens of one assistant turn (0: the response budget -mnt, which counts every turn and "
+                          "the inserted tokens)",
+                          [](C& c) -> int64_t& { return c.episode.max_tokens_per_turn; }, 0));
+  s.push_back(double_setting("episode.tool_timeout", "--tool-timeout",
+                             "seconds one tool call (or environment reply) may take",
+                             [](C& c) -> double& { return c.episode.tool_timeout; }, kPositive));
+  s.push_back(int_setting("episode.max_tool_output", "--max-tool-output", "tokens of one tool answer kept (the rest cut)",
+                          [](C& c) -> int64_t& { return c.episode.max_tool_output; }, 1));
+  s.push_back(enum_setting("episode.env_reward", "--env-reward", "with --env-cmd, the trajectory's reward",
+                           env_reward_modes(), [](C& c) -> bool& { return c.episode.env_reward_add; }));
+  s.push_back(int_setting("episode.tool_overlap_steps", "--tool-overlap-steps",
+                          "engine steps the others decode while a turn's tools run (it resumes at that step, waiting "
+                          "there if they are not done: the schedule never depends on a tool's time)",
+                          [](C& c) -> int64_t& { return c.episode.resume_lag; }, 1));
+  s.push_back(string_setting("episode.tool_format", "--tool-format",
+                             "how the model writes tool calls: hermes (<tool_call>, Qwen) or llama3 (default: from the "
+                             "chat template)",
+                             [](C& c) -> std::string& { return c.episode.tool_format; }));
   // algorithm: the preset first, then single settings over it
   s.push_back(make("algorithm.algo", "-a,--algo", {}, "preset: " + algo_preset_names() + "\n" + algo_preset_help(),
                [](C& c, const Json& v, const std::string& where, const RawSettings&) { c.algo = algo_preset(read_string(v, where), where); },

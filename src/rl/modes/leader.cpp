@@ -19,9 +19,30 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 enum Figure : int64_t {
   kSamples, kCorrect, kTruncated, kRewardSum, kLenSum, kMaxLen, kGroups, kBuffered,
   kStaleSum, kStaleMax, kStale0, kStale1, kStale2, kStale3Plus,
+  kEpisodes, kTurnsSum, kTurnsMax, kToolCalls, kToolErrors, kInsertedTokens,
   kReason0,  // then one count per code verdict (the reasons graders give), in code_verdicts() order
 };
-const int64_t kFigures = kReason0 + static_cast<int64_t>(code_verdicts().entries().size());
+// After the reasons: trajectories per way they ended (episode_ends() order), then per token-exactness
+// outcome (tito_kinds() order, then "unchecked").
+const int64_t kEnded0 = kReason0 + static_cast<int64_t>(code_verdicts().entries().size());
+const int64_t kTito0 = kEnded0 + static_cast<int64_t>(episode_ends().entries().size());
+const int64_t kFigures = kTito0 + static_cast<int64_t>(tito_kinds().entries().size()) + 1;
+
+template <typename E>
+std::vector<std::string> table_names(const EnumTable<E>& table) {
+  std::vector<std::string> out;
+  for (const auto& e : table.entries()) out.emplace_back(e.name);
+  return out;
+}
+
+const std::vector<std::string>& tito_names() {
+  static const std::vector<std::string> names = [] {
+    auto n = table_names(tito_kinds());
+    n.push_back("unchecked");
+    return n;
+  }();
+  return names;
+}
 
 }  // namespace
 
@@ -46,11 +67,21 @@ torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffer
   row[kMaxLen] = static_cast<double>(stats.max_len);
   row[kGroups] = static_cast<double>(batch.size());
   row[kBuffered] = static_cast<double>(buffered);
-  const auto& verdicts = code_verdicts().entries();
-  for (size_t v = 0; v < verdicts.size(); ++v) {
-    const auto it = stats.reasons.find(std::string(verdicts[v].name));
-    row[kReason0 + static_cast<int64_t>(v)] = it == stats.reasons.end() ? 0.0 : static_cast<double>(it->second);
-  }
+  auto counts = [&](int64_t first, const std::vector<std::string>& names, const std::map<std::string, int64_t>& found) {
+    for (size_t v = 0; v < names.size(); ++v) {
+      const auto it = found.find(names[v]);
+      row[first + static_cast<int64_t>(v)] = it == found.end() ? 0.0 : static_cast<double>(it->second);
+    }
+  };
+  counts(kReason0, table_names(code_verdicts()), stats.reasons);
+  row[kEpisodes] = static_cast<double>(stats.episodes);
+  row[kTurnsSum] = static_cast<double>(stats.turns_sum);
+  row[kTurnsMax] = static_cast<double>(stats.turns_max);
+  row[kToolCalls] = static_cast<double>(stats.tool_calls);
+  row[kToolErrors] = static_cast<double>(stats.tool_errors);
+  row[kInsertedTokens] = static_cast<double>(stats.inserted_tokens);
+  counts(kEnded0, table_names(episode_ends()), stats.ended_by);
+  counts(kTito0, tito_names(), stats.tito);
   return figures;
 }
 
@@ -130,11 +161,21 @@ void Leader::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdat
   record.stats.reward_sum = sum(kRewardSum);
   record.stats.len_sum = sum(kLenSum);
   record.stats.max_len = static_cast<int64_t>(max(kMaxLen));
-  const auto& verdicts = code_verdicts().entries();
-  for (size_t v = 0; v < verdicts.size(); ++v) {
-    const auto n = static_cast<int64_t>(sum(static_cast<Figure>(kReason0 + static_cast<int64_t>(v))));
-    if (n > 0) record.stats.reasons[std::string(verdicts[v].name)] = n;
-  }
+  auto counts = [&](int64_t first, const std::vector<std::string>& names, std::map<std::string, int64_t>& out) {
+    for (size_t v = 0; v < names.size(); ++v) {
+      const auto n = static_cast<int64_t>(figures[first + static_cast<int64_t>(v)].item<double>());
+      if (n > 0) out[names[v]] = n;
+    }
+  };
+  counts(kReason0, table_names(code_verdicts()), record.stats.reasons);
+  record.stats.episodes = static_cast<int64_t>(sum(kEpisodes));
+  record.stats.turns_sum = static_cast<int64_t>(sum(kTurnsSum));
+  record.stats.turns_max = static_cast<int64_t>(max(kTurnsMax));
+  record.stats.tool_calls = static_cast<int64_t>(sum(kToolCalls));
+  record.stats.tool_errors = static_cast<int64_t>(sum(kToolErrors));
+  record.stats.inserted_tokens = static_cast<int64_t>(sum(kInsertedTokens));
+  counts(kEnded0, table_names(episode_ends()), record.stats.ended_by);
+  counts(kTito0, tito_names(), record.stats.tito);
   for (const auto& g : pending_.discarded) record.stats.add(g);
   record.step = step;
   record.total_steps = run_.plan.total_steps;

@@ -7,6 +7,8 @@
 #include "algo/advantages.h"
 #include "algo/dapo.h"
 #include "reward/external.h"
+#include "rl/rollout/agent_loop.h"
+#include "sandbox/sandbox_pool.h"
 #include "util/error.h"
 #include "util/trace.h"
 
@@ -38,13 +40,14 @@ DatasetOptions checked_by(const RewardFunction& reward, DatasetOptions options) 
 
 nlohmann::json to_json(const PromptPick& p) {
   return {{"ids", p.ids}, {"text", p.text}, {"gt_answer", p.gt_answer}, {"line", p.line},
-          {"seed", p.seed}, {"id", p.id}, {"metadata", p.metadata}};
+          {"seed", p.seed}, {"id", p.id}, {"metadata", p.metadata}, {"messages", p.messages}, {"truncated", p.truncated}};
 }
 
 PromptPick pick_from_json(const nlohmann::json& j) {
   return {j.at("ids").get<std::vector<int32_t>>(), j.at("text").get<std::string>(), j.at("gt_answer").get<std::string>(),
           j.at("line").get<int64_t>(), j.at("seed").get<uint64_t>(), j.value("id", int64_t{0}),
-          j.value("metadata", nlohmann::json::object())};
+          j.value("metadata", nlohmann::json::object()), j.value("messages", nlohmann::json::array()),
+          j.value("truncated", false)};
 }
 
 EngineConfig run_engine_config(const RunConfig& c) {
@@ -68,10 +71,24 @@ RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& m
                                    RolloutBackend* backend, const PromptDataset* dataset, DatasetCursor* cursor,
                                    const RewardFunction* reward)
     : c_(config), backend_(backend), dataset_(dataset), cursor_(cursor), reward_(reward) {
-  prompts_ = std::make_unique<PromptBuilder>(tokenizer, run_prompt_options(config, model_config));
+  PromptOptions prompt_options = run_prompt_options(config, model_config);
+  if (config.episode.multi_turn()) {
+    // The python tool's sandbox only where rollouts are generated (a picker only renders prompts).
+    const bool python = config.episode.tools.find("python") != std::string::npos;
+    if (backend != nullptr && python) tool_sandbox_ = std::make_unique<SandboxPool>(static_cast<int>(config.reward.code.workers));
+    SandboxLimits limits;
+    limits.memory_mb = config.reward.code.memory_mb;
+    EpisodeOptions episode = config.episode;
+    if (backend == nullptr) episode.env_cmd.clear();  // no episodes run here: no environment processes
+    agent_ = std::make_unique<Agent>(tokenizer, episode, prompt_options.template_variables, tool_sandbox_.get(), limits);
+    prompt_options.template_variables = agent_->template_variables();
+  }
+  prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
   sampling_ = config.rollout.sampling;
   sampling_.stop_token_ids = default_stop_tokens(model_config, tokenizer);
 }
+
+RolloutGenerator::~RolloutGenerator() = default;
 
 std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
   RLCPP_CHECK(dataset_ != nullptr && cursor_ != nullptr, "picking prompts without a dataset");
@@ -96,10 +113,55 @@ std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
     const int64_t position = static_cast<int64_t>(cursor_->consumed());
     picks.push_back({built->ids, built->text, record.gt_answer, record.line,
                      c_.runtime.seed * 1000003ULL + static_cast<uint64_t>(position), position,
-                     nlohmann::json(record.metadata)});
+                     nlohmann::json(record.metadata), nlohmann::json(built->messages), built->truncated});
   }
   return picks;
 }
+
+namespace {
+
+// One sample of a round before grading: what the backend or the agent loop gave.
+struct Rolled {
+  GeneratedSample generated;
+  std::vector<int32_t> prompt_ids;  // the sample's prompt (an environment's first message may extend the group's)
+  std::string graded;               // the text the -rt reward grades (multi-turn: the last assistant turn)
+  nlohmann::json episode;           // multi-turn: the episode's summary
+  double env_reward = 0;
+  bool truncated = false;
+};
+
+// A sample of the model's runs and the inserted ones, each run with its policy version.
+Sample trajectory_sample(const Rolled& r, double advantage) {
+  const GeneratedSample& g = r.generated;
+  if (g.inserted.empty()) {
+    return model_sample(r.prompt_ids, g.token_ids, advantage, g.logprobs, g.policy_version, r.truncated);
+  }
+  Sample s;
+  s.prompt_ids = r.prompt_ids;
+  size_t at = 0;
+  auto run = [&](SegmentKind kind, size_t end) {
+    if (end <= at) return;
+    const std::vector<int32_t> ids(g.token_ids.begin() + static_cast<std::ptrdiff_t>(at),
+                                   g.token_ids.begin() + static_cast<std::ptrdiff_t>(end));
+    std::vector<float> logprobs;
+    if (!g.logprobs.empty()) {
+      logprobs.assign(g.logprobs.begin() + static_cast<std::ptrdiff_t>(at), g.logprobs.begin() + static_cast<std::ptrdiff_t>(end));
+    }
+    s.append(kind, ids, logprobs, g.policy_version);
+    at = end;
+  };
+  for (const auto& inserted : g.inserted) {
+    run(SegmentKind::kModel, static_cast<size_t>(inserted.start));
+    run(SegmentKind::kInserted, static_cast<size_t>(inserted.start + inserted.length));
+  }
+  run(SegmentKind::kModel, g.token_ids.size());
+  if (g.logprobs.empty()) s.rollout_logprobs.clear();
+  s.set_advantage(advantage);
+  s.truncated = r.truncated;
+  return s;
+}
+
+}  // namespace
 
 RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   RLCPP_CHECK(backend_ != nullptr && reward_ != nullptr, "generating without a rollout backend");
@@ -129,15 +191,40 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   }
   const size_t per_call = c_.rollout.inference_microbatch_size > 0 ? static_cast<size_t>(c_.rollout.inference_microbatch_size) : order.size();
   const int64_t G = c_.rollout.num_generations;
-  std::vector<std::vector<GeneratedSample>> by_request(requests.size(), std::vector<GeneratedSample>(static_cast<size_t>(G)));
+  std::vector<std::vector<Rolled>> by_request(requests.size(), std::vector<Rolled>(static_cast<size_t>(G)));
   auto t0 = std::chrono::steady_clock::now();
   std::optional<trace::Span> span(std::in_place, "generate");
   for (size_t begin = 0; begin < order.size(); begin += per_call) {
+    const size_t end = std::min(order.size(), begin + per_call);
+    if (agent_ != nullptr) {
+      std::vector<EpisodePrompt> prompts;
+      for (size_t k = begin; k < end; ++k) {
+        const PromptPick& pick = picks[order[k]];
+        nlohmann::json record = pick.metadata.is_object() ? pick.metadata : nlohmann::json::object();
+        record["messages"] = pick.messages;
+        record["gt_answer"] = pick.gt_answer;
+        prompts.push_back({nlohmann::ordered_json(pick.messages), pick.text, pick.ids, pick.truncated, record, pick.id, pick.seed});
+      }
+      for (auto& e : run_episodes(*backend_, *agent_, prompts, sampling_, G)) {
+        Rolled& r = by_request[order[begin + static_cast<size_t>(e.sample.request)]][static_cast<size_t>(e.sample.sample)];
+        r.prompt_ids = std::move(e.prompt_ids);
+        r.graded = std::move(e.final_text);
+        r.episode = std::move(e.summary);
+        r.env_reward = e.env_reward;
+        r.truncated = e.truncated;
+        r.generated = std::move(e.sample);
+      }
+      continue;
+    }
     std::vector<GenerationRequest> call;
-    for (size_t k = begin; k < std::min(order.size(), begin + per_call); ++k) call.push_back(requests[order[k]]);
+    for (size_t k = begin; k < end; ++k) call.push_back(requests[order[k]]);
     for (auto& s : backend_->generate(call)) {
       const size_t r = order[begin + static_cast<size_t>(s.request)];
-      by_request[r][static_cast<size_t>(s.sample)] = std::move(s);
+      Rolled& rolled = by_request[r][static_cast<size_t>(s.sample)];
+      rolled.prompt_ids = requests[r].prompt_ids;
+      rolled.graded = s.text;
+      rolled.truncated = s.finish_reason == FinishReason::kLength;
+      rolled.generated = std::move(s);
     }
   }
   round.generate_seconds = seconds_since(t0);
@@ -147,24 +234,25 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   std::vector<RewardInput> inputs;
   for (size_t r = 0; r < requests.size(); ++r) {
     for (const auto& s : by_request[r]) {
-      inputs.push_back({groups[r].prompt, s.text, groups[r].gt_answer, picks[r].metadata,
-                        s.finish_reason == FinishReason::kLength});
+      inputs.push_back({groups[r].prompt, s.graded, groups[r].gt_answer, picks[r].metadata, s.truncated});
     }
   }
   const auto graded = reward_->score(inputs);
   round.reward_seconds = seconds_since(t0);
   span.reset();
+  const bool env_only = c_.reward.type == RewardType::kEnv;
+  const bool env_rewards = env_only || c_.episode.env_reward_add;
   std::vector<double> rewards(graded.size());
   std::vector<int64_t> correct(graded.size());  // int64: the group filter's tensor
   const int64_t cache = c_.algo.overlong_cache > 0 ? c_.algo.overlong_cache : default_overlong_cache(sampling_.max_new_tokens);
   for (size_t k = 0; k < graded.size(); ++k) {
     const auto& s = by_request[k / static_cast<size_t>(G)][k % static_cast<size_t>(G)];
-    rewards[k] = graded[k].reward;
+    rewards[k] = graded[k].reward + (env_rewards ? s.env_reward : 0.0);
     if (c_.algo.overlong_shaping) {
-      rewards[k] += overlong_penalty(static_cast<int64_t>(s.token_ids.size()), sampling_.max_new_tokens, cache,
+      rewards[k] += overlong_penalty(static_cast<int64_t>(s.generated.token_ids.size()), sampling_.max_new_tokens, cache,
                                      c_.reward.scale.correct);
     }
-    correct[k] = graded[k].correct;
+    correct[k] = env_only ? s.env_reward > 0 : graded[k].correct;
   }
   const auto advantages = compute_advantages(torch::tensor(rewards, torch::kFloat64), G, c_.algo.advantage);
   const auto* adv = advantages.data_ptr<double>();
@@ -177,16 +265,17 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
     SampleGroup& g = groups[r];
     for (int64_t s = 0; s < G; ++s) {
       const size_t k = r * static_cast<size_t>(G) + static_cast<size_t>(s);
-      auto& generated = by_request[r][static_cast<size_t>(s)];
-      Sample sample = model_sample(requests[r].prompt_ids, std::move(generated.token_ids), adv[k],
-                                   std::move(generated.logprobs), generated.policy_version,
-                                   generated.finish_reason == FinishReason::kLength);
-      sample.response = std::move(generated.text);
+      Rolled& rolled = by_request[r][static_cast<size_t>(s)];
+      Sample sample = trajectory_sample(rolled, adv[k]);
+      sample.response = std::move(rolled.generated.text);
       sample.reward = rewards[k];
       sample.reward_parts = graded[k].parts;
+      if (env_rewards) sample.reward_parts["env"] = rolled.env_reward;
       sample.reward_reason = graded[k].reason;
       sample.correct = correct[k] != 0;
       sample.group_id = g.id;
+      sample.episode = std::move(rolled.episode);
+      check_sample(sample, fmt::format("a rollout of dataset line {}", g.line));
       g.samples.push_back(std::move(sample));
     }
     const bool kept = !keep.defined() || keep[static_cast<int64_t>(r)].item<bool>();
@@ -194,6 +283,5 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   }
   return round;
 }
-
 
 }  // namespace rlcpp

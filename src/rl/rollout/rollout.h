@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "env/episode.h"
 #include "io/prompt_dataset.h"
 #include "reward/reward_function.h"
 #include "rl/config/run_config.h"
@@ -32,8 +33,23 @@ struct RolloutStats {
   int64_t samples = 0, correct = 0, truncated = 0, max_len = 0;
   double reward_sum = 0, len_sum = 0;
   std::map<std::string, int64_t> reasons;  // samples per grader reason (code rewards: "passed", "timeout", ...)
+  // Multi-turn: trajectories, their turns (sum, max), tool calls and errors, inserted tokens,
+  // trajectories per way they ended and per token-exactness outcome.
+  int64_t episodes = 0, turns_sum = 0, turns_max = 0, tool_calls = 0, tool_errors = 0, inserted_tokens = 0;
+  std::map<std::string, int64_t> ended_by, tito;
   void add(const SampleGroup& g) {
     for (const auto& s : g.samples) {
+      if (s.episode.is_object()) {
+        ++episodes;
+        const int64_t turns = s.episode.value("n_turns", int64_t{0});
+        turns_sum += turns;
+        turns_max = std::max(turns_max, turns);
+        tool_calls += s.episode.value("tool_calls", int64_t{0});
+        tool_errors += s.episode.value("tool_errors", int64_t{0});
+        inserted_tokens += s.episode.value("inserted_tokens", int64_t{0});
+        ++ended_by[s.episode.value("ended_by", std::string("answer"))];
+        ++tito[s.episode.value("tito", std::string("unchecked"))];
+      }
       const int64_t len = static_cast<int64_t>(s.response_ids.size());
       ++samples;
       correct += s.correct;
@@ -57,6 +73,8 @@ struct PromptPick {
   uint64_t seed = 0;  // of the group's sampling
   int64_t id = 0;     // the group's (SampleGroup::id): the dataset cursor's position when picked
   nlohmann::json metadata = nlohmann::json::object();  // the record's other fields (a code task's tests)
+  nlohmann::json messages = nlohmann::json::array();   // rendered into `text` (multi-turn episodes continue them)
+  bool truncated = false;                              // ids are a cut of text's tokens
 };
 
 nlohmann::json to_json(const PromptPick& pick);
@@ -85,6 +103,7 @@ class RolloutGenerator {
   // rollout worker) has no dataset and no cursor.
   RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer, RolloutBackend* backend,
                    const PromptDataset* dataset, DatasetCursor* cursor, const RewardFunction* reward);
+  ~RolloutGenerator();
 
   // One round of `n_prompts` prompts (those left out by the prompt-length limits are replaced).
   RolloutRound generate(int64_t n_prompts) { return generate(pick(n_prompts)); }
@@ -101,13 +120,18 @@ class RolloutGenerator {
     skipped_short_ = short_prompts;
   }
   const SamplingParams& sampling() const { return sampling_; }
+  // Multi-turn (--tools, --env-cmd): what the episodes share; null for single-turn rollouts.
+  const Agent* agent() const { return agent_.get(); }
 
  private:
+
   const RunConfig& c_;
   RolloutBackend* backend_;
   const PromptDataset* dataset_;
   DatasetCursor* cursor_;
   const RewardFunction* reward_;
+  std::unique_ptr<SandboxPool> tool_sandbox_;  // runs the python tool's code
+  std::unique_ptr<Agent> agent_;
   std::unique_ptr<PromptBuilder> prompts_;
   SamplingParams sampling_;
   int64_t skipped_long_ = 0, skipped_short_ = 0;

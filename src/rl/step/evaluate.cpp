@@ -7,7 +7,9 @@
 #include <chrono>
 #include <tuple>
 
+#include "rl/rollout/agent_loop.h"
 #include "rl/rollout/rollout.h"
+#include "sandbox/sandbox_pool.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/trace.h"
@@ -15,12 +17,53 @@
 namespace rlcpp {
 
 nlohmann::ordered_json EvalResult::summary() const {
-  return {{"prompts", prompts},         {"samples", samples},
-          {"accuracy", accuracy},       {"pass_at_n", pass_at_n}, {"maj_at_n", maj_at_n},
-          {"format_accuracy", format_accuracy}, {"reward_mean", reward_mean},
-          {"response_length_mean", response_length_mean}, {"truncated_fraction", truncated_fraction},
-          {"seconds", seconds}};
+  nlohmann::ordered_json out = {{"prompts", prompts},         {"samples", samples},
+                                {"accuracy", accuracy},       {"pass_at_n", pass_at_n}, {"maj_at_n", maj_at_n},
+                                {"format_accuracy", format_accuracy}, {"reward_mean", reward_mean},
+                                {"response_length_mean", response_length_mean}, {"truncated_fraction", truncated_fraction}};
+  if (multi_turn) {
+    out["tool_call_rate"] = tool_call_rate;
+    out["tool_calls_mean"] = tool_calls_mean;
+    out["turns_mean"] = turns_mean;
+    out["tito_mismatch"] = tito_mismatch;
+  }
+  out["seconds"] = seconds;
+  return out;
 }
+
+namespace {
+
+// Every prompt's n samples: the engine's, or multi-turn episodes' (their response is the whole
+// trajectory's text; the reward grades their last turn's, set in `graded`).
+std::vector<GeneratedSample> eval_generate(Engine& engine, const std::vector<GenerationRequest>& requests,
+                                           const std::vector<BuiltPrompt>& built, const EvalSampling& options,
+                                           std::vector<std::string>* graded, std::vector<nlohmann::json>* episodes,
+                                           std::vector<bool>* truncated) {
+  std::vector<GeneratedSample> out;
+  if (options.agent == nullptr) {
+    out = engine.generate(requests);
+    for (const auto& s : out) {
+      graded->push_back(s.text);
+      episodes->push_back(nullptr);
+      truncated->push_back(s.finish_reason == FinishReason::kLength);
+    }
+    return out;
+  }
+  std::vector<EpisodePrompt> prompts;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    prompts.push_back({built[r].messages, built[r].text, built[r].ids, built[r].truncated, nlohmann::json::object(),
+                       static_cast<int64_t>(r), requests[r].seed});
+  }
+  for (auto& e : run_episodes(engine, *options.agent, prompts, options.sampling, options.n)) {
+    graded->push_back(std::move(e.final_text));
+    episodes->push_back(std::move(e.summary));
+    truncated->push_back(e.truncated);
+    out.push_back(std::move(e.sample));
+  }
+  return out;
+}
+
+}  // namespace
 
 EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset& dataset, const RewardFunction& reward,
                     const EvalSampling& options) {
@@ -28,6 +71,7 @@ EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset&
   std::vector<GenerationRequest> requests;
   std::vector<const PromptRecord*> records;
   std::vector<std::string> texts;
+  std::vector<BuiltPrompt> built_prompts;
   for (const auto& record : dataset.records) {
     if (options.limit > 0 && static_cast<int64_t>(requests.size()) >= options.limit) break;
     auto built = prompts.build(record);
@@ -40,13 +84,18 @@ EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset&
     requests.push_back(std::move(request));
     records.push_back(&record);
     texts.push_back(built->text);
+    built_prompts.push_back(std::move(*built));
   }
-  const auto generated = engine.generate(requests);
+  std::vector<std::string> graded_texts;
+  std::vector<nlohmann::json> episodes;
+  std::vector<bool> truncated;
+  const auto generated = eval_generate(engine, requests, built_prompts, options, &graded_texts, &episodes, &truncated);
   std::vector<RewardInput> inputs;
-  for (const auto& s : generated) {
+  for (size_t k = 0; k < generated.size(); ++k) {
+    const auto& s = generated[k];
     const auto& record = *records[static_cast<size_t>(s.request)];
-    inputs.push_back({texts[static_cast<size_t>(s.request)], s.text, record.gt_answer, nlohmann::json(record.metadata),
-                      s.finish_reason == FinishReason::kLength});
+    inputs.push_back({texts[static_cast<size_t>(s.request)], graded_texts[k], record.gt_answer,
+                      nlohmann::json(record.metadata), truncated[k]});
   }
   const auto graded = reward.score(inputs);
   EvalResult r;
@@ -69,6 +118,15 @@ EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset&
     e.format_ok = graded[k].format_ok;
     e.truncated = inputs[k].truncated;
     e.tokens = static_cast<int64_t>(s.token_ids.size());
+    e.episode = episodes[k];
+    if (e.episode.is_object()) {
+      r.multi_turn = true;
+      const int64_t calls = e.episode.value("tool_calls", int64_t{0});
+      r.tool_call_rate += calls > 0;
+      r.tool_calls_mean += static_cast<double>(calls);
+      r.turns_mean += static_cast<double>(e.episode.value("n_turns", int64_t{0}));
+      r.tito_mismatch += e.episode.value("tito", std::string()) == "mismatch";
+    }
     solved[static_cast<size_t>(s.request)] |= e.correct;
     if (e.format_ok) {
       auto& list = votes[static_cast<size_t>(s.request)];
@@ -89,6 +147,9 @@ EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset&
   r.reward_mean /= n;
   r.response_length_mean /= n;
   r.truncated_fraction /= n;
+  r.tool_call_rate /= n;
+  r.tool_calls_mean /= n;
+  r.turns_mean /= n;
   for (uint8_t v : solved) r.pass_at_n += v;
   for (const auto& list : votes) {
     const auto best = std::max_element(list.begin(), list.end(),
@@ -109,6 +170,11 @@ std::string eval_samples_jsonl(const EvalResult& r) {
                                    {"format_ok", s.format_ok}, {"truncated", s.truncated}, {"tokens", s.tokens},
                                    {"reward", s.reward}};
     if (!s.reason.empty()) line["reason"] = s.reason;
+    if (s.episode.is_object()) {
+      line["turns"] = s.episode.at("turns");
+      line["tool_calls"] = s.episode.value("tool_calls", int64_t{0});
+      line["ended_by"] = s.episode.value("ended_by", std::string());
+    }
     text += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   return text;
@@ -124,6 +190,20 @@ RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, 
   prompt_options.max_prompt_tokens = c.rollout.max_prompt_tokens;
   prompt_options.context_tokens = model_config.max_position_embeddings;
   prompt_options.overflow = c.rollout.overflow;
+  if (c.episode.multi_turn() && !sets_.empty()) {
+    // Held-out prompts run as the training episodes do, with the same tools (no environment: an
+    // evaluation grades the final answer with -rt).
+    EpisodeOptions episode = c.episode;
+    episode.env_cmd.clear();
+    if (episode.tools.find("python") != std::string::npos) {
+      tool_sandbox_ = std::make_unique<SandboxPool>(static_cast<int>(c.reward.code.workers));
+    }
+    SandboxLimits limits;
+    limits.memory_mb = c.reward.code.memory_mb;
+    agent_ = std::make_unique<Agent>(tokenizer, episode, prompt_options.template_variables, tool_sandbox_.get(), limits);
+    prompt_options.template_variables = agent_->template_variables();
+    options_.agent = agent_.get();
+  }
   prompts_ = std::make_unique<PromptBuilder>(tokenizer, prompt_options);
   options_.sampling = c.rollout.sampling;
   options_.sampling.temperature = c.eval.greedy ? 0.0 : c.eval.temperature;
@@ -133,6 +213,8 @@ RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, 
   options_.limit = c.eval.limit;
   options_.seed = c.runtime.seed;  // the same sampling noise at every evaluation, so the curve compares like with like
 }
+
+RunEvaluator::~RunEvaluator() = default;
 
 bool evaluation_due(const EvalOptions& eval, int64_t step, int64_t total_steps) {
   return !eval_sets(eval).empty() && ((eval.interval > 0 && step % eval.interval == 0) || step == total_steps);

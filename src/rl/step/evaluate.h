@@ -25,6 +25,7 @@ struct EvalSampling {
   int64_t n = 1;            // samples per prompt
   int64_t limit = 0;        // first N prompts (0: all)
   uint64_t seed = 0;
+  const Agent* agent = nullptr;  // multi-turn: prompts run as episodes; the reward grades the last turn
 };
 
 struct EvalSample {
@@ -34,6 +35,7 @@ struct EvalSample {
   double reward = 0;
   bool correct = false, format_ok = false, truncated = false;
   int64_t tokens = 0;
+  nlohmann::json episode;  // multi-turn: the episode's summary (its turns, tool calls, ...)
 };
 
 struct EvalResult {
@@ -45,6 +47,10 @@ struct EvalResult {
   double reward_mean = 0;
   double response_length_mean = 0;
   double truncated_fraction = 0;
+  // Multi-turn: samples that called a tool at least once / samples, tool calls and turns per sample.
+  bool multi_turn = false;
+  double tool_call_rate = 0, tool_calls_mean = 0, turns_mean = 0;
+  int64_t tito_mismatch = 0;
   double seconds = 0;
   std::vector<EvalSample> per_sample;
   nlohmann::ordered_json summary() const;
@@ -64,6 +70,7 @@ class RunEvaluator {
   // run_dir/eval/<set>/step-<n>.jsonl.
   RunEvaluator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer,
                const std::filesystem::path& run_dir);
+  ~RunEvaluator();
   bool empty() const { return sets_.empty(); }
   // Every -ei steps and at the end of the run.
   bool due(int64_t step, int64_t total_steps) const;
@@ -79,6 +86,8 @@ class RunEvaluator {
   std::vector<std::pair<std::string, PromptDataset>> sets_;
   std::unique_ptr<PromptBuilder> prompts_;
   RewardFunction reward_;
+  std::unique_ptr<SandboxPool> tool_sandbox_;
+  std::unique_ptr<Agent> agent_;
   EvalSampling options_;
 };
 

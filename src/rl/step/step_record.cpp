@@ -40,6 +40,24 @@ nlohmann::ordered_json to_json(const StepRecord& r) {
   line["response_length_max"] = r.stats.max_len;
   line["truncated_fraction"] = r.stats.mean(static_cast<double>(r.stats.truncated));
   if (!r.stats.reasons.empty()) line["reward_reasons"] = r.stats.reasons;  // samples per reason (code rewards)
+  if (r.stats.episodes > 0) {  // multi-turn: per trajectory, and shares of the trajectories
+    const auto n = static_cast<double>(r.stats.episodes);
+    line["turns_mean"] = static_cast<double>(r.stats.turns_sum) / n;
+    line["turns_max"] = r.stats.turns_max;
+    line["tool_calls"] = static_cast<double>(r.stats.tool_calls) / n;
+    line["tool_errors"] = r.stats.tool_errors;
+    line["inserted_tokens"] = static_cast<double>(r.stats.inserted_tokens) / n;
+    auto count = [&](const std::map<std::string, int64_t>& m, const std::string& key) {
+      const auto it = m.find(key);
+      return it == m.end() ? int64_t{0} : it->second;
+    };
+    line["tito_mismatch"] = count(r.stats.tito, "mismatch");
+    line["tito_rerender"] = count(r.stats.tito, "rerender");
+    line["tito_noncanonical"] = count(r.stats.tito, "noncanonical");
+    nlohmann::ordered_json ended;
+    for (const auto& [why, k] : r.stats.ended_by) ended[why] = static_cast<double>(k) / n;
+    line["ended_by"] = ended;
+  }
   for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "clip_frac_dual",
                           "grad_norm", "lr", "n_skipped", "tis_weight_mean", "tis_clip_frac", "mismatch_abs_mean",
                           "mismatch_abs_max", "mismatch_kl", "relayed_groups", "nonfinite", "old_logprobs_reused"}) {
@@ -168,7 +186,11 @@ void save_rollouts(const std::filesystem::path& dir, int64_t step, const std::ve
         line["response_tokens"] = s.response_ids.size();
         const nlohmann::json sample = to_json(s);  // the sample as checkpoints hold it
         for (const auto& [key, value] : sample.items()) line[key] = value;
-        text += line.dump() + "\n";
+        if (s.episode.is_object() && s.episode.contains("turns")) {  // multi-turn: the conversation beside the ids
+          line["turns"] = s.episode.at("turns");
+          line["episode"].erase("turns");
+        }
+        text += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
       }
     }
   }

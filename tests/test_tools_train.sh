@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Multi-turn rollouts end to end on the bundled tool-use task (models/tools-tiny, examples/tools):
+#   - colocated GRPO with --tools calculator: the multi-turn metrics (turns, tool calls, inserted
+#     tokens, tito_mismatch 0), rollouts carrying their conversation ("turns"), an eval set run as
+#     episodes (tool-call rate), the report's conversation;
+#   - the same with LoRA, with MPI rollout workers (-t 1 -i 1: the colocated run's steps exactly),
+#     with ZeRO-1 over two trainers, with tensor-parallel rollout workers and -nb 1, and with the remote backend (rlcpp serve; each turn a request
+#     of the whole sequence so far);
+#   - exact resume after kill -9 (the round in flight is regenerated from the checkpoint);
+#   - an external environment (-rt env, --env-cmd): its rewards, a first observation, a second
+#     try; a crashing environment ends the run naming the command;
+#   - rlcpp eval --tools; flags that do not go together are refused naming them.
+# Usage: test_tools_train.sh RLCPP_BINARY SOURCE_DIR MPIEXEC
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_tools_train.sh RLCPP_BINARY SOURCE_DIR MPIEXEC}")
+src=$(realpath "${2:?usage: test_tools_train.sh RLCPP_BINARY SOURCE_DIR MPIEXEC}")
+mpiexec=${3:-mpirun}
+source "$(dirname "$0")/lib.sh"
+model="$src/models/tools-tiny"
+data="$src/examples/tools/train.jsonl"
+test_set="$src/examples/tools/test.jsonl"
+pids=()
+cleanup_extra() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; }
+lines() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
+
+common=(-m "$model" -rt boxed --tools calculator --max-turns 3 -g 4 -temp 1.0 --mnt 64 -sd runs --seed 3
+        --log-interval 100)
+base=("${common[@]}" -tbs 4 -tMbs 4 -tmbs 16 -d "$data" -lr 5e-5)
+steps=3
+
+# 1. Colocated, with an eval set and rollouts saved.
+timeout 600 "$rlcpp" train "${base[@]}" --max-steps $steps -p colocated -ed "{\"tools\": \"$test_set\"}" -ei $steps \
+  --eval-limit 16 -rsd runs/colocated/rollouts --rollout-save-interval 1 > colocated.log 2>&1 \
+  || { bad colocated-run; tail -5 colocated.log; }
+python3 - runs/colocated <<'PY' && ok multi-turn-metrics-and-rollouts || bad multi-turn-metrics-and-rollouts
+import glob, json, sys
+run = sys.argv[1]
+lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+assert len(lines) == 3, len(lines)
+for d in lines:
+    for key in ("turns_mean", "turns_max", "tool_calls", "tool_errors", "inserted_tokens", "tito_mismatch", "ended_by"):
+        assert key in d, (key, d)
+    assert d["tito_mismatch"] == 0 and d["tito_rerender"] == 0, d
+    assert abs(sum(d["ended_by"].values()) - 1) < 1e-9, d["ended_by"]
+assert any(d["tool_calls"] > 0 for d in lines), [d["tool_calls"] for d in lines]
+tool_turns = 0
+for path in sorted(glob.glob(run + "/rollouts/**/*.jsonl", recursive=True)):
+    for l in open(path):
+        d = json.loads(l)
+        assert d["turns"][0]["role"] == "assistant" and d["turns"][0]["trained"], d["turns"]
+        inserted = [s for s in d["segments"] if s[0] == "inserted"]
+        tools = [t for t in d["turns"] if t["role"] == "tool"]
+        assert len(tools) == len(inserted) == d["episode"]["tool_calls"], (d["turns"], d["segments"])
+        assert all(not t["trained"] for t in tools)
+        assert d["episode"]["tito"] == "exact", d["episode"]
+        tool_turns += len(tools)
+assert tool_turns > 0
+ev = lines[-1]["eval"]["tools"]
+assert 0 <= ev["tool_call_rate"] <= 1 and ev["turns_mean"] >= 1 and ev["tito_mismatch"] == 0, ev
+print(f"      tool calls per episode {[round(d['tool_calls'], 2) for d in lines]}; eval {ev}")
+PY
+"$rlcpp" report runs/colocated > /dev/null 2>&1 && grep -q "Multi-turn episodes" runs/colocated/report.html \
+  && grep -q "(inserted)" runs/colocated/report.html && ok report-shows-conversations || bad report-shows-conversations
+
+# 2. LoRA.
+timeout 600 "$rlcpp" train "${common[@]}" -tbs 4 -tMbs 4 -tmbs 16 -d "$data" --max-steps 2 -p lora --lora-rank 8 --lora-alpha 16 -lr 1e-3 > lora.log 2>&1 \
+  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all("turns_mean" in d and d["tito_mismatch"]==0 for d in l) else 1)' runs/lora/metrics.jsonl \
+  && ok lora || { bad lora; tail -5 lora.log; }
+
+# 3. MPI: one trainer and one rollout worker running the episodes: the colocated run's steps.
+run_mpi 2 "${base[@]}" --max-steps $steps -t 1 -i 1 -p t1i1 > t1i1.log 2>&1 || { bad t1i1-run; tail -5 t1i1.log; }
+OMP_NUM_THREADS=1 timeout 600 "$rlcpp" train "${base[@]}" --max-steps $steps -p colocated1 > colocated1.log 2>&1 || bad colocated1-run
+if [ -s runs/t1i1/metrics.jsonl ] && cmp -s <(metrics_of runs/colocated1/metrics.jsonl) <(metrics_of runs/t1i1/metrics.jsonl); then
+  ok mpi-workers-same-steps
+else
+  bad mpi-workers-same-steps; diff <(metrics_of runs/colocated1/metrics.jsonl) <(metrics_of runs/t1i1/metrics.jsonl) | head -4
+fi
+# ZeRO-1 over two trainers fed by two workers: the multi-turn samples (inserted runs) split over replicas.
+run_mpi 4 "${common[@]}" -d "$data" -lr 5e-5 --max-steps 2 -t 2 -i 2 -tbs 2 -tMbs 2 -tmbs 8 -zero 1 -p zero > zero.log 2>&1 \
+  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all("turns_mean" in d for d in l) else 1)' runs/zero/metrics.jsonl \
+  && ok zero1-two-trainers || { bad zero1-two-trainers; tail -5 zero.log; }
+
+# Tensor-parallel rollout workers (two ranks hold one engine) with one round in flight (-nb 1).
+run_mpi 3 "${base[@]}" --max-steps 2 -t 1 -i 2 --rollout-tp 2 -nb 1 -p tp > tp.log 2>&1 \
+  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all(d["tito_mismatch"]==0 and "turns_mean" in d for d in l) else 1)' runs/tp/metrics.jsonl \
+  && ok rollout-tp-and-nb || { bad rollout-tp-and-nb; tail -5 tp.log; }
+
+# 4. Exact resume after kill -9 mid-run.
+resume=("${base[@]}" --max-steps 6 --si 1)
+"$rlcpp" train "${resume[@]}" -p full > full.log 2>&1 || bad resume-reference-run
+"$rlcpp" train "${resume[@]}" -p killed > killed.log 2>&1 &
+pid=$!
+while kill -0 "$pid" 2>/dev/null && [ "$(lines runs/killed/metrics.jsonl)" -lt 3 ]; do sleep 0.01; done
+kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+killed_at=$(lines runs/killed/metrics.jsonl)
+if [ "$killed_at" -ge 6 ]; then
+  bad "resume-kill: the run finished before it could be killed"
+else
+  "$rlcpp" train "${resume[@]}" -p killed --resume auto > resumed.log 2>&1 || { bad resume-run; tail -5 resumed.log; }
+  if cmp -s runs/full/step-6/model.safetensors runs/killed/step-6/model.safetensors \
+     && [ "$(metrics_of runs/full/metrics.jsonl)" = "$(metrics_of runs/killed/metrics.jsonl)" ]; then
+    ok "resume-exact (killed after $killed_at steps)"
+  else
+    bad "resume-exact (killed after $killed_at steps): weights or metrics differ"
+    diff <(metrics_of runs/full/metrics.jsonl) <(metrics_of runs/killed/metrics.jsonl) | head -6
+  fi
+fi
+
+# 5. Remote backend: rlcpp serve; each turn is a /v1/completions request of the whole sequence.
+start_server server.log --model "$model" || { bad server-starts; cat server.log; }
+pids+=("$server_pid")
+timeout 600 "$rlcpp" train "${base[@]}" --max-steps 2 -p remote -b openai --rollout-url "$server_url" > remote.log 2>&1 \
+  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all(d["tito_mismatch"]==0 and "turns_mean" in d for d in l) else 1)' runs/remote/metrics.jsonl \
+  && ok remote-backend || { bad remote-backend; tail -5 remote.log; }
+
+# 6. An external environment: its rewards (-rt env), a first observation, a second try.
+env_common=(-m "$model" -d "$data" -rt env --env-workers 2 --tools calculator --max-turns 4 -g 4 -tbs 4 -tMbs 4 -tmbs 16
+            -temp 1.0 --mnt 96 -sd runs --seed 3 --log-interval 100 -lr 5e-5)
+timeout 600 "$rlcpp" train "${env_common[@]}" --env-cmd "python3 $src/tests/data/retry_env.py" --max-steps 2 -p env -rsd runs/env/rollouts > env.log 2>&1 || { bad env-run; tail -5 env.log; }
+python3 - runs/env <<'PY' && ok environment-episodes || bad environment-episodes
+import glob, json, sys
+lines = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+assert len(lines) == 2 and all(d["tito_mismatch"] == 0 for d in lines), lines
+ends = set()
+for path in glob.glob(sys.argv[1] + "/rollouts/**/*.jsonl", recursive=True):
+    for l in open(path):
+        d = json.loads(l)
+        ends.add(d["episode"]["ended_by"])
+        assert d["reward"] == d["episode"]["env_reward"] == d["reward_parts"]["env"], d
+        assert d["correct"] == (d["reward"] > 0)
+assert "env_done" in ends, ends
+print(f"      episodes ended by {sorted(ends)}")
+PY
+timeout 300 "$rlcpp" train "${env_common[@]}" --env-cmd "python3 $src/tests/data/retry_env.py --crash-at 1" --max-steps 1 \
+  -p crash > crash.log 2>&1
+if [ $? -ne 0 ] && grep -q "env-cmd 'python3 .*retry_env.py --crash-at 1': it ended: exit status 3" crash.log; then
+  ok crashing-environment-named
+else
+  bad crashing-environment-named; tail -3 crash.log
+fi
+
+# 7. rlcpp eval --tools, and refused combinations.
+"$rlcpp" eval -m "$model" -d "$test_set" -rt boxed --tools calculator --limit 8 --mnt 64 --json > eval.json 2> eval.log \
+  && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if "tool_call_rate" in d and d["tito_mismatch"]==0 else 1)' eval.json \
+  && ok eval-tools || { bad eval-tools; tail -3 eval.log; }
+refused() {  # NAME PATTERN ARGS...
+  local name=$1 pattern=$2; shift 2
+  if ! timeout 60 "$rlcpp" train -m "$model" -d "$data" -sd runs -p refused "$@" > refused.log 2>&1 && grep -q -- "$pattern" refused.log; then
+    ok "$name"
+  else
+    bad "$name"; tail -2 refused.log
+  fi
+}
+refused turn-limits-without-tools "turn limits are for multi-turn" --max-turns 3
+refused env-without-reward-mode "say what the trajectory's reward is" --env-cmd "python3 x.py"
+refused rt-env-without-env "give it with --env-cmd" -rt env
+refused unknown-tool "unknown tool \"web\"" --tools calculator,web
+
+exit $failed
