@@ -6,7 +6,7 @@ BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc)
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps configure build test demo demo-code bench fuzz fixtures clean
+.PHONY: all deps configure build test demo demo-code demo-tools bench fuzz fixtures clean
 
 all: build
 
@@ -34,6 +34,12 @@ demo: deps
 demo-code: deps
 	$(MAKE) build
 	bash scripts/demo_code.sh $(BUILD_DIR)/rlcpp
+
+# Multi-turn GRPO with a calculator tool on the bundled tool-use task: accuracy and the share of
+# answers that call the tool before and after, the training curve and the token-exactness check.
+demo-tools: deps
+	$(MAKE) build
+	bash scripts/demo_tools.sh $(BUILD_DIR)/rlcpp
 
 # Every side-by-side benchmark against its anchor (llama.cpp, PyTorch eager) and one table of
 # ratios (bench/all.sh; QUICK=1 for a smoke run of minutes, the full run takes hours on 2 cores).
