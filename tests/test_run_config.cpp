@@ -253,7 +253,7 @@ TEST(RunSettings, ResumeTreatsASettingTheCheckpointPredatesAsItsDefault) {
 // recorded when most settings sat under runtime: and rollout: resumes as one recorded now.
 TEST(RunSettings, GroupsFollowTheOptionStructsAndOldRecordsStillResume) {
   EXPECT_EQ(run_groups(), (std::vector<std::string>{"runtime", "parallel", "staleness", "model", "rollout", "remote",
-                                                    "reward", "algorithm", "train", "eval", "logging"}));
+                                                    "reward", "episode", "algorithm", "train", "eval", "logging"}));
   const RunConfig given = load("parallel:\n  num_trainers: 2\n  num_inferencers: 2\nstaleness:\n  n_behind: 1\n"
                                "remote:\n  rollout_timeout: 30\nreward:\n  reward_type: answer_line\n"
                                "eval:\n  eval_n: 4\nrollout:\n  kv_cache_mb: 64\n");
