@@ -248,6 +248,37 @@ TEST(PolicyLoss, TruncatedImportanceSamplingTokenAndSequence) {
   expect_values(tis.logprobs.grad().view({-1}), {-1.5 / 2, -1.5 / 2});
 }
 
+TEST(PolicyLoss, MaskedImportanceSamplingTokenAndSequence) {
+  // IcePop: tokens whose behaviour ratio exp(old - rollout) leaves [0.5, 2] add nothing; the
+  // token-level denominator still counts all four tokens.
+  auto in = inputs({0, 0, 0, 0}, {0, 0, 0, 0}, {1.0}, 1, 4);
+  in.rollout_logprobs = t64({-1.0, 0.0, 0.9, 2.0}).view({1, 4});  // ratios e^1, 1, e^-0.9 = 0.41, e^-2
+  PolicyLossConfig band;
+  band.is_mask_low = 0.5;
+  band.is_mask_high = 2.0;
+  auto token = policy_loss(in, band);
+  EXPECT_NEAR(token.loss.item<double>(), -1.0 / 4, 1e-12);  // only token 1: -A·r / 4
+  EXPECT_DOUBLE_EQ(token.metrics["is_masked_frac"], 0.75);
+  token.loss.backward();
+  expect_values(in.logprobs.grad().view({-1}), {0, -0.25, 0, 0});
+  // Sequence level: the sample's geometric-mean ratio exp(mean(1, 0, -0.9, -2)) = e^-0.475 = 0.62.
+  band.is_mask_level = ImportanceLevel::kSequence;
+  in.logprobs.mutable_grad() = torch::Tensor();
+  EXPECT_NEAR(policy_loss(in, band).loss.item<double>(), -1.0, 1e-12);  // inside: all four count
+  band.is_mask_low = 0.7;  // 0.62 < 0.7: the whole sample is masked
+  auto masked_out = policy_loss(in, band);
+  EXPECT_NEAR(masked_out.loss.item<double>(), 0.0, 1e-12);
+  EXPECT_DOUBLE_EQ(masked_out.metrics["is_masked_frac"], 1.0);
+  // With TIS the kept tokens are weighted too: token 1's weight is min(1, cap) = 1, the rest masked.
+  band = PolicyLossConfig{};
+  band.is_mask_low = 0.5;
+  band.is_mask_high = 2.0;
+  band.tis_cap = 2.0;
+  EXPECT_NEAR(policy_loss(in, band).loss.item<double>(), -1.0 / 4, 1e-12);
+  EXPECT_FALSE(PolicyLossConfig{}.uses_rollout_logprobs());
+  EXPECT_TRUE(band.uses_rollout_logprobs());
+}
+
 TEST(PolicyLoss, GspoSequenceRatioHandComputed) {
   // GSPO: s = exp(mean token log-ratio), clipped at the sequence level, every token carrying s;
   // the gradient of token t is -A·s/|y| (sample-level mean), zero once s is clipped.

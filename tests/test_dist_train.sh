@@ -3,6 +3,8 @@
 #   - -t 1 -i 1 takes exactly the colocated run's steps (one thread per process, same bytes);
 #   - -t 1 -i 1, -t 2 -i 2 and -t 1 -i 3 learn, with every weight sync verified by hash on every
 #     rollout worker and no stale sample under -nb 0; -nb 1 overlaps rounds and stays within 1;
+#   - --max-staleness K = 0, 1, 2: the versions behind of every sample and token within K, the
+#     mismatch broken down by versions behind, and a schedule over the bound refused;
 #   - an error on a rollout worker ends the whole job, naming the rank;
 #   - kill -9 of a rank ends the job non-zero within seconds; --resume auto then finishes it with
 #     the same metrics as an uninterrupted run (-nb 0 and -nb 1, and from the middle of a round
@@ -64,7 +66,7 @@ done
 # -nb 1: the next round is generated while the trainers train; no sample more than 1 version old.
 # Those samples come from an older policy: the train/rollout mismatch is measured on them, and
 # TIS (--tis-cap) weights their loss by pi_old / pi_rollout (not 1).
-run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 2 -ibs 2 -nb 1 --tis-cap 2 --max-steps 30 --verify-sync true -p nb1 > nb1.log 2>&1 \
+run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 2 -ibs 2 -nb 1 --max-staleness 1 --tis-cap 2 --max-steps 30 --verify-sync true -p nb1 > nb1.log 2>&1 \
   && check_learning nb1 runs/nb1/metrics.jsonl 2 1 \
   && python3 -c 'import json,sys; sys.exit(0 if any(json.loads(l)["staleness"]["max"] == 1 for l in open("runs/nb1/metrics.jsonl")) else 1)' \
   && ok n-behind-1 || { bad n-behind-1; tail -3 nb1.log; }
@@ -78,7 +80,38 @@ assert stale and max(r["mismatch_abs_mean"] for r in stale) > 1e-3, "no mismatch
 assert max(r["mismatch_kl"] for r in stale) > 0
 assert any(abs(r["tis_weight_mean"] - 1) > 1e-4 for r in stale), "TIS weights are all 1"
 assert all(0 < r["tis_weight_mean"] <= 2 for r in rows if r["kept_groups"] > 0)
+# The mismatch by versions behind: the stale tokens' apart from the fresh ones.
+assert any("1" in r.get("mismatch_by_versions", {}) for r in rows), [r.get("mismatch_by_versions") for r in rows]
 PY
+
+# --max-staleness K: the measured versions behind (per sample and per token) never exceed K, at
+# K = 0 (rounds of one step), 1 (-nb 1 above) and 2 (rounds of three steps); a schedule that would
+# exceed K is refused naming the flags.
+check_bound() {  # METRICS K
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+rows, k = [json.loads(l) for l in open(sys.argv[1])], int(sys.argv[2])
+seen = max(max(r["staleness"]["per_sample"]["max"], r["staleness"]["per_token"]["max"]) for r in rows)
+assert all(r["staleness"]["bound"] == k and r["staleness"]["dropped_groups"] == 0 for r in rows), rows[0]["staleness"]
+assert seen == k, f"versions behind reached {seen}, the bound is {k}"
+hist = {}
+for r in rows:
+    for v, n in r["staleness"]["samples_by_versions"].items():
+        hist[v] = hist.get(v, 0) + n
+print(f"     K={k}: samples by versions behind {hist}")
+PY
+}
+run_mpi 2 "${base[@]}" -t 1 -i 1 -tbs 2 -ibs 2 --max-staleness 0 --max-steps 6 -p k0 > k0.log 2>&1 \
+  && check_bound runs/k0/metrics.jsonl 0 && ok max-staleness-0 || { bad max-staleness-0; tail -3 k0.log; }
+check_bound runs/nb1/metrics.jsonl 1 && ok max-staleness-1 || bad max-staleness-1
+run_mpi 2 "${base[@]}" -t 1 -i 1 -tbs 1 -ibs 3 --max-staleness 2 --max-steps 6 -p k2 > k2.log 2>&1 \
+  && check_bound runs/k2/metrics.jsonl 2 && ok max-staleness-2 || { bad max-staleness-2; tail -3 k2.log; }
+if ! run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 2 -ibs 4 -nb 1 --max-staleness 1 --max-steps 2 -p k1-refused > k1r.log 2>&1 \
+   && grep -q -- "--max-staleness 1: this schedule trains samples up to 3 versions" k1r.log; then
+  ok max-staleness-refuses-schedule
+else
+  bad max-staleness-refuses-schedule; tail -3 k1r.log
+fi
 
 # An error on one rank (the workers' reward command dies) ends the job, naming the rank. run_mpi's
 # `timeout 300` only catches a hang (exit 124): no assertion on seconds.

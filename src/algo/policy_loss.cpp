@@ -167,6 +167,19 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
     tis_weight = weight.clamp_max(config.tis_cap);
   }
   if (tis_weight.defined()) pg = pg * tis_weight;
+  torch::Tensor is_masked;
+  if (config.masks_by_ratio()) {
+    RLCPP_CHECK(in.rollout_logprobs.defined(), "masked importance sampling needs the rollout log-probs");
+    torch::NoGradGuard no_grad;
+    auto gap = masked(old - in.rollout_logprobs.to(dtype), mask);
+    if (config.is_mask_level == ImportanceLevel::kSequence) {
+      gap = (sample_sum(gap, mask) / sample_tokens(mask).to(dtype)).expand_as(gap);
+    }
+    // Compared in log space: the band's ends as log-ratios (a low of 0 leaves the floor open).
+    const double low = config.is_mask_low > 0 ? std::log(config.is_mask_low) : -INFINITY;
+    is_masked = gap.lt(low).logical_or(gap.gt(std::log(config.is_mask_high))).logical_and(mask);
+  }
+  if (is_masked.defined()) pg = masked(pg, is_masked.logical_not());
   auto pg_loss = aggregate(pg, mask, in, config);
   auto loss = pg_loss;
   torch::Tensor kl;
@@ -201,6 +214,7 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
   m["adv_std"] = n_tokens > 0 ? std::sqrt(std::max(0.0, masked_mean(adv.pow(2)) - std::pow(masked_mean(adv), 2))) : 0.0;
   m["tis_weight_mean"] = tis_weight.defined() ? masked_mean(tis_weight) : 0.0;
   m["tis_clip_frac"] = tis_clipped.defined() ? masked_mean(tis_clipped) : 0.0;
+  m["is_masked_frac"] = is_masked.defined() ? masked_mean(is_masked) : 0.0;
   m["n_tokens"] = n_tokens;
   return out;
 }

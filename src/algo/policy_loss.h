@@ -47,6 +47,17 @@ struct PolicyLossConfig {
   SkipMode skip_mode = SkipMode::kTokenMax;
   double tis_cap = 0.0;                    // truncated IS weight min(exp(old - rollout), cap) (0: off)
   ImportanceLevel tis_level = ImportanceLevel::kToken;  // per token, or one weight per sequence
+  // Masked importance sampling (IcePop; verl's rollout_is mode "mask"): a token (or, at the sequence
+  // level, every token of a sample, by its geometric-mean ratio exp(mean(old - rollout))) whose
+  // behaviour ratio π_old / π_rollout falls outside [is_mask_low, is_mask_high] adds nothing to
+  // the loss; the denominators keep it. Off while is_mask_high is 0.
+  double is_mask_low = 0.0;
+  double is_mask_high = 0.0;
+  ImportanceLevel is_mask_level = ImportanceLevel::kToken;
+
+  bool masks_by_ratio() const { return is_mask_high > 0; }
+  // Whether the loss needs the sampler's log-probs (TIS or the masked band).
+  bool uses_rollout_logprobs() const { return tis_cap > 0 || masks_by_ratio(); }
 };
 
 struct PolicyLossInputs {
@@ -55,7 +66,7 @@ struct PolicyLossInputs {
   torch::Tensor advantages;        // [B] or [B, T]
   torch::Tensor mask;              // [B, T] 1 on response tokens that count (skipped samples already out)
   torch::Tensor ref_logprobs;      // [B, T] when kl_coef > 0
-  torch::Tensor rollout_logprobs;  // [B, T] the sampler's own, when tis_cap > 0
+  torch::Tensor rollout_logprobs;  // [B, T] the sampler's own, when uses_rollout_logprobs()
   torch::Tensor entropy;           // [B, T] when reported or entropy_coef > 0 (with grad for the bonus)
   double global_tokens = 0;        // response tokens in the whole mini-batch (token level)
   double global_samples = 0;       // samples in the whole mini-batch (sample level, seq-mean-token-sum-norm)
@@ -64,7 +75,7 @@ struct PolicyLossInputs {
 struct PolicyLossOutput {
   torch::Tensor loss;  // scalar, this micro-batch's share of the mini-batch loss
   // loss, pg_loss, kl, entropy, clip_frac_low, clip_frac_high, clip_frac_dual, ratio_mean, ratio_max,
-  // adv_mean, adv_std, tis_weight_mean, tis_clip_frac, n_tokens (sums and means over this
+  // adv_mean, adv_std, tis_weight_mean, tis_clip_frac, is_masked_frac, n_tokens (sums and means over this
   // micro-batch's counted tokens)
   std::map<std::string, double> metrics;
 };

@@ -285,7 +285,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
     }
     in.advantages = lay_out_advantages(samples, batch, begin).to(device);
     in.mask = mask_truncated(batch.response_mask.to(device), torch::tensor(left_out).to(torch::kBool).to(device));
-    if (config_.loss.tis_cap > 0) {
+    if (config_.loss.uses_rollout_logprobs()) {
       std::vector<std::vector<float>> rollout;
       for (const auto& s : samples) rollout.push_back(s.rollout_logprobs);
       in.rollout_logprobs = lay_out(rollout, batch, begin).to(device);

@@ -211,6 +211,15 @@ void validate(const RunConfig& c) {
                      "model, -kl 0); drop it or add --lora-rank R", c.model.frozen_dtype);
   }
   check_eval_sets(c, false);
+  const auto& loss = c.algo.loss;
+  if (loss.is_mask_low > 0 && !loss.masks_by_ratio()) {
+    throw_user_error("--is-mask-low {}: the masked band needs its ceiling too; add --is-mask-high (IcePop uses "
+                     "--is-mask-low 0.5 --is-mask-high 2)", loss.is_mask_low);
+  }
+  if (loss.masks_by_ratio() && loss.is_mask_low >= loss.is_mask_high) {
+    throw_user_error("--is-mask-low {} --is-mask-high {}: the band of kept ratios is empty; make the floor lower than "
+                     "the ceiling", loss.is_mask_low, loss.is_mask_high);
+  }
   if (c.train.train_minibatch_size > c.train.train_batch_size) {
     throw_user_error("-tMbs/--train-minibatch-size {} must be between 1 and -tbs {} (train_batch_size >= "
                      "train_minibatch_size >= train_microbatch_size)", c.train.train_minibatch_size, c.train.train_batch_size);
@@ -253,6 +262,22 @@ void validate(const RunConfig& c) {
     throw_user_error("--sync-frequency {} lets rollout run {} rounds behind the trainers, more than -nb {} allows; "
                      "raise -nb to {} or sync every round", c.staleness.sync_frequency, c.staleness.sync_frequency, c.staleness.n_behind,
                      c.staleness.sync_frequency);
+  }
+  if (c.staleness.max_staleness >= 0 && c.schedule_staleness() > c.staleness.max_staleness) {
+    const int64_t s = c.steps_per_round();
+    throw_user_error("--max-staleness {}: this schedule trains samples up to {} versions after the policy that sampled "
+                     "them ({} steps a round: {} prompts a round over {} × -tbs {}{}); lower -ibs to make rounds of "
+                     "fewer steps{}, or raise --max-staleness to {}",
+                     c.staleness.max_staleness, c.schedule_staleness(), s, I * ibs, replicas_text(c), c.train.train_batch_size,
+                     c.schedule_staleness() > s - 1 ? fmt::format(", and -nb {} sends each round ahead of the {} steps "
+                                                                  "before it (--sync-frequency {})", c.staleness.n_behind, s,
+                                                                  std::max<int64_t>(1, c.staleness.sync_frequency))
+                                                    : "",
+                     c.schedule_staleness() > s - 1 ? ", or -nb 0" : "", c.schedule_staleness());
+  }
+  if (c.staleness.max_staleness >= 0 && c.staleness.max_relay_episode != 0) {
+    throw_user_error("--max-staleness {} with --max-relay-episode {}: relayed groups are trained again steps after "
+                     "their policy by design; drop one of the two", c.staleness.max_staleness, c.staleness.max_relay_episode);
   }
   // A round's samples live in host memory (token ids, log-probs, text): refuse a round that could
   // not fit before generating any of it.

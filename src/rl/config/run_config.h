@@ -49,6 +49,18 @@ struct RunConfig {
   int64_t round_prompts() const {
     return rollout.inference_batch_size > 0 ? rollout.inference_batch_size : train.train_batch_size;
   }
+  // Steps one round feeds: every engine's -ibs prompts over the replicas' -tbs groups a step.
+  int64_t steps_per_round() const {
+    return std::max<int64_t>(1, parallel.engines() * round_prompts() / (parallel.replicas() * train.train_batch_size));
+  }
+  // The most versions the schedule lets a sample be trained after the policy that sampled it: the
+  // last step of its round (s - 1), and under -nb a round ahead of s steps more for each round
+  // between weight syncs. Groups kept over from other rounds (dynamic batching) may be older.
+  int64_t schedule_staleness() const {
+    const int64_t s = steps_per_round();
+    const bool ahead = staleness.n_behind >= 1 && (parallel.distributed() || remote.enabled());
+    return ahead ? (std::max<int64_t>(1, staleness.sync_frequency) + 1) * s - 1 : s - 1;
+  }
 };
 
 // Raw values by setting name ("train.learning_rate"), each with where it came from for errors.

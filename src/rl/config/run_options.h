@@ -60,6 +60,9 @@ struct StalenessOptions {
   int64_t sync_frequency = 1;          // rollout rounds between weight syncs
   int64_t max_relay_episode = 0;       // relay buffer: steps whose rollouts are trained on again (-1: all, 0: off)
   int64_t relay_episode_offset = 0;    // relayed rollouts join the steps from this step on
+  // A sample is trained at most this many policy versions after the oldest policy that sampled any
+  // of its tokens (AReaL's max_head_offpolicyness); older groups are dropped and counted (-1: no bound).
+  int64_t max_staleness = -1;
 };
 
 // model: the model trained.

@@ -334,6 +334,11 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.staleness.sync_frequency; }, 1, {}, true));
   s.push_back(int_setting("staleness.n_behind", "--nb,--n-behind", "rounds rollout may run ahead of training (rollout workers, or rollout servers with -b)",
                           [](C& c) -> int64_t& { return c.staleness.n_behind; }, 0, {}, true));
+  s.push_back(int_setting("staleness.max_staleness", "--max-staleness",
+                          "train a sample at most K policy versions after the oldest policy that sampled it; the "
+                          "schedule (-ibs, -tbs, -nb, --sync-frequency) must keep within it, and older groups are "
+                          "dropped and counted (-1: no bound)",
+                          [](C& c) -> int64_t& { return c.staleness.max_staleness; }, -1, {"max_head_offpolicyness"}, true));
   s.push_back(int_setting("staleness.max_relay_episode", "--max-relay-episode",
                           "relay buffer: the rollouts of the last N steps are trained on again with each step (-1: all, 0: off)",
                           [](C& c) -> int64_t& { return c.staleness.max_relay_episode; }, -1));
@@ -535,6 +540,15 @@ std::vector<Setting> make_settings() {
                              [](C& c) -> double& { return c.algo.loss.tis_cap; }, kNonNegative));
   s.push_back(enum_setting("algorithm.tis_level", "--tis-level", "where the TIS weight is taken", importance_levels(),
                            [](C& c) -> ImportanceLevel& { return c.algo.loss.tis_level; }));
+  s.push_back(double_setting("algorithm.is_mask_high", "--is-mask-high",
+                             "masked importance sampling (IcePop): tokens whose π_old / π_rollout exceeds it add nothing to the loss (0: off)",
+                             [](C& c) -> double& { return c.algo.loss.is_mask_high; }, kNonNegative, {"rollout_is_threshold"}));
+  s.push_back(double_setting("algorithm.is_mask_low", "--is-mask-low",
+                             "with --is-mask-high: tokens whose π_old / π_rollout falls below it add nothing to the loss (0: no floor)",
+                             [](C& c) -> double& { return c.algo.loss.is_mask_low; }, kNonNegative, {"rollout_is_threshold_lower"}));
+  s.push_back(enum_setting("algorithm.is_mask_level", "--is-mask-level",
+                           "where the masked band is taken: each token's ratio, or each sample's geometric-mean ratio",
+                           importance_levels(), [](C& c) -> ImportanceLevel& { return c.algo.loss.is_mask_level; }));
   s.push_back(double_setting("algorithm.adv_eps", "--adv-eps", "added to the group std of GRPO advantages",
                              [](C& c) -> double& { return c.algo.advantage.eps; }, kNonNegative));
   s.push_back(enum_setting("algorithm.adv_std", "--adv-std", "the group std of GRPO advantages", std_estimates(),

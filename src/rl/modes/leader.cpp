@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <limits>
+
 #include "util/error.h"
 #include "util/file.h"
 
@@ -19,6 +21,10 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 enum Figure : int64_t {
   kSamples, kCorrect, kTruncated, kRewardSum, kLenSum, kMaxLen, kGroups, kBuffered,
   kStaleSum, kStaleMax, kStale0, kStale1, kStale2, kStale3Plus,
+  // Versions behind per sample (its oldest model token's) and per model token: sums, extremes
+  // (minima kept negated so that every row's figures combine by sum or max), counts.
+  kSampleStaleSum, kSampleStaleMax, kSampleStaleNegMin, kSampleStale0, kSampleStale1, kSampleStale2, kSampleStale3Plus,
+  kTokenStaleSum, kTokenStaleMax, kTokenStaleNegMin, kModelTokens, kStaleDropped,
   kEpisodes, kTurnsSum, kTurnsMax, kToolCalls, kToolErrors, kInsertedTokens,
   kReason0,  // then one count per code verdict (the reasons graders give), in code_verdicts() order
 };
@@ -48,16 +54,35 @@ const std::vector<std::string>& tito_names() {
 
 int64_t n_step_figures() { return kFigures; }
 
-torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffered, int64_t version_before) {
+torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffered, int64_t version_before,
+                           int64_t stale_dropped) {
   auto figures = torch::zeros({kFigures}, torch::kFloat64);
   auto* row = figures.data_ptr<double>();
+  row[kStaleDropped] = static_cast<double>(stale_dropped);
   RolloutStats stats;
+  row[kSampleStaleNegMin] = row[kTokenStaleNegMin] = -std::numeric_limits<double>::infinity();  // none yet
   for (const auto& g : batch) {
     stats.add(g);
     const int64_t stale = version_before - g.policy_version();
     row[kStaleSum] += static_cast<double>(stale);
     row[kStaleMax] = std::max(row[kStaleMax], static_cast<double>(stale));
     row[kStale0 + std::min<int64_t>(stale, 3)] += 1;
+    for (const auto& s : g.samples) {
+      if (s.trained_tokens() == 0) continue;
+      const auto behind = static_cast<double>(version_before - s.policy_version());
+      row[kSampleStaleSum] += behind;
+      row[kSampleStaleMax] = std::max(row[kSampleStaleMax], behind);
+      row[kSampleStaleNegMin] = std::max(row[kSampleStaleNegMin], -behind);
+      row[kSampleStale0 + std::min<int64_t>(static_cast<int64_t>(behind), 3)] += 1;
+      for (const auto& segment : s.segments) {
+        if (segment.kind != SegmentKind::kModel || segment.length == 0) continue;
+        const auto seg_behind = static_cast<double>(version_before - segment.policy_version);
+        row[kTokenStaleSum] += seg_behind * static_cast<double>(segment.length);
+        row[kModelTokens] += static_cast<double>(segment.length);
+        row[kTokenStaleMax] = std::max(row[kTokenStaleMax], seg_behind);
+        row[kTokenStaleNegMin] = std::max(row[kTokenStaleNegMin], -seg_behind);
+      }
+    }
   }
   row[kSamples] = static_cast<double>(stats.samples);
   row[kCorrect] = static_cast<double>(stats.correct);
@@ -188,12 +213,31 @@ void Leader::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdat
   record.optimizer_steps = run_.trainer->n_steps();
   record.policy_version = run_.policy_version;
   const double groups = std::max(1.0, sum(kGroups));
+  auto by_versions = [&](Figure first) {
+    return nlohmann::ordered_json{{"0", static_cast<int64_t>(sum(first))},
+                                  {"1", static_cast<int64_t>(sum(static_cast<Figure>(first + 1)))},
+                                  {"2", static_cast<int64_t>(sum(static_cast<Figure>(first + 2)))},
+                                  {">=3", static_cast<int64_t>(sum(static_cast<Figure>(first + 3)))}};
+  };
+  // Versions behind the policy the step trained from: min/mean/max per sample (its oldest model
+  // token's version) and per model token (a token's own version), with the histograms.
+  auto extremes = [&](Figure total, Figure max_of, Figure neg_min_of, double count) {
+    if (count == 0) return nlohmann::ordered_json{{"min", 0}, {"mean", 0.0}, {"max", 0}};
+    return nlohmann::ordered_json{{"min", static_cast<int64_t>(-max(neg_min_of))},
+                                  {"mean", sum(total) / count},
+                                  {"max", static_cast<int64_t>(max(max_of))}};
+  };
+  const double sampled = sum(kSampleStale0) + sum(kSampleStale1) + sum(kSampleStale2) + sum(kSampleStale3Plus);
   record.extra["staleness"] = {{"mean", sum(kStaleSum) / groups},
                                {"max", static_cast<int64_t>(max(kStaleMax))},
-                               {"groups_by_versions", {{"0", static_cast<int64_t>(sum(kStale0))},
-                                                       {"1", static_cast<int64_t>(sum(kStale1))},
-                                                       {"2", static_cast<int64_t>(sum(kStale2))},
-                                                       {">=3", static_cast<int64_t>(sum(kStale3Plus))}}}};
+                               {"groups_by_versions", by_versions(kStale0)},
+                               {"per_sample", extremes(kSampleStaleSum, kSampleStaleMax, kSampleStaleNegMin, sampled)},
+                               {"samples_by_versions", by_versions(kSampleStale0)},
+                               {"per_token", extremes(kTokenStaleSum, kTokenStaleMax, kTokenStaleNegMin, sum(kModelTokens))}};
+  if (c_.staleness.max_staleness >= 0) {
+    record.extra["staleness"]["bound"] = c_.staleness.max_staleness;
+    record.extra["staleness"]["dropped_groups"] = static_cast<int64_t>(sum(kStaleDropped));
+  }
   source_.add_figures(record.extra);
   const double t_eval = evaluator_->run_if_due(eval_engine_, step, record.total_steps, record.extra);
   record.time = {{"generate", pending_.generate}, {"reward", pending_.reward},   {"wait", pending_.wait},

@@ -23,8 +23,10 @@
 namespace rlcpp {
 
 // One trainer's figures of a step, as a row that the trainers sum (maxima have their own slots).
-// `version_before`: the policy version the step trained from (for the staleness of its groups).
-torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffered, int64_t version_before);
+// `version_before`: the policy version the step trained from (for the staleness of its groups);
+// `stale_dropped`: groups --max-staleness dropped before the step.
+torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffered, int64_t version_before,
+                           int64_t stale_dropped = 0);
 int64_t n_step_figures();
 
 class Leader {

@@ -204,8 +204,15 @@ void StepLoop::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpd
 
 void StepLoop::train_step(int64_t step) {
   trace::Span span("step");
-  const std::vector<SampleGroup> batch = take_groups(buffer_, c_.train.train_batch_size);
   const int64_t version_before = run_.policy_version;
+  // --max-staleness: groups the bound no longer allows (kept over from other rounds) are dropped.
+  int64_t dropped = 0;
+  if (c_.staleness.max_staleness >= 0) {
+    dropped = static_cast<int64_t>(std::erase_if(buffer_, [&](const SampleGroup& g) {
+      return version_before - g.policy_version() > c_.staleness.max_staleness;
+    }));
+  }
+  const std::vector<SampleGroup> batch = take_groups(buffer_, c_.train.train_batch_size);
   const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, trainers(), relay_->relayed(step), version_before);
   relay_->add(step, batch);
   check_nonfinite(c_.train, update, step, nonfinite_steps_);
@@ -213,7 +220,7 @@ void StepLoop::train_step(int64_t step) {
 
   // Every replica's figures, one row each, summed so each row reaches the leader.
   auto rows = torch::zeros({T(), n_step_figures()}, torch::kFloat64);
-  rows[replica()] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before);
+  rows[replica()] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before, dropped);
   if (T() > 1) topo_->dp_group->all_reduce_sum(rows);
   const auto trained = rollouts_due(c_.logging, step) ? gather(batch).groups : std::vector<SampleGroup>{};
   if (zero() != nullptr && zero()->stage() == 3) {

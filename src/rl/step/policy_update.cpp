@@ -40,7 +40,7 @@ const std::vector<std::string> kSummed = {"loss", "pg_loss", "n_skipped"};
 // Counted over the step's updates (the same on every rank), not averaged.
 const std::vector<std::string> kCounted = {"n_skipped", "nonfinite"};
 const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "entropy",
-                                              "tis_weight_mean", "tis_clip_frac"};
+                                              "tis_weight_mean", "tis_clip_frac", "is_masked_frac"};
 
 // REINFORCE++: the step's advantages (r - group mean) whitened over the trained tokens of every
 // sample trained on, on every trainer rank. A sample with one advantage for all its tokens counts
@@ -78,28 +78,48 @@ void whiten_advantages(std::vector<Sample>& samples, double eps, Communicator* t
 // How far the sampler's log-probs are from the trainer's for the same tokens (a different policy
 // version under staleness or relay, or another dtype or kernel): mean and max |Δ log p| and the
 // KL(rollout || trainer) estimate k3, over every token with a rollout log-prob, on every rank.
+// With the policy's version, the same by how many versions behind it each token was sampled
+// (0, 1, 2, 3 or more): "mismatch_by_versions/{k}/tokens", ".../abs_mean", ".../kl" (k "3+" last).
 void add_mismatch(std::map<std::string, double>& metrics, const std::vector<Sample>& samples,
-                  const std::vector<std::vector<float>>& logprobs, Communicator* trainers) {
-  double tokens = 0, abs_sum = 0, kl_sum = 0, abs_max = 0;
+                  const std::vector<std::vector<float>>& logprobs, Communicator* trainers,
+                  std::optional<int64_t> policy_version) {
+  constexpr size_t kBuckets = 4;
+  // Per bucket: tokens, Σ|Δ|, Σ k3; the first three entries over every bucket.
+  std::vector<double> sums(3 * (kBuckets + 1), 0.0);
+  double abs_max = 0;
   for (size_t k = 0; k < samples.size(); ++k) {
     const auto& rollout = samples[k].rollout_logprobs;
     if (rollout.size() != logprobs[k].size()) continue;  // none kept for this sample
     const auto mask = samples[k].loss_mask();  // inserted tokens were not sampled
+    const auto versions = samples[k].token_versions();
     for (size_t t = 0; t < rollout.size(); ++t) {
       if (!mask[t]) continue;
       const double delta = static_cast<double>(logprobs[k][t]) - static_cast<double>(rollout[t]);  // log π_train/π_rollout
-      tokens += 1;
-      abs_sum += std::abs(delta);
+      const double kl = std::exp(std::min(delta, 20.0)) - delta - 1;
+      const int64_t behind = policy_version ? std::max<int64_t>(0, *policy_version - versions[t]) : 0;
+      const size_t bucket = 1 + static_cast<size_t>(std::min<int64_t>(behind, kBuckets - 1));
+      for (size_t at : {size_t{0}, bucket}) {
+        sums[3 * at] += 1;
+        sums[3 * at + 1] += std::abs(delta);
+        sums[3 * at + 2] += kl;
+      }
       abs_max = std::max(abs_max, std::abs(delta));
-      kl_sum += std::exp(std::min(delta, 20.0)) - delta - 1;
     }
   }
-  std::vector<double> sums = {tokens, abs_sum, kl_sum};
   sum_over(trainers, sums);
   const double n = std::max(1.0, sums[0]);
   metrics["mismatch_abs_mean"] = sums[1] / n;
   metrics["mismatch_abs_max"] = max_over(trainers, abs_max);
   metrics["mismatch_kl"] = sums[2] / n;
+  if (!policy_version) return;
+  for (size_t b = 0; b < kBuckets; ++b) {
+    const double* at = &sums[3 * (b + 1)];
+    if (at[0] == 0) continue;
+    const std::string key = fmt::format("mismatch_by_versions/{}{}/", b, b + 1 == kBuckets ? "+" : "");
+    metrics[key + "tokens"] = at[0];
+    metrics[key + "abs_mean"] = at[1] / at[0];
+    metrics[key + "kl"] = at[2] / at[0];
+  }
 }
 
 // The on-policy shortcut for this step's samples: every rank's groups from the policy as it is now,
@@ -212,7 +232,7 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   const bool has_reference = c.algo.loss.kl_coef != 0;
   const auto ref_logprobs = has_reference ? trainer.reference_logprobs(samples) : std::vector<std::vector<float>>{};
   out.logprob_seconds = seconds_since(t0);
-  if (!on_policy) add_mismatch(out.metrics, samples, old_logprobs, trainers);
+  if (!on_policy) add_mismatch(out.metrics, samples, old_logprobs, trainers, policy_version);
   t0 = Clock::now();
   // The old log-probs stay those computed above, before any update, through every epoch. The first
   // pass takes the samples in order; each later pass reshuffles them into new mini-batches, seeded by
@@ -249,7 +269,7 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
       mb.score = on_policy;
       const auto stepped = trainer.step(mb);
       for (const auto& [k, v] : stepped.values) sums[k] += v;
-      if (on_policy) add_mismatch(out.metrics, mb.samples, stepped.logprobs, trainers);
+      if (on_policy) add_mismatch(out.metrics, mb.samples, stepped.logprobs, trainers, policy_version);
       ++n_updates;
     }
   }

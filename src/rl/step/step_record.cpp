@@ -59,10 +59,19 @@ nlohmann::ordered_json to_json(const StepRecord& r) {
     line["ended_by"] = ended;
   }
   for (const char* key : {"loss", "pg_loss", "kl", "entropy", "clip_frac_low", "clip_frac_high", "clip_frac_dual",
-                          "grad_norm", "lr", "n_skipped", "tis_weight_mean", "tis_clip_frac", "mismatch_abs_mean",
+                          "grad_norm", "lr", "n_skipped", "tis_weight_mean", "tis_clip_frac", "is_masked_frac", "mismatch_abs_mean",
                           "mismatch_abs_max", "mismatch_kl", "relayed_groups", "nonfinite", "old_logprobs_reused"}) {
     line[key] = value_of(r.train, key);
   }
+  // The mismatch by versions behind ("mismatch_by_versions/{k}/{figure}"), where any token was.
+  nlohmann::ordered_json by_versions;
+  for (const auto& [key, value] : r.train) {
+    const std::string prefix = "mismatch_by_versions/";
+    if (key.rfind(prefix, 0) != 0) continue;
+    const auto slash = key.find('/', prefix.size());
+    by_versions[key.substr(prefix.size(), slash - prefix.size())][key.substr(slash + 1)] = value;
+  }
+  if (!by_versions.empty()) line["mismatch_by_versions"] = by_versions;
   line["optimizer_steps"] = r.optimizer_steps;
   line["policy_version"] = r.policy_version;
   line["tokens_per_s"] = r.stats.len_sum / std::max(total_seconds(r), 1e-9);
