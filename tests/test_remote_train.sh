@@ -44,7 +44,8 @@ def rollouts(run):
 ra, rb = rollouts(a), rollouts(b)
 if not ra or ra != rb:
     print(f"     different samples: {len(ra)} and {len(rb)} steps of rollouts"); sys.exit(1)
-skip = {"time", "tokens_per_s", "staleness", "rollout_servers", "mismatch_abs_max", "mismatch_abs_mean", "mismatch_kl"}
+skip = {"time", "tokens_per_s", "staleness", "rollout_servers", "mismatch_abs_max", "mismatch_abs_mean", "mismatch_kl",
+        "mismatch_by_versions"}
 rows = lambda run: [{k: v for k, v in json.loads(l).items() if k not in skip} for l in open(f"{run}/metrics.jsonl")]
 def close(x, y):
     if isinstance(x, dict):  # an evaluation's own "seconds" are a timing

@@ -36,7 +36,7 @@ for tp in 2 3; do
   same "colocated-tp$tp-equals-one-process" runs/c1/step-3/model.safetensors "runs/c$tp/step-3/model.safetensors"
   # The sampler's log-probs are fp32, rounded apart by another engine: their distance from the
   # trainer's (mismatch_*) is not compared.
-  metrics_close runs/c1/metrics.jsonl "runs/c$tp/metrics.jsonl" mismatch_abs_mean mismatch_abs_max mismatch_kl \
+  metrics_close runs/c1/metrics.jsonl "runs/c$tp/metrics.jsonl" mismatch_abs_mean mismatch_abs_max mismatch_kl mismatch_by_versions \
     && ok "colocated-tp$tp-metrics" || bad "colocated-tp$tp-metrics"
 done
 grep -q "tensor parallelism: 3 ranks per replica; trainer 0 holds query heads \[0, 1)" c3.log && ok tp-startup-line \
