@@ -177,6 +177,12 @@ TEST(MultiTurnEngine, SameTokensUnderPressureChunksLagsAndSlowHandlers) {
     EXPECT_GT(tiny.last_stats().scheduler.n_evictions + tiny.last_stats().scheduler.n_preemptions, 0);
     EXPECT_TRUE(tiny.last_stats().scheduler.n_prefill_tokens > 0);
   }
+  for (int64_t lag : {3, 6}) {  // turns out for several steps: paused sequences hold blocks while others wait
+    ScriptedTurns turns(3, vocab, 6, lag);
+    Engine tiny(model, engine_config(24, 4));
+    expect_same_trajectories(tiny.generate_turns(requests, turns), reference, fmt::format("tiny cache, lag {}", lag), 1e-4);
+    EXPECT_GT(tiny.last_stats().scheduler.n_evictions, 0);
+  }
   for (int64_t lag : {2, 5}) {
     ScriptedTurns turns(3, vocab, 6, lag, /*slow=*/true);
     EngineConfig c = engine_config();

@@ -552,7 +552,9 @@ std::vector<GeneratedSample> RolloutBackend::generate_turns(const std::vector<Ge
 std::vector<GeneratedSample> Engine::generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler) {
   GenerationLoop loop(*this);
   std::vector<int64_t> ids;
+  std::vector<SamplingParams> params;  // as the loop runs them: a response capped to the model's positions
   for (const auto& r : requests) {
+    params.push_back(fit_request(r, ids.size(), model_->config().max_position_embeddings).params);
     ids.push_back(loop.add(r, /*hold_turns=*/true));
   }
   const int64_t first_limit = handler.first_turn_limit();
@@ -579,8 +581,8 @@ std::vector<GeneratedSample> Engine::generate_turns(const std::vector<Generation
       Waiting w = std::move(waiting.front());
       waiting.pop_front();
       const TurnOutcome& outcome = w.answer.get();
-      const auto& params = requests[static_cast<size_t>(w.request)].params;
-      if (outcome.go_on && room_for(loop.response_tokens(w.request, w.sample), outcome.inserted, params)) {
+      if (outcome.go_on && room_for(loop.response_tokens(w.request, w.sample), outcome.inserted,
+                                    params[static_cast<size_t>(w.request)])) {
         loop.resume(w.request, w.sample, outcome.inserted, outcome.turn_limit);
       } else {
         if (outcome.go_on) loop.set_finish_reason(w.request, w.sample, FinishReason::kLength);
@@ -591,7 +593,7 @@ std::vector<GeneratedSample> Engine::generate_turns(const std::vector<Generation
     for (const StepToken& token : loop.step()) {
       if (!token.turn_ended) continue;
       const int64_t response = loop.response_tokens(token.request, token.sample);
-      if (response >= requests[static_cast<size_t>(token.request)].params.max_new_tokens) {
+      if (response >= params[static_cast<size_t>(token.request)].max_new_tokens) {
         loop.release(token.request, token.sample);
         continue;
       }

@@ -108,6 +108,10 @@ void Scheduler::schedule_prefills(ScheduledBatch& batch, int64_t budget) {
     const bool alone = batch.work.empty() && running_.empty();
     if (seats_used + seats(s) > config_.max_num_seqs && !alone) break;
     if (!chunk && n_tokens > budget && !batch.work.empty()) break;
+    // With nothing else to run, paused sequences give their blocks up (recomputed when they
+    // resume) rather than leave the engine without work while their turns are out.
+    while (alone && need_blocks > blocks_.n_free() && evict_paused(-1)) {
+    }
     if (need_blocks > blocks_.n_free()) break;
     waiting_.pop_front();
     RLCPP_CHECK(s.blocks.empty() && s.n_cached == 0, "waiting sequence {} holds {} blocks", s.id, s.blocks.size());
