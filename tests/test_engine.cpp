@@ -275,6 +275,69 @@ TEST(Engine, StopTokensStopStringsAndVersion) {
   EXPECT_EQ(engine.generate({r})[0].policy_version, 7);
 }
 
+// Partial rollouts: weights taken between steps (Engine::set_step_hook) reach the running
+// sequences. Each token records the version that sampled it; the tokens before the switch are
+// those of a run without one; with the cache recomputed each later token's log-prob is the trainer's
+// on the new weights (1e-5), and with the cache kept it is not (the old weights' keys and values).
+TEST(Engine, WeightSwitchInTheMiddleOfSequences) {
+  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
+    SCOPED_TRACE(dir.string());
+    torch::NoGradGuard no_grad;
+    auto updated = Transformer::from_pretrained(dir);
+    torch::manual_seed(5);
+    for (auto& [name, w] : updated->named_weights()) w.add_(torch::randn_like(w) * 0.05);
+    NamedTensors new_weights;
+    for (const auto& [name, w] : updated->named_weights()) new_weights.emplace_back(name, w.clone());
+    auto requests = mixed_requests(updated->config().vocab_size, 0.8, 16, 3);
+    Engine plain_engine(Transformer::from_pretrained(dir), small_engine());
+    const auto plain = plain_engine.generate(requests);
+    for (bool recompute : {false, true}) {
+      SCOPED_TRACE(recompute ? "recompute" : "keep");
+      Engine engine(Transformer::from_pretrained(dir), small_engine());
+      int64_t step = 0;
+      engine.set_step_hook(
+          [&] {
+            if (step++ == 5) {
+              engine.update_weights(new_weights);
+              engine.set_version(1);
+            }
+          },
+          recompute);
+      const auto out = engine.generate(requests);
+      ASSERT_EQ(out.size(), plain.size());
+      EXPECT_EQ(engine.last_stats().scheduler.n_recomputed > 0, recompute);
+      double worst = 0, largest = 0;
+      for (size_t k = 0; k < out.size(); ++k) {
+        const auto& s = out[k];
+        EXPECT_EQ(s.policy_version, 0);
+        ASSERT_EQ(s.version_changes.size(), 1u);
+        const auto start = static_cast<size_t>(s.version_changes[0].start);
+        EXPECT_EQ(s.version_changes[0].version, 1);
+        ASSERT_GE(start, 1u);
+        ASSERT_LT(start, s.token_ids.size());
+        EXPECT_EQ(std::vector<int32_t>(s.token_ids.begin(), s.token_ids.begin() + static_cast<long>(start)),
+                  std::vector<int32_t>(plain[k].token_ids.begin(), plain[k].token_ids.begin() + static_cast<long>(start)));
+        const auto& prompt = requests[static_cast<size_t>(s.request)].prompt_ids;
+        std::vector<int64_t> all(prompt.begin(), prompt.end());
+        all.insert(all.end(), s.token_ids.begin(), s.token_ids.end());
+        auto ids = torch::tensor(all, torch::kInt64).unsqueeze(0);
+        auto targets = torch::full_like(ids, -1);
+        targets.narrow(1, 0, ids.size(1) - 1).copy_(ids.narrow(1, 1, ids.size(1) - 1));
+        auto logp = updated->token_logprobs(ids, targets, 0.8)[0];
+        for (size_t t = start; t < s.token_ids.size(); ++t) {
+          const double d = std::abs(logp[static_cast<int64_t>(prompt.size() + t - 1)].item<double>() - s.logprobs[t]);
+          (recompute ? worst : largest) = std::max(recompute ? worst : largest, d);
+        }
+      }
+      if (recompute) {
+        EXPECT_LT(worst, 1e-5);
+      } else {
+        EXPECT_GT(largest, 1e-4);  // the kept cache is the old weights'
+      }
+    }
+  }
+}
+
 TEST(Scheduler, BlockAccountingUnderRandomLoad) {
   // No model: random prompts and groups through a tiny pool; tokens are appended by hand.
   std::mt19937_64 rng(5);

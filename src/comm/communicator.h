@@ -39,6 +39,8 @@ class Communicator {
   virtual void broadcast_bytes(std::string& bytes, int root) = 0;
   virtual void send_bytes(const std::string& bytes, int dest, int tag) = 0;
   virtual std::string recv_bytes(int source, int tag) = 0;
+  // Whether a message from `source` with `tag` is waiting to be received (never blocks).
+  virtual bool probe(int source, int tag) = 0;
   // A tensor's values to `dest`, which receives them into a tensor of the same shape and dtype.
   virtual void send(const torch::Tensor& tensor, int dest, int tag) = 0;
   virtual void recv(torch::Tensor& tensor, int source, int tag) = 0;

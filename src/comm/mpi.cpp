@@ -171,6 +171,12 @@ class MpiCommunicator final : public Communicator {
     return bytes;
   }
 
+  bool probe(int source, int tag) override {
+    int flag = 0;
+    check(MPI_Iprobe(source, tag, comm_, &flag, MPI_STATUS_IGNORE), "Iprobe");
+    return flag != 0;
+  }
+
   void send(const torch::Tensor& tensor, int dest, int tag) override {
     const auto host = tensor.device().is_cpu() && tensor.is_contiguous() ? tensor : tensor.contiguous().cpu();
     const auto* p = static_cast<const char*>(host.data_ptr());
@@ -238,6 +244,7 @@ class SelfCommunicator final : public Communicator {
   std::string recv_bytes(int source, int) override {
     throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
   }
+  bool probe(int, int) override { return false; }  // nobody else can send
   void send(const torch::Tensor&, int dest, int) override {
     throw InternalError(fmt::format("send to rank {} in a world of one process", dest));
   }

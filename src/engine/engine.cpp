@@ -72,7 +72,8 @@ GeneratedSample to_sample(const Sequence& s, const Tokenizer* tokenizer, int64_t
   out.logprobs = s.logprobs;
   out.top_logprobs = s.top_logprobs;
   out.finish_reason = s.finish_reason;
-  out.policy_version = version;
+  out.policy_version = s.versions.empty() ? version : s.versions.front().version;
+  if (s.versions.size() > 1) out.version_changes.assign(s.versions.begin() + 1, s.versions.end());
   out.inserted = s.inserted;
   if (tokenizer != nullptr) out.text = cut_text ? *cut_text : tokenizer->decode(out.token_ids, true);
   return out;
@@ -324,6 +325,14 @@ void GenerationLoop::cancel(int64_t request) { scheduler_.cancel_request(request
 std::vector<StepToken> GenerationLoop::step() {
   std::vector<StepToken> out;
   if (scheduler_.done()) return out;
+  if (engine_.step_hook_) {  // partial rollouts: new weights may arrive here
+    const int64_t before = engine_.version_;
+    engine_.step_hook_();
+    if (engine_.version_ != before) {
+      engine_.refresh_copy();
+      if (engine_.recompute_on_switch_) scheduler_.drop_cache();
+    }
+  }
   ScheduledBatch batch = scheduler_.schedule();
   const auto step_start = std::chrono::steady_clock::now();
   const CpuAllocationCounts allocations_before = cpu_allocation_counts();
@@ -348,6 +357,10 @@ std::vector<StepToken> GenerationLoop::step() {
     auto [last, fresh] = last_token_at_.try_emplace(id, now);
     if (!fresh) stats_.max_inter_token_seconds = std::max(stats_.max_inter_token_seconds, now - last->second);
     last->second = now;
+    Sequence& sampling = scheduler_.sequence(id);
+    if (sampling.versions.empty() || sampling.versions.back().version != engine_.version_) {
+      sampling.versions.push_back({sampling.n_response(), engine_.version_});
+    }
     scheduler_.append(id, sampled.tokens[i], sampled.logprobs[i], std::move(sampled.top[i]));
     ++stats_.n_generated_tokens;
     const Sequence& s = scheduler_.sequence(id);
@@ -441,15 +454,6 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
   stats_ = loop.stats();
   return out;
 }
-
-namespace {
-
-// Whether a trajectory with `response` tokens so far can take `inserted` and still sample one.
-bool room_for(int64_t response, const std::vector<int32_t>& inserted, const SamplingParams& params) {
-  return response + static_cast<int64_t>(inserted.size()) < params.max_new_tokens;
-}
-
-}  // namespace
 
 std::vector<GeneratedSample> Engine::generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler) {
   GenerationLoop loop(*this);

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -88,6 +89,15 @@ class Engine : public RolloutBackend {
   void update_weights(const NamedTensors& bucket);
   void set_version(int64_t version) { version_ = version; }
   int64_t version() const { return version_; }
+  // Partial rollouts: `hook` runs on the generating thread before every step of a generation with
+  // work to do, and may take new weights there (update_weights, set_version) in the middle of the
+  // sequences; each token records the version that sampled it (GeneratedSample::version_changes).
+  // The sequences' cached keys and values are kept across a change, or with `recompute` dropped
+  // and recomputed on the new weights. Null: none.
+  void set_step_hook(std::function<void()> hook, bool recompute = false) {
+    step_hook_ = std::move(hook);
+    recompute_on_switch_ = recompute;
+  }
   const EngineStats& last_stats() const { return stats_; }
   const EngineConfig& config() const { return config_; }
   // The model generation runs: the given one, or the engine's copy in weights_dtype.
@@ -116,6 +126,8 @@ class Engine : public RolloutBackend {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<KvCache> cache_;
   int64_t version_ = 0;
+  std::function<void()> step_hook_;
+  bool recompute_on_switch_ = false;
   EngineStats stats_;
 };
 

@@ -15,16 +15,6 @@ std::shared_future<TurnOutcome> ready_outcome(TurnOutcome outcome) {
   return promise.get_future().share();
 }
 
-namespace {
-
-// Whether a trajectory with `response` tokens so far can take `inserted` and still sample one (as
-// Engine::generate_turns judges it).
-bool room_for(int64_t response, const std::vector<int32_t>& inserted, const SamplingParams& params) {
-  return response + static_cast<int64_t>(inserted.size()) < params.max_new_tokens;
-}
-
-}  // namespace
-
 std::vector<GeneratedSample> RolloutBackend::generate_turns(const std::vector<GenerationRequest>& requests,
                                                             TurnHandler& handler) {
   struct Trajectory {

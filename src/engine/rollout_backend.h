@@ -62,6 +62,12 @@ class RolloutBackend {
   virtual std::vector<GeneratedSample> generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler);
 };
 
+// Whether a trajectory with `response` tokens so far can take `inserted` and still sample one
+// (every backend's generate_turns judges a turn's continuation by it).
+inline bool room_for(int64_t response, const std::vector<int32_t>& inserted, const SamplingParams& params) {
+  return response + static_cast<int64_t>(inserted.size()) < params.max_new_tokens;
+}
+
 // A ready outcome (a handler's answer computed on the calling thread).
 std::shared_future<TurnOutcome> ready_outcome(TurnOutcome outcome);
 

@@ -45,6 +45,14 @@ struct InsertedRun {
   bool operator==(const InsertedRun&) const = default;
 };
 
+// Partial rollouts: from response index `start` on, tokens were sampled by policy `version` (a
+// weight update that reached the sequence while it was decoding).
+struct VersionChange {
+  int64_t start = 0;
+  int64_t version = 0;
+  bool operator==(const VersionChange&) const = default;
+};
+
 struct GeneratedSample {
   int64_t request = 0;  // index into the generate() call's requests
   int64_t sample = 0;   // 0..n-1 within the request
@@ -54,7 +62,9 @@ struct GeneratedSample {
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   std::string text;                // decoded response (stop string excluded) when a tokenizer is set
   FinishReason finish_reason = FinishReason::kLength;
-  int64_t policy_version = 0;
+  int64_t policy_version = 0;      // of the first response token's weights
+  // The later versions that sampled its tokens, in order (empty: every token from policy_version).
+  std::vector<VersionChange> version_changes;
   // Multi-turn (RolloutBackend::generate_turns): the inserted runs of token_ids, in order (their
   // logprobs are 0); empty: every token was sampled.
   std::vector<InsertedRun> inserted;

@@ -231,6 +231,28 @@ bool Scheduler::evict_paused(int64_t keep) {
   return false;
 }
 
+void Scheduler::drop_cache() {
+  auto drop = [&](Sequence& s) {
+    for (int32_t b : s.blocks) blocks_.release(b);
+    s.blocks.clear();
+    s.n_cached = 0;
+    s.n_prefill = 0;
+    ++stats_.n_recomputed;
+  };
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {  // the oldest ends up first
+    Sequence& s = sequence(*it);
+    drop(s);
+    s.status = SeqStatus::kWaiting;
+    waiting_.push_front(*it);
+  }
+  running_.clear();
+  for (int64_t id : paused_) {
+    Sequence& s = sequence(id);
+    if (!s.blocks.empty()) drop(s);
+  }
+  pending_copies_.clear();  // every block they would write into is free now
+}
+
 void Scheduler::resume(int64_t seq, const std::vector<int32_t>& inserted, int64_t turn_limit) {
   Sequence& s = sequence(seq);
   RLCPP_CHECK(s.status == SeqStatus::kPaused, "resuming sequence {} that is not paused", seq);

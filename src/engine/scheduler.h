@@ -51,6 +51,8 @@ struct Sequence {
   int64_t turn_start = 0;
   int64_t turn_limit = 0;
   std::vector<InsertedRun> inserted;
+  // The weights' versions that sampled its response: the first token's, then every change.
+  std::vector<VersionChange> versions;
   int64_t n_response() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
 };
 
@@ -93,6 +95,7 @@ struct SchedulerStats {
   int64_t n_prefill_steps = 0, n_decode_steps = 0, n_preemptions = 0, n_copies = 0, peak_blocks_used = 0;
   int64_t n_prefill_tokens = 0;  // tokens run by prefill work (prompts, recomputations, resumed turns)
   int64_t n_evictions = 0;       // paused sequences whose blocks were freed (recomputed when resumed)
+  int64_t n_recomputed = 0;      // sequences whose cache drop_cache dropped (a weight update's recomputation)
 };
 
 class Scheduler {
@@ -121,6 +124,10 @@ class Scheduler {
   void resume(int64_t seq, const std::vector<int32_t>& inserted, int64_t turn_limit);
   // Ends every unfinished sequence of `request` (running, waiting or pending) with kAbort.
   void cancel_request(int64_t request);
+  // Drops the keys and values of every sequence holding some: running ones wait again (in their
+  // admission order, before the others) and paused ones are evicted, so all are recomputed from
+  // their tokens with the weights in place then (partial rollouts' --partial-kv recompute).
+  void drop_cache();
   // Drops a finished sequence's record (a server's, once its result is taken); its id is not reused.
   void forget(int64_t seq);
 

@@ -275,6 +275,38 @@ void validate(const RunConfig& c) {
                                                     : "",
                      c.schedule_staleness() > s - 1 ? ", or -nb 0" : "", c.schedule_staleness());
   }
+  if (c.staleness.partial_rollout) {
+    if (!c.parallel.distributed()) {
+      throw_user_error("--partial-rollout: {}; partial rollouts need rollout workers generating while the trainers "
+                       "train (-t T -i I under mpirun with -nb 1)",
+                       c.remote.enabled() ? "rollout servers (-b) take weights between requests only, not in the middle "
+                                            "of a sequence"
+                                          : "the colocated mode (no -i) generates between steps");
+    }
+    if (c.staleness.n_behind < 1) {
+      throw_user_error("--partial-rollout with -nb {}: without a round generated ahead no weights change while a round "
+                       "generates; add -nb 1", c.staleness.n_behind);
+    }
+    if (c.staleness.sync_frequency > 1) {
+      throw_user_error("--partial-rollout with --sync-frequency {}: partial rollouts take every version the trainers "
+                       "make; drop --sync-frequency", c.staleness.sync_frequency);
+    }
+    if (c.parallel.ptp > 1) {
+      throw_user_error("--partial-rollout with --rollout-tp {}: a weight switch in the middle of a tensor-parallel "
+                       "engine's steps is not supported yet; use --rollout-tp 1 (more -i instead)", c.parallel.ptp);
+    }
+    if (c.staleness.switch_asap && c.staleness.switch_interval != 0) {
+      throw_user_error("--async-switch asap with --switch-interval {}: asap takes weights when they arrive, not at "
+                       "scheduled steps; drop one of the two", c.staleness.switch_interval);
+    }
+  } else if (c.staleness.switch_interval != 0 || c.staleness.switch_asap || c.staleness.recompute_kv) {
+    throw_user_error("--switch-interval, --async-switch and --partial-kv set how partial rollouts switch weights; add "
+                     "--partial-rollout or drop them");
+  }
+  if (c.staleness.switch_interval < 0) {
+    throw_user_error("--switch-interval {}: give the engine steps between weight switches (0: spread over -mnt)",
+                     c.staleness.switch_interval);
+  }
   if (c.staleness.max_staleness >= 0 && c.staleness.max_relay_episode != 0) {
     throw_user_error("--max-staleness {} with --max-relay-episode {}: relayed groups are trained again steps after "
                      "their policy by design; drop one of the two", c.staleness.max_staleness, c.staleness.max_relay_episode);

@@ -63,6 +63,14 @@ struct StalenessOptions {
   // A sample is trained at most this many policy versions after the oldest policy that sampled any
   // of its tokens (AReaL's max_head_offpolicyness); older groups are dropped and counted (-1: no bound).
   int64_t max_staleness = -1;
+  // Partial rollouts (ChatLearn's use_partial_rollout): a round generated ahead of training (-nb 1)
+  // takes each policy version the trainers make meanwhile in the middle of its sequences, at engine
+  // steps the schedule names (every switch_interval steps; 0: -mnt / (versions + 1)), so a run is
+  // reproducible; with switch_asap, as soon as the weights arrive (not reproducible).
+  bool partial_rollout = false;
+  int64_t switch_interval = 0;
+  bool switch_asap = false;
+  bool recompute_kv = false;  // a sequence's cached keys and values recomputed on the new weights (else kept)
 };
 
 // model: the model trained.

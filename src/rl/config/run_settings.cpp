@@ -225,6 +225,24 @@ const EnumTable<bool>& std_estimates() {
   return table;
 }
 
+// Where a partial rollout takes a new policy version (--async-switch).
+const EnumTable<bool>& switch_modes() {
+  static const EnumTable<bool> table(
+      "weight switch", {{false, "schedule", "at the engine steps the schedule names, waiting there for weights not yet "
+                                            "sent: reproducible bit for bit, and resumed exactly"},
+                        {true, "asap", "at the first engine step after the weights arrive: the most overlap, not "
+                                       "reproducible"}});
+  return table;
+}
+
+// What a partial rollout's sequences keep of their cache across a weight switch (--partial-kv).
+const EnumTable<bool>& partial_kv_modes() {
+  static const EnumTable<bool> table(
+      "partial-rollout cache", {{false, "keep", "the keys and values computed on the old weights stay"},
+                                {true, "recompute", "every sequence's keys and values are recomputed on the new weights"}});
+  return table;
+}
+
 std::vector<Setting> make_settings() {
   using C = RunConfig;
   std::vector<Setting> s;
@@ -339,6 +357,17 @@ std::vector<Setting> make_settings() {
                           "schedule (-ibs, -tbs, -nb, --sync-frequency) must keep within it, and older groups are "
                           "dropped and counted (-1: no bound)",
                           [](C& c) -> int64_t& { return c.staleness.max_staleness; }, -1, {"max_head_offpolicyness"}, true));
+  s.push_back(bool_setting("staleness.partial_rollout", "--partial-rollout",
+                           "a round generated ahead (-nb 1) takes each new policy version in the middle of its "
+                           "sequences; every token records the version that sampled it",
+                           [](C& c) -> bool& { return c.staleness.partial_rollout; }, {"use_partial_rollout"}, true));
+  s.push_back(int_setting("staleness.switch_interval", "--switch-interval",
+                          "partial rollouts: engine steps between the versions a round takes (0: -mnt / (versions + 1))",
+                          [](C& c) -> int64_t& { return c.staleness.switch_interval; }, 0, {}, true));
+  s.push_back(enum_setting("staleness.async_switch", "--async-switch", "partial rollouts: when new weights are taken",
+                           switch_modes(), [](C& c) -> bool& { return c.staleness.switch_asap; }, true));
+  s.push_back(enum_setting("staleness.partial_kv", "--partial-kv", "partial rollouts: the cache across a weight switch",
+                           partial_kv_modes(), [](C& c) -> bool& { return c.staleness.recompute_kv; }, true));
   s.push_back(int_setting("staleness.max_relay_episode", "--max-relay-episode",
                           "relay buffer: the rollouts of the last N steps are trained on again with each step (-1: all, 0: off)",
                           [](C& c) -> int64_t& { return c.staleness.max_relay_episode; }, -1));

@@ -10,7 +10,10 @@ namespace rlcpp {
 std::string encode_control(const ControlMessage& m) {
   nlohmann::json picks = nlohmann::json::array();
   for (const auto& p : m.picks) picks.push_back(to_json(p));
-  return pack_message({{"op", static_cast<int>(m.op)}, {"verify", m.verify}, {"picks", picks}});
+  return pack_message({{"op", static_cast<int>(m.op)},
+                       {"verify", m.verify},
+                       {"picks", picks},
+                       {"switches", {{"during_round", m.switches.during_round}, {"asap", m.switches.asap}, {"at", m.switches.at}}}});
 }
 
 ControlMessage decode_control(const std::string& bytes) {
@@ -23,6 +26,10 @@ ControlMessage decode_control(const std::string& bytes) {
     m.op = static_cast<ControlMessage::Op>(op);
     m.verify = j.at("verify").get<bool>();
     for (const auto& p : j.at("picks")) m.picks.push_back(pick_from_json(p));
+    const auto& switches = j.at("switches");
+    m.switches.during_round = switches.at("during_round").get<bool>();
+    m.switches.asap = switches.at("asap").get<bool>();
+    m.switches.at = switches.at("at").get<std::vector<int64_t>>();
   } catch (const nlohmann::json::exception& e) {
     throw InternalError(fmt::format("a malformed control message from trainer rank 0: {}", e.what()));
   }

@@ -18,16 +18,19 @@ enum ControlTag : int { kControlTag = 11, kHashTag = 12, kShareTag = 13 };
 struct ControlMessage {
   enum class Op {
     kSync,   // receive the weights the leader is about to send (WeightSync); `verify`: send back their hash
-    kRound,  // generate `picks` with the current weights and deliver the round (RolloutChannel)
+    kRound,  // generate `picks` with the current weights (and `switches`) and deliver the round (RolloutChannel)
     kStop,   // the run is over
   };
   Op op = Op::kStop;
   bool verify = false;            // kSync
   std::vector<PromptPick> picks;  // kRound
+  WeightSwitches switches;        // kRound: the versions it takes while it generates (partial rollouts)
 
-  static ControlMessage sync(bool verify) { return {Op::kSync, verify, {}}; }
-  static ControlMessage round(std::vector<PromptPick> picks) { return {Op::kRound, false, std::move(picks)}; }
-  static ControlMessage stop() { return {Op::kStop, false, {}}; }
+  static ControlMessage sync(bool verify) { return {Op::kSync, verify, {}, {}}; }
+  static ControlMessage round(std::vector<PromptPick> picks, WeightSwitches switches = {}) {
+    return {Op::kRound, false, std::move(picks), std::move(switches)};
+  }
+  static ControlMessage stop() { return {Op::kStop, false, {}, {}}; }
 };
 
 std::string encode_control(const ControlMessage& message);

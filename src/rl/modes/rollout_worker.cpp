@@ -1,7 +1,15 @@
 // A rollout worker of the distributed run: generates the rounds trainer rank 0 sends, with the
 // weights it last sent, and delivers each round's groups to the trainers. It holds no run state
 // of its own beyond the weights, so a run resumes with any number of workers.
+//
+// Partial rollouts: a round sent with WeightSwitches takes the versions the trainers send while it
+// generates, one per switch. Each one is received as soon as it arrives (checked between engine
+// steps), held aside, and taken at the engine step the schedule names (waiting there for one not
+// sent yet), or at once with `asap`; a round that ends first takes the rest before it is delivered.
 #include <torch/torch.h>
+
+#include <deque>
+#include <optional>
 
 #include "engine/engine.h"
 #include "parallel/weight_sync.h"
@@ -12,9 +20,114 @@
 #include "rl/rollout/rollout_channel.h"
 #include "rl/run/run_state.h"
 #include "text/tokenizer.h"
+#include "util/error.h"
 #include "util/trace.h"
 
 namespace rlcpp {
+
+namespace {
+
+// The weights trainer rank 0 sends: received into the engine, or held until the engine takes them.
+class WeightInbox {
+ public:
+  WeightInbox(const RunConfig& c, const Topology& topo, Engine& engine, Transformer& policy)
+      : topo_(topo), engine_(engine), policy_(policy),
+        sync_(topo.sync_group, static_cast<uint64_t>(c.parallel.sync_bucket_mb) << 20, c.parallel.param_sync_comm_type) {}
+
+  // The next control message: one that arrived while a round generated, else the next sent.
+  ControlMessage next() {
+    if (!pending_) return recv_control(*topo_.world);
+    ControlMessage m = std::move(*pending_);
+    pending_.reset();
+    return m;
+  }
+  // A sync whose message was received: the weights go into the engine now.
+  void receive_now(const ControlMessage& sync) {
+    const SyncStats stats = sync_.sync({}, 0, [&](const NamedTensors& bucket) { engine_.update_weights(bucket); });
+    engine_.set_version(stats.version);
+    if (sync.verify) send_hash(policy_.trained_weights());
+  }
+  // Every sync already sent is received and held (other messages wait for next()).
+  void poll() {
+    while (!pending_ && topo_.world->probe(0, kControlTag)) {
+      ControlMessage m = recv_control(*topo_.world);
+      if (m.op != ControlMessage::Op::kSync) {
+        pending_ = std::move(m);
+        return;
+      }
+      hold(m);
+    }
+  }
+  // The next version goes into the engine: the oldest held, else the next sent (waited for).
+  void take_one() {
+    if (held_.empty()) {
+      trace::Span wait("switch_wait");  // the schedule's step came before the weights
+      ControlMessage m = recv_control(*topo_.world);
+      RLCPP_CHECK(m.op == ControlMessage::Op::kSync, "a rollout worker waiting for weights got control op {}",
+                  static_cast<int>(m.op));
+      return receive_now(m);
+    }
+    Held h = std::move(held_.front());
+    held_.pop_front();
+    for (const auto& bucket : h.buckets) engine_.update_weights(bucket);
+    engine_.set_version(h.version);
+  }
+  // Every held version, oldest first: how many.
+  size_t take_held() {
+    size_t n = 0;
+    for (; !held_.empty(); ++n) take_one();
+    return n;
+  }
+
+ private:
+  struct Held {
+    int64_t version = 0;
+    std::vector<NamedTensors> buckets;
+  };
+  void hold(const ControlMessage& sync) {
+    Held h;
+    const SyncStats stats = sync_.sync({}, 0, [&](const NamedTensors& bucket) {
+      NamedTensors copy;
+      for (const auto& [name, t] : bucket) copy.emplace_back(name, t.clone());
+      h.buckets.push_back(std::move(copy));
+    });
+    h.version = stats.version;
+    if (sync.verify) {
+      // As the engine will hold them: each in the policy's dtype, in the policy's order.
+      NamedTensors as_loaded;
+      for (const auto& [name, t] : policy_.trained_weights()) {
+        const torch::Tensor* got = nullptr;
+        for (const auto& bucket : h.buckets) {
+          for (const auto& [n, v] : bucket) {
+            if (n == name) got = &v;
+          }
+        }
+        RLCPP_CHECK(got != nullptr, "weights of version {} arrived without \"{}\"", h.version, name);
+        as_loaded.emplace_back(name, got->to(t.scalar_type()));
+      }
+      send_hash(as_loaded);
+    }
+    held_.push_back(std::move(h));
+  }
+  // The hash of the whole weights, made whole on the engine's first rank.
+  void send_hash(const NamedTensors& weights) {
+    uint64_t h = weights_hash_seed();
+    for (const auto& [name, t] : weights) {
+      const auto whole = policy_.gather_weight(name, t, 0);
+      if (engine_.leads()) h = weights_hash_add(h, name, whole);
+    }
+    if (engine_.leads()) topo_.world->send_bytes(std::to_string(h), 0, kHashTag);
+  }
+
+  const Topology& topo_;
+  Engine& engine_;
+  Transformer& policy_;
+  WeightSync sync_;
+  std::deque<Held> held_;
+  std::optional<ControlMessage> pending_;
+};
+
+}  // namespace
 
 void run_rollout_worker(const RunConfig& c, const Topology& topo) {
   const RewardFunction reward = make_reward_function(c.reward);
@@ -24,35 +137,42 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
   Engine engine(policy, run_engine_config(c), tokenizer);
   RolloutGenerator generator(c, policy->config(), *tokenizer, &engine, nullptr, nullptr, &reward);
   RolloutChannel channel(topo);
-  WeightSync weight_sync(topo.sync_group, static_cast<uint64_t>(c.parallel.sync_bucket_mb) << 20, c.parallel.param_sync_comm_type);
+  WeightInbox inbox(c, topo, engine, *policy);
   for (;;) {
-    const ControlMessage message = recv_control(*topo.world);
+    const ControlMessage message = inbox.next();
     switch (message.op) {
       case ControlMessage::Op::kStop: trace::write(); return;
-      case ControlMessage::Op::kSync: {
-        // Every rank receives the whole weights and keeps its part.
-        const SyncStats stats = weight_sync.sync({}, 0, [&](const NamedTensors& bucket) { engine.update_weights(bucket); });
-        engine.set_version(stats.version);
-        if (message.verify) {
-          // The hash of the whole weights, made whole on the engine's first rank.
-          uint64_t h = weights_hash_seed();
-          for (const auto& [name, t] : policy->trained_weights()) {
-            const auto whole = policy->gather_weight(name, t, 0);
-            if (engine.leads()) h = weights_hash_add(h, name, whole);
-          }
-          if (engine.leads()) topo.world->send_bytes(std::to_string(h), 0, kHashTag);
-        }
-        break;
-      }
+      case ControlMessage::Op::kSync: inbox.receive_now(message); break;
       case ControlMessage::Op::kRound: {
         trace::Span span("round");
         if (!engine.leads()) {  // the engine's other ranks run its steps
           engine.serve();
           break;
         }
+        const WeightSwitches& switches = message.switches;
+        size_t taken = 0;  // versions the round took
+        if (switches.during_round) {
+          int64_t step = 0;
+          engine.set_step_hook(
+              [&] {
+                inbox.poll();
+                if (switches.asap) {
+                  taken += inbox.take_held();
+                } else {
+                  for (; taken < switches.at.size() && switches.at[taken] <= step; ++taken) inbox.take_one();
+                }
+                ++step;
+              },
+              c.staleness.recompute_kv);
+        }
         RolloutRound round = generator.generate(message.picks);
+        engine.set_step_hook(nullptr);
         engine.release_followers();
-        channel.deliver(round, engine.version());
+        const int64_t version = engine.version();
+        // The versions the trainers send while this round is collected: taken now (they come
+        // before the trainers collect), so the trainers never wait on a worker stuck delivering.
+        for (; taken < switches.at.size(); ++taken) inbox.take_one();
+        channel.deliver(round, version);
         break;
       }
     }

@@ -40,10 +40,14 @@ class StepLoop {
   std::vector<SampleGroup> deal(const TrainerGroups& saved) const;
   // Groups of every replica at the leader, in replica order (the others get nothing back).
   TrainerGroups gather(const std::vector<SampleGroup>& mine);
-  // The policy to the generators (every rank takes part).
-  void publish();
+  // The policy to the generators (every rank takes part); `resend`: even when they hold it.
+  void publish(bool resend = false);
   // The next round: the policy published first if the staleness policy says so, then submitted.
-  void submit_round(bool ahead);
+  // Ahead of steps [first, last] under --partial-rollout, it takes the versions they make.
+  void submit_round(bool ahead, int64_t first = 0, int64_t last = -1);
+  // Partial rollouts: the engine steps of a round ahead of steps [first, last] at which it takes
+  // the version each step makes, up to the first checkpoint among them (which waits for the round).
+  WeightSwitches switches_during(int64_t first, int64_t last) const;
   // One round from the source: this trainer's share of its kept groups joins `into`.
   void collect(std::deque<SampleGroup>& into);
   // One round's kept groups join the buffer: the round collected ahead if there is one.
@@ -135,14 +139,32 @@ TrainerGroups StepLoop::gather(const std::vector<SampleGroup>& mine) {
   return all;
 }
 
-void StepLoop::publish() {
-  const double seconds = source_->publish(run_.policy_version);
+void StepLoop::publish(bool resend) {
+  const double seconds = source_->publish(run_.policy_version, resend);
   if (lead_) lead_->note_publish(seconds);
 }
 
-void StepLoop::submit_round(bool ahead) {
+WeightSwitches StepLoop::switches_during(int64_t first, int64_t last) const {
+  WeightSwitches switches;
+  if (!c_.staleness.partial_rollout) return switches;
+  switches.during_round = true;
+  switches.asap = c_.staleness.switch_asap;
+  int64_t versions = 0;
+  for (int64_t step = first; step <= last; ++step) {
+    ++versions;
+    if (checkpoint_due(c_.logging, step, run_.plan.total_steps)) break;
+  }
+  const int64_t interval = c_.staleness.switch_interval > 0
+                               ? c_.staleness.switch_interval
+                               : std::max<int64_t>(1, c_.rollout.sampling.max_new_tokens / (versions + 1));
+  for (int64_t v = 1; v <= versions; ++v) switches.at.push_back(v * interval);
+  return switches;
+}
+
+void StepLoop::submit_round(bool ahead, int64_t first, int64_t last) {
   if (staleness_->publish_before(ahead)) publish();
-  source_->submit(lead_ ? lead_->pick_round() : std::vector<PromptPick>{});
+  source_->submit(lead_ ? lead_->pick_round() : std::vector<PromptPick>{},
+                  ahead ? switches_during(first, last) : WeightSwitches{});
 }
 
 void StepLoop::collect(std::deque<SampleGroup>& into) {
@@ -217,6 +239,9 @@ void StepLoop::train_step(int64_t step) {
   relay_->add(step, batch);
   check_nonfinite(c_.train, update, step, nonfinite_steps_);
   if (update.trained) ++run_.policy_version;
+  // Partial rollouts: the round generating ahead takes this step's version at its next switch (one
+  // each step, so a step that changed nothing sends the weights it had).
+  if (c_.staleness.partial_rollout && round_ahead_ && !collected_) publish(/*resend=*/true);
 
   // Every replica's figures, one row each, summed so each row reaches the leader.
   auto rows = torch::zeros({T(), n_step_figures()}, torch::kFloat64);
@@ -245,7 +270,9 @@ fs::path StepLoop::run() {
   const bool mid_round = step <= round_end_;
   if (lead_) lead_->start();
   publish();  // the generators start from the trainers' weights (a resumed run's, too), whatever they held
-  if (!mid_round && !collected_ && step <= total_steps) source_->submit(lead_ ? lead_->pick_round() : std::vector<PromptPick>{});
+  if (!mid_round && !collected_ && step <= total_steps) {
+    source_->submit(lead_ ? lead_->pick_round() : std::vector<PromptPick>{}, WeightSwitches{});
+  }
   if (mid_round) train_round(step, round_end_);
   int64_t rounds_since_step = 0;
   while (step <= total_steps) {
@@ -263,7 +290,7 @@ fs::path StepLoop::run() {
     steps = std::min(steps, total_steps - step + 1);
     round_end_ = step + steps - 1;
     round_ahead_ = staleness_->ahead(round_end_, total_steps);
-    if (round_ahead_) submit_round(/*ahead=*/true);  // generation overlaps the steps, with the weights as they are
+    if (round_ahead_) submit_round(/*ahead=*/true, step, round_end_);  // generation overlaps the steps, with the weights as they are
     train_round(step, round_end_);
     if (steps > 0) rounds_since_step = 0;
   }

@@ -54,14 +54,14 @@ WorkerSource::WorkerSource(const RunConfig& c, const Topology& topo, RunState& r
   }
 }
 
-void WorkerSource::submit(std::vector<PromptPick> picks) {
+void WorkerSource::submit(std::vector<PromptPick> picks, const WeightSwitches& switches) {
   if (!leader()) return;
   const size_t n = picks.size(), engines = static_cast<size_t>(topo_.num_engines());
   for (size_t e = 0; e < engines; ++e) {
     std::vector<PromptPick> part(picks.begin() + static_cast<long>(n * e / engines),
                                  picks.begin() + static_cast<long>(n * (e + 1) / engines));
     const int first = topo_.engine_leader(static_cast<int>(e));
-    send_control(*topo_.world, ControlMessage::round(std::move(part)), first);
+    send_control(*topo_.world, ControlMessage::round(std::move(part), switches), first);
     for (int r = 1; r < topo_.rollout_tp; ++r) send_control(*topo_.world, ControlMessage::round({}), first + r);  // they serve
   }
 }
@@ -81,16 +81,16 @@ RoundReceipt WorkerSource::collect(std::deque<SampleGroup>& buffer) {
   return receipt;
 }
 
-double WorkerSource::publish(int64_t version) {
+double WorkerSource::publish(int64_t version, bool resend) {
   if (!leader()) {
     follow_sync(topo_, run_);
     return 0;
   }
-  return sync_weights(version);
+  return sync_weights(version, resend);
 }
 
-double WorkerSource::sync_weights(int64_t version) {
-  if (!announce_sync(topo_, run_, version != synced_version_)) return 0;
+double WorkerSource::sync_weights(int64_t version, bool resend) {
+  if (!announce_sync(topo_, run_, resend || version != synced_version_)) return 0;
   const int T = topo_.num_trainers, I = topo_.num_inferencers;
   for (int w = 0; w < I; ++w) send_control(*topo_.world, ControlMessage::sync(c_.parallel.verify_sync), T + w);
   const NamedTensors weights = run_.policy->trained_weights();  // under LoRA, the adapters alone

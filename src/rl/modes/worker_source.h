@@ -19,9 +19,9 @@ class WorkerSource : public RolloutSource {
  public:
   // `topology` and `run` (this trainer's) must outlive the source.
   WorkerSource(const RunConfig& config, const Topology& topology, RunState& run);
-  void submit(std::vector<PromptPick> picks) override;
+  void submit(std::vector<PromptPick> picks, const WeightSwitches& switches) override;
   RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
-  double publish(int64_t version) override;
+  double publish(int64_t version, bool resend) override;
   bool concurrent() const override { return true; }
   int64_t round_prompts() const override { return topo_.num_engines() * c_.round_prompts(); }
   void add_figures(nlohmann::ordered_json& extra) override;
@@ -31,7 +31,7 @@ class WorkerSource : public RolloutSource {
  private:
   bool leader() const { return topo_.role_rank == 0; }
   // Trainer 0's sync of the policy at `version` (when it changed since the last one).
-  double sync_weights(int64_t version);
+  double sync_weights(int64_t version, bool resend);
 
   const RunConfig& c_;
   const Topology& topo_;

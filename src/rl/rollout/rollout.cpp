@@ -130,25 +130,36 @@ struct Rolled {
   bool truncated = false;
 };
 
-// A sample of the model's runs and the inserted ones, each run with its policy version.
+// A sample of the model's runs and the inserted ones, each run with the policy version of its
+// tokens (a partial rollout's change of weights starts a new run).
 Sample trajectory_sample(const Rolled& r, double advantage) {
   const GeneratedSample& g = r.generated;
-  if (g.inserted.empty()) {
+  if (g.inserted.empty() && g.version_changes.empty()) {
     return model_sample(r.prompt_ids, g.token_ids, advantage, g.logprobs, g.policy_version, r.truncated);
   }
   Sample s;
   s.prompt_ids = r.prompt_ids;
   size_t at = 0;
-  auto run = [&](SegmentKind kind, size_t end) {
-    if (end <= at) return;
+  size_t change = 0;  // the next of g.version_changes
+  int64_t version = g.policy_version;
+  auto piece = [&](SegmentKind kind, size_t end) {
     const std::vector<int32_t> ids(g.token_ids.begin() + static_cast<std::ptrdiff_t>(at),
                                    g.token_ids.begin() + static_cast<std::ptrdiff_t>(end));
     std::vector<float> logprobs;
     if (!g.logprobs.empty()) {
       logprobs.assign(g.logprobs.begin() + static_cast<std::ptrdiff_t>(at), g.logprobs.begin() + static_cast<std::ptrdiff_t>(end));
     }
-    s.append(kind, ids, logprobs, g.policy_version);
+    s.append(kind, ids, logprobs, version);
     at = end;
+  };
+  auto run = [&](SegmentKind kind, size_t end) {
+    while (at < end) {
+      while (change < g.version_changes.size() && static_cast<size_t>(g.version_changes[change].start) <= at) {
+        version = g.version_changes[change++].version;
+      }
+      const size_t next = change < g.version_changes.size() ? static_cast<size_t>(g.version_changes[change].start) : end;
+      piece(kind, std::min(end, next));
+    }
   };
   for (const auto& inserted : g.inserted) {
     run(SegmentKind::kModel, static_cast<size_t>(inserted.start));

@@ -79,6 +79,14 @@ struct PromptPick {
 
 nlohmann::json to_json(const PromptPick& pick);
 
+// Partial rollouts: how a round takes the policy versions sent while it generates (every version
+// sent to a worker is taken in order, by the round or after it).
+struct WeightSwitches {
+  bool during_round = false;  // the round may take versions (else they wait for its end)
+  bool asap = false;          // at the first engine step after they arrive
+  std::vector<int64_t> at;    // else: one version before each of these engine steps of the round (from 0), ascending
+};
+
 // `options` with the reward's check of every record (RewardFunction::check_record): a code task's
 // malformed tests stop the load naming the line (or, with skip_bad_lines, the line is skipped).
 // `reward` must outlive the load.

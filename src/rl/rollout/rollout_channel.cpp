@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "util/error.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -76,6 +77,7 @@ void RolloutChannel::deliver(RolloutRound& round, int64_t policy_version) {
                                  {"reward_seconds", round.reward_seconds},
                                  {"version", policy_version}}),
                     0, kManifest);
+  trace::Span wait("deliver_wait");  // until trainer rank 0 collects the round
   const auto to = unpack_message(world.recv_bytes(0, kAssignment), "assignment").get<std::vector<int>>();
   RLCPP_CHECK(to.size() == round.kept.size(), "an assignment of {} groups for {} kept", to.size(), round.kept.size());
   std::vector<std::vector<SampleGroup>> share(static_cast<size_t>(T_));

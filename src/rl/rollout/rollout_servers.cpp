@@ -85,7 +85,8 @@ ServerSource::ServerSource(const RunConfig& c, const fs::path& run_dir, std::sha
                                                   &reward_);
 }
 
-void ServerSource::submit(std::vector<PromptPick> picks) {
+void ServerSource::submit(std::vector<PromptPick> picks, const WeightSwitches& switches) {
+  RLCPP_CHECK(!switches.during_round, "partial rollouts with rollout servers (validation refuses them)");
   in_flight_.push_back(
       std::async(std::launch::async, [this, picks = std::move(picks)] { return generator_->generate(picks); }));
 }
@@ -105,8 +106,8 @@ RoundReceipt ServerSource::collect(std::deque<SampleGroup>& buffer) {
   return receipt;
 }
 
-double ServerSource::publish(int64_t version) {
-  if (version == published_) return 0;
+double ServerSource::publish(int64_t version, bool resend) {
+  if (version == published_ && !resend) return 0;
   published_ = version;
   return servers_.publish(*policy_, version);
 }

@@ -45,9 +45,9 @@ class ServerSource : public RolloutSource {
  public:
   ServerSource(const RunConfig& config, const std::filesystem::path& run_dir, std::shared_ptr<Transformer> policy,
                const Tokenizer& tokenizer);
-  void submit(std::vector<PromptPick> picks) override;
+  void submit(std::vector<PromptPick> picks, const WeightSwitches& switches) override;
   RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
-  double publish(int64_t version) override;
+  double publish(int64_t version, bool resend) override;
   bool concurrent() const override { return true; }
   int64_t round_prompts() const override { return c_.round_prompts(); }
   void add_figures(nlohmann::ordered_json& extra) override;

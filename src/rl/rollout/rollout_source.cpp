@@ -27,7 +27,10 @@ EngineSource::EngineSource(const RunConfig& c, const ModelConfig& model_config, 
   }
 }
 
-void EngineSource::submit(std::vector<PromptPick> picks) { submitted_.push_back(std::move(picks)); }
+void EngineSource::submit(std::vector<PromptPick> picks, const WeightSwitches& switches) {
+  RLCPP_CHECK(!switches.during_round, "partial rollouts with the colocated engine (validation refuses them)");
+  submitted_.push_back(std::move(picks));
+}
 
 RoundReceipt EngineSource::collect(std::deque<SampleGroup>& buffer) {
   RLCPP_CHECK(!submitted_.empty(), "collecting a round that was never submitted");
@@ -57,7 +60,7 @@ RoundReceipt EngineSource::collect(std::deque<SampleGroup>& buffer) {
   return receipt;
 }
 
-double EngineSource::publish(int64_t version) {
+double EngineSource::publish(int64_t version, bool) {
   engine_->set_version(version);  // the engine generates on the policy's own weights
   return 0;
 }

@@ -38,14 +38,16 @@ class RolloutSource {
  public:
   virtual ~RolloutSource() = default;
   // Starts one round over `picks` with the weights last published (the leader's picks; the other
-  // ranks pass none). A source that cannot generate while the trainers train (concurrent() false)
-  // generates it in collect, with the weights published by then.
-  virtual void submit(std::vector<PromptPick> picks) = 0;
+  // ranks pass none), taking the versions published meanwhile as `switches` says (partial
+  // rollouts: rollout workers only). A source that cannot generate while the trainers train
+  // (concurrent() false) generates it in collect, with the weights published by then.
+  virtual void submit(std::vector<PromptPick> picks, const WeightSwitches& switches) = 0;
   // Waits for the oldest round submitted: this rank's share of its kept groups joins `buffer`.
   virtual RoundReceipt collect(std::deque<SampleGroup>& buffer) = 0;
   // The generators take the policy's current weights, which are `version` (a no-op when they hold
-  // them already). Returns the seconds it took.
-  virtual double publish(int64_t version) = 0;
+  // them already, unless `resend`: a partial rollout's schedule takes one version each step, even
+  // a step that left the weights as they were). Returns the seconds it took.
+  virtual double publish(int64_t version, bool resend) = 0;
   // Whether rounds generate while the trainers train, so that one may go ahead (-nb >= 1).
   virtual bool concurrent() const = 0;
   // Prompts the leader picks for one round (-ibs per engine).
@@ -90,9 +92,9 @@ class EngineSource : public RolloutSource {
   // `tokenizer`: on the engine's first rank (the others serve); `tp_group`: the engine's ranks, or null.
   EngineSource(const RunConfig& config, const ModelConfig& model_config, const Tokenizer* tokenizer,
                std::shared_ptr<Engine> engine, std::shared_ptr<Communicator> tp_group);
-  void submit(std::vector<PromptPick> picks) override;
+  void submit(std::vector<PromptPick> picks, const WeightSwitches& switches) override;
   RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
-  double publish(int64_t version) override;
+  double publish(int64_t version, bool resend) override;
   bool concurrent() const override { return false; }
   int64_t round_prompts() const override { return c_.round_prompts(); }
   Engine* engine() override { return engine_.get(); }

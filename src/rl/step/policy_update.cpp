@@ -158,6 +158,8 @@ std::string on_policy_shortcut_off(const RunConfig& c) {
                        c.train.train_batch_size);
   }
   if (c.staleness.max_relay_episode != 0) return "the relay buffer (--max-relay-episode)";
+  // A kept cache mixes the old weights' keys and values into the tokens sampled after a switch.
+  if (c.staleness.partial_rollout && !c.staleness.recompute_kv) return "--partial-rollout with --partial-kv keep";
   if (!c.rollout.dtype.empty() && c.rollout.dtype != c.runtime.dtype) {
     return fmt::format("--rollout-dtype {} differs from --dtype {}", c.rollout.dtype, c.runtime.dtype);
   }

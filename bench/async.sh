@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# bench/async: one workload, one trainer and one rollout worker (mpirun -np 2, -t 1 -i 1), run
+# synchronously (-nb 0), with the next round generated ahead (-nb 1), and with partial rollouts
+# (--partial-rollout: switches fixed by the schedule, asap, and with the cache recomputed). The
+# workload has a long tail of response lengths: sampled hot (-temp 1.3) with -mnt 96 on the demo's
+# arithmetic model, most answers end in a dozen tokens and some run to -mnt.
+# Prints per mode: samples trained per second, each role's idle fraction (from the ranks' traces:
+# the trainer waiting for rollouts, the worker waiting for its round to be collected or for
+# weights at a scheduled switch), the mean versions behind per token, and the response lengths.
+# Two placements: both roles free on every core with 2 threads each (they share the cores), and
+# each pinned to its own core with 1 thread (what separate machines would give). Last, a model of
+# the speed-up at 1 trainer : N workers from the pinned run's phase times.
+#   bench/async.sh [RLCPP_BINARY]      Env: STEPS (12), MNT (96), PLACEMENTS ("shared pinned"),
+#                                      MODES (names of the modes to run; all by default)
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+rlcpp=$(realpath "${1:-$src/build/rlcpp}")
+steps=${STEPS:-12}
+mnt=${MNT:-96}
+placements=${PLACEMENTS:-shared pinned}
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Rounds of 2 steps (-ibs 16 = 2 x -tbs 8), so a round ahead overlaps two steps and takes two versions.
+args=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -a GRPO -g 8 -tbs 8 -ibs 16 -tMbs 8 -tmbs 64
+      -temp 1.3 --mnt "$mnt" -lr 5e-5 --max-steps "$steps" -sd "$work/runs" --si 0 -t 1 -i 1)
+modes=("sync|-nb 0" "nb1|-nb 1" "partial|-nb 1 --partial-rollout" "partial-asap|-nb 1 --partial-rollout --async-switch asap"
+       "partial-recompute|-nb 1 --partial-rollout --partial-kv recompute")
+
+report() {  # NAME: figures from metrics.jsonl and the two ranks' traces
+  python3 - "$1" "$work/runs/$1/metrics.jsonl" "$work/prof/$1" <<'PY'
+import json, sys
+name, metrics, prof = sys.argv[1:4]
+rows = [json.loads(l) for l in open(metrics)]
+def spans(rank):
+    events = json.load(open(f"{prof}/trace.rank-{rank}.json"))["traceEvents"]
+    return [e for e in events if e.get("ph") == "X"]
+def total(events, name): return sum(e["dur"] for e in events if e["name"] == name) / 1e6
+trainer, worker = spans(0), spans(1)
+t0 = min(e["ts"] for e in trainer + worker)
+wall = (max(e["ts"] + e["dur"] for e in trainer + worker) - t0) / 1e6
+# From the end of the first step on (start-up and the first round are the same in every mode).
+first_step_end = min(e["ts"] + e["dur"] for e in trainer if e["name"] == "step")
+after = lambda evs: [e for e in evs if e["ts"] >= first_step_end]
+span_after = (max(e["ts"] + e["dur"] for e in trainer + worker) - first_step_end) / 1e6
+samples = sum(r.get("kept_samples", r["kept_groups"] * 8) for r in rows[1:])
+trainer_idle = total(after(trainer), "collect_rollouts") / span_after
+worker_busy = total(after(worker), "round") - total(after(worker), "switch_wait") - total(after(worker), "deliver_wait")
+worker_idle = 1 - worker_busy / span_after
+tok = sum(r["staleness"]["per_token"]["mean"] for r in rows) / len(rows)
+lens = [r["response_length_mean"] for r in rows]
+trunc = sum(r["truncated_fraction"] for r in rows) / len(rows)
+print(f"{name:18s} {samples / span_after:7.2f} samples/s   idle: trainer {trainer_idle:5.1%} worker {worker_idle:5.1%}"
+      f"   switch waits {total(worker, 'switch_wait'):5.2f} s   versions behind/token {tok:4.2f}"
+      f"   length mean {sum(lens) / len(lens):5.1f} (truncated {trunc:4.1%})   reward {rows[-1]['reward_mean']:.3f}")
+phases = {"gen": (total(after(worker), "generate")) / max(1, len([e for e in after(worker) if e["name"] == "round"])),
+          "train": sum(r["time"]["logprobs"] + r["time"]["train"] for r in rows[1:]) / len(rows[1:]) * 2,
+          "sync": sum(r["time"]["sync"] for r in rows[1:]) / len(rows[1:]) * 2}
+json.dump(phases, open(f"{prof}/../{name}.phases.json", "w"))
+PY
+}
+
+run_mode() {  # PLACEMENT NAME FLAGS...
+  local placement=$1 name=$2; shift 2
+  local bind=(--bind-to none -x OMP_NUM_THREADS=2)
+  [ "$placement" = pinned ] && bind=(--bind-to core -x OMP_NUM_THREADS=1)
+  mpirun --oversubscribe "${bind[@]}" -np 2 "$rlcpp" train "${args[@]}" "$@" -p "$name" --profile-dir "$work/prof" \
+    > "$work/$name.log" 2>&1 && report "$name" || { echo "$name failed:"; tail -3 "$work/$name.log"; }
+}
+
+echo "rlcpp train -t 1 -i 1 on the arith task: $steps steps of 8 prompts x 8 samples, -temp 1.3 -mnt $mnt, $(nproc) cores"
+for placement in $placements; do
+  echo "-- $placement: $([ $placement = shared ] && echo 'both ranks on every core, 2 threads each' || echo 'one core each, 1 thread')"
+  for mode in "${modes[@]}"; do
+    IFS='|' read -r name flags <<<"$mode"
+    [ -n "${MODES:-}" ] && [[ " $MODES " != *" $name "* ]] && continue
+    # shellcheck disable=SC2086
+    run_mode "$placement" "$placement-$name" $flags
+  done
+done
+# The speed-up at 1 trainer : N workers (rounds split over the workers), from the pinned phases of
+# one round: generation G (one worker), training T and syncs S of its two steps.
+# Synchronous: G/N + T + S a round. Generated ahead: max(G/N, T + S).
+[ -f "$work/prof/pinned-sync.phases.json" ] || exit 0
+python3 - "$work/prof/pinned-sync.phases.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+G, T, S = p["gen"], p["train"], p["sync"]
+print(f"-- model from the pinned synchronous run: a round generates in {G:.2f} s on one worker, trains in {T:.2f} s, syncs {S:.2f} s")
+for n in (1, 2, 4, 8):
+    sync, ahead = G / n + T + S, max(G / n, T + S)
+    print(f"   1 trainer : {n} workers   synchronous {sync:5.2f} s/round   ahead (-nb 1 / partial) {ahead:5.2f} s/round   speed-up {sync / ahead:4.2f}x")
+PY

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Partial rollouts (--partial-rollout) under mpirun, -t 1 -i 1 -nb 1, on the toy digits task:
+#   - the round generated ahead takes each new policy version in the middle of its sequences: some
+#     samples hold tokens of two versions, and their tokens are fresher on average than -nb 1's;
+#   - switch points fixed by the schedule: two runs are equal bit for bit (metrics, staleness,
+#     weights), every sync verified by hash on the worker;
+#   - kill -9 of the rollout worker, or of the trainer, after a checkpoint: --resume auto then ends
+#     with the weights and metrics of the run never killed;
+#   - LoRA, --async-switch asap and --partial-kv recompute run and mix versions too;
+#   - the combinations partial rollouts cannot take are refused, naming the flags.
+# Usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC}")
+mpiexec=${2:-mpirun}
+source "$(dirname "$0")/lib.sh"
+
+"$here/make_toy_task.sh" "$rlcpp" "$fixtures" || bad toy-task
+reward=(--reward-cmd "python3 $here/data/digits_reward.py")
+# Rounds of 2 prompts, one a step: each round generates while the 2 steps before it train.
+# Checkpoints every 3 steps: at a round's end and in the middle of one.
+common=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs "${reward[@]}" -tbs 1 -ibs 2
+        --max-steps 12 --si 3)
+base=("${common[@]}" -t 1 -i 1)
+partial=("${base[@]}" -nb 1 --partial-rollout --verify-sync true)
+# metrics_of plus the staleness figures (they are the point here)
+with_staleness() { metrics_of "$1"; python3 -c 'import json,sys; print([json.loads(l)["staleness"] for l in open(sys.argv[1])])' "$1"; }
+same_run() {  # A B: metrics, staleness and final weights equal
+  cmp -s <(with_staleness "runs/$1/metrics.jsonl") <(with_staleness "runs/$2/metrics.jsonl") \
+    && cmp -s "runs/$1/step-12/model.safetensors" "runs/$2/step-12/model.safetensors"
+}
+
+run_mpi 2 "${base[@]}" -nb 1 -p nb1 > nb1.log 2>&1 || { bad nb1-run; tail -3 nb1.log; }
+run_mpi 2 "${partial[@]}" -p partial > partial.log 2>&1 || { bad partial-run; tail -3 partial.log; }
+# The second run with its timing disturbed (two busy loops on the two cores): the switch points
+# are the schedule's, so nothing changes.
+yes > /dev/null & busy1=$!
+yes > /dev/null & busy2=$!
+run_mpi 2 "${partial[@]}" -p again > again.log 2>&1 || { bad partial-again-run; tail -3 again.log; }
+kill "$busy1" "$busy2"
+same_run partial again && ok partial-reproducible || { bad partial-reproducible; diff <(with_staleness runs/partial/metrics.jsonl) <(with_staleness runs/again/metrics.jsonl) | head -4; }
+
+# Versions mixed within samples (a sample's oldest token is older than its tokens' mean), the
+# tokens fresher than without partial rollouts, every version a step made sent and verified.
+check_mixed() {  # NAME WORKERS [BASELINE]
+  python3 - "runs/$1/metrics.jsonl" "$2" "${3:+runs/$3/metrics.jsonl}" <<'PY'
+import json, sys
+rows, workers = [json.loads(l) for l in open(sys.argv[1])], int(sys.argv[2])
+def token_mean(rows):
+    return sum(r["staleness"]["per_token"]["mean"] for r in rows) / len(rows)
+mixed = [r for r in rows if r["staleness"]["per_token"]["mean"] < r["staleness"]["per_sample"]["mean"] - 1e-9]
+syncs = sum(r["weight_sync"]["syncs"] for r in rows)
+verified = sum(r["weight_sync"]["verified_workers"] for r in rows)
+line = f"     {len(rows)} steps, {len(mixed)} with samples of two versions; versions behind per token {token_mean(rows):.3f}"
+if sys.argv[3]:
+    base = [json.loads(l) for l in open(sys.argv[3])]
+    line += f" (-nb 1 alone {token_mean(base):.3f})"
+    assert token_mean(rows) < token_mean(base), "partial rollouts' tokens are not fresher"
+    assert all(r["staleness"]["per_token"]["mean"] == r["staleness"]["per_sample"]["mean"] for r in base)
+print(line + f"; {syncs} syncs, {verified} verified")
+assert len(rows) == 12 and mixed, "no sample holds tokens of two versions"
+assert syncs >= 5 and verified == syncs * workers, (syncs, verified)
+PY
+}
+check_mixed partial 1 nb1 && ok partial-mixes-versions || bad partial-mixes-versions
+
+# kill -9 of the worker (rank 1) once step-3 is written (a checkpoint in the middle of a round),
+# then of the trainer (rank 0) once step-6 is (a round's end); --resume auto finishes with the
+# uninterrupted run's weights and metrics.
+for rank in 1 0; do
+  name=killed$rank after=$((rank == 1 ? 3 : 6))
+  run_mpi 2 "${partial[@]}" -p "$name" > "$name.log" 2>&1 &
+  job=$! victim=""
+  for _ in $(seq 1 600); do [ -e "runs/$name/step-$after" ] && break; sleep 0.05; done
+  for pid in $(pgrep -f "rlcpp train .*-p $name\$"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
+  done
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $job
+  rc=$?
+  [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] || { bad "$name-ends-job"; echo "victim '$victim' rc $rc (124: it hung)"; }
+  run_mpi 2 "${partial[@]}" -p "$name" --resume auto > "$name-resume.log" 2>&1
+  if grep -q "resuming from runs/$name/step-" "$name-resume.log" && same_run partial "$name"; then
+    ok "kill-rank$rank-then-resume-exact"
+  else
+    bad "kill-rank$rank-then-resume-exact"; tail -3 "$name-resume.log"
+  fi
+done
+
+# LoRA (the adapters are the weights sent), asap switches, recomputed caches with two workers.
+run_mpi 2 "${partial[@]}" --lora-rank 4 -p lora > lora.log 2>&1 && check_mixed lora 1 \
+  && ok partial-lora || { bad partial-lora; tail -3 lora.log; }
+run_mpi 2 "${partial[@]}" --async-switch asap -p asap > asap.log 2>&1 \
+  && [ "$(wc -l < runs/asap/metrics.jsonl)" -eq 12 ] && ok partial-asap || { bad partial-asap; tail -3 asap.log; }
+run_mpi 3 "${common[@]}" -t 1 -i 2 -nb 1 --partial-rollout --verify-sync true --partial-kv recompute -p recompute \
+  > recompute.log 2>&1 && check_mixed recompute 2 \
+  && ok partial-recompute || { bad partial-recompute; tail -3 recompute.log; }
+
+# Refused combinations.
+refused() {  # NAME EXPECTED-TEXT NP ARGS...
+  local name=$1 text=$2 np=$3; shift 3
+  if [ "$np" -gt 1 ]; then run_mpi "$np" "$@" -p "$name" > "$name.log" 2>&1; else "$rlcpp" train "$@" -p "$name" > "$name.log" 2>&1; fi
+  if [ $? -ne 0 ] && grep -q -- "$text" "$name.log"; then ok "$name"; else bad "$name"; tail -3 "$name.log"; fi
+}
+colocated=(-m toy -d data.jsonl -g 8 -tbs 1 -tMbs 1 --mnt 8 -sd runs "${reward[@]}" --max-steps 2)
+refused refuses-colocated "--partial-rollout: the colocated mode" 1 "${colocated[@]}" --partial-rollout
+refused refuses-no-nb "--partial-rollout with -nb 0" 2 "${base[@]}" --partial-rollout
+refused refuses-asap-alone "add --partial-rollout or drop them" 1 "${colocated[@]}" --async-switch asap
+refused refuses-servers "rollout servers (-b) take weights between requests" 1 "${colocated[@]}" --partial-rollout \
+  -nb 1 -b openai --rollout-url http://127.0.0.1:9
+refused refuses-sync-frequency "--partial-rollout with --sync-frequency 2" 2 "${base[@]}" -nb 2 --sync-frequency 2 --partial-rollout
+refused refuses-rollout-tp "--partial-rollout with --rollout-tp 2" 3 "${common[@]}" -t 1 -i 2 --rollout-tp 2 -nb 1 --partial-rollout
+refused refuses-asap-interval "--async-switch asap with --switch-interval 4" 2 "${partial[@]}" --async-switch asap --switch-interval 4
+exit $failed
