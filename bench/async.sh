@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
 # bench/async: one workload, one trainer and one rollout worker (mpirun -np 2, -t 1 -i 1), run
 # synchronously (-nb 0), with the next round generated ahead (-nb 1), and with partial rollouts
-# (--partial-rollout: switches fixed by the schedule, asap, and with the cache recomputed). The
-# workload has a long tail of response lengths: sampled hot (-temp 1.3) with -mnt 96 on the demo's
-# arithmetic model, most answers end in a dozen tokens and some run to -mnt.
+# (--partial-rollout: switches fixed by the schedule, every 8 engine steps, asap, and with the cache
+# recomputed). The workload has a tail of response lengths: sampled hot (-temp 1.6) on the demo's
+# arithmetic model, most answers end in about 20 tokens and a few run to -mnt 48.
 # Prints per mode: samples trained per second, each role's idle fraction (from the ranks' traces:
 # the trainer waiting for rollouts, the worker waiting for its round to be collected or for
 # weights at a scheduled switch), the mean versions behind per token, and the response lengths.
 # Two placements: both roles free on every core with 2 threads each (they share the cores), and
 # each pinned to its own core with 1 thread (what separate machines would give). Last, a model of
 # the speed-up at 1 trainer : N workers from the pinned run's phase times.
-#   bench/async.sh [RLCPP_BINARY]      Env: STEPS (12), MNT (96), PLACEMENTS ("shared pinned"),
+#   bench/async.sh [RLCPP_BINARY]      Env: STEPS (12), MNT (48), PLACEMENTS ("shared pinned"),
 #                                      MODES (names of the modes to run; all by default)
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}")
 steps=${STEPS:-12}
-mnt=${MNT:-96}
+mnt=${MNT:-48}
 placements=${PLACEMENTS:-shared pinned}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Rounds of 2 steps (-ibs 16 = 2 x -tbs 8), so a round ahead overlaps two steps and takes two versions.
 args=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -a GRPO -g 8 -tbs 8 -ibs 16 -tMbs 8 -tmbs 64
-      -temp 1.3 --mnt "$mnt" -lr 5e-5 --max-steps "$steps" -sd "$work/runs" --si 0 -t 1 -i 1)
-modes=("sync|-nb 0" "nb1|-nb 1" "partial|-nb 1 --partial-rollout" "partial-asap|-nb 1 --partial-rollout --async-switch asap"
-       "partial-recompute|-nb 1 --partial-rollout --partial-kv recompute")
+      -temp 1.6 --mnt "$mnt" -lr 5e-5 --max-steps "$steps" -sd "$work/runs" --si 0 -t 1 -i 1)
+modes=("sync|-nb 0" "nb1|-nb 1" "partial|-nb 1 --partial-rollout" "partial-i8|-nb 1 --partial-rollout --switch-interval 8"
+       "partial-asap|-nb 1 --partial-rollout --async-switch asap"
+       "partial-recompute|-nb 1 --partial-rollout --switch-interval 8 --partial-kv recompute")
 
 report() {  # NAME: figures from metrics.jsonl and the two ranks' traces
   python3 - "$1" "$work/runs/$1/metrics.jsonl" "$work/prof/$1" <<'PY'
@@ -49,7 +50,7 @@ worker_idle = 1 - worker_busy / span_after
 tok = sum(r["staleness"]["per_token"]["mean"] for r in rows) / len(rows)
 lens = [r["response_length_mean"] for r in rows]
 trunc = sum(r["truncated_fraction"] for r in rows) / len(rows)
-print(f"{name:18s} {samples / span_after:7.2f} samples/s   idle: trainer {trainer_idle:5.1%} worker {worker_idle:5.1%}"
+print(f"{name:26s} {samples / span_after:7.2f} samples/s   idle: trainer {trainer_idle:5.1%} worker {worker_idle:5.1%}"
       f"   switch waits {total(worker, 'switch_wait'):5.2f} s   versions behind/token {tok:4.2f}"
       f"   length mean {sum(lens) / len(lens):5.1f} (truncated {trunc:4.1%})   reward {rows[-1]['reward_mean']:.3f}")
 phases = {"gen": (total(after(worker), "generate")) / max(1, len([e for e in after(worker) if e["name"] == "round"])),
@@ -67,7 +68,7 @@ run_mode() {  # PLACEMENT NAME FLAGS...
     > "$work/$name.log" 2>&1 && report "$name" || { echo "$name failed:"; tail -3 "$work/$name.log"; }
 }
 
-echo "rlcpp train -t 1 -i 1 on the arith task: $steps steps of 8 prompts x 8 samples, -temp 1.3 -mnt $mnt, $(nproc) cores"
+echo "rlcpp train -t 1 -i 1 on the arith task: $steps steps of 8 prompts x 8 samples, -temp 1.6 -mnt $mnt, $(nproc) cores"
 for placement in $placements; do
   echo "-- $placement: $([ $placement = shared ] && echo 'both ranks on every core, 2 threads each' || echo 'one core each, 1 thread')"
   for mode in "${modes[@]}"; do

@@ -72,22 +72,25 @@ PY
 }
 # The weights moved: a run that trained nothing would pass every comparison.
 weights_moved() { [ -f "$1" ] && [ -f "$2" ] && ! weights_close "$1" "$2" 1e-6 > /dev/null; }
-# kill -9 of world rank RANK of `run_mpi NP ARGS... -p killed` once its second checkpoint is written:
-# the job must end non-zero by itself (no rank left waiting in a collective; 124 is a hang).
-killed_rank_ends_job() {  # NP RANK ARGS...
-  local np=$1 rank=$2; shift 2
-  run_mpi "$np" "$@" -p killed > killed.log 2>&1 &
+# kill -9 of world rank RANK of `run_mpi NP ARGS... -p NAME` (checkpoints under runs/) once its
+# step-STEP is written: the job must end non-zero by itself (no rank left waiting in a collective;
+# 124 is a hang), reported as NAME-ends-job.
+kill_rank_after() {  # NAME NP RANK STEP ARGS...
+  local name=$1 np=$2 rank=$3 step=$4; shift 4
+  run_mpi "$np" "$@" -p "$name" > "$name.log" 2>&1 &
   local job=$! victim="" pid rc
-  for _ in $(seq 1 600); do [ -e runs/killed/step-2 ] && break; sleep 0.05; done
-  for pid in $(pgrep -f "rlcpp train .*-p killed\$"); do
+  for _ in $(seq 1 600); do [ -e "runs/$name/step-$step" ] && break; sleep 0.05; done
+  for pid in $(pgrep -f "rlcpp train .*-p $name\$"); do
     tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
   done
   [ -n "$victim" ] && kill -9 "$victim"
   wait $job
   rc=$?
-  [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok killed-trainer-ends-job \
-    || { bad killed-trainer-ends-job; echo "victim '$victim' rc $rc (124: it hung)"; }
+  [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok "$name-ends-job" \
+    || { bad "$name-ends-job"; echo "victim '$victim' rc $rc (124: it hung)"; }
 }
+# The same as `-p killed` at its second checkpoint.
+killed_rank_ends_job() { kill_rank_after killed "$1" "$2" 2 "${@:3}"; }  # NP RANK ARGS...
 # `rlcpp serve ARGS...` ($rlcpp) in the background on a free loopback port, its output in LOG:
 # sets server_pid and server_url once it listens (its first stdout line says where). Fails when it
 # exits first or does not listen within 60 s. The caller kills it (cleanup_extra).

@@ -130,20 +130,7 @@ crash=(-t 1 -i 2 -tbs 2 -ibs 1 --max-steps 24 --si 4)
 kill_and_resume() {  # NAME ARGS...: kills rank 2 once step-8 is written, resumes, compares with NAME-whole
   local name=$1; shift
   run_mpi 3 "${base[@]}" "$@" -p "$name-whole" > "$name-whole.log" 2>&1 || bad "$name-whole-run"
-  run_mpi 3 "${base[@]}" "$@" -p "$name" > "$name.log" 2>&1 &
-  local job=$! victim="" rc
-  for _ in $(seq 1 600); do [ -e "runs/$name/step-8" ] && break; sleep 0.05; done
-  for pid in $(pgrep -f "rlcpp train .*-p $name\$"); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && victim=$pid
-  done
-  [ -n "$victim" ] && kill -9 "$victim"
-  wait $job  # the job must end by itself; run_mpi's timeout turns a hang into exit 124
-  rc=$?
-  if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ]; then
-    ok "$name-kill-ends-job"
-  else
-    bad "$name-kill-ends-job"; echo "victim '$victim' rc $rc (124: it hung)"
-  fi
+  kill_rank_after "$name" 3 2 8 "${base[@]}" "$@"
   run_mpi 3 "${base[@]}" "$@" -p "$name" --resume auto > "$name-resume.log" 2>&1
   if grep -q "resuming from runs/$name/step-" "$name-resume.log" \
      && cmp -s <(metrics_of "runs/$name-whole/metrics.jsonl") <(metrics_of "runs/$name/metrics.jsonl"); then

@@ -11,6 +11,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "test_util.h"
+#include "trainer_logprobs.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 #include "util/error.h"
@@ -80,19 +81,12 @@ TEST(Engine, SampledLogprobsEqualTrainerLogprobs) {
     for (auto& r : requests) r.params.top_k = 40;  // truncation must not change the reported log-prob
     Engine engine(model, small_engine());
     auto samples = engine.generate(requests);
-    torch::NoGradGuard no_grad;
     double worst = 0;
     for (const auto& s : samples) {
-      const auto& prompt = requests[static_cast<size_t>(s.request)].prompt_ids;
-      std::vector<int64_t> all(prompt.begin(), prompt.end());
-      all.insert(all.end(), s.token_ids.begin(), s.token_ids.end());
-      auto ids = torch::tensor(all, torch::kInt64).unsqueeze(0);
-      auto targets = torch::full_like(ids, -1);
-      targets.narrow(1, 0, ids.size(1) - 1).copy_(ids.narrow(1, 1, ids.size(1) - 1));
-      auto logp = model->token_logprobs(ids, targets, 0.8)[0];
+      const auto trainer = rlcpp::testing::trainer_logprobs(*model, requests[static_cast<size_t>(s.request)].prompt_ids,
+                                                            s.token_ids, 0.8);
       for (size_t t = 0; t < s.token_ids.size(); ++t) {
-        const double trainer = logp[static_cast<int64_t>(prompt.size() + t - 1)].item<double>();
-        worst = std::max(worst, std::abs(trainer - s.logprobs[t]));
+        worst = std::max(worst, std::abs(trainer[t] - s.logprobs[t]));
       }
     }
     // The RL invariant (docs/architecture.md): within 1e-5 in fp32 on CPU.
@@ -317,15 +311,10 @@ TEST(Engine, WeightSwitchInTheMiddleOfSequences) {
         ASSERT_LT(start, s.token_ids.size());
         EXPECT_EQ(std::vector<int32_t>(s.token_ids.begin(), s.token_ids.begin() + static_cast<long>(start)),
                   std::vector<int32_t>(plain[k].token_ids.begin(), plain[k].token_ids.begin() + static_cast<long>(start)));
-        const auto& prompt = requests[static_cast<size_t>(s.request)].prompt_ids;
-        std::vector<int64_t> all(prompt.begin(), prompt.end());
-        all.insert(all.end(), s.token_ids.begin(), s.token_ids.end());
-        auto ids = torch::tensor(all, torch::kInt64).unsqueeze(0);
-        auto targets = torch::full_like(ids, -1);
-        targets.narrow(1, 0, ids.size(1) - 1).copy_(ids.narrow(1, 1, ids.size(1) - 1));
-        auto logp = updated->token_logprobs(ids, targets, 0.8)[0];
+        const auto trainer = rlcpp::testing::trainer_logprobs(
+            *updated, requests[static_cast<size_t>(s.request)].prompt_ids, s.token_ids, 0.8);
         for (size_t t = start; t < s.token_ids.size(); ++t) {
-          const double d = std::abs(logp[static_cast<int64_t>(prompt.size() + t - 1)].item<double>() - s.logprobs[t]);
+          const double d = std::abs(trainer[t] - s.logprobs[t]);
           (recompute ? worst : largest) = std::max(recompute ? worst : largest, d);
         }
       }

@@ -17,6 +17,7 @@
 #include "rl/rollout/agent_loop.h"
 #include "sandbox/sandbox_pool.h"
 #include "test_util.h"
+#include "trainer_logprobs.h"
 #include "text/tool_calls.h"
 #include "text/tokenizer.h"
 #include "text/turn_render.h"
@@ -207,21 +208,15 @@ TEST(MultiTurnEngine, SampledLogprobsOfEveryTurnEqualTheTrainers) {
     auto requests = turn_requests(vocab, 0.8, 9);
     ScriptedTurns turns(3, vocab, 6);
     const auto samples = Engine(model, engine_config()).generate_turns(requests, turns);
-    torch::NoGradGuard no_grad;
     double worst = 0;
     for (const auto& s : samples) {
-      const auto& prompt = requests[static_cast<size_t>(s.request)].prompt_ids;
-      std::vector<int64_t> all(prompt.begin(), prompt.end());
-      all.insert(all.end(), s.token_ids.begin(), s.token_ids.end());
-      auto ids = torch::tensor(all, torch::kInt64).unsqueeze(0);
-      auto targets = torch::full_like(ids, -1);
-      targets.narrow(1, 0, ids.size(1) - 1).copy_(ids.narrow(1, 1, ids.size(1) - 1));
-      auto logp = model->token_logprobs(ids, targets, 0.8)[0];
+      const auto trainer = rlcpp::testing::trainer_logprobs(*model, requests[static_cast<size_t>(s.request)].prompt_ids,
+                                                            s.token_ids, 0.8);
       std::vector<uint8_t> inserted(s.token_ids.size(), 0);
       for (const auto& run : s.inserted) std::fill_n(inserted.begin() + run.start, run.length, 1);
       for (size_t t = 0; t < s.token_ids.size(); ++t) {
         if (inserted[t]) continue;
-        worst = std::max(worst, std::abs(logp[static_cast<int64_t>(prompt.size() + t - 1)].item<double>() - s.logprobs[t]));
+        worst = std::max(worst, std::abs(trainer[t] - s.logprobs[t]));
       }
     }
     EXPECT_LT(worst, 1e-5);

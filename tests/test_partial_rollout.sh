@@ -67,17 +67,8 @@ check_mixed partial 1 nb1 && ok partial-mixes-versions || bad partial-mixes-vers
 # then of the trainer (rank 0) once step-6 is (a round's end); --resume auto finishes with the
 # uninterrupted run's weights and metrics.
 for rank in 1 0; do
-  name=killed$rank after=$((rank == 1 ? 3 : 6))
-  run_mpi 2 "${partial[@]}" -p "$name" > "$name.log" 2>&1 &
-  job=$! victim=""
-  for _ in $(seq 1 600); do [ -e "runs/$name/step-$after" ] && break; sleep 0.05; done
-  for pid in $(pgrep -f "rlcpp train .*-p $name\$"); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
-  done
-  [ -n "$victim" ] && kill -9 "$victim"
-  wait $job
-  rc=$?
-  [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] || { bad "$name-ends-job"; echo "victim '$victim' rc $rc (124: it hung)"; }
+  name=killed$rank
+  kill_rank_after "$name" 2 "$rank" $((rank == 1 ? 3 : 6)) "${partial[@]}"
   run_mpi 2 "${partial[@]}" -p "$name" --resume auto > "$name-resume.log" 2>&1
   if grep -q "resuming from runs/$name/step-" "$name-resume.log" && same_run partial "$name"; then
     ok "kill-rank$rank-then-resume-exact"
