@@ -6,7 +6,8 @@
 #     weights), every sync verified by hash on the worker;
 #   - kill -9 of the rollout worker, or of the trainer, after a checkpoint: --resume auto then ends
 #     with the weights and metrics of the run never killed;
-#   - LoRA, --async-switch asap and --partial-kv recompute run and mix versions too;
+#   - LoRA, ZeRO-3 over two trainers, a tensor-parallel trainer, --async-switch asap and
+#     --partial-kv recompute with two workers run (and mix versions);
 #   - the combinations partial rollouts cannot take are refused, naming the flags.
 # Usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC
 set -uo pipefail
@@ -85,6 +86,13 @@ run_mpi 2 "${partial[@]}" --async-switch asap -p asap > asap.log 2>&1 \
 run_mpi 3 "${common[@]}" -t 1 -i 2 -nb 1 --partial-rollout --verify-sync true --partial-kv recompute -p recompute \
   > recompute.log 2>&1 && check_mixed recompute 2 \
   && ok partial-recompute || { bad partial-recompute; tail -3 recompute.log; }
+
+# The trainers' other layouts take part in every version sent: ZeRO-3 over two trainers (the
+# layers streamed to the two workers) and a tensor-parallel trainer (its parts gathered).
+run_mpi 4 "${common[@]}" -t 2 -i 2 -zero 3 -nb 1 --partial-rollout --verify-sync true -p zero3 > zero3.log 2>&1 \
+  && check_mixed zero3 2 && ok partial-zero3 || { bad partial-zero3; tail -3 zero3.log; }
+run_mpi 3 "${common[@]}" -t 2 --train-tp 2 -i 1 -nb 1 --partial-rollout --verify-sync true -p train-tp > train-tp.log 2>&1 \
+  && check_mixed train-tp 1 && ok partial-train-tp || { bad partial-train-tp; tail -3 train-tp.log; }
 
 # Refused combinations.
 refused() {  # NAME EXPECTED-TEXT NP ARGS...

@@ -4,8 +4,9 @@
 #     tokens, tito_mismatch 0), rollouts carrying their conversation ("turns"), an eval set run as
 #     episodes (tool-call rate), the report's conversation;
 #   - the same with LoRA, with MPI rollout workers (-t 1 -i 1: the colocated run's steps exactly),
-#     with ZeRO-1 over two trainers, with tensor-parallel rollout workers and -nb 1, and with the remote backend (rlcpp serve; each turn a request
-#     of the whole sequence so far);
+#     with ZeRO-1 over two trainers, with tensor-parallel rollout workers and -nb 1, with partial
+#     rollouts (versions changing mid-episode), and with the remote backend (rlcpp serve; each turn a
+#     request of the whole sequence so far);
 #   - exact resume after kill -9 (the round in flight is regenerated from the checkpoint);
 #   - an external environment (-rt env, --env-cmd): its rewards, a first observation, a second
 #     try; a crashing environment ends the run naming the command;
@@ -84,6 +85,17 @@ run_mpi 4 "${common[@]}" -d "$data" -lr 5e-5 --max-steps 2 -t 2 -i 2 -tbs 2 -tMb
 run_mpi 3 "${base[@]}" --max-steps 2 -t 1 -i 2 --rollout-tp 2 -nb 1 -p tp > tp.log 2>&1 \
   && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all(d["tito_mismatch"]==0 and "turns_mean" in d for d in l) else 1)' runs/tp/metrics.jsonl \
   && ok rollout-tp-and-nb || { bad rollout-tp-and-nb; tail -5 tp.log; }
+
+# Partial rollouts over episodes: a trajectory waiting for its tool is in flight like any other, and
+# the round ahead takes new versions mid-episode (samples of two versions), token-exact throughout.
+run_mpi 2 "${base[@]}" --max-steps 4 -t 1 -i 1 -ibs 8 -nb 1 --partial-rollout --switch-interval 4 -p partial \
+  > partial.log 2>&1 && python3 - runs/partial/metrics.jsonl <<'PY' && ok partial-rollout-episodes || { bad partial-rollout-episodes; tail -5 partial.log; }
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+mixed = [r for r in rows if r["staleness"]["per_token"]["mean"] < r["staleness"]["per_sample"]["mean"] - 1e-9]
+print(f"     {len(mixed)} of {len(rows)} steps with episodes of two versions; tool calls {[round(r['tool_calls'], 2) for r in rows]}")
+assert len(rows) == 4 and mixed and all(r["tito_mismatch"] == 0 and "turns_mean" in r for r in rows)
+PY
 
 # 4. Exact resume after kill -9 mid-run.
 resume=("${base[@]}" --max-steps 6 --si 1)
