@@ -6,7 +6,7 @@ BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc)
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps configure build test demo demo-code demo-tools bench fuzz fixtures clean
+.PHONY: all deps configure build test demo demo-code demo-tools bench faults fuzz fixtures clean
 
 all: build
 
@@ -40,6 +40,13 @@ demo-code: deps
 demo-tools: deps
 	$(MAKE) build
 	bash scripts/demo_tools.sh $(BUILD_DIR)/rlcpp
+
+# Fault injection: asynchronous runs (partial rollouts) killed with kill -9 at KILLS random moments
+# (trainer or worker), each resumed run compared bit for bit with the uninterrupted one.
+KILLS ?= 20
+faults: deps
+	$(MAKE) build
+	KILLS=$(KILLS) bash tests/faults_async.sh $(BUILD_DIR)/rlcpp
 
 # Every side-by-side benchmark against its anchor (llama.cpp, PyTorch eager) and one table of
 # ratios (bench/all.sh; QUICK=1 for a smoke run of minutes, the full run takes hours on 2 cores).

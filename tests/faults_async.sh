@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Fault injection for asynchronous training (`make faults`; a short sample runs in CTest): a partial-
+# rollout run (-t 1 -i 1 -nb 1 --partial-rollout, checkpoints every 3 steps, some in the middle of
+# a round) is killed with kill -9 at N random moments, the trainer or the rollout worker, then
+# resumed with --resume auto; each resumed run must end with the weights, metrics and staleness of
+# the run never killed, bit for bit. A moment is a random number of metrics lines written, then a
+# random 0-199 ms more. Prints one row per kill: the victim, the moment, how far the run had got
+# (metrics lines, newest checkpoint) and whether the resumed run is equal.
+# Usage: faults_async.sh RLCPP_BINARY [MPIEXEC]     Env: KILLS (20), SEED (1)
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: faults_async.sh RLCPP_BINARY [MPIEXEC]}")
+mpiexec=${2:-mpirun}
+source "$(dirname "$0")/lib.sh"
+kills=${KILLS:-20}
+RANDOM=${SEED:-1}
+
+"$here/make_toy_task.sh" "$rlcpp" "$fixtures" > /dev/null || bad toy-task
+args=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs
+      --reward-cmd "python3 $here/data/digits_reward.py" -tbs 1 -ibs 2 --max-steps 24 --si 3
+      -t 1 -i 1 -nb 1 --partial-rollout --switch-interval 2)
+fingerprint() {  # RUN: metrics (timings aside), staleness and the final weights
+  metrics_of "runs/$1/metrics.jsonl"
+  python3 -c 'import json,sys; print([json.loads(l)["staleness"] for l in open(sys.argv[1])])' "runs/$1/metrics.jsonl"
+  sha256sum < "runs/$1/step-24/model.safetensors"
+}
+run_mpi 2 "${args[@]}" -p whole > whole.log 2>&1 || { bad whole-run; tail -3 whole.log; exit 1; }
+reference=$(fingerprint whole)
+lines_of() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
+echo "$kills kills of an asynchronous run (24 steps), each once the run has written a random number of"
+echo "metrics lines and then a random 0-199 ms more (mid-step, mid-decode, mid-sync or mid-checkpoint)"
+printf '%-4s %-8s %-16s %8s %-12s %s\n' kill victim moment metrics checkpoint resumed
+equal=0
+for k in $(seq 1 "$kills"); do
+  name=k$k rank=$((RANDOM % 2)) after=$((1 + RANDOM % 23)) extra_ms=$((RANDOM % 200))
+  run_mpi 2 "${args[@]}" -p "$name" > "$name.log" 2>&1 &
+  job=$!
+  while kill -0 "$job" 2>/dev/null && [ "$(lines_of "runs/$name/metrics.jsonl")" -lt "$after" ]; do sleep 0.005; done
+  sleep "0.$(printf '%03d' "$extra_ms")"
+  victim=""
+  for pid in $(pgrep -f "rlcpp train .*-p $name\$"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
+  done
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $job
+  rc=$?
+  lines=$( [ -f "runs/$name/metrics.jsonl" ] && wc -l < "runs/$name/metrics.jsonl" || echo 0)
+  newest=$(cat "runs/$name/latest" 2>/dev/null || echo none)
+  what=$([ "$rank" = 0 ] && echo trainer || echo worker)
+  [ -z "$victim" ] && what="none"  # no such process at that moment (not started yet, or already done)
+  [ $rc -eq 124 ] && { bad "$name-hung"; continue; }
+  run_mpi 2 "${args[@]}" -p "$name" --resume auto > "$name-resume.log" 2>&1
+  if [ "$(fingerprint "$name" 2>/dev/null)" = "$reference" ]; then result=equal; equal=$((equal + 1)); else result=DIFFERENT; bad "$name-resume-exact"; fi
+  printf '%-4s %-8s %-16s %8s %-12s %s\n' "$k" "$what" "line $after+${extra_ms}ms" "$lines" "$newest" "$result"
+done
+echo "$equal of $kills resumed runs equal to the uninterrupted one"
+[ "$equal" -eq "$kills" ] && ok resumed-runs-equal
+exit $failed
