@@ -35,7 +35,7 @@ class WeightSync {
   WeightSync(std::shared_ptr<Communicator> group, uint64_t bucket_bytes, SyncMode mode = SyncMode::kBroadcast);
 
   // On rank 0: sends `tensors` as `version`. Elsewhere: receives, calling `apply` once per bucket
-  // (the tensors are valid during the call). Returns what moved.
+  // with tensors of the bucket's own (the receiver may keep them). Returns what moved.
   // With `values` (rank 0), tensors[k] gives only the name, dtype and shape (a meta tensor will
   // do) and values(k) the data, asked for once per tensor in ascending k and read before the next
   // call: weights made whole piece by piece as they go (ZeRO-3).

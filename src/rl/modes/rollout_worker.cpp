@@ -86,11 +86,8 @@ class WeightInbox {
   };
   void hold(const ControlMessage& sync) {
     Held h;
-    const SyncStats stats = sync_.sync({}, 0, [&](const NamedTensors& bucket) {
-      NamedTensors copy;
-      for (const auto& [name, t] : bucket) copy.emplace_back(name, t.clone());
-      h.buckets.push_back(std::move(copy));
-    });
+    // Each bucket arrives in tensors of its own (WeightSync allocates them), kept as they are.
+    const SyncStats stats = sync_.sync({}, 0, [&](const NamedTensors& bucket) { h.buckets.push_back(bucket); });
     h.version = stats.version;
     if (sync.verify) {
       // As the engine will hold them: each in the policy's dtype, in the policy's order.
