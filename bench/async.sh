@@ -50,7 +50,13 @@ worker_idle = 1 - worker_busy / span_after
 tok = sum(r["staleness"]["per_token"]["mean"] for r in rows) / len(rows)
 lens = [r["response_length_mean"] for r in rows]
 trunc = sum(r["truncated_fraction"] for r in rows) / len(rows)
-print(f"{name:26s} {samples / span_after:7.2f} samples/s   idle: trainer {trainer_idle:5.1%} worker {worker_idle:5.1%}"
+rate = samples / span_after
+import os
+anchor_file = f"{prof}/../{name.split('-')[0]}-sync.rate"
+if name.endswith("-sync"):
+    open(anchor_file, "w").write(str(rate))
+ratio = f"({rate / float(open(anchor_file).read()):4.2f}x sync)" if os.path.exists(anchor_file) else ""
+print(f"{name:26s} {rate:7.2f} samples/s {ratio:12s} idle: trainer {trainer_idle:5.1%} worker {worker_idle:5.1%}"
       f"   switch waits {total(worker, 'switch_wait'):5.2f} s   versions behind/token {tok:4.2f}"
       f"   length mean {sum(lens) / len(lens):5.1f} (truncated {trunc:4.1%})   reward {rows[-1]['reward_mean']:.3f}")
 phases = {"gen": (total(after(worker), "generate")) / max(1, len([e for e in after(worker) if e["name"] == "round"])),

@@ -36,11 +36,7 @@ for k in $(seq 1 "$kills"); do
   job=$!
   while kill -0 "$job" 2>/dev/null && [ "$(lines_of "runs/$name/metrics.jsonl")" -lt "$after" ]; do sleep 0.005; done
   sleep "0.$(printf '%03d' "$extra_ms")"
-  victim=""
-  for pid in $(pgrep -f "rlcpp train .*-p $name\$"); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
-  done
-  [ -n "$victim" ] && kill -9 "$victim"
+  victim=$(kill_rank "$name" "$rank")
   wait $job
   rc=$?
   lines=$( [ -f "runs/$name/metrics.jsonl" ] && wc -l < "runs/$name/metrics.jsonl" || echo 0)

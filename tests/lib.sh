@@ -72,18 +72,26 @@ PY
 }
 # The weights moved: a run that trained nothing would pass every comparison.
 weights_moved() { [ -f "$1" ] && [ -f "$2" ] && ! weights_close "$1" "$2" 1e-6 > /dev/null; }
+# kill -9 of world rank RANK of the running `rlcpp train ... -p NAME`: prints its pid (nothing when
+# no such process runs).
+kill_rank() {  # NAME RANK
+  local pid
+  for pid in $(pgrep -f "rlcpp train .*-p $1\$"); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      kill -9 "$pid" && echo "$pid"
+      return
+    fi
+  done
+}
 # kill -9 of world rank RANK of `run_mpi NP ARGS... -p NAME` (checkpoints under runs/) once its
 # step-STEP is written: the job must end non-zero by itself (no rank left waiting in a collective;
 # 124 is a hang), reported as NAME-ends-job.
 kill_rank_after() {  # NAME NP RANK STEP ARGS...
   local name=$1 np=$2 rank=$3 step=$4; shift 4
   run_mpi "$np" "$@" -p "$name" > "$name.log" 2>&1 &
-  local job=$! victim="" pid rc
+  local job=$! victim rc
   for _ in $(seq 1 600); do [ -e "runs/$name/step-$step" ] && break; sleep 0.05; done
-  for pid in $(pgrep -f "rlcpp train .*-p $name\$"); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
-  done
-  [ -n "$victim" ] && kill -9 "$victim"
+  victim=$(kill_rank "$name" "$rank")
   wait $job
   rc=$?
   [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok "$name-ends-job" \

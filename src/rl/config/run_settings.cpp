@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "rl/config/run_config.h"
+#include "rl/config/setting_choices.h"
 #include "rl/config/setting_values.h"
 #include "util/error.h"
 
@@ -208,39 +209,6 @@ Setting enum_setting(std::string name, std::string flags, std::string help, cons
                 ref(c) = table.parse(read_string(v, where), where);
               },
               [&table, ref](const RunConfig& c) { return Json(table.name(ref(const_cast<RunConfig&>(c)))); }, may_differ);
-}
-
-// What an external environment's rewards are worth (--env-reward).
-const EnumTable<bool>& env_reward_modes() {
-  static const EnumTable<bool> table(
-      "environment reward", {{false, "env", "the sum of the environment's rewards (with -rt env)"},
-                             {true, "add", "the -rt reward of the final answer plus the environment's"}});
-  return table;
-}
-
-// The standard deviation of GRPO's group rewards: with Bessel's correction (the reference's) or without.
-const EnumTable<bool>& std_estimates() {
-  static const EnumTable<bool> table("std estimate", {{true, "unbiased", "divide by G - 1 (torch.std's default)"},
-                                                      {false, "biased", "divide by G"}});
-  return table;
-}
-
-// Where a partial rollout takes a new policy version (--async-switch).
-const EnumTable<bool>& switch_modes() {
-  static const EnumTable<bool> table(
-      "weight switch", {{false, "schedule", "at the engine steps the schedule names, waiting there for weights not yet "
-                                            "sent: reproducible bit for bit, and resumed exactly"},
-                        {true, "asap", "at the first engine step after the weights arrive: the most overlap, not "
-                                       "reproducible"}});
-  return table;
-}
-
-// What a partial rollout's sequences keep of their cache across a weight switch (--partial-kv).
-const EnumTable<bool>& partial_kv_modes() {
-  static const EnumTable<bool> table(
-      "partial-rollout cache", {{false, "keep", "the keys and values computed on the old weights stay"},
-                                {true, "recompute", "every sequence's keys and values are recomputed on the new weights"}});
-  return table;
 }
 
 std::vector<Setting> make_settings() {

@@ -1,0 +1,43 @@
+// The settings that choose between two behaviours by name (--env-reward, --adv-std, --async-switch,
+// --partial-kv): each a table of its two names, what they mean (the flag's help) and the boolean
+// the option group holds.
+#pragma once
+
+#include "util/enum_table.h"
+
+namespace rlcpp {
+
+// What an external environment's rewards are worth (--env-reward).
+inline const EnumTable<bool>& env_reward_modes() {
+  static const EnumTable<bool> table(
+      "environment reward", {{false, "env", "the sum of the environment's rewards (with -rt env)"},
+                             {true, "add", "the -rt reward of the final answer plus the environment's"}});
+  return table;
+}
+
+// The standard deviation of GRPO's group rewards: with Bessel's correction (the reference's) or without.
+inline const EnumTable<bool>& std_estimates() {
+  static const EnumTable<bool> table("std estimate", {{true, "unbiased", "divide by G - 1 (torch.std's default)"},
+                                                      {false, "biased", "divide by G"}});
+  return table;
+}
+
+// Where a partial rollout takes a new policy version (--async-switch).
+inline const EnumTable<bool>& switch_modes() {
+  static const EnumTable<bool> table(
+      "weight switch", {{false, "schedule", "at the engine steps the schedule names, waiting there for weights not yet "
+                                            "sent: reproducible bit for bit, and resumed exactly"},
+                        {true, "asap", "at the first engine step after the weights arrive: the most overlap, not "
+                                       "reproducible"}});
+  return table;
+}
+
+// What a partial rollout's sequences keep of their cache across a weight switch (--partial-kv).
+inline const EnumTable<bool>& partial_kv_modes() {
+  static const EnumTable<bool> table(
+      "partial-rollout cache", {{false, "keep", "the keys and values computed on the old weights stay"},
+                                {true, "recompute", "every sequence's keys and values are recomputed on the new weights"}});
+  return table;
+}
+
+}  // namespace rlcpp
