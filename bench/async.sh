@@ -45,7 +45,10 @@ after = lambda evs: [e for e in evs if e["ts"] >= first_step_end]
 span_after = (max(e["ts"] + e["dur"] for e in trainer + worker) - first_step_end) / 1e6
 samples = sum(r.get("kept_samples", r["kept_groups"] * 8) for r in rows[1:])
 trainer_idle = total(after(trainer), "collect_rollouts") / span_after
-worker_busy = total(after(worker), "round") - total(after(worker), "switch_wait") - total(after(worker), "deliver_wait")
+# The rounds that start after the first step, and the waits inside them.
+rounds = [e for e in after(worker) if e["name"] == "round"]
+inside = [e for e in worker if rounds and e["ts"] >= min(r["ts"] for r in rounds)]
+worker_busy = total(rounds, "round") - total(inside, "switch_wait") - total(inside, "deliver_wait")
 worker_idle = 1 - worker_busy / span_after
 tok = sum(r["staleness"]["per_token"]["mean"] for r in rows) / len(rows)
 lens = [r["response_length_mean"] for r in rows]
