@@ -6,8 +6,12 @@
 #     weights), every sync verified by hash on the worker;
 #   - kill -9 of the rollout worker, or of the trainer, after a checkpoint: --resume auto then ends
 #     with the weights and metrics of the run never killed;
-#   - LoRA, ZeRO-3 over two trainers, a tensor-parallel trainer, --async-switch asap and
-#     --partial-kv recompute with two workers run (and mix versions);
+#   - LoRA, ZeRO-3 over two trainers, a tensor-parallel trainer, a tensor-parallel engine,
+#     --async-switch asap and --partial-kv recompute with two workers run (and mix versions);
+#   - --max-staleness K down to the bound of rounds not generated ahead, K = 0, 1, 2: no trained
+#     sample or token more than K versions behind; with --stale-policy drop the round ahead starts
+#     from the versions the bound allows (nothing dropped), with finish tokens over it are kept as
+#     context only (counted), and a run killed and resumed ends as the one never killed;
 #   - the combinations partial rollouts cannot take are refused, naming the flags.
 # Usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC
 set -uo pipefail
@@ -19,8 +23,9 @@ source "$(dirname "$0")/lib.sh"
 reward=(--reward-cmd "python3 $here/data/digits_reward.py")
 # Rounds of 2 prompts, one a step: each round generates while the 2 steps before it train.
 # Checkpoints every 3 steps: at a round's end and in the middle of one.
-common=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs "${reward[@]}" -tbs 1 -ibs 2
+rounds=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs "${reward[@]}" -tbs 1
         --max-steps 12 --si 3)
+common=("${rounds[@]}" -ibs 2)
 base=("${common[@]}" -t 1 -i 1)
 partial=("${base[@]}" -nb 1 --partial-rollout --verify-sync true)
 # metrics_of plus the staleness figures (they are the point here)
@@ -93,6 +98,37 @@ run_mpi 4 "${common[@]}" -t 2 -i 2 -zero 3 -nb 1 --partial-rollout --verify-sync
   && check_mixed zero3 2 && ok partial-zero3 || { bad partial-zero3; tail -3 zero3.log; }
 run_mpi 3 "${common[@]}" -t 2 --train-tp 2 -i 1 -nb 1 --partial-rollout --verify-sync true -p train-tp > train-tp.log 2>&1 \
   && check_mixed train-tp 1 && ok partial-train-tp || { bad partial-train-tp; tail -3 train-tp.log; }
+# A tensor-parallel engine: both its ranks take each version at the same engine step.
+run_mpi 3 "${common[@]}" -t 1 -i 2 --rollout-tp 2 -nb 1 --partial-rollout --verify-sync true -p rollout-tp \
+  > rollout-tp.log 2>&1 && check_mixed rollout-tp 1 && ok partial-rollout-tp || { bad partial-rollout-tp; tail -3 rollout-tp.log; }
+
+# --max-staleness under partial rollouts: rounds of two steps (K >= 1) or of one (K >= 0).
+check_bound() {  # NAME K POLICY
+  python3 - "runs/$1/metrics.jsonl" "$2" "$3" <<'PY'
+import json, sys
+rows, k, policy = [json.loads(l) for l in open(sys.argv[1])], int(sys.argv[2]), sys.argv[3]
+st = [r["staleness"] for r in rows]
+seen = max(max(s["per_sample"]["max"], s["per_token"]["max"]) for s in st)
+masked, dropped = sum(s["masked_tokens"] for s in st), sum(s["dropped_groups"] for s in st)
+mixed = sum(s["per_token"]["mean"] < s["per_sample"]["mean"] - 1e-9 for s in st)
+print(f"     K={k} {policy}: at most {seen} versions behind, {masked} tokens kept as context only, "
+      f"{dropped} groups dropped, {mixed} steps with samples of two versions")
+assert len(rows) == 12 and all(s["bound"] == k for s in st), st[0]
+assert seen <= k, f"versions behind reached {seen}, the bound is {k}"
+assert (masked == 0 and dropped == 0) if policy == "drop" else masked > 0
+PY
+}
+run_mpi 2 "${rounds[@]}" -ibs 1 -t 1 -i 1 -nb 1 --partial-rollout --max-staleness 0 -p k0-drop > k0-drop.log 2>&1 && check_bound k0-drop 0 drop \
+  && ok partial-max-staleness-0 || { bad partial-max-staleness-0; tail -3 k0-drop.log; }
+finish=("${partial[@]}" --max-staleness 1 --stale-policy finish)
+run_mpi 2 "${finish[@]}" -p k1-finish > k1-finish.log 2>&1 && check_bound k1-finish 1 finish \
+  && ok partial-max-staleness-1-finish || { bad partial-max-staleness-1-finish; tail -3 k1-finish.log; }
+run_mpi 2 "${partial[@]}" --max-staleness 2 -p k2-drop > k2-drop.log 2>&1 && check_bound k2-drop 2 drop \
+  && ok partial-max-staleness-2 || { bad partial-max-staleness-2; tail -3 k2-drop.log; }
+# The tokens kept as context are in the checkpoint's buffers: a worker killed after step-3, resumed.
+kill_rank_after k1-killed 2 1 3 "${finish[@]}"
+run_mpi 2 "${finish[@]}" -p k1-killed --resume auto > k1-killed-resume.log 2>&1
+same_run k1-finish k1-killed && ok stale-finish-resume-exact || { bad stale-finish-resume-exact; tail -3 k1-killed-resume.log; }
 
 # Refused combinations.
 refused() {  # NAME EXPECTED-TEXT NP ARGS...
@@ -104,9 +140,11 @@ colocated=(-m toy -d data.jsonl -g 8 -tbs 1 -tMbs 1 --mnt 8 -sd runs "${reward[@
 refused refuses-colocated "--partial-rollout: the colocated mode" 1 "${colocated[@]}" --partial-rollout
 refused refuses-no-nb "--partial-rollout with -nb 0" 2 "${base[@]}" --partial-rollout
 refused refuses-asap-alone "add --partial-rollout or drop them" 1 "${colocated[@]}" --async-switch asap
-refused refuses-servers "rollout servers (-b) take weights between requests" 1 "${colocated[@]}" --partial-rollout \
-  -nb 1 -b openai --rollout-url http://127.0.0.1:9
+refused refuses-servers-recompute "prefill each chunk anew" 1 "${colocated[@]}" --partial-rollout \
+  -nb 1 -b openai --rollout-url http://127.0.0.1:9 --partial-kv recompute
 refused refuses-sync-frequency "--partial-rollout with --sync-frequency 2" 2 "${base[@]}" -nb 2 --sync-frequency 2 --partial-rollout
-refused refuses-rollout-tp "--partial-rollout with --rollout-tp 2" 3 "${common[@]}" -t 1 -i 2 --rollout-tp 2 -nb 1 --partial-rollout
+refused refuses-below-round "raise --max-staleness to 1" 2 "${partial[@]}" --max-staleness 0
+refused refuses-finish-alone "--stale-policy finish says what becomes of tokens over --max-staleness" 1 "${colocated[@]}" \
+  --stale-policy finish
 refused refuses-asap-interval "--async-switch asap with --switch-interval 4" 2 "${partial[@]}" --async-switch asap --switch-interval 4
 exit $failed

@@ -4,7 +4,8 @@
 # the native one step for step (metrics and weights), with full weights and with LoRA; it survives
 # one server killed mid-run (the requests go to the other, the run still equal); a trainer killed
 # with kill -9 resumes exactly; -nb 1 overlaps generation with training one version behind and
-# learns; bad flags and unreachable servers are errors naming them.
+# learns, and with --partial-rollout the servers take each version in the middle of the round's
+# sequences, reproducibly; bad flags and unreachable servers are errors naming them.
 # Usage: test_remote_train.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_remote_train.sh RLCPP_BINARY SOURCE_DIR}")
@@ -136,6 +137,25 @@ train "${ahead[@]}" -p ahead-resumed -rsd runs/ahead-resumed/rollouts --resume a
   || { bad ahead-resumed-run; tail -5 ahead-resumed.log; }
 grep -q "resuming from" ahead-resumed.log && same_run ahead-resumed ahead && ok ahead-resumes-exactly || bad ahead-resumes-exactly
 
+# 5b. Partial rollouts: the servers take each new version between chunks of the round ahead's
+# sequences (at the schedule's switch point, mid-response), so samples hold tokens of two versions;
+# the chunks are seeded by the schedule, so a second run gives the same samples.
+partial=("${ahead[@]}" --partial-rollout)
+for name in partial partial-again; do
+  train "${partial[@]}" -p "$name" -rsd "runs/$name/rollouts" > "$name.log" 2>&1 || { bad "$name-run"; tail -5 "$name.log"; }
+done
+python3 - runs/partial/metrics.jsonl <<'PY' && ok partial-over-servers-mixes-versions || bad partial-over-servers-mixes-versions
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+st = [r["staleness"] for r in rows]
+mixed = [r["step"] for r, s in zip(rows, st) if s["per_token"]["mean"] < s["per_sample"]["mean"] - 1e-9]
+pushes = rows[-1]["rollout_servers"]["weight_pushes"]
+print(f"     steps with samples of two versions {mixed}; per-token versions behind "
+      f"{[round(s['per_token']['mean'], 2) for s in st]}; {pushes} weight pushes")
+sys.exit(0 if len(rows) == 6 and mixed and max(s["per_sample"]["max"] for s in st) <= 1 else 1)
+PY
+same_run partial-again partial && ok partial-over-servers-reproducible || bad partial-over-servers-reproducible
+
 # 6. Bad flags and unreachable servers: errors naming them, not hangs.
 expect_error() {  # NAME TEXT ARGS...
   local name=$1 text=$2; shift 2
@@ -149,6 +169,7 @@ expect_error no-rollout-workers "drop -t and -i" -b openai --rollout-url "$a" -t
 expect_error bad-url "HOST:PORT" -b openai --rollout-url "http://nowhere"
 expect_error weights-dir-unwritable "--rollout-weights-dir" -b openai --rollout-url "$a" --rollout-weights-dir /proc/nowhere
 dead=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+expect_error partial-asap "--async-switch asap" -b openai --rollout-url "$a" -nb 1 --partial-rollout --async-switch asap
 expect_error unreachable "127.0.0.1:$dead" -b openai --rollout-url "http://127.0.0.1:$dead" --rollout-timeout 3
 [ -n "${KEEP:-}" ] && cp -r runs "$KEEP"
 exit $failed

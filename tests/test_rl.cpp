@@ -145,6 +145,37 @@ TEST(Sample, SegmentsGiveTheLossMaskAndVersions) {
   EXPECT_EQ(g.response_tokens(), 9);
 }
 
+TEST(Sample, MarkStaleKeepsOldTokensAsContextOnly) {
+  // Versions 2, then an inserted run, then 3 and 4: --max-staleness lets version 3 on be trained.
+  Sample s = model_sample({1}, {10, 11}, 1.0, {-0.5f, -0.25f}, 2);
+  s.append(SegmentKind::kInserted, {20}, {}, 2);
+  s.append(SegmentKind::kModel, {12, 13}, {-1.0f, -0.75f}, 3);
+  s.append(SegmentKind::kModel, {14}, {-2.0f}, 4);
+  EXPECT_EQ(s.mark_stale(3), 2);
+  EXPECT_EQ(s.mark_stale(3), 0);  // already marked
+  EXPECT_EQ(s.segments, (std::vector<Segment>{{SegmentKind::kStale, 2, 2}, {SegmentKind::kInserted, 1, 2},
+                                               {SegmentKind::kModel, 2, 3}, {SegmentKind::kModel, 1, 4}}));
+  EXPECT_EQ(s.loss_mask(), (std::vector<uint8_t>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(s.rollout_logprobs[1], -0.25f);  // the sampler's log-probs stay with the context
+  EXPECT_EQ(s.trained_tokens(), 3);
+  EXPECT_EQ(s.policy_version(), 3);  // the oldest trained token's
+  EXPECT_FALSE(s.single_version());
+  // Kept through the one serialised form.
+  SampleGroup g;
+  g.prompt = "p";
+  g.samples = {s};
+  EXPECT_EQ(group_from_json(nlohmann::json::from_msgpack(nlohmann::json::to_msgpack(to_json(g)))).samples[0].segments,
+            s.segments);
+  // A sample with nothing left to train does not make its group older; a group with nothing left
+  // to train is as old as its oldest sample.
+  Sample old = model_sample({1}, {9}, 0.0, {}, 1);
+  EXPECT_EQ(old.mark_stale(3), 1);
+  g.samples = {s, old};
+  EXPECT_EQ(g.policy_version(), 3);
+  g.samples = {old};
+  EXPECT_EQ(g.policy_version(), 1);
+}
+
 TEST(SampleGroup, TakeGroupsTakesFromTheFrontInOrder) {
   std::deque<SampleGroup> buffer;
   for (int64_t line = 1; line <= 5; ++line) buffer.push_back(group(line, 2));

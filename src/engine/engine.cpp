@@ -211,7 +211,7 @@ Engine::~Engine() = default;
 namespace {
 
 // The messages of a tensor-parallel group's first rank to the others while they serve.
-enum class StepOp : char { kStep = 's', kRelease = 'r' };
+enum class StepOp : char { kStep = 's', kRelease = 'r', kTell = 't' };
 
 }  // namespace
 
@@ -229,6 +229,13 @@ void Engine::release_followers() {
   group()->broadcast_bytes(bytes, 0);
 }
 
+void Engine::tell_followers(const std::string& message) {
+  if (group() == nullptr) return;
+  RLCPP_CHECK(leads(), "tell_followers on a follower of the engine's group");
+  std::string bytes = static_cast<char>(StepOp::kTell) + message;
+  group()->broadcast_bytes(bytes, 0);
+}
+
 void Engine::serve() {
   RLCPP_CHECK(!leads(), "serve on the first rank of the engine's group (it generates)");
   for (;;) {
@@ -236,6 +243,11 @@ void Engine::serve() {
     group()->broadcast_bytes(bytes, 0);
     RLCPP_CHECK(!bytes.empty(), "an empty message from the engine group's first rank");
     if (bytes[0] == static_cast<char>(StepOp::kRelease)) return;
+    if (bytes[0] == static_cast<char>(StepOp::kTell)) {
+      RLCPP_CHECK(follower_hook_ != nullptr, "a message for the follower hook of an engine rank without one");
+      follower_hook_(bytes.substr(1));
+      continue;
+    }
     RLCPP_CHECK(bytes[0] == static_cast<char>(StepOp::kStep), "unknown engine message {}", static_cast<int>(bytes[0]));
     refresh_copy();
     const StepInputs inputs = decode_step(bytes.substr(1));

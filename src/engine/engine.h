@@ -80,6 +80,11 @@ class Engine : public RolloutBackend {
   bool leads() const;
   void serve();
   void release_followers();
+  // A message from the group's first rank to the others while they serve, between steps: each
+  // hands it to its follower hook (partial rollouts: every rank takes new weights at the same step).
+  void tell_followers(const std::string& message);
+  void set_follower_hook(std::function<void(const std::string&)> hook) { follower_hook_ = std::move(hook); }
+  bool has_followers() const { return group() != nullptr; }
 
   // Replaces the weights (cast to the model's dtype and device) and records the version every
   // later output carries. In the colocated mode the trainer updates the shared model in place and
@@ -127,6 +132,7 @@ class Engine : public RolloutBackend {
   std::unique_ptr<KvCache> cache_;
   int64_t version_ = 0;
   std::function<void()> step_hook_;
+  std::function<void(const std::string&)> follower_hook_;
   bool recompute_on_switch_ = false;
   EngineStats stats_;
 };

@@ -60,10 +60,21 @@ bool Sample::single_version() const {
                      [&](const Segment& s) { return s.kind != SegmentKind::kModel || s.policy_version == first; });
 }
 
+int64_t Sample::mark_stale(int64_t oldest) {
+  int64_t n = 0;
+  for (auto& s : segments) {
+    if (s.kind != SegmentKind::kModel || s.policy_version >= oldest) continue;
+    s.kind = SegmentKind::kStale;
+    n += s.length;
+  }
+  return n;
+}
+
 int64_t SampleGroup::policy_version() const {
+  const bool trained = std::any_of(samples.begin(), samples.end(), [](const Sample& s) { return s.trained_tokens() > 0; });
   int64_t oldest = INT64_MAX;
   for (const auto& s : samples) {
-    if (!s.segments.empty()) oldest = std::min(oldest, s.policy_version());
+    if (trained ? s.trained_tokens() > 0 : !s.segments.empty()) oldest = std::min(oldest, s.policy_version());
   }
   return oldest == INT64_MAX ? 0 : oldest;
 }
@@ -103,11 +114,19 @@ void check_sample(const Sample& s, const std::string& what) {
 
 namespace {
 
-const char* kind_name(SegmentKind kind) { return kind == SegmentKind::kModel ? "model" : "inserted"; }
+const char* kind_name(SegmentKind kind) {
+  switch (kind) {
+    case SegmentKind::kModel: return "model";
+    case SegmentKind::kInserted: return "inserted";
+    case SegmentKind::kStale: return "stale";
+  }
+  return "?";
+}
 
 SegmentKind kind_from(const std::string& name) {
   if (name == "model") return SegmentKind::kModel;
   if (name == "inserted") return SegmentKind::kInserted;
+  if (name == "stale") return SegmentKind::kStale;
   throw InternalError(fmt::format("a sample segment of unknown kind \"{}\"", name));
 }
 

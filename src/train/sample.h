@@ -21,6 +21,7 @@ namespace rlcpp {
 enum class SegmentKind : uint8_t {
   kModel,     // sampled by the policy: trained on
   kInserted,  // inserted into the response (a tool's output, an environment's turn): context, never trained
+  kStale,     // sampled by a policy further back than --max-staleness allows (--stale-policy finish): context
 };
 
 struct Segment {
@@ -57,6 +58,9 @@ struct Sample {
   std::vector<int64_t> token_versions() const;
   int64_t trained_tokens() const;       // model tokens
   int64_t policy_version() const;       // the oldest model token's (the first segment's without any; no token: 0)
+  // Model tokens sampled before version `oldest` become kStale (kept as context, no longer
+  // trained); returns how many.
+  int64_t mark_stale(int64_t oldest);
   bool single_version() const;          // every model token from one version
   // Token t's advantage.
   double advantage(size_t t) const { return advantages.size() == 1 ? advantages[0] : advantages.at(t); }
@@ -72,7 +76,8 @@ struct SampleGroup {
   int64_t line = 0;                 // of the record in the dataset
   int64_t trained_step = 0;         // the step that first trained on it (kept by the relay buffer)
 
-  int64_t policy_version() const;   // its oldest sample's (samples without a token left out; none: 0)
+  // Its oldest sample's: of those with model tokens if any has some, else of those with any token (none: 0).
+  int64_t policy_version() const;
   int64_t response_tokens() const;  // over its samples (its weight when groups are balanced over trainers)
 };
 

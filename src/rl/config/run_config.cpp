@@ -263,25 +263,36 @@ void validate(const RunConfig& c) {
                      "raise -nb to {} or sync every round", c.staleness.sync_frequency, c.staleness.sync_frequency, c.staleness.n_behind,
                      c.staleness.sync_frequency);
   }
-  if (c.staleness.max_staleness >= 0 && c.schedule_staleness() > c.staleness.max_staleness) {
-    const int64_t s = c.steps_per_round();
+  if (c.staleness.max_staleness >= 0 && c.staleness_floor() > c.staleness.max_staleness) {
+    const int64_t s = c.steps_per_round(), floor = c.staleness_floor();
     throw_user_error("--max-staleness {}: this schedule trains samples up to {} versions after the policy that sampled "
                      "them ({} steps a round: {} prompts a round over {} × -tbs {}{}); lower -ibs to make rounds of "
                      "fewer steps{}, or raise --max-staleness to {}",
-                     c.staleness.max_staleness, c.schedule_staleness(), s, I * ibs, replicas_text(c), c.train.train_batch_size,
-                     c.schedule_staleness() > s - 1 ? fmt::format(", and -nb {} sends each round ahead of the {} steps "
-                                                                  "before it (--sync-frequency {})", c.staleness.n_behind, s,
-                                                                  std::max<int64_t>(1, c.staleness.sync_frequency))
-                                                    : "",
-                     c.schedule_staleness() > s - 1 ? ", or -nb 0" : "", c.schedule_staleness());
+                     c.staleness.max_staleness, floor, s, I * ibs, replicas_text(c), c.train.train_batch_size,
+                     floor > s - 1 ? fmt::format(", and -nb {} sends each round ahead of the {} steps before it "
+                                                 "(--sync-frequency {})", c.staleness.n_behind, s,
+                                                 std::max<int64_t>(1, c.staleness.sync_frequency))
+                                   : "",
+                     floor > s - 1 ? ", add --partial-rollout (a round ahead then starts within the bound), or -nb 0" : "",
+                     floor);
   }
   if (c.staleness.partial_rollout) {
-    if (!c.parallel.distributed()) {
-      throw_user_error("--partial-rollout: {}; partial rollouts need rollout workers generating while the trainers "
-                       "train (-t T -i I under mpirun with -nb 1)",
-                       c.remote.enabled() ? "rollout servers (-b) take weights between requests only, not in the middle "
-                                            "of a sequence"
-                                          : "the colocated mode (no -i) generates between steps");
+    if (!c.parallel.distributed() && !c.remote.enabled()) {
+      throw_user_error("--partial-rollout: the colocated mode (no -i) generates between steps; partial rollouts need "
+                       "rollout workers (-t T -i I under mpirun) or rollout servers (-b) generating while the trainers "
+                       "train, with -nb 1");
+    }
+    if (c.remote.enabled()) {
+      // Servers take weights between requests: a round goes on in chunks, one version each.
+      if (c.staleness.switch_asap || c.staleness.recompute_kv) {
+        throw_user_error("--partial-rollout with rollout servers (-b) and {}: the servers take each version between "
+                         "chunks of the round's sequences at the schedule's switch points, and prefill each chunk "
+                         "anew; drop it", c.staleness.switch_asap ? "--async-switch asap" : "--partial-kv recompute");
+      }
+      if (c.episode.multi_turn()) {
+        throw_user_error("--partial-rollout with rollout servers (-b) and multi-turn rollouts (--tools/--env-cmd): not "
+                         "supported yet; use rollout workers (-t T -i I) or drop --partial-rollout");
+      }
     }
     if (c.staleness.n_behind < 1) {
       throw_user_error("--partial-rollout with -nb {}: without a round generated ahead no weights change while a round "
@@ -290,10 +301,6 @@ void validate(const RunConfig& c) {
     if (c.staleness.sync_frequency > 1) {
       throw_user_error("--partial-rollout with --sync-frequency {}: partial rollouts take every version the trainers "
                        "make; drop --sync-frequency", c.staleness.sync_frequency);
-    }
-    if (c.parallel.ptp > 1) {
-      throw_user_error("--partial-rollout with --rollout-tp {}: a weight switch in the middle of a tensor-parallel "
-                       "engine's steps is not supported yet; use --rollout-tp 1 (more -i instead)", c.parallel.ptp);
     }
     if (c.staleness.switch_asap && c.staleness.switch_interval != 0) {
       throw_user_error("--async-switch asap with --switch-interval {}: asap takes weights when they arrive, not at "
@@ -306,6 +313,10 @@ void validate(const RunConfig& c) {
   if (c.staleness.switch_interval < 0) {
     throw_user_error("--switch-interval {}: give the engine steps between weight switches (0: spread over -mnt)",
                      c.staleness.switch_interval);
+  }
+  if (c.staleness.stale_finish && c.staleness.max_staleness < 0) {
+    throw_user_error("--stale-policy finish says what becomes of tokens over --max-staleness, which is not given; add "
+                     "--max-staleness K or drop --stale-policy");
   }
   if (c.staleness.max_staleness >= 0 && c.staleness.max_relay_episode != 0) {
     throw_user_error("--max-staleness {} with --max-relay-episode {}: relayed groups are trained again steps after "

@@ -61,6 +61,10 @@ struct RunConfig {
     const bool ahead = staleness.n_behind >= 1 && (parallel.distributed() || remote.enabled());
     return ahead ? (std::max<int64_t>(1, staleness.sync_frequency) + 1) * s - 1 : s - 1;
   }
+  // The least --max-staleness a run may ask for: the schedule's staleness, or with partial rollouts
+  // that of a round not generated ahead (s - 1): the round ahead then starts at the versions the
+  // bound allows (--stale-policy drop) or trains only its tokens from them (finish).
+  int64_t staleness_floor() const { return staleness.partial_rollout ? steps_per_round() - 1 : schedule_staleness(); }
 };
 
 // Raw values by setting name ("train.learning_rate"), each with where it came from for errors.

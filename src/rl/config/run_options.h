@@ -61,8 +61,12 @@ struct StalenessOptions {
   int64_t max_relay_episode = 0;       // relay buffer: steps whose rollouts are trained on again (-1: all, 0: off)
   int64_t relay_episode_offset = 0;    // relayed rollouts join the steps from this step on
   // A sample is trained at most this many policy versions after the oldest policy that sampled any
-  // of its tokens (AReaL's max_head_offpolicyness); older groups are dropped and counted (-1: no bound).
+  // of its tokens (AReaL's max_head_offpolicyness); -1: no bound. What goes over it (stale_finish):
+  // false ("drop"), groups are dropped and counted, and a partial rollout's round ahead starts at the
+  // first version the bound allows; true ("finish"), the round starts at once and tokens sampled
+  // more versions back stay as context, not trained (counted; a group left with none is dropped).
   int64_t max_staleness = -1;
+  bool stale_finish = false;
   // Partial rollouts (ChatLearn's use_partial_rollout): a round generated ahead of training (-nb 1)
   // takes each policy version the trainers make meanwhile in the middle of its sequences, at engine
   // steps the schedule names (every switch_interval steps; 0: -mnt / (versions + 1)), so a run is

@@ -322,8 +322,9 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.staleness.n_behind; }, 0, {}, true));
   s.push_back(int_setting("staleness.max_staleness", "--max-staleness",
                           "train a sample at most K policy versions after the oldest policy that sampled it; the "
-                          "schedule (-ibs, -tbs, -nb, --sync-frequency) must keep within it, and older groups are "
-                          "dropped and counted (-1: no bound)",
+                          "schedule (-ibs, -tbs, -nb, --sync-frequency) must keep within it (with --partial-rollout, "
+                          "the round it generates alongside), and --stale-policy says what becomes of what goes over "
+                          "it (-1: no bound)",
                           [](C& c) -> int64_t& { return c.staleness.max_staleness; }, -1, {"max_head_offpolicyness"}, true));
   s.push_back(bool_setting("staleness.partial_rollout", "--partial-rollout",
                            "a round generated ahead (-nb 1) takes each new policy version in the middle of its "
@@ -334,6 +335,8 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.staleness.switch_interval; }, 0, {}, true));
   s.push_back(enum_setting("staleness.async_switch", "--async-switch", "partial rollouts: when new weights are taken",
                            switch_modes(), [](C& c) -> bool& { return c.staleness.switch_asap; }, true));
+  s.push_back(enum_setting("staleness.stale_policy", "--stale-policy", "what --max-staleness no longer allows",
+                           stale_policies(), [](C& c) -> bool& { return c.staleness.stale_finish; }, true));
   s.push_back(enum_setting("staleness.partial_kv", "--partial-kv", "partial rollouts: the cache across a weight switch",
                            partial_kv_modes(), [](C& c) -> bool& { return c.staleness.recompute_kv; }, true));
   s.push_back(int_setting("staleness.max_relay_episode", "--max-relay-episode",

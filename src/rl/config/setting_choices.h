@@ -1,5 +1,5 @@
 // The settings that choose between two behaviours by name (--env-reward, --adv-std, --async-switch,
-// --partial-kv): each a table of its two names, what they mean (the flag's help) and the boolean
+// --partial-kv, --stale-policy): each a table of its two names, what they mean (the flag's help) and the boolean
 // the option group holds.
 #pragma once
 
@@ -37,6 +37,16 @@ inline const EnumTable<bool>& partial_kv_modes() {
   static const EnumTable<bool> table(
       "partial-rollout cache", {{false, "keep", "the keys and values computed on the old weights stay"},
                                 {true, "recompute", "every sequence's keys and values are recomputed on the new weights"}});
+  return table;
+}
+
+// What becomes of what --max-staleness no longer allows (--stale-policy).
+inline const EnumTable<bool>& stale_policies() {
+  static const EnumTable<bool> table(
+      "stale policy", {{false, "drop", "groups over the bound are dropped; a partial rollout's round ahead starts at "
+                                       "the first version the bound allows (no token it samples is over it)"},
+                       {true, "finish", "a partial rollout's round ahead starts at once and finishes its sequences on "
+                                        "the new versions; tokens over the bound stay as context, not trained"}});
   return table;
 }
 

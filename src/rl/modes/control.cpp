@@ -13,7 +13,8 @@ std::string encode_control(const ControlMessage& m) {
   return pack_message({{"op", static_cast<int>(m.op)},
                        {"verify", m.verify},
                        {"picks", picks},
-                       {"switches", {{"during_round", m.switches.during_round}, {"asap", m.switches.asap}, {"at", m.switches.at}}}});
+                       {"switches", {{"during_round", m.switches.during_round}, {"asap", m.switches.asap},
+                                     {"start_after", m.switches.start_after}, {"at", m.switches.at}}}});
 }
 
 ControlMessage decode_control(const std::string& bytes) {
@@ -29,6 +30,7 @@ ControlMessage decode_control(const std::string& bytes) {
     const auto& switches = j.at("switches");
     m.switches.during_round = switches.at("during_round").get<bool>();
     m.switches.asap = switches.at("asap").get<bool>();
+    m.switches.start_after = switches.at("start_after").get<int64_t>();
     m.switches.at = switches.at("at").get<std::vector<int64_t>>();
   } catch (const nlohmann::json::exception& e) {
     throw InternalError(fmt::format("a malformed control message from trainer rank 0: {}", e.what()));

@@ -24,7 +24,7 @@ enum Figure : int64_t {
   // Versions behind per sample (its oldest model token's) and per model token: sums, extremes
   // (minima kept negated so that every row's figures combine by sum or max), counts.
   kSampleStaleSum, kSampleStaleMax, kSampleStaleNegMin, kSampleStale0, kSampleStale1, kSampleStale2, kSampleStale3Plus,
-  kTokenStaleSum, kTokenStaleMax, kTokenStaleNegMin, kModelTokens, kStaleDropped,
+  kTokenStaleSum, kTokenStaleMax, kTokenStaleNegMin, kModelTokens, kStaleDropped, kStaleMasked,
   kEpisodes, kTurnsSum, kTurnsMax, kToolCalls, kToolErrors, kInsertedTokens,
   kReason0,  // then one count per code verdict (the reasons graders give), in code_verdicts() order
 };
@@ -55,10 +55,11 @@ const std::vector<std::string>& tito_names() {
 int64_t n_step_figures() { return kFigures; }
 
 torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffered, int64_t version_before,
-                           int64_t stale_dropped) {
+                           StaleCounts stale) {
   auto figures = torch::zeros({kFigures}, torch::kFloat64);
   auto* row = figures.data_ptr<double>();
-  row[kStaleDropped] = static_cast<double>(stale_dropped);
+  row[kStaleDropped] = static_cast<double>(stale.dropped_groups);
+  row[kStaleMasked] = static_cast<double>(stale.masked_tokens);
   RolloutStats stats;
   row[kSampleStaleNegMin] = row[kTokenStaleNegMin] = -std::numeric_limits<double>::infinity();  // none yet
   for (const auto& g : batch) {
@@ -234,9 +235,11 @@ void Leader::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpdat
                                {"per_sample", extremes(kSampleStaleSum, kSampleStaleMax, kSampleStaleNegMin, sampled)},
                                {"samples_by_versions", by_versions(kSampleStale0)},
                                {"per_token", extremes(kTokenStaleSum, kTokenStaleMax, kTokenStaleNegMin, sum(kModelTokens))}};
+  record.extra["staleness"]["per_token"]["tokens"] = static_cast<int64_t>(sum(kModelTokens));
   if (c_.staleness.max_staleness >= 0) {
     record.extra["staleness"]["bound"] = c_.staleness.max_staleness;
     record.extra["staleness"]["dropped_groups"] = static_cast<int64_t>(sum(kStaleDropped));
+    record.extra["staleness"]["masked_tokens"] = static_cast<int64_t>(sum(kStaleMasked));
   }
   source_.add_figures(record.extra);
   const double t_eval = evaluator_->run_if_due(eval_engine_, step, record.total_steps, record.extra);

@@ -22,11 +22,15 @@
 
 namespace rlcpp {
 
+// What --max-staleness took out of a step's buffer: groups dropped, tokens kept as context only.
+struct StaleCounts {
+  int64_t dropped_groups = 0, masked_tokens = 0;
+};
 // One trainer's figures of a step, as a row that the trainers sum (maxima have their own slots).
 // `version_before`: the policy version the step trained from (for the staleness of its groups);
-// `stale_dropped`: groups --max-staleness dropped before the step.
+// `stale`: what --max-staleness took out before the step.
 torch::Tensor step_figures(const std::vector<SampleGroup>& batch, int64_t buffered, int64_t version_before,
-                           int64_t stale_dropped = 0);
+                           StaleCounts stale = {});
 int64_t n_step_figures();
 
 class Leader {

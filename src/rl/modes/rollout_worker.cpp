@@ -3,7 +3,8 @@
 // of its own beyond the weights, so a run resumes with any number of workers.
 //
 // Partial rollouts: a round sent with WeightSwitches takes the versions the trainers send while it
-// generates, one per switch. Each one is received as soon as it arrives (checked between engine
+// generates, one per switch (the first few before it starts, when --max-staleness with
+// --stale-policy drop says so). Each one is received as soon as it arrives (checked between engine
 // steps), held aside, and taken at the engine step the schedule names (waiting there for one not
 // sent yet), or at once with `asap`; a round that ends first takes the rest before it is delivered.
 #include <torch/torch.h>
@@ -55,6 +56,7 @@ class WeightInbox {
         pending_ = std::move(m);
         return;
       }
+      tell("hold");
       hold(m);
     }
   }
@@ -62,15 +64,22 @@ class WeightInbox {
   void take_one() {
     if (held_.empty()) {
       trace::Span wait("switch_wait");  // the schedule's step came before the weights
-      ControlMessage m = recv_control(*topo_.world);
-      RLCPP_CHECK(m.op == ControlMessage::Op::kSync, "a rollout worker waiting for weights got control op {}",
-                  static_cast<int>(m.op));
+      const ControlMessage m = next_sync();
+      tell("now");
       return receive_now(m);
     }
-    Held h = std::move(held_.front());
-    held_.pop_front();
-    for (const auto& bucket : h.buckets) engine_.update_weights(bucket);
-    engine_.set_version(h.version);
+    tell("take");
+    take_held_one();
+  }
+  // --rollout-tp: while the engine's other ranks serve a round, the first rank tells them what it
+  // does with weights (they receive the same messages and buckets) and they follow().
+  void set_followers_serving(bool serving) { tell_ = serving && engine_.has_followers(); }
+  void follow(const std::string& op) {
+    if (op == "take") return take_held_one();
+    const ControlMessage m = next_sync();
+    RLCPP_CHECK(op == "hold" || op == "now", "unknown weight operation \"{}\" from the engine's first rank", op);
+    if (op == "hold") hold(m);
+    else receive_now(m);
   }
   // Every held version, oldest first: how many.
   size_t take_held() {
@@ -84,14 +93,30 @@ class WeightInbox {
     int64_t version = 0;
     std::vector<NamedTensors> buckets;
   };
+  void tell(const char* op) {
+    if (tell_) engine_.tell_followers(op);
+  }
+  ControlMessage next_sync() {
+    ControlMessage m = recv_control(*topo_.world);
+    RLCPP_CHECK(m.op == ControlMessage::Op::kSync, "a rollout worker waiting for weights got control op {}",
+                static_cast<int>(m.op));
+    return m;
+  }
+  void take_held_one() {
+    RLCPP_CHECK(!held_.empty(), "taking held weights with none held");
+    Held h = std::move(held_.front());
+    held_.pop_front();
+    for (const auto& bucket : h.buckets) engine_.update_weights(bucket);
+    engine_.set_version(h.version);
+  }
   void hold(const ControlMessage& sync) {
     Held h;
     // Each bucket arrives in tensors of its own (WeightSync allocates them), kept as they are.
     const SyncStats stats = sync_.sync({}, 0, [&](const NamedTensors& bucket) { h.buckets.push_back(bucket); });
     h.version = stats.version;
-    if (sync.verify) {
-      // As the engine will hold them: each in the policy's dtype, in the policy's order.
-      NamedTensors as_loaded;
+    if (sync.verify && engine_.leads()) {
+      // As the engine will hold them: each whole (as sent), in the policy's dtype and order.
+      uint64_t hash = weights_hash_seed();
       for (const auto& [name, t] : policy_.trained_weights()) {
         const torch::Tensor* got = nullptr;
         for (const auto& bucket : h.buckets) {
@@ -100,9 +125,9 @@ class WeightInbox {
           }
         }
         RLCPP_CHECK(got != nullptr, "weights of version {} arrived without \"{}\"", h.version, name);
-        as_loaded.emplace_back(name, got->to(t.scalar_type()));
+        hash = weights_hash_add(hash, name, got->to(t.scalar_type()));
       }
-      send_hash(as_loaded);
+      topo_.world->send_bytes(std::to_string(hash), 0, kHashTag);
     }
     held_.push_back(std::move(h));
   }
@@ -122,6 +147,7 @@ class WeightInbox {
   WeightSync sync_;
   std::deque<Held> held_;
   std::optional<ControlMessage> pending_;
+  bool tell_ = false;  // the engine's other ranks are serving: they follow what this rank does
 };
 
 }  // namespace
@@ -142,12 +168,16 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
       case ControlMessage::Op::kSync: inbox.receive_now(message); break;
       case ControlMessage::Op::kRound: {
         trace::Span span("round");
-        if (!engine.leads()) {  // the engine's other ranks run its steps
+        if (!engine.leads()) {  // the engine's other ranks run its steps, and take its weights with it
+          engine.set_follower_hook([&](const std::string& op) { inbox.follow(op); });
           engine.serve();
           break;
         }
+        inbox.set_followers_serving(true);
         const WeightSwitches& switches = message.switches;
-        size_t taken = 0;  // versions the round took
+        // Versions the staleness bound wants the round to start from (their weights waited for).
+        for (int64_t k = 0; k < switches.start_after; ++k) inbox.take_one();
+        size_t taken = 0;  // versions the round took since it started
         if (switches.during_round) {
           int64_t step = 0;
           engine.set_step_hook(
@@ -164,11 +194,12 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
         }
         RolloutRound round = generator.generate(message.picks);
         engine.set_step_hook(nullptr);
-        engine.release_followers();
         const int64_t version = engine.version();
         // The versions the trainers send while this round is collected: taken now (they come
         // before the trainers collect), so the trainers never wait on a worker stuck delivering.
         for (; taken < switches.at.size(); ++taken) inbox.take_one();
+        inbox.set_followers_serving(false);
+        engine.release_followers();
         channel.deliver(round, version);
         break;
       }

@@ -45,9 +45,14 @@ class StepLoop {
   // The next round: the policy published first if the staleness policy says so, then submitted.
   // Ahead of steps [first, last] under --partial-rollout, it takes the versions they make.
   void submit_round(bool ahead, int64_t first = 0, int64_t last = -1);
-  // Partial rollouts: the engine steps of a round ahead of steps [first, last] at which it takes
-  // the version each step makes, up to the first checkpoint among them (which waits for the round).
+  // Partial rollouts: the versions steps [first, last] make up to the first checkpoint among them
+  // (which waits for the round ahead of them), and the engine steps of that round at which it
+  // takes each (the first stale_switch of them before it starts, under --stale-policy drop).
+  int64_t versions_during(int64_t first, int64_t last) const;
   WeightSwitches switches_during(int64_t first, int64_t last) const;
+  // --max-staleness with partial rollouts: how many of those versions the round ahead must take
+  // before its tokens are within the bound when the round after trains them (0: all are).
+  int64_t stale_switch(int64_t first, int64_t last) const;
   // One round from the source: this trainer's share of its kept groups joins `into`.
   void collect(std::deque<SampleGroup>& into);
   // One round's kept groups join the buffer: the round collected ahead if there is one.
@@ -144,20 +149,35 @@ void StepLoop::publish(bool resend) {
   if (lead_) lead_->note_publish(seconds);
 }
 
-WeightSwitches StepLoop::switches_during(int64_t first, int64_t last) const {
-  WeightSwitches switches;
-  if (!c_.staleness.partial_rollout) return switches;
-  switches.during_round = true;
-  switches.asap = c_.staleness.switch_asap;
+int64_t StepLoop::versions_during(int64_t first, int64_t last) const {
   int64_t versions = 0;
   for (int64_t step = first; step <= last; ++step) {
     ++versions;
     if (checkpoint_due(c_.logging, step, run_.plan.total_steps)) break;
   }
+  return versions;
+}
+
+int64_t StepLoop::stale_switch(int64_t first, int64_t last) const {
+  if (!c_.staleness.partial_rollout || c_.staleness.max_staleness < 0) return 0;
+  // The round ahead is trained by the round after these steps, up to its last step: that many
+  // versions after the one it starts with, less those it takes first.
+  const int64_t trained_behind = (last - first + 1) + c_.steps_per_round() - 1;
+  return std::max<int64_t>(0, trained_behind - c_.staleness.max_staleness);
+}
+
+WeightSwitches StepLoop::switches_during(int64_t first, int64_t last) const {
+  WeightSwitches switches;
+  if (!c_.staleness.partial_rollout) return switches;
+  switches.during_round = true;
+  switches.asap = c_.staleness.switch_asap;
+  const int64_t versions = versions_during(first, last);
+  if (!c_.staleness.stale_finish) switches.start_after = std::min(versions, stale_switch(first, last));
+  const int64_t during = versions - switches.start_after;
   const int64_t interval = c_.staleness.switch_interval > 0
                                ? c_.staleness.switch_interval
-                               : std::max<int64_t>(1, c_.rollout.sampling.max_new_tokens / (versions + 1));
-  for (int64_t v = 1; v <= versions; ++v) switches.at.push_back(v * interval);
+                               : std::max<int64_t>(1, c_.rollout.sampling.max_new_tokens / (during + 1));
+  for (int64_t v = 1; v <= during; ++v) switches.at.push_back(v * interval);
   return switches;
 }
 
@@ -227,12 +247,19 @@ void StepLoop::log_step(int64_t step, const torch::Tensor& rows, const PolicyUpd
 void StepLoop::train_step(int64_t step) {
   trace::Span span("step");
   const int64_t version_before = run_.policy_version;
-  // --max-staleness: groups the bound no longer allows (kept over from other rounds) are dropped.
-  int64_t dropped = 0;
+  // --max-staleness: tokens the bound no longer allows stay as context only (--stale-policy
+  // finish), and groups it no longer allows (kept over from other rounds, or left without a
+  // trained token) are dropped.
+  StaleCounts stale;
   if (c_.staleness.max_staleness >= 0) {
-    dropped = static_cast<int64_t>(std::erase_if(buffer_, [&](const SampleGroup& g) {
-      return version_before - g.policy_version() > c_.staleness.max_staleness;
-    }));
+    const int64_t oldest = version_before - c_.staleness.max_staleness;
+    if (c_.staleness.stale_finish) {
+      for (auto& g : buffer_) {
+        for (auto& s : g.samples) stale.masked_tokens += s.mark_stale(oldest);
+      }
+    }
+    stale.dropped_groups = static_cast<int64_t>(
+        std::erase_if(buffer_, [&](const SampleGroup& g) { return g.policy_version() < oldest; }));
   }
   const std::vector<SampleGroup> batch = take_groups(buffer_, c_.train.train_batch_size);
   const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, trainers(), relay_->relayed(step), version_before);
@@ -245,7 +272,7 @@ void StepLoop::train_step(int64_t step) {
 
   // Every replica's figures, one row each, summed so each row reaches the leader.
   auto rows = torch::zeros({T(), n_step_figures()}, torch::kFloat64);
-  rows[replica()] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before, dropped);
+  rows[replica()] = step_figures(batch, static_cast<int64_t>(buffer_.size()), version_before, stale);
   if (T() > 1) topo_->dp_group->all_reduce_sum(rows);
   const auto trained = rollouts_due(c_.logging, step) ? gather(batch).groups : std::vector<SampleGroup>{};
   if (zero() != nullptr && zero()->stage() == 3) {
@@ -289,7 +316,10 @@ fs::path StepLoop::run() {
     }
     steps = std::min(steps, total_steps - step + 1);
     round_end_ = step + steps - 1;
-    round_ahead_ = staleness_->ahead(round_end_, total_steps);
+    // A round ahead goes only when the versions these steps make bring its tokens within
+    // --max-staleness (a checkpoint among them may cut them short); else it follows them.
+    round_ahead_ = staleness_->ahead(round_end_, total_steps) &&
+                   stale_switch(step, round_end_) <= versions_during(step, round_end_);
     if (round_ahead_) submit_round(/*ahead=*/true, step, round_end_);  // generation overlaps the steps, with the weights as they are
     train_round(step, round_end_);
     if (steps > 0) rounds_since_step = 0;

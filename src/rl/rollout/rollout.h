@@ -84,7 +84,11 @@ nlohmann::json to_json(const PromptPick& pick);
 struct WeightSwitches {
   bool during_round = false;  // the round may take versions (else they wait for its end)
   bool asap = false;          // at the first engine step after they arrive
-  std::vector<int64_t> at;    // else: one version before each of these engine steps of the round (from 0), ascending
+  // Versions taken before the round starts (waited for): --max-staleness with --stale-policy drop
+  // lets no token be sampled by an older one.
+  int64_t start_after = 0;
+  std::vector<int64_t> at;    // then (unless asap): one version before each of these engine steps of the round (from 0), ascending
+  int64_t versions() const { return start_after + static_cast<int64_t>(at.size()); }
 };
 
 // `options` with the reward's check of every record (RewardFunction::check_record): a code task's

@@ -14,6 +14,7 @@
 #include "rl/checkpoint/run_checkpoint.h"
 #include "rl/rollout/rollout.h"
 #include "util/error.h"
+#include "util/trace.h"
 
 namespace rlcpp {
 
@@ -54,41 +55,182 @@ RolloutServers::RolloutServers(const RemoteOptions& remote, std::string base_mod
   }
 }
 
-double RolloutServers::publish(const Transformer& policy, int64_t version) {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+fs::path version_dir(const fs::path& weights_dir, int64_t version) { return weights_dir / fmt::format("v{}", version); }
+
+}  // namespace
+
+double RolloutServers::write(const Transformer& policy, int64_t version) {
   const auto start = std::chrono::steady_clock::now();
-  const fs::path dir = weights_dir_ / fmt::format("v{}", version);
+  const fs::path dir = version_dir(weights_dir_, version);
   const fs::path tmp = weights_dir_ / fmt::format(".v{}.tmp", version);
   fs::remove_all(tmp);
   save_policy_dir(tmp, policy, base_model_, base_model_, false);
   fs::remove_all(dir);
   fs::rename(tmp, dir);  // a server never reads a half-written version
-  remote_->set_weights({version, dir, policy.has_adapters()});
+  adapter_ = policy.has_adapters();
+  return seconds_since(start);
+}
+
+double RolloutServers::apply(int64_t version) {
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path dir = version_dir(weights_dir_, version);
+  remote_->set_weights({version, dir, adapter_});
   remote_->sync();
-  // Servers that missed this version get it when they answer again: older ones are not needed.
+  // Servers that missed this version get it when they answer again: older ones are not needed
+  // (newer ones, written for a partial rollout, are).
   for (const auto& entry : fs::directory_iterator(weights_dir_)) {
     const std::string name = entry.path().filename().string();
-    if (entry.path() != dir && name.size() > 1 && name[0] == 'v' &&
-        name.find_first_not_of("0123456789", 1) == std::string::npos) {
+    if (name.size() > 1 && name[0] == 'v' && name.find_first_not_of("0123456789", 1) == std::string::npos &&
+        std::stoll(name.substr(1)) < version) {
       std::error_code ec;
       fs::remove_all(entry.path(), ec);
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = seconds_since(start);
   spdlog::debug("policy version {} published to the rollout servers in {:.2f} s", version, seconds);
   return seconds;
 }
 
+std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<GenerationRequest>& requests) {
+  if (at_.empty()) return remote_.generate(requests);
+  const std::vector<int64_t> at = std::move(at_);  // this call's: a round's later calls take no versions
+  at_.clear();
+  struct Sequence {
+    size_t request = 0;
+    int64_t sample = 0;
+    std::vector<int32_t> ids;  // prompt and response so far
+    GeneratedSample out;
+    int64_t chunks = 0;
+    bool done = false;
+  };
+  std::vector<Sequence> all;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    for (int64_t s = 0; s < requests[r].n; ++s) {
+      Sequence q;
+      q.request = r;
+      q.sample = s;
+      q.ids = requests[r].prompt_ids;
+      q.out.request = static_cast<int64_t>(r);
+      q.out.sample = s;
+      all.push_back(std::move(q));
+    }
+  }
+  for (size_t chunk = 0; chunk <= at.size(); ++chunk) {
+    const int64_t end = chunk < at.size() ? at[chunk] : INT64_MAX;  // the chunk's last response position
+    std::vector<GenerationRequest> calls;
+    std::vector<size_t> first;  // per call: the sequence of its first sample
+    if (chunk == 0) {  // the prompts' n samples in one request each, as without chunks
+      for (size_t r = 0, k = 0; r < requests.size(); k += static_cast<size_t>(requests[r].n), ++r) {
+        calls.push_back(requests[r]);
+        calls.back().params.max_new_tokens = std::min(requests[r].params.max_new_tokens, end);
+        first.push_back(k);
+      }
+    } else {
+      for (size_t k = 0; k < all.size(); ++k) {
+        if (all[k].done) continue;
+        const GenerationRequest& request = requests[all[k].request];
+        GenerationRequest call;
+        call.prompt_ids = all[k].ids;
+        call.params = request.params;
+        call.params.max_new_tokens = std::min(request.params.max_new_tokens, end) - static_cast<int64_t>(all[k].out.token_ids.size());
+        call.seed = sample_seed(sample_seed(request.seed, all[k].sample), static_cast<int64_t>(chunk));
+        calls.push_back(std::move(call));
+        first.push_back(k);
+      }
+      if (calls.empty()) break;  // every sample ended before this switch: the source takes the rest later
+      next_version_();
+    }
+    for (auto& result : remote_.generate(calls)) {
+      Sequence& q = all[first[static_cast<size_t>(result.request)] + static_cast<size_t>(result.sample)];
+      GeneratedSample& out = q.out;
+      const int64_t before = static_cast<int64_t>(out.token_ids.size());
+      if (before == 0) {
+        out.policy_version = result.policy_version;
+      } else if (!result.token_ids.empty()) {
+        const int64_t current = out.version_changes.empty() ? out.policy_version : out.version_changes.back().version;
+        if (result.policy_version != current) out.version_changes.push_back({before, result.policy_version});
+      }
+      q.ids.insert(q.ids.end(), result.token_ids.begin(), result.token_ids.end());
+      out.token_ids.insert(out.token_ids.end(), result.token_ids.begin(), result.token_ids.end());
+      result.logprobs.resize(result.token_ids.size(), 0.0F);
+      out.logprobs.insert(out.logprobs.end(), result.logprobs.begin(), result.logprobs.end());
+      if (!result.top_logprobs.empty() || !out.top_logprobs.empty()) {
+        out.top_logprobs.resize(static_cast<size_t>(before));
+        for (auto& top : result.top_logprobs) out.top_logprobs.push_back(std::move(top));
+        out.top_logprobs.resize(out.token_ids.size());
+      }
+      out.text += result.text;
+      ++q.chunks;
+      out.finish_reason = result.finish_reason;
+      // Only the chunk's own length limit lets the sample go on.
+      const int64_t response = static_cast<int64_t>(out.token_ids.size());
+      q.done = result.finish_reason != FinishReason::kLength || response < std::min(end, requests[q.request].params.max_new_tokens) ||
+               response >= requests[q.request].params.max_new_tokens;
+    }
+  }
+  std::vector<GeneratedSample> out;
+  for (auto& q : all) {
+    if (q.chunks > 1) q.out.text = tokenizer_.decode(q.out.token_ids, true);  // whole, not chunk by chunk
+    out.push_back(std::move(q.out));
+  }
+  return out;
+}
+
 ServerSource::ServerSource(const RunConfig& c, const fs::path& run_dir, std::shared_ptr<Transformer> policy,
                            const Tokenizer& tokenizer)
-    : c_(c), policy_(std::move(policy)), servers_(c.remote, c.model.path, run_dir), reward_(make_reward_function(c.reward)) {
-  generator_ = std::make_unique<RolloutGenerator>(c, policy_->config(), tokenizer, &servers_.backend(), nullptr, nullptr,
-                                                  &reward_);
+    : c_(c), policy_(std::move(policy)), servers_(c.remote, c.model.path, run_dir), reward_(make_reward_function(c.reward)),
+      chunked_(servers_.backend(), tokenizer) {
+  generator_ = std::make_unique<RolloutGenerator>(c, policy_->config(), tokenizer, &chunked_, nullptr, nullptr, &reward_);
+}
+
+ServerSource::~ServerSource() {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stopping_ = true;
+  }
+  written_cv_.notify_all();
+}
+
+void ServerSource::take_next_version() {
+  int64_t version = 0;
+  {
+    trace::Span wait("switch_wait");
+    std::unique_lock<std::mutex> lock(m_);
+    written_cv_.wait(lock, [&] { return !written_.empty() || stopping_; });
+    if (written_.empty()) throw InternalError("the run stopped while a partial rollout waited for its next version");
+    version = written_.front();
+    written_.pop_front();
+  }
+  servers_.apply(version);
+  std::lock_guard<std::mutex> lock(m_);
+  applied_ = version;
+}
+
+double ServerSource::apply_latest() {
+  std::lock_guard<std::mutex> lock(m_);
+  written_.clear();
+  if (published_ < 0 || applied_ == published_) return 0;
+  applied_ = published_;
+  return servers_.apply(published_);
 }
 
 void ServerSource::submit(std::vector<PromptPick> picks, const WeightSwitches& switches) {
-  RLCPP_CHECK(!switches.during_round, "partial rollouts with rollout servers (validation refuses them)");
-  in_flight_.push_back(
-      std::async(std::launch::async, [this, picks = std::move(picks)] { return generator_->generate(picks); }));
+  RLCPP_CHECK(!switches.asap, "--async-switch asap with rollout servers (validation refuses it)");
+  if (switches.during_round) {
+    apply_latest();  // what the round before did not take
+    partial_in_flight_ = true;
+  }
+  in_flight_.push_back(std::async(std::launch::async, [this, picks = std::move(picks), switches] {
+    for (int64_t k = 0; k < switches.start_after; ++k) take_next_version();
+    chunked_.set_switches(switches.at, [this] { take_next_version(); });
+    return generator_->generate(picks);
+  }));
 }
 
 RoundReceipt ServerSource::collect(std::deque<SampleGroup>& buffer) {
@@ -96,6 +238,7 @@ RoundReceipt ServerSource::collect(std::deque<SampleGroup>& buffer) {
   auto future = std::move(in_flight_.front());
   in_flight_.pop_front();
   RolloutRound round = future.get();  // a round's error (every server down, a broken reward) is thrown here
+  partial_in_flight_ = false;
   RoundReceipt receipt;
   receipt.generated = static_cast<int64_t>(round.kept.size() + round.discarded.size());
   receipt.kept = receipt.kept_all = static_cast<int64_t>(round.kept.size());
@@ -107,9 +250,18 @@ RoundReceipt ServerSource::collect(std::deque<SampleGroup>& buffer) {
 }
 
 double ServerSource::publish(int64_t version, bool resend) {
-  if (version == published_ && !resend) return 0;
-  published_ = version;
-  return servers_.publish(*policy_, version);
+  double seconds = 0;
+  if (version != published_ || resend) {
+    seconds += servers_.write(*policy_, version);
+    std::lock_guard<std::mutex> lock(m_);
+    published_ = version;
+    if (partial_in_flight_) {  // the round generating takes it between chunks
+      written_.push_back(version);
+      written_cv_.notify_one();
+      return seconds;
+    }
+  }
+  return seconds + apply_latest();
 }
 
 void ServerSource::add_figures(nlohmann::ordered_json& extra) {

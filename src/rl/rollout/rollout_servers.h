@@ -6,11 +6,15 @@
 // loop's RolloutSource over them.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 
 #include "openai/remote_rollout.h"
 #include "model/transformer.h"
@@ -26,25 +30,55 @@ class RolloutServers {
   RolloutServers(const RemoteOptions& remote, std::string base_model, const std::filesystem::path& run_dir);
 
   RemoteRollout& backend() { return *remote_; }
-  // The servers generate with `policy` at `version` from their next request on: written to
-  // <weights dir>/v<version> and loaded by every server that answers (the others when they are
-  // back); the versions before are removed. Returns the seconds it took.
-  double publish(const Transformer& policy, int64_t version);
+  // The servers generate with `policy` at `version` from their next request on: written (write)
+  // to <weights dir>/v<version> and loaded (apply) by every server that answers (the others when
+  // they are back); the versions before it are removed. Each returns the seconds it took.
+  double publish(const Transformer& policy, int64_t version) { return write(policy, version) + apply(version); }
+  double write(const Transformer& policy, int64_t version);
+  double apply(int64_t version);
   int64_t version() const { return remote_->weights().version; }
   const std::filesystem::path& weights_dir() const { return weights_dir_; }
 
  private:
   std::string base_model_;
   std::filesystem::path weights_dir_;
+  std::atomic<bool> adapter_{false};  // the versions written are adapters (LoRA)
   std::unique_ptr<RemoteRollout> remote_;
 };
 
+// Partial rollouts over rollout servers, which take weights only between requests: the round's
+// first generate call runs in chunks ending at its switch points (response tokens). After the
+// first chunk, each unfinished sample is one request carrying its whole sequence so far (n = 1,
+// seeded from the request's seed, the sample and the chunk), and the servers are brought to the
+// next version before it. Without switch points: the servers' own generate.
+class ChunkedRollout : public RolloutBackend {
+ public:
+  ChunkedRollout(RemoteRollout& remote, const Tokenizer& tokenizer) : remote_(remote), tokenizer_(tokenizer) {}
+  // The next generate call's chunk ends, and what brings the servers to the next version.
+  void set_switches(std::vector<int64_t> at, std::function<void()> next_version) {
+    at_ = std::move(at);
+    next_version_ = std::move(next_version);
+  }
+  std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests) override;
+
+ private:
+  RemoteRollout& remote_;
+  const Tokenizer& tokenizer_;
+  std::vector<int64_t> at_;
+  std::function<void()> next_version_;
+};
+
 // Rounds from the servers: each round is generated and graded on a thread of its own (the trainer
-// trains meanwhile when it goes ahead), with the version last published to the servers.
+// trains meanwhile when it goes ahead), with the version last published to the servers. Partial
+// rollouts: the versions published while a round generates are written at once and taken by the
+// round between its chunks (ChunkedRollout), waiting for one not written yet; those it did not
+// take go to the servers before the next round.
 class ServerSource : public RolloutSource {
  public:
   ServerSource(const RunConfig& config, const std::filesystem::path& run_dir, std::shared_ptr<Transformer> policy,
                const Tokenizer& tokenizer);
+  // A round waiting for a version that will not come (the run stopped on an error) ends.
+  ~ServerSource() override;
   void submit(std::vector<PromptPick> picks, const WeightSwitches& switches) override;
   RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
   double publish(int64_t version, bool resend) override;
@@ -57,11 +91,23 @@ class ServerSource : public RolloutSource {
   const RunConfig& c_;
   std::shared_ptr<Transformer> policy_;
   RolloutServers servers_;
+  // The round's thread: the next version written for it (waited for), to the servers.
+  void take_next_version();
+  // No round generating: the last version written goes to the servers, unless they hold it.
+  double apply_latest();
+
   RewardFunction reward_;
+  ChunkedRollout chunked_;
   std::unique_ptr<RolloutGenerator> generator_;
+  std::mutex m_;
+  std::condition_variable written_cv_;
+  std::deque<int64_t> written_;  // versions written for the round generating, not taken yet
+  bool partial_in_flight_ = false;  // a partial round generates: versions wait for it
+  bool stopping_ = false;
   // Last: a round still generating (the run stopped on an error) ends before what it uses goes away.
   std::deque<std::future<RolloutRound>> in_flight_;
-  int64_t published_ = -1;  // the version the servers were last given (-1: none yet, whatever they hold)
+  int64_t published_ = -1;  // the version last written (-1: none yet, whatever the servers hold)
+  int64_t applied_ = -1;    // the version the servers were last given
 };
 
 }  // namespace rlcpp
