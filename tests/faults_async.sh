@@ -4,8 +4,10 @@
 # a round) is killed with kill -9 at N random moments, the trainer or the rollout worker, then
 # resumed with --resume auto; each resumed run must end with the weights, metrics and staleness of
 # the run never killed, bit for bit. A moment is a random number of metrics lines written, then a
-# random 0-199 ms more. Prints one row per kill: the victim, the moment, how far the run had got
-# (metrics lines, newest checkpoint) and whether the resumed run is equal.
+# random 0-199 ms more. The victim is stopped first and, where gdb is installed, its main thread's
+# stack says what it was doing (decode, grading, step, sync, checkpoint or wait). Prints one row per
+# kill: the victim, the moment, its phase, how far the run had got (metrics lines, newest
+# checkpoint) and whether the resumed run is equal, then the kills by victim and phase.
 # Usage: faults_async.sh RLCPP_BINARY [MPIEXEC]     Env: KILLS (20), SEED (1)
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: faults_async.sh RLCPP_BINARY [MPIEXEC]}")
@@ -26,17 +28,36 @@ fingerprint() {  # RUN: metrics (timings aside), staleness and the final weights
 run_mpi 2 "${args[@]}" -p whole > whole.log 2>&1 || { bad whole-run; tail -3 whole.log; exit 1; }
 reference=$(fingerprint whole)
 lines_of() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
+# What a stopped process was doing: the first phase whose functions are on its main thread's stack.
+phase_of() {  # PID
+  command -v gdb > /dev/null || { echo "?"; return; }
+  timeout 120 gdb -p "$1" -batch -ex "thread 1" -ex bt 2>/dev/null | grep -E '^#' | python3 -c '
+import sys
+stack = sys.stdin.read()
+phases = [("checkpoint", ["save_checkpoint", "save_run"]),
+          ("sync", ["WeightSync::sync", "receive_now", "WeightInbox::hold", "WeightInbox::take_one", "StepLoop::publish"]),
+          ("decode", ["GenerationLoop::step", "Engine::generate"]),
+          ("step", ["update_policy"]),
+          ("grading", ["RolloutGenerator::generate"]),
+          ("wait", ["collect", "recv_control", "RolloutChannel::deliver"])]
+print(next((name for name, funcs in phases if any(f in stack for f in funcs)), "other"))'
+}
 echo "$kills kills of an asynchronous run (24 steps), each once the run has written a random number of"
 echo "metrics lines and then a random 0-199 ms more (mid-step, mid-decode, mid-sync or mid-checkpoint)"
-printf '%-4s %-8s %-16s %8s %-12s %s\n' kill victim moment metrics checkpoint resumed
+printf '%-4s %-8s %-16s %-11s %8s %-12s %s\n' kill victim moment phase metrics checkpoint resumed
 equal=0
+declare -A by_phase=()
 for k in $(seq 1 "$kills"); do
   name=k$k rank=$((RANDOM % 2)) after=$((1 + RANDOM % 23)) extra_ms=$((RANDOM % 200))
   run_mpi 2 "${args[@]}" -p "$name" > "$name.log" 2>&1 &
   job=$!
   while kill -0 "$job" 2>/dev/null && [ "$(lines_of "runs/$name/metrics.jsonl")" -lt "$after" ]; do sleep 0.005; done
   sleep "0.$(printf '%03d' "$extra_ms")"
-  victim=$(kill_rank "$name" "$rank")
+  victim=$(rank_pid "$name" "$rank") phase=-
+  if [ -n "$victim" ]; then
+    kill -STOP "$victim" 2>/dev/null && phase=$(phase_of "$victim")
+    kill -9 "$victim" 2>/dev/null || victim=""
+  fi
   wait $job
   rc=$?
   lines=$( [ -f "runs/$name/metrics.jsonl" ] && wc -l < "runs/$name/metrics.jsonl" || echo 0)
@@ -46,8 +67,10 @@ for k in $(seq 1 "$kills"); do
   [ $rc -eq 124 ] && { bad "$name-hung"; continue; }
   run_mpi 2 "${args[@]}" -p "$name" --resume auto > "$name-resume.log" 2>&1
   if [ "$(fingerprint "$name" 2>/dev/null)" = "$reference" ]; then result=equal; equal=$((equal + 1)); else result=DIFFERENT; bad "$name-resume-exact"; fi
-  printf '%-4s %-8s %-16s %8s %-12s %s\n' "$k" "$what" "line $after+${extra_ms}ms" "$lines" "$newest" "$result"
+  printf '%-4s %-8s %-16s %-11s %8s %-12s %s\n' "$k" "$what" "line $after+${extra_ms}ms" "$phase" "$lines" "$newest" "$result"
+  by_phase["$what $phase"]=$(( ${by_phase["$what $phase"]:-0} + 1 ))
 done
+echo "kills by victim and phase: $(for key in "${!by_phase[@]}"; do printf '%s %s\n' "$key" "${by_phase[$key]}"; done | sort | paste -sd ',' | sed 's/,/, /g')"
 echo "$equal of $kills resumed runs equal to the uninterrupted one"
 [ "$equal" -eq "$kills" ] && ok resumed-runs-equal
 exit $failed

@@ -74,14 +74,19 @@ PY
 weights_moved() { [ -f "$1" ] && [ -f "$2" ] && ! weights_close "$1" "$2" 1e-6 > /dev/null; }
 # kill -9 of world rank RANK of the running `rlcpp train ... -p NAME`: prints its pid (nothing when
 # no such process runs).
-kill_rank() {  # NAME RANK
+rank_pid() {  # NAME RANK: the process of world rank RANK of `run_mpi NP ARGS... -p NAME`, if running
   local pid
   for pid in $(pgrep -f "rlcpp train .*-p $1\$"); do
     if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      kill -9 "$pid" && echo "$pid"
+      echo "$pid"
       return
     fi
   done
+}
+kill_rank() {  # NAME RANK
+  local pid
+  pid=$(rank_pid "$1" "$2")
+  [ -n "$pid" ] && kill -9 "$pid" && echo "$pid"
 }
 # kill -9 of world rank RANK of `run_mpi NP ARGS... -p NAME` (checkpoints under runs/) once its
 # step-STEP is written: the job must end non-zero by itself (no rank left waiting in a collective;

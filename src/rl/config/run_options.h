@@ -69,8 +69,8 @@ struct StalenessOptions {
   bool stale_finish = false;
   // Partial rollouts (ChatLearn's use_partial_rollout): a round generated ahead of training (-nb 1)
   // takes each policy version the trainers make meanwhile in the middle of its sequences, at engine
-  // steps the schedule names (every switch_interval steps; 0: -mnt / (versions + 1)), so a run is
-  // reproducible; with switch_asap, as soon as the weights arrive (not reproducible).
+  // steps the schedule names (every switch_interval steps; 0: -mnt per generate call, over
+  // versions + 1), so a run is reproducible; with switch_asap, as soon as the weights arrive.
   bool partial_rollout = false;
   int64_t switch_interval = 0;
   bool switch_asap = false;

@@ -5,8 +5,9 @@
 // Partial rollouts: a round sent with WeightSwitches takes the versions the trainers send while it
 // generates, one per switch (the first few before it starts, when --max-staleness with
 // --stale-policy drop says so). Each one is received as soon as it arrives (checked between engine
-// steps), held aside, and taken at the engine step the schedule names (waiting there for one not
-// sent yet), or at once with `asap`; a round that ends first takes the rest before it is delivered.
+// steps, and while the round is graded), held aside, and taken at the engine step the schedule
+// names (waiting there for one not sent yet), or at once with `asap`; a round that ends first takes
+// the rest before it is delivered.
 #include <torch/torch.h>
 
 #include <deque>
@@ -192,7 +193,9 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
               },
               c.staleness.recompute_kv);
         }
+        if (switches.during_round) generator.set_grading_hook([&] { inbox.poll(); });
         RolloutRound round = generator.generate(message.picks);
+        generator.set_grading_hook(nullptr);
         engine.set_step_hook(nullptr);
         const int64_t version = engine.version();
         // The versions the trainers send while this round is collected: taken now (they come

@@ -1,6 +1,7 @@
 #include "rl/rollout/rollout.h"
 
 #include <chrono>
+#include <future>
 #include <optional>
 #include <numeric>
 
@@ -248,7 +249,12 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
       inputs.push_back({groups[r].prompt, s.graded, groups[r].gt_answer, picks[r].metadata, s.truncated});
     }
   }
-  const auto graded = reward_->score(inputs);
+  const auto graded = [&] {
+    if (!grading_hook_) return reward_->score(inputs);
+    auto scoring = std::async(std::launch::async, [&] { return reward_->score(inputs); });
+    while (scoring.wait_for(std::chrono::milliseconds(2)) != std::future_status::ready) grading_hook_();
+    return scoring.get();
+  }();
   round.reward_seconds = seconds_since(t0);
   span.reset();
   const bool env_only = c_.reward.type == RewardType::kEnv;

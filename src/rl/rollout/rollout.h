@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -132,6 +133,9 @@ class RolloutGenerator {
     skipped_short_ = short_prompts;
   }
   const SamplingParams& sampling() const { return sampling_; }
+  // Called again and again on the generating thread while a round's rewards are computed on
+  // another (a rollout worker receives weights meanwhile); null: none.
+  void set_grading_hook(std::function<void()> hook) { grading_hook_ = std::move(hook); }
   // Multi-turn (--tools, --env-cmd): what the episodes share; null for single-turn rollouts.
   const Agent* agent() const { return agent_.get(); }
 
@@ -146,6 +150,7 @@ class RolloutGenerator {
   std::unique_ptr<Agent> agent_;
   std::unique_ptr<PromptBuilder> prompts_;
   SamplingParams sampling_;
+  std::function<void()> grading_hook_;
   int64_t skipped_long_ = 0, skipped_short_ = 0;
 };
 
