@@ -138,7 +138,8 @@ std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<Generati
         GenerationRequest call;
         call.prompt_ids = all[k].ids;
         call.params = request.params;
-        call.params.max_new_tokens = std::min(request.params.max_new_tokens, end) - static_cast<int64_t>(all[k].out.token_ids.size());
+        const auto response = static_cast<int64_t>(all[k].out.token_ids.size());
+        call.params.max_new_tokens = std::min(request.params.max_new_tokens, end) - response;
         call.seed = sample_seed(sample_seed(request.seed, all[k].sample), static_cast<int64_t>(chunk));
         calls.push_back(std::move(call));
         first.push_back(k);
@@ -170,8 +171,8 @@ std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<Generati
       out.finish_reason = result.finish_reason;
       // Only the chunk's own length limit lets the sample go on.
       const int64_t response = static_cast<int64_t>(out.token_ids.size());
-      q.done = result.finish_reason != FinishReason::kLength || response < std::min(end, requests[q.request].params.max_new_tokens) ||
-               response >= requests[q.request].params.max_new_tokens;
+      const int64_t budget = requests[q.request].params.max_new_tokens;
+      q.done = result.finish_reason != FinishReason::kLength || response < std::min(end, budget) || response >= budget;
     }
   }
   std::vector<GeneratedSample> out;
