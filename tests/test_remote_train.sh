@@ -140,11 +140,15 @@ grep -q "resuming from" ahead-resumed.log && same_run ahead-resumed ahead && ok 
 # 5b. Partial rollouts: the servers take each new version between chunks of the round ahead's
 # sequences (at the schedule's switch point, mid-response), so samples hold tokens of two versions;
 # the chunks are seeded by the schedule, so a second run gives the same samples.
+# With -imbs 2 the round is two generate calls of -mnt 24 positions each, and its switch points are
+# counted over both: at 36, the version is taken in the middle of the second call's samples.
 partial=("${ahead[@]}" --partial-rollout)
-for name in partial partial-again; do
-  train "${partial[@]}" -p "$name" -rsd "runs/$name/rollouts" > "$name.log" 2>&1 || { bad "$name-run"; tail -5 "$name.log"; }
+for name in partial partial-again partial-imbs; do
+  train "${partial[@]}" $([ $name = partial-imbs ] && echo -imbs 2 --switch-interval 36) -p "$name" -rsd "runs/$name/rollouts" > "$name.log" 2>&1 \
+    || { bad "$name-run"; tail -5 "$name.log"; }
 done
-python3 - runs/partial/metrics.jsonl <<'PY' && ok partial-over-servers-mixes-versions || bad partial-over-servers-mixes-versions
+mixes_versions() {  # NAME
+  python3 - "runs/$1/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 st = [r["staleness"] for r in rows]
@@ -154,6 +158,9 @@ print(f"     steps with samples of two versions {mixed}; per-token versions behi
       f"{[round(s['per_token']['mean'], 2) for s in st]}; {pushes} weight pushes")
 sys.exit(0 if len(rows) == 6 and mixed and max(s["per_sample"]["max"] for s in st) <= 1 else 1)
 PY
+}
+mixes_versions partial && ok partial-over-servers-mixes-versions || bad partial-over-servers-mixes-versions
+mixes_versions partial-imbs && ok partial-over-servers-imbs || bad partial-over-servers-imbs
 same_run partial-again partial && ok partial-over-servers-reproducible || bad partial-over-servers-reproducible
 
 # 6. Bad flags and unreachable servers: errors naming them, not hangs.

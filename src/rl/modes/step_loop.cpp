@@ -174,10 +174,10 @@ WeightSwitches StepLoop::switches_during(int64_t first, int64_t last) const {
   const int64_t versions = versions_during(first, last);
   if (!c_.staleness.stale_finish) switches.start_after = std::min(versions, stale_switch(first, last));
   const int64_t during = versions - switches.start_after;
-  // By default the versions spread over the round's engine steps: -mnt for each generate call of
-  // -imbs prompts (rollout servers switch within the first call only).
+  // By default the versions spread over the round's engine steps (rollout servers: response
+  // positions), -mnt for each generate call of -imbs prompts.
   const int64_t imbs = c_.rollout.inference_microbatch_size;
-  const int64_t calls = imbs > 0 && !c_.remote.enabled() ? (c_.round_prompts() + imbs - 1) / imbs : 1;
+  const int64_t calls = imbs > 0 ? (c_.round_prompts() + imbs - 1) / imbs : 1;
   const int64_t interval = c_.staleness.switch_interval > 0
                                ? c_.staleness.switch_interval
                                : std::max<int64_t>(1, calls * c_.rollout.sampling.max_new_tokens / (during + 1));

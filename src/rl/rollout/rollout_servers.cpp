@@ -99,8 +99,13 @@ double RolloutServers::apply(int64_t version) {
 
 std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<GenerationRequest>& requests) {
   if (at_.empty()) return remote_.generate(requests);
-  const std::vector<int64_t> at = std::move(at_);  // this call's: a round's later calls take no versions
-  at_.clear();
+  int64_t span = 0;  // the positions this call covers
+  for (const auto& r : requests) span = std::max(span, r.params.max_new_tokens);
+  for (; !at_.empty() && at_.front() <= offset_; at_.pop_front()) next_version_();  // passed by earlier calls
+  std::vector<int64_t> at;  // this call's switch points, in its own response positions
+  for (; !at_.empty() && at_.front() < offset_ + span; at_.pop_front()) at.push_back(at_.front() - offset_);
+  offset_ += span;
+  if (at.empty()) return remote_.generate(requests);
   struct Sequence {
     size_t request = 0;
     int64_t sample = 0;
@@ -144,7 +149,10 @@ std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<Generati
         calls.push_back(std::move(call));
         first.push_back(k);
       }
-      if (calls.empty()) break;  // every sample ended before this switch: the source takes the rest later
+      if (calls.empty()) {  // every sample ended first: the next call, or the source, takes the rest
+        for (size_t k = at.size(); k-- > chunk - 1;) at_.push_front(offset_ - span + at[k]);
+        break;
+      }
       next_version_();
     }
     for (auto& result : remote_.generate(calls)) {

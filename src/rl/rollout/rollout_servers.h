@@ -46,17 +46,20 @@ class RolloutServers {
   std::unique_ptr<RemoteRollout> remote_;
 };
 
-// Partial rollouts over rollout servers, which take weights only between requests: the round's
-// first generate call runs in chunks ending at its switch points (response tokens). After the
-// first chunk, each unfinished sample is one request carrying its whole sequence so far (n = 1,
-// seeded from the request's seed, the sample and the chunk), and the servers are brought to the
-// next version before it. Without switch points: the servers' own generate.
+// Partial rollouts over rollout servers, which take weights only between requests: a round's
+// generate calls run in chunks ending at its switch points, counted in response tokens over the
+// round's calls (-mnt each). After a call's first chunk, each unfinished sample is one request
+// carrying its whole sequence so far (n = 1, seeded from the request's seed, the sample and the
+// chunk), and the servers are brought to the next version before it; a switch point a call did
+// not reach (its samples ended first) is taken before the next call. Without switch points: the
+// servers' own generate.
 class ChunkedRollout : public RolloutBackend {
  public:
   ChunkedRollout(RemoteRollout& remote, const Tokenizer& tokenizer) : remote_(remote), tokenizer_(tokenizer) {}
-  // The next generate call's chunk ends, and what brings the servers to the next version.
-  void set_switches(std::vector<int64_t> at, std::function<void()> next_version) {
-    at_ = std::move(at);
+  // A round's switch points (ascending), and what brings the servers to the next version.
+  void set_switches(const std::vector<int64_t>& at, std::function<void()> next_version) {
+    at_.assign(at.begin(), at.end());
+    offset_ = 0;
     next_version_ = std::move(next_version);
   }
   std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests) override;
@@ -64,7 +67,8 @@ class ChunkedRollout : public RolloutBackend {
  private:
   RemoteRollout& remote_;
   const Tokenizer& tokenizer_;
-  std::vector<int64_t> at_;
+  std::deque<int64_t> at_;  // the round's switch points not passed yet
+  int64_t offset_ = 0;      // response positions the round's earlier calls covered
   std::function<void()> next_version_;
 };
 
