@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "comm/gradient_sync.h"
 #include "comm/mpi.h"
+#include "parallel/pipeline.h"
 #include "parallel/topology.h"
 #include "parallel/weight_sync.h"
 #include "rl/step/policy_update.h"
@@ -31,6 +34,103 @@ NamedTensors model_like(uint64_t seed) {
 }
 
 }  // namespace
+
+// The largest stage of the best split, by trying every split (for the balance's check).
+int64_t best_largest_stage(const std::vector<int64_t>& layers, int64_t first_extra, int64_t last_extra, int64_t stages) {
+  const auto n = static_cast<int64_t>(layers.size());
+  int64_t best = INT64_MAX;
+  std::vector<int64_t> starts(static_cast<size_t>(stages), 0);
+  std::function<void(int64_t, int64_t)> place = [&](int64_t s, int64_t from) {
+    if (s == stages) {
+      int64_t largest = 0;
+      for (int64_t k = 0; k < stages; ++k) {
+        const int64_t end = k + 1 < stages ? starts[static_cast<size_t>(k) + 1] : n;
+        int64_t w = (k == 0 ? first_extra : 0) + (k == stages - 1 ? last_extra : 0);
+        for (int64_t i = starts[static_cast<size_t>(k)]; i < end; ++i) w += layers[static_cast<size_t>(i)];
+        largest = std::max(largest, w);
+      }
+      best = std::min(best, largest);
+      return;
+    }
+    for (int64_t j = from; j <= n - (stages - s); ++j) {
+      if (s == 0 && j != 0) break;  // the first stage starts at layer 0
+      starts[static_cast<size_t>(s)] = j;
+      place(s + 1, j + 1);
+    }
+  };
+  place(0, 0);
+  return best;
+}
+
+TEST(Pipeline, StagesAreContiguousNonEmptyAndTheBestBalance) {
+  // 24 equal layers, a large embedding on the first stage and the head on the last: the end
+  // stages hold fewer layers.
+  const std::vector<int64_t> qwen(24, 100);
+  const auto four = balance_stages(qwen, 450, 450, 4);
+  EXPECT_EQ(four, (std::vector<StageLayers>{{0, 4}, {4, 12}, {12, 20}, {20, 24}}));
+  EXPECT_EQ(balance_stages(qwen, 0, 0, 1), (std::vector<StageLayers>{{0, 24}}));
+  // Uneven layers, every stage count: as good as the best of all splits.
+  const std::vector<int64_t> uneven{5, 1, 9, 2, 2, 7, 3};
+  for (int64_t stages = 1; stages <= 7; ++stages) {
+    const auto split = balance_stages(uneven, 4, 6, stages);
+    ASSERT_EQ(static_cast<int64_t>(split.size()), stages);
+    int64_t next = 0, largest = 0;
+    for (int64_t s = 0; s < stages; ++s) {
+      const auto [first, last] = split[static_cast<size_t>(s)];
+      EXPECT_EQ(first, next);
+      EXPECT_LT(first, last) << "stage " << s << " of " << stages << " is empty";
+      int64_t w = (s == 0 ? 4 : 0) + (s == stages - 1 ? 6 : 0);
+      for (int64_t i = first; i < last; ++i) w += uneven[static_cast<size_t>(i)];
+      largest = std::max(largest, w);
+      next = last;
+    }
+    EXPECT_EQ(next, 7);
+    EXPECT_EQ(largest, best_largest_stage(uneven, 4, 6, stages)) << stages << " stages";
+  }
+  EXPECT_THROW(balance_stages(uneven, 0, 0, 8), std::invalid_argument);
+}
+
+TEST(Pipeline, OneForwardOneBackwardRunsEveryStageWithoutDeadlockAndItsBubble) {
+  // Every stage's passes in its order, each starting once the pass it needs has ended (the
+  // previous stage's forward of the micro-batch, the next stage's backward of it), forwards one
+  // unit and backwards two: all finish, each stage holds at most stages - stage micro-batches,
+  // and the idle share is (p - 1) / (m + p - 1).
+  for (int64_t p : {1, 2, 3, 4}) {
+    for (int64_t m : {1, 2, 3, 8}) {
+      std::vector<std::vector<PipelinePass>> passes;
+      for (int64_t s = 0; s < p; ++s) passes.push_back(one_forward_one_backward(s, p, m));
+      for (const auto& list : passes) ASSERT_EQ(static_cast<int64_t>(list.size()), 2 * m);
+      std::vector<std::vector<int64_t>> fwd_end(p, std::vector<int64_t>(m, -1)), bwd_end(p, std::vector<int64_t>(m, -1));
+      std::vector<size_t> next(p, 0);
+      std::vector<int64_t> free_at(p, 0), held(p, 0), most_held(p, 0);
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (int64_t s = 0; s < p; ++s) {
+          if (next[s] == passes[s].size()) continue;
+          const PipelinePass pass = passes[s][next[s]];
+          const int64_t needed = pass.forward ? (s == 0 ? 0 : fwd_end[s - 1][pass.micro])
+                                              : (s == p - 1 ? fwd_end[s][pass.micro] : bwd_end[s + 1][pass.micro]);
+          if (needed < 0) continue;  // not run yet
+          const int64_t start = std::max(free_at[s], needed);
+          free_at[s] = start + (pass.forward ? 1 : 2);
+          (pass.forward ? fwd_end : bwd_end)[s][pass.micro] = free_at[s];
+          held[s] += pass.forward ? 1 : -1;
+          most_held[s] = std::max(most_held[s], held[s]);
+          ++next[s];
+          moved = true;
+        }
+      }
+      int64_t makespan = 0;
+      for (int64_t s = 0; s < p; ++s) {
+        ASSERT_EQ(next[s], passes[s].size()) << "stage " << s << " of " << p << " stalled with " << m << " micro-batches";
+        EXPECT_LE(most_held[s], p - s);
+        makespan = std::max(makespan, free_at[s]);
+      }
+      const double idle = 1.0 - static_cast<double>(3 * m) / static_cast<double>(makespan);
+      EXPECT_NEAR(idle, one_forward_one_backward_bubble(p, m), 1e-12) << p << " stages, " << m << " micro-batches";
+    }
+  }
+}
 
 TEST(Dist, BucketsHoldAtMostTheirBytesUnlessATensorIsBigger) {
   const auto tensors = model_like(1);
