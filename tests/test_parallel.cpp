@@ -191,6 +191,32 @@ TEST(Dist, CollectivesAndBytes) {
   world->barrier();
 }
 
+TEST(Dist, NonBlockingTransfersCrossWithoutDeadlock) {
+  // Ranks 0 and 1 each send the other 64 MiB (past any eager limit: two blocking sends would both
+  // wait) and receive into a tensor that is not contiguous; the values arrive by wait().
+  auto world = mpi_world();
+  if (world->size() < 2) GTEST_SKIP() << "needs mpirun -np >= 2";
+  const int r = world->rank();
+  if (r < 2) {
+    const int other = 1 - r;
+    auto mine = torch::full({4096, 4096}, static_cast<double>(r + 1), torch::kFloat32);
+    mine[7][9] = -3.0f;
+    auto into = torch::zeros({4096, 4096}).t();  // not contiguous
+    const auto before = world->bytes().send;
+    auto received = world->irecv(into, other, 11);
+    auto sent = world->isend(mine, other, 11);
+    mine.fill_(0);  // the send kept its own copy
+    sent->wait();
+    received->wait();
+    EXPECT_EQ(into[0][0].item<float>(), static_cast<float>(other + 1));
+    EXPECT_EQ(into[7][9].item<float>(), -3.0f);  // in the view's own order
+    EXPECT_EQ(into.t().contiguous()[9][7].item<float>(), -3.0f);
+    EXPECT_EQ(world->bytes().send - before, 4096u * 4096u * 4u);
+    received->wait();  // waiting again is harmless
+  }
+  world->barrier();
+}
+
 TEST(Dist, WeightSyncReachesEveryRolloutWorkerInBothModes) {
   auto world = mpi_world();
   if (world->size() < 2) GTEST_SKIP() << "needs mpirun -np >= 2";

@@ -19,6 +19,15 @@ struct CommunicationBytes {
   uint64_t total() const { return all_reduce + reduce + reduce_scatter + all_gather + broadcast + send; }
 };
 
+// A non-blocking send or receive under way (Communicator::isend, irecv): wait() returns once it is
+// done, a receive's tensor then holding the values. One not waited for is waited for when it is
+// destroyed, so its buffers never go away under it.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -44,6 +53,10 @@ class Communicator {
   // A tensor's values to `dest`, which receives them into a tensor of the same shape and dtype.
   virtual void send(const torch::Tensor& tensor, int dest, int tag) = 0;
   virtual void recv(torch::Tensor& tensor, int source, int tag) = 0;
+  // The same without waiting (pipeline stages overlap the transfer with compute): the send keeps
+  // its own copy of the values; the receive writes into `tensor` by the time wait() returns.
+  virtual std::unique_ptr<CommRequest> isend(const torch::Tensor& tensor, int dest, int tag) = 0;
+  virtual std::unique_ptr<CommRequest> irecv(torch::Tensor& tensor, int source, int tag) = 0;
   // Ranks with the same color form a new communicator, ordered by `key` (then by rank).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
   // What this rank has moved through this communicator and every one split from it (transitively)

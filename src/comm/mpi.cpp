@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <mutex>
 
 #include "util/error.h"
@@ -59,6 +60,29 @@ struct HostView {
   void write_back() {
     if (!host.is_same(original)) original.copy_(host);
   }
+};
+
+// MPI requests of one transfer (a piece per kChunk bytes) and the host buffer they use.
+class MpiRequest final : public CommRequest {
+ public:
+  MpiRequest(torch::Tensor buffer, std::optional<HostView> into) : buffer_(std::move(buffer)), into_(std::move(into)) {}
+  ~MpiRequest() override {
+    if (done_) return;
+    // Destroyed without a wait (an error unwinding): the buffers must outlive the transfer.
+    MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "Waitall");
+    if (into_) into_->write_back();
+  }
+  std::vector<MPI_Request> requests_;
+
+ private:
+  torch::Tensor buffer_;  // the values sent, or the host tensor received into
+  std::optional<HostView> into_;
+  bool done_ = false;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -197,6 +221,34 @@ class MpiCommunicator final : public Communicator {
     view.write_back();
   }
 
+  std::unique_ptr<CommRequest> isend(const torch::Tensor& tensor, int dest, int tag) override {
+    // A copy of its own unless already a contiguous host tensor the caller no longer changes.
+    const auto host = tensor.device().is_cpu() && tensor.is_contiguous() ? tensor.clone() : tensor.contiguous().cpu();
+    auto request = std::make_unique<MpiRequest>(host, std::nullopt);
+    const auto* p = static_cast<const char*>(host.data_ptr());
+    counters_->add(kSend, host.nbytes());
+    for (uint64_t offset = 0; offset < host.nbytes(); offset += kChunk) {
+      const int n = static_cast<int>(std::min<uint64_t>(kChunk, host.nbytes() - offset));
+      request->requests_.emplace_back();
+      check(MPI_Isend(p + offset, n, MPI_BYTE, dest, tag, comm_, &request->requests_.back()), "Isend");
+    }
+    return request;
+  }
+
+  std::unique_ptr<CommRequest> irecv(torch::Tensor& tensor, int source, int tag) override {
+    HostView view(tensor);
+    const torch::Tensor host = view.host;
+    auto* p = static_cast<char*>(host.data_ptr());
+    const uint64_t nbytes = host.nbytes();
+    auto request = std::make_unique<MpiRequest>(host, std::move(view));
+    for (uint64_t offset = 0; offset < nbytes; offset += kChunk) {
+      const int n = static_cast<int>(std::min<uint64_t>(kChunk, nbytes - offset));
+      request->requests_.emplace_back();
+      check(MPI_Irecv(p + offset, n, MPI_BYTE, source, tag, comm_, &request->requests_.back()), "Irecv");
+    }
+    return request;
+  }
+
   std::shared_ptr<Communicator> split(int color, int key) override {
     MPI_Comm out;
     check(MPI_Comm_split(comm_, color, key, &out), "Comm_split");
@@ -249,6 +301,12 @@ class SelfCommunicator final : public Communicator {
     throw InternalError(fmt::format("send to rank {} in a world of one process", dest));
   }
   void recv(torch::Tensor&, int source, int) override {
+    throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
+  }
+  std::unique_ptr<CommRequest> isend(const torch::Tensor&, int dest, int) override {
+    throw InternalError(fmt::format("send to rank {} in a world of one process", dest));
+  }
+  std::unique_ptr<CommRequest> irecv(torch::Tensor&, int source, int) override {
     throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
   }
   std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<SelfCommunicator>(); }
