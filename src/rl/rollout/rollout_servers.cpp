@@ -259,14 +259,17 @@ RoundReceipt ServerSource::collect(std::deque<SampleGroup>& buffer) {
 }
 
 double ServerSource::publish(int64_t version, bool resend) {
-  double seconds = 0;
-  if (version != published_ || resend) {
-    seconds += servers_.write(*policy_, version);
+  const bool fresh = version != published_ || resend;
+  const double seconds = fresh ? servers_.write(*policy_, version) : 0.0;
+  {
     std::lock_guard<std::mutex> lock(m_);
-    published_ = version;
-    if (partial_in_flight_) {  // the round generating takes it between chunks
-      written_.push_back(version);
-      written_cv_.notify_one();
+    if (fresh) published_ = version;
+    // A partial round generating takes it between its chunks; the servers are its thread's then.
+    if (partial_in_flight_) {
+      if (fresh) {
+        written_.push_back(version);
+        written_cv_.notify_one();
+      }
       return seconds;
     }
   }
