@@ -237,7 +237,7 @@ TEST(FrozenDtype, HalfPrecisionStorageComputesInFloat32) {
     ModelOptions options;
     options.frozen_dtype = torch::kBFloat16;
     auto frozen = Transformer::from_pretrained(dir, options);
-    EXPECT_EQ(frozen->model->layers[0]->as<DecoderLayerImpl>()->mlp->up_proj->weight.scalar_type(), torch::kBFloat16);
+    EXPECT_EQ(frozen->model->layers[0]->mlp->up_proj->weight.scalar_type(), torch::kBFloat16);
     // The same weights rounded to bf16 and held in fp32 compute the same logits.
     auto rounded = Transformer::from_pretrained(dir);
     {

@@ -9,7 +9,7 @@
 
 #include "comm/gradient_sync.h"
 #include "comm/mpi.h"
-#include "parallel/pipeline.h"
+#include "train/pipeline.h"
 #include "parallel/topology.h"
 #include "parallel/weight_sync.h"
 #include "rl/step/policy_update.h"

@@ -38,7 +38,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     std::vector<torch::Tensor> kept(params.begin(), params.end());
     ctx->saved_data["params"] = c10::List<torch::Tensor>(kept);
     // With a holder, the parameters were gathered for apply.
-    return layer->forward(x, cos, sin, mask, ForwardContext{adapters, holder});
+    return layer->forward(x, cos, sin, mask, ForwardContext{adapters, holder, {}});
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -62,7 +62,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     {
       torch::AutoGradMode grad(true);
       out = layer->forward(input, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(),
-                           ctx->saved_data["mask"].toTensor(), ForwardContext{ctx->saved_data["adapters"].toBool(), holder});
+                           ctx->saved_data["mask"].toTensor(), ForwardContext{ctx->saved_data["adapters"].toBool(), holder, {}});
     }
     {
       std::lock_guard<std::mutex> lock(generator.mutex());

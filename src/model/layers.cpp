@@ -195,12 +195,19 @@ torch::Tensor DecoderLayerImpl::forward_packed(const torch::Tensor& x, const tor
   return h + mlp->forward(post_attention_layernorm->forward(h), context);
 }
 
-DecoderImpl::DecoderImpl(const ModelConfig& c, const TensorParallel* tp) {
+DecoderImpl::DecoderImpl(const ModelConfig& c, const TensorParallel* tp, const PipelineStage& stage) {
   const int64_t tokens = tp ? tp->shape().vocab_end - tp->shape().vocab_begin : c.vocab_size;
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(tokens, c.hidden_size));
-  layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<DecoderLayerImpl>(c, tp));
-  norm = register_module("norm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
+  if (stage.first() || (stage.last() && c.tie_word_embeddings)) {
+    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(tokens, c.hidden_size));
+  }
+  // A plain module holding the layers by their whole-model index, so a stage's names are the whole
+  // model's.
+  auto held = register_module("layers", std::make_shared<torch::nn::Module>("layers"));
+  const int64_t end = stage.layer_end < 0 ? c.num_hidden_layers : stage.layer_end;
+  for (int64_t i = stage.layer_begin; i < end; ++i) {
+    layers.push_back(held->register_module(std::to_string(i), std::make_shared<DecoderLayerImpl>(c, tp)));
+  }
+  if (stage.last()) norm = register_module("norm", std::make_shared<RMSNormImpl>(c.hidden_size, c.rms_norm_eps));
 }
 
 }  // namespace rlcpp

@@ -15,6 +15,7 @@
 #include "model/attention_backend.h"
 #include "model/logprobs.h"
 #include "model/model_config.h"
+#include "model/model_options.h"
 #include "model/tensor_parallel.h"
 
 namespace rlcpp {
@@ -28,6 +29,8 @@ class ParameterHolder;
 struct ForwardContext {
   bool adapters = true;               // false: the base model alone (the reference policy under LoRA)
   ParameterHolder* holder = nullptr;  // ZeRO stages 2 and 3 (train/zero.h; see Transformer::hidden_states)
+  // A pipeline stage after the first: the previous stage's hidden states [B, T, H] its layers start from.
+  torch::Tensor stage_input;
 };
 
 class RMSNormImpl : public torch::nn::Module {
@@ -109,13 +112,15 @@ class DecoderLayerImpl : public torch::nn::Module {
   std::shared_ptr<RMSNormImpl> input_layernorm, post_attention_layernorm;
 };
 
-// The body, registered as "model" so parameter names match Hugging Face.
+// The body, registered as "model" so parameter names match Hugging Face. A pipeline stage holds its
+// own layers under their indices in the whole model ("layers.5" stays layers.5), the embedding on
+// the first stage (and on the last when the head is tied to it) and the final norm on the last.
 class DecoderImpl : public torch::nn::Module {
  public:
-  DecoderImpl(const ModelConfig& config, const TensorParallel* tp);
-  torch::nn::Embedding embed_tokens{nullptr};
-  torch::nn::ModuleList layers{nullptr};
-  std::shared_ptr<RMSNormImpl> norm;
+  DecoderImpl(const ModelConfig& config, const TensorParallel* tp, const PipelineStage& stage);
+  torch::nn::Embedding embed_tokens{nullptr};              // null on a stage without it
+  std::vector<std::shared_ptr<DecoderLayerImpl>> layers;  // this stage's, in order
+  std::shared_ptr<RMSNormImpl> norm;                       // null before the last stage
 };
 
 Linear make_linear(int64_t in, int64_t out, bool bias);

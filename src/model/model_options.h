@@ -14,6 +14,17 @@ namespace rlcpp {
 
 class Communicator;
 
+// Pipeline parallelism: the contiguous decoder layers one stage of `count` holds (train/pipeline.h
+// balances them), the first stage also holding the embedding and the last the final norm and the
+// head (a tied head: the embedding, on both ends). The default is the whole model.
+struct PipelineStage {
+  int index = 0, count = 1;                 // this stage, of how many
+  int64_t layer_begin = 0, layer_end = -1;  // its decoder layers [begin, end); end -1: to the last
+  bool first() const { return index == 0; }
+  bool last() const { return index == count - 1; }
+  bool whole() const { return count == 1; }
+};
+
 // Where the model lives and in which dtype: always from config, never hard-coded.
 struct ModelOptions {
   torch::Device device = torch::kCPU;         // cpu | cuda[:n]
@@ -26,6 +37,7 @@ struct ModelOptions {
   // The tensor-parallel group this rank holds its part of the model in (model/tensor_parallel.h);
   // null or a group of one: the whole model here.
   std::shared_ptr<Communicator> tp_group;
+  PipelineStage stage;  // the part of the decoder this model holds under pipeline parallelism
 };
 
 // float32 (fp32), bfloat16 (bf16), float16 (fp16), float64 (fp64).

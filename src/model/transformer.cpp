@@ -30,9 +30,15 @@ Transformer::Transformer(ModelConfig config, ModelOptions options)
   if (options_.tp_group != nullptr && options_.tp_group->size() > 1) {
     tp_ = std::make_unique<TensorParallel>(options_.tp_group, config_);
   }
-  model = register_module("model", std::make_shared<DecoderImpl>(config_, tp_.get()));
-  if (!config_.tie_word_embeddings) {
-    const int64_t tokens = model->embed_tokens->weight.size(0);  // this rank's part of the vocabulary
+  const PipelineStage& stage = options_.stage;
+  const int64_t layer_end = stage.layer_end < 0 ? config_.num_hidden_layers : stage.layer_end;
+  RLCPP_CHECK(stage.count >= 1 && stage.index >= 0 && stage.index < stage.count && stage.layer_begin >= 0 &&
+                  stage.layer_begin < layer_end && layer_end <= config_.num_hidden_layers,
+              "pipeline stage {} of {} holding layers [{}, {}) of a model of {}", stage.index, stage.count,
+              stage.layer_begin, layer_end, config_.num_hidden_layers);
+  model = register_module("model", std::make_shared<DecoderImpl>(config_, tp_.get(), stage));
+  if (!config_.tie_word_embeddings && stage.last()) {
+    const int64_t tokens = tp_ ? tp_->shape().vocab_end - tp_->shape().vocab_begin : config_.vocab_size;
     lm_head = register_module("lm_head", make_linear(config_.hidden_size, tokens, false));
   }
   to(options_.device, options_.dtype);
@@ -77,15 +83,17 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
   auto mask = attention_mask.defined()
                   ? attention_mask.to(options_.device).to(torch::kBool)
                   : torch::ones({batch, length}, torch::TensorOptions().dtype(torch::kBool).device(options_.device));
-  auto h = as_dtype(embed(ids), options_.dtype);
+  const PipelineStage& stage = options_.stage;
+  RLCPP_CHECK(stage.first() || context.stage_input.defined(), "pipeline stage {} run without its input", stage.index);
+  auto h = stage.first() ? as_dtype(embed(ids), options_.dtype) : context.stage_input;
   const bool grad = torch::GradMode::is_enabled();
   ParameterHolder* holder = context.holder;
   const bool sharded = holder != nullptr && holder->shards_parameters();
   const bool checkpoint = grad && (sharded || (options_.gradient_checkpointing && is_training()));
   const bool tap = grad && holder != nullptr && !sharded;
   const auto anchor = tap ? torch::zeros({}, h.options()).requires_grad_() : torch::Tensor();
-  for (const auto& block : *model->layers) {
-    auto* layer = block->as<DecoderLayerImpl>();
+  for (const auto& held : model->layers) {
+    auto* layer = held.get();
     if (!sharded && !checkpoint && !tap) {
       h = layer->forward(h, cos, sin, mask, context);
       continue;
@@ -100,19 +108,18 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
                    : layer->forward(h, cos, sin, mask, context);
     if (sharded) holder->release(params);
   }
-  return model->norm->forward(h);
+  return stage.last() ? model->norm->forward(h) : h;
 }
 
 torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const torch::Tensor& positions,
                                                 AttentionBackend& backend, const ForwardContext& context) {
   RLCPP_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(), "packed ids {} and positions {} must be [T]",
               ids.sizes(), positions.sizes());
+  RLCPP_CHECK(options_.stage.whole(), "the engine runs a whole model, not pipeline stage {}", options_.stage.index);
   auto [cos, sin] = rope_.cos_sin(positions.to(options_.device), options_.dtype);  // [T, D]
   auto h = as_dtype(embed(ids.to(options_.device)), options_.dtype);
   int64_t layer = 0;
-  for (const auto& block : *model->layers) {
-    h = block->as<DecoderLayerImpl>()->forward_packed(h, cos, sin, layer++, backend, context);
-  }
+  for (const auto& held : model->layers) h = held->forward_packed(h, cos, sin, layer++, backend, context);
   return model->norm->forward(h);
 }
 
@@ -138,6 +145,7 @@ torch::Tensor Transformer::embed(const torch::Tensor& ids) {
 torch::Tensor Transformer::output_weight() const { return as_dtype(stored_output_weight(), options_.dtype); }
 
 torch::Tensor Transformer::stored_output_weight() const {
+  RLCPP_CHECK(options_.stage.last(), "the head is on the last pipeline stage, not on stage {}", options_.stage.index);
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 

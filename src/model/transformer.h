@@ -95,7 +95,10 @@ class Transformer : public torch::nn::Module {
   // that does not, each layer's gradients go to it as soon as backward has finished the layer.
 
   // Final hidden states (after the last norm) [B, T, H]. attention_mask [B, T] (1 = token, 0 = pad,
-  // left padding) may be undefined (no padding); positions then come from the mask.
+  // left padding) may be undefined (no padding); positions then come from the mask. A pipeline
+  // stage before the last returns its layers' output instead (no norm), and a stage after the
+  // first starts from context.stage_input rather than the embedding (it still takes the ids and
+  // the mask, for positions and padding). Every other forward is of the whole model or the last stage.
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                               const ForwardContext& context = {});
 
@@ -158,8 +161,12 @@ class Transformer : public torch::nn::Module {
   // weights are whole (Hugging Face's shapes): under tensor parallelism each rank takes its part.
   void load_weights(const CheckpointReader& reader, const std::string& source);
   void load_weights(const NamedTensors& tensors, const std::string& source);
-  // Copies some of the weights in (a weight-sync bucket); returns the names it set.
+  // Copies some of the weights in (a weight-sync bucket); returns the names it set. A pipeline
+  // stage passes over the weights of the other stages.
   std::set<std::string> update_weights(const NamedTensors& tensors, const std::string& source);
+  // Whether the whole model's weight `name` is on this pipeline stage (ModelOptions::stage; every
+  // weight on a whole model, and every name the model does not know, so it can be refused).
+  bool holds_weight(const std::string& name) const;
   // Parameters under their Hugging Face names, tied lm_head omitted (as HF saves it): this rank's
   // parts under tensor parallelism (gather_weight makes them whole).
   NamedTensors named_weights() const;

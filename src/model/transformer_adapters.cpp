@@ -64,7 +64,7 @@ std::vector<torch::Tensor> Transformer::trainable_parameters() const {
 
 std::vector<std::vector<torch::Tensor>> Transformer::layer_trainable_parameters() const {
   std::vector<std::vector<torch::Tensor>> out;
-  for (const auto& block : *model->layers) out.push_back(trained_tensors(*block->as<DecoderLayerImpl>()));
+  for (const auto& layer : model->layers) out.push_back(trained_tensors(*layer));
   return out;
 }
 

@@ -54,6 +54,7 @@ std::set<std::string> Transformer::update_weights(const NamedTensors& tensors, c
   for (const auto& [name, tensor] : tensors) {
     auto* param = params.find(name);
     if (param == nullptr) {
+      if (!holds_weight(name)) continue;  // another pipeline stage's
       if (name == "lm_head.weight" && config_.tie_word_embeddings) continue;  // some writers store the tied copy
       if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;   // old HF buffers, recomputed here
       throw_user_error("{}: unexpected weight \"{}\" ({} has no such parameter)", source, name,
@@ -63,6 +64,26 @@ std::set<std::string> Transformer::update_weights(const NamedTensors& tensors, c
     loaded.insert(name);
   }
   return loaded;
+}
+
+bool Transformer::holds_weight(const std::string& name) const {
+  const PipelineStage& stage = options_.stage;
+  if (stage.whole()) return true;
+  const std::string layers = "model.layers.";
+  if (name.starts_with(layers)) {
+    const auto dot = name.find('.', layers.size());
+    int64_t layer = -1;
+    try {
+      layer = std::stoll(name.substr(layers.size(), dot - layers.size()));
+    } catch (const std::exception&) {
+      return true;  // not a layer's weight: refused by the caller
+    }
+    const int64_t end = stage.layer_end < 0 ? config_.num_hidden_layers : stage.layer_end;
+    return layer >= stage.layer_begin && layer < end;
+  }
+  if (name.starts_with("model.embed_tokens.")) return stage.first() || (stage.last() && config_.tie_word_embeddings);
+  if (name.starts_with("model.norm.") || name.starts_with("lm_head.")) return stage.last();
+  return true;
 }
 
 NamedTensors Transformer::named_weights() const {

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "algo/dapo.h"
 #include "model/kernel_linear.h"
 #include "model/logprobs.h"
@@ -147,34 +149,52 @@ double Trainer::current_lr() const {
 std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, const std::vector<Sample>& samples,
                                                            const ForwardContext& context, double* mean_entropy) const {
   torch::NoGradGuard no_grad;
-  std::vector<std::vector<float>> out;
+  TrainStepMetrics head;  // the log-probs, and the entropy's sum and tokens
   double entropy_sum = 0, entropy_tokens = 0;
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   trace::Span span("logprobs");
   const bool lockstep = &model == policy_.get() && sharded_parameters();
+  const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
   if (lockstep) {
     zero_->gather_resident();
-    const auto mine = static_cast<int64_t>((samples.size() + micro - 1) / micro);
-    for (int64_t k = lockstep_passes(mine, false) - mine; k > 0; --k) empty_pass(false);
+    for (int64_t k = lockstep_passes(n_micro, false) - n_micro; k > 0; --k) empty_pass(false);
   }
-  for (size_t begin = 0; begin < samples.size(); begin += micro) {
+  StageWork work;
+  work.micros = n_micro;
+  work.input_shape = [&](int64_t k) {
+    const size_t begin = static_cast<size_t>(k) * micro;
+    return stage_input_shape(samples, begin, std::min(samples.size(), begin + micro));
+  };
+  work.forward = [&](int64_t k, const torch::Tensor& input) {
+    const size_t begin = static_cast<size_t>(k) * micro, end = std::min(samples.size(), begin + micro);
     progress::phase("logprobs", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
-    const size_t end = std::min(samples.size(), begin + micro);
     const PackedBatch batch = pack_samples(samples, begin, end);
-    auto head = model.token_logprobs_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask, context);
-    auto logp = head.logprobs.to(torch::kCPU).to(torch::kFloat32);
+    ForwardContext here = context;
+    here.stage_input = input;
+    auto h = model.hidden_states(batch.ids, batch.attention_mask, here);
+    if (!model.options().stage.last()) return h;
+    const int64_t rows = h.size(0), length = h.size(1);
+    auto out = rlcpp::token_logprobs_entropy(h.reshape({rows * length, h.size(2)}), model.output_weight(),
+                                             batch.targets.to(h.device()).reshape({-1}), config_.temperature,
+                                             model.options().logprob_chunk_tokens, model.vocab_shard());
+    append_response_values(out.logprobs.view({rows, length}).to(torch::kCPU).to(torch::kFloat32), batch, samples,
+                           begin, head.logprobs);
     if (mean_entropy != nullptr) {
       // Over the trained tokens (the entropy is 0 where there is no target, so this is every
       // response token's when nothing was inserted).
-      const auto mask = batch.response_mask.to(head.entropy.device()).to(head.entropy.scalar_type());
-      entropy_sum += (head.entropy * mask).sum().item<double>();
+      const auto entropy = out.entropy.view({rows, length});
+      const auto mask = batch.response_mask.to(entropy.device()).to(entropy.scalar_type());
+      entropy_sum += (entropy * mask).sum().item<double>();
       entropy_tokens += batch.response_mask.sum().item<double>();
     }
-    append_response_values(logp, batch, samples, begin, out);
-  }
+    return h;  // nothing runs backward
+  };
+  run_passes(work, /*backward=*/false);
   if (lockstep) zero_->release_resident();
-  if (mean_entropy != nullptr) *mean_entropy = entropy_tokens > 0 ? entropy_sum / entropy_tokens : 0.0;
-  return out;
+  head.values["entropy"] = entropy_tokens > 0 ? entropy_sum / entropy_tokens : 0.0;
+  share_last_stage(head, samples);
+  if (mean_entropy != nullptr) *mean_entropy = head.values["entropy"];
+  return std::move(head.logprobs);
 }
 
 std::vector<std::vector<float>> Trainer::policy_logprobs(const std::vector<Sample>& samples,
@@ -271,17 +291,28 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
   double counted_tokens = 0, entropy_sum = 0, entropy_tokens = 0;
   const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
   for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
-  for (size_t begin = 0; begin < samples.size(); begin += micro) {
-    trace::Span span("forward_backward");
-    progress::phase("train", static_cast<int64_t>(begin / micro), n_micro, "micro-batches");
-    const size_t end = std::min(samples.size(), begin + micro);
+  StageWork work;
+  work.micros = n_micro;
+  work.input_shape = [&](int64_t k) {
+    const size_t begin = static_cast<size_t>(k) * micro;
+    return stage_input_shape(samples, begin, std::min(samples.size(), begin + micro));
+  };
+  // Micro-batch k's forward: this stage's hidden states, or on the last stage the loss backward
+  // runs from (its metrics and log-probs recorded).
+  work.forward = [&](int64_t k, const torch::Tensor& input) -> torch::Tensor {
+    const size_t begin = static_cast<size_t>(k) * micro, end = std::min(samples.size(), begin + micro);
+    progress::phase("train", k, n_micro, "micro-batches");
     const PackedBatch batch = pack_samples(samples, begin, end);
+    ForwardContext context = policy_context_;
+    context.stage_input = input;
+    auto h = policy_->hidden_states(batch.ids, batch.attention_mask, context);
+    if (!policy_->options().stage.last()) return h;
     PolicyLossInputs in;
     in.old_logprobs = lay_out(mb.old_logprobs, batch, begin).to(device);
     if (config_.loss.kl_coef != 0) in.ref_logprobs = lay_out(mb.ref_logprobs, batch, begin).to(device);
     std::vector<int64_t> left_out;  // truncated under filter_truncated, or skipped
-    for (size_t k = begin; k < end; ++k) {
-      left_out.push_back((config_.filter_truncated && samples[k].truncated) || (!mb.skipped.empty() && mb.skipped[k]));
+    for (size_t j = begin; j < end; ++j) {
+      left_out.push_back((config_.filter_truncated && samples[j].truncated) || (!mb.skipped.empty() && mb.skipped[j]));
     }
     in.advantages = lay_out_advantages(samples, batch, begin).to(device);
     in.mask = mask_truncated(batch.response_mask.to(device), torch::tensor(left_out).to(torch::kBool).to(device));
@@ -292,13 +323,14 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
     }
     in.global_tokens = global_tokens;
     in.global_samples = global_samples;
+    const auto flat_h = h.reshape({-1, h.size(-1)});
+    const auto flat_targets = batch.targets.to(device).reshape({-1});
+    const int64_t chunk = policy_->options().logprob_chunk_tokens;
     torch::Tensor loss;  // what backward runs from
     if (fused) {
       // One pass over the vocabulary per chunk gives log-probs, the loss gradient and the head's
       // gradients (logprobs.h), over the rows with a target.
-      const auto flat_targets = batch.targets.to(device).reshape({-1});
       const auto rows = flat_targets.ge(0).nonzero().squeeze(-1);
-      auto h = policy_->hidden_states(batch.ids, batch.attention_mask, policy_context_);
       auto lay_rows = [&](const torch::Tensor& values) {
         return torch::zeros({flat_targets.size(0)}, values.options()).index_copy(0, rows, values).view(batch.targets.sizes());
       };
@@ -307,26 +339,23 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
         x.logprobs = lay_rows(logprobs);
         return policy_loss(x, config_.loss).loss;
       };
-      auto head = fused_token_loss_head(h.reshape({-1, h.size(-1)}).index_select(0, rows), policy_->output_weight(),
-                                        flat_targets.index_select(0, rows), config_.temperature,
-                                        policy_->options().logprob_chunk_tokens, loss_of, mb.score,
-                                        policy_->vocab_shard());
+      auto head = fused_token_loss_head(flat_h.index_select(0, rows), policy_->output_weight(),
+                                        flat_targets.index_select(0, rows), config_.temperature, chunk, loss_of,
+                                        mb.score, policy_->vocab_shard());
       in.logprobs = lay_rows(head.logprobs);
       if (mb.score) in.entropy = lay_rows(head.entropy);
       loss = head.loss;
-    } else if (entropy_bonus) {
-      auto head = policy_->token_logprobs_with_entropy(batch.ids, batch.targets, config_.temperature, batch.attention_mask,
-                                                       policy_context_);
-      in.logprobs = head.logprobs;
-      in.entropy = head.entropy;
-    } else if (mb.score) {
-      torch::Tensor entropy;
-      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask, &entropy,
-                                            policy_context_);
-      in.entropy = entropy;
     } else {
-      in.logprobs = policy_->token_logprobs(batch.ids, batch.targets, config_.temperature, batch.attention_mask, nullptr,
-                                            policy_context_);
+      // The entropy bonus differentiates the entropy; scoring only reports it.
+      torch::Tensor entropy;
+      in.logprobs = token_logprobs_chunked(flat_h, policy_->output_weight(), flat_targets, config_.temperature, chunk,
+                                           mb.score && !entropy_bonus ? &entropy : nullptr, policy_->vocab_shard())
+                        .view(batch.targets.sizes());
+      if (entropy_bonus) {
+        entropy = token_entropy(flat_h, policy_->output_weight(), flat_targets, config_.temperature,
+                                policy_->vocab_shard());
+      }
+      if (entropy.defined()) in.entropy = entropy.view(batch.targets.sizes());
     }
     if (mb.score) {
       auto logp = in.logprobs.detach().to(torch::kCPU).to(torch::kFloat32);
@@ -336,7 +365,6 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       entropy_tokens += static_cast<double>(response.sum().item<int64_t>());
     }
     auto out = policy_loss(in, config_.loss);  // the loss, and the metrics
-    (fused ? loss : out.loss).backward();
     const double n = out.metrics["n_tokens"];
     counted_tokens += n;
     for (const auto& [key, value] : out.metrics) {
@@ -345,7 +373,12 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       else if (key == "loss" || key == "pg_loss" || key == "n_tokens") metrics.values[key] += value;
       else metrics.values[key] += value * n;
     }
-  }
+    return fused ? loss : out.loss;
+  };
+  const StageTimes times = [&] {
+    trace::Span span("forward_backward");
+    return run_passes(work, /*backward=*/true);
+  }();
   for (auto& [key, value] : metrics.values) {
     if (key != "ratio_max" && key != "loss" && key != "pg_loss" && key != "n_tokens") {
       value = counted_tokens > 0 ? value / counted_tokens : 0.0;
@@ -353,6 +386,8 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
   }
   if (mb.score) metrics.values["entropy"] = entropy_tokens > 0 ? entropy_sum / entropy_tokens : 0.0;
   metrics.values["n_skipped"] = static_cast<double>(n_skipped);
+  share_last_stage(metrics, samples);
+  if (stages_ != nullptr) metrics.values["pp_bubble"] = pipeline_bubble(times);
   finish_update(metrics, lr);
   return metrics;
 }
@@ -375,7 +410,107 @@ double Trainer::loss_tokens(const std::vector<Sample>& samples, const std::vecto
   return tokens;
 }
 
+void Trainer::enable_pipeline(std::shared_ptr<Communicator> stages) {
+  const PipelineStage& stage = policy_->options().stage;
+  RLCPP_CHECK(stages != nullptr && stages->size() == stage.count && stages->rank() == stage.index,
+              "pipeline stage {} of {} given a group of {} (rank {})", stage.index, stage.count,
+              stages ? stages->size() : 0, stages ? stages->rank() : -1);
+  RLCPP_CHECK(zero_ == nullptr, "ZeRO with pipeline parallelism");
+  RLCPP_CHECK(reference_ == nullptr || reference_->options().stage.index == stage.index,
+              "the reference model is not the policy's pipeline stage");
+  stages_ = std::move(stages);
+}
+
+StageTimes Trainer::run_passes(const StageWork& work, bool backward) const {
+  const auto& o = policy_->options();
+  return run_stage(stages_.get(), work, backward, torch::TensorOptions().dtype(o.dtype).device(o.device));
+}
+
+std::vector<int64_t> Trainer::stage_input_shape(const std::vector<Sample>& samples, size_t begin, size_t end) const {
+  int64_t length = 0;
+  for (size_t k = begin; k < end; ++k) {
+    length = std::max<int64_t>(length, static_cast<int64_t>(samples[k].prompt_ids.size() + samples[k].response_ids.size()));
+  }
+  return {static_cast<int64_t>(end - begin), length, policy_->config().hidden_size};
+}
+
+double Trainer::pipeline_bubble(const StageTimes& mine) const {
+  auto all = torch::zeros({stages_->size(), 2}, torch::kFloat64);
+  all[stages_->rank()][0] = mine.wait_seconds;
+  all[stages_->rank()][1] = std::max(mine.total_seconds, 1e-9);
+  stages_->all_reduce_sum(all);
+  return (all.select(1, 0) / all.select(1, 1)).mean().item<double>();
+}
+
+void Trainer::share_last_stage(TrainStepMetrics& metrics, const std::vector<Sample>& samples) const {
+  if (stages_ == nullptr || stages_->size() == 1) return;
+  const int root = stages_->size() - 1;
+  const bool mine = stages_->rank() == root;
+  // The names, then the values bit for bit (a non-finite loss included).
+  nlohmann::json names = nlohmann::json::array();
+  if (mine) {
+    for (const auto& [key, value] : metrics.values) names.push_back(key);
+  }
+  std::string bytes = mine ? nlohmann::json{{"names", names}, {"rows", !metrics.logprobs.empty()}}.dump() : "";
+  stages_->broadcast_bytes(bytes, root);
+  const auto header = nlohmann::json::parse(bytes);
+  const auto keys = header.at("names").get<std::vector<std::string>>();
+  auto values = torch::zeros({static_cast<int64_t>(keys.size())}, torch::kFloat64);
+  if (mine) {
+    for (size_t k = 0; k < keys.size(); ++k) values[static_cast<int64_t>(k)] = metrics.values.at(keys[k]);
+  }
+  stages_->broadcast(values, root);
+  metrics.values.clear();
+  for (size_t k = 0; k < keys.size(); ++k) metrics.values[keys[k]] = values[static_cast<int64_t>(k)].item<double>();
+  if (!header.at("rows").get<bool>()) return;
+  int64_t total = 0;
+  for (const auto& s : samples) total += static_cast<int64_t>(s.response_ids.size());
+  auto flat = torch::zeros({total}, torch::kFloat32);
+  if (mine) {
+    int64_t at = 0;
+    for (const auto& row : metrics.logprobs) {
+      flat.narrow(0, at, static_cast<int64_t>(row.size())).copy_(torch::tensor(row, torch::kFloat32));
+      at += static_cast<int64_t>(row.size());
+    }
+  }
+  stages_->broadcast(flat, root);
+  if (mine) return;
+  metrics.logprobs.clear();
+  const float* p = flat.data_ptr<float>();
+  for (const auto& s : samples) {
+    metrics.logprobs.emplace_back(p, p + s.response_ids.size());
+    p += s.response_ids.size();
+  }
+}
+
+std::vector<torch::Tensor> Trainer::sum_tied_gradients(const std::vector<torch::Tensor>& trained) const {
+  const PipelineStage& stage = policy_->options().stage;
+  if (stages_ == nullptr || stage.whole() || !policy_->config().tie_word_embeddings || !(stage.first() || stage.last())) {
+    return trained;
+  }
+  // The first and last stages each hold the embedding: each sends the other its gradient (zeros
+  // for none) and both take the sum, added in the same order so the copies stay equal.
+  auto weight = policy_->model->embed_tokens->weight;
+  if (!weight.requires_grad()) return trained;
+  const int other = stage.first() ? stage.count - 1 : 0;
+  constexpr int kTiedTag = 32767;
+  const auto mine = weight.grad().defined() ? weight.grad() : torch::zeros_like(weight);
+  auto theirs = torch::empty_like(mine);
+  auto receive = stages_->irecv(theirs, other, kTiedTag);
+  auto send = stages_->isend(mine, other, kTiedTag);
+  receive->wait();
+  send->wait();
+  weight.mutable_grad() = stage.first() ? mine + theirs : theirs + mine;
+  if (stage.first()) return trained;
+  std::vector<torch::Tensor> counted;  // the last stage's copy is counted on the first
+  for (const auto& p : trained) {
+    if (!p.is_same(weight)) counted.push_back(p);
+  }
+  return counted;
+}
+
 void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes) {
+  RLCPP_CHECK(stages_ == nullptr, "ZeRO with pipeline parallelism");
   const auto trained = policy_->trainable_parameters();
   std::vector<torch::Tensor> resident;  // stages 2 and 3: the trained tensors outside the decoder layers
   if (stage >= 2) {
@@ -429,10 +564,16 @@ void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
     grad_norm = zero_->step(options, config_.optimizer.max_grad_norm);
   } else {
     if (gradient_reducer_) gradient_reducer_(trained);
-    if (policy_->tensor_parallel() != nullptr) {
-      // The norm of the whole model's gradient (each element counted on one rank), clipped as
-      // torch::nn::utils::clip_grad_norm_ does.
-      grad_norm = std::sqrt(policy_->gradient_squares(trained));
+    if (policy_->tensor_parallel() != nullptr || stages_ != nullptr) {
+      // The norm of the whole model's gradient (each element counted on one rank, over the
+      // tensor-parallel group and the pipeline's stages), clipped as torch::nn::utils::clip_grad_norm_ does.
+      double squares = policy_->gradient_squares(sum_tied_gradients(trained));
+      if (stages_ != nullptr) {
+        auto total = torch::tensor({squares}, torch::kFloat64);
+        stages_->all_reduce_sum(total);
+        squares = total.item<double>();
+      }
+      grad_norm = std::sqrt(squares);
       const double coef = config_.optimizer.max_grad_norm / (grad_norm + 1e-6);
       if (config_.optimizer.max_grad_norm > 0 && coef < 1 && std::isfinite(grad_norm)) {
         torch::NoGradGuard no_grad;
@@ -464,6 +605,7 @@ void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
 
 TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch) {
   RLCPP_CHECK(!batch.empty(), "an SFT step without examples");
+  RLCPP_CHECK(stages_ == nullptr, "SFT with pipeline parallelism");
   double total = 0;
   for (const auto& s : batch) {
     RLCPP_CHECK(s.ids.size() == s.loss_mask.size() && !s.ids.empty(), "SFT example of {} ids and {} mask entries",

@@ -14,6 +14,7 @@
 
 #include "algo/policy_loss.h"
 #include "model/transformer.h"
+#include "train/pipeline.h"
 #include "train/sample.h"
 #include "train/zero.h"
 #include "util/enum_table.h"
@@ -126,6 +127,13 @@ class Trainer {
   // between uses (the model gathers them through zero()) and the model's weights are whole only
   // inside a GatheredParameters scope (train/zero.h).
   void enable_zero(Communicator& group, int stage, uint64_t bucket_bytes);
+  // Pipeline parallelism: the policy (and the reference) are the stage ModelOptions::stage names
+  // of `stages` (rank s holding stage s), and every pass over samples runs the 1F1B schedule over
+  // them (train/pipeline.h). Every stage is given the same samples and returns the same results:
+  // log-probs and metrics are the last stage's, shared. A tied embedding's two copies (the first
+  // and last stages') get the sum of their gradients, and the norm is over every stage. ZeRO is
+  // not supported with it (refused).
+  void enable_pipeline(std::shared_ptr<Communicator> stages);
   ZeroOptimizer* zero() { return zero_.get(); }
   // The response tokens of `samples` that count in the loss (the token-level normaliser): model
   // tokens (inserted ones never count), not of truncated samples under filter_truncated, nor of
@@ -149,6 +157,18 @@ class Trainer {
   // A one-token forward (and backward of zero) through the policy's layers: a stage-3 trainer's
   // share of the collectives when it has no micro-batch left.
   void empty_pass(bool backward) const;
+  // Runs `work` on this pipeline stage (without pipeline parallelism: each micro-batch's forward,
+  // then its backward).
+  StageTimes run_passes(const StageWork& work, bool backward) const;
+  // Pipeline parallelism: the stages' mean share of their passes spent waiting (a collective).
+  double pipeline_bubble(const StageTimes& mine) const;
+  // Pipeline parallelism: what the last stage computed, on every stage.
+  void share_last_stage(TrainStepMetrics& metrics, const std::vector<Sample>& samples) const;
+  // The hidden states a stage receives for samples [begin, end): [B, L, H].
+  std::vector<int64_t> stage_input_shape(const std::vector<Sample>& samples, size_t begin, size_t end) const;
+  // Pipeline parallelism: the tied embedding's gradient summed over its copies on the first and
+  // last stages; returns the parameters the gradient norm counts (each copy once).
+  std::vector<torch::Tensor> sum_tied_gradients(const std::vector<torch::Tensor>& trained) const;
 
   std::shared_ptr<Transformer> policy_, reference_;
   TrainerConfig config_;
@@ -156,6 +176,7 @@ class Trainer {
   int64_t n_steps_ = 0;
   std::function<void(const std::vector<torch::Tensor>&)> gradient_reducer_;
   std::unique_ptr<ZeroOptimizer> zero_;
+  std::shared_ptr<Communicator> stages_;  // pipeline parallelism's stages; null without
   ForwardContext policy_context_;  // the policy's passes: adapters on, ZeRO's holder from stage 2
 };
 

@@ -1,7 +1,12 @@
-// Pipeline parallelism's two pure decisions: which decoder layers each stage holds, and in which
-// order a stage runs its micro-batches' forward and backward passes (1F1B). No communication
-// here: the runner that sends activations and gradients between stages follows these.
+// Pipeline parallelism: its two pure decisions (which decoder layers each stage holds, and in
+// which order a stage runs its micro-batches' forward and backward passes: 1F1B), and the runner
+// that follows that order on one stage, exchanging activations and their gradients with the
+// neighbouring stages point to point.
 #pragma once
+
+#include <torch/types.h>
+
+#include <functional>
 
 #include <algorithm>
 #include <cstdint>
@@ -10,6 +15,10 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "comm/communicator.h"
+#include "model/model_config.h"
+#include "model/model_options.h"
 
 namespace rlcpp {
 
@@ -100,5 +109,39 @@ inline std::vector<PipelinePass> one_forward_one_backward(int64_t stage, int64_t
 inline double one_forward_one_backward_bubble(int64_t stages, int64_t micros) {
   return static_cast<double>(stages - 1) / static_cast<double>(micros + stages - 1);
 }
+
+// Stage `index` of `count` of a model of `config`, the layers balanced by parameter count
+// (balance_stages: the embedding on the first stage, the final norm and the head on the last).
+// More stages than layers is a UserError naming --pp and the numbers.
+PipelineStage pipeline_stage(const ModelConfig& config, int index, int count);
+
+// One stage's share of a pipelined pass over a batch's micro-batches.
+struct StageWork {
+  int64_t micros = 0;
+  // The hidden states this stage receives for micro-batch k ([B, T, H]; not asked on the first
+  // stage): every stage knows them from the batch, so nothing but the values travels.
+  std::function<std::vector<int64_t>(int64_t k)> input_shape;
+  // Micro-batch k's forward on this stage from `input` (undefined on the first stage): the hidden
+  // states to send on or, on the last stage, what backward runs from (the micro-batch's loss; with
+  // no backward, anything).
+  std::function<torch::Tensor(int64_t k, const torch::Tensor& input)> forward;
+};
+
+// What a stage spent: waiting for its neighbours (the bubble, and transfers not overlapped) and in
+// all, and the bytes it sent.
+struct StageTimes {
+  double wait_seconds = 0, total_seconds = 0;
+  uint64_t bytes_sent = 0;
+};
+
+// Runs this stage's passes over `work` under 1F1B (forwards only without `backward`). `group`: the
+// stages, rank s being stage s (null or a group of one: the whole model here, each micro-batch's
+// forward then its backward). A stage after the first receives micro-batch k's input from the
+// stage before, as a leaf that requires grad; one before the last sends its output on and runs
+// its backward from the gradient the next stage sends back (zeros for an input the next stage's
+// output did not depend on). Sends are non-blocking and each next receive is posted before the
+// current pass computes, so transfers overlap compute. `activations`: the dtype and device of the
+// hidden states.
+StageTimes run_stage(Communicator* group, const StageWork& work, bool backward, const torch::TensorOptions& activations);
 
 }  // namespace rlcpp

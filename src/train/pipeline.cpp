@@ -1,0 +1,146 @@
+#include "train/pipeline.h"
+
+#include <torch/autograd.h>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include "util/error.h"
+
+namespace rlcpp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Micro-batch k's activation travels under tag 2k, its gradient under 2k + 1 (k taken modulo a
+// bound that keeps tags within MPI's guaranteed 32767; messages of one tag between two ranks stay
+// in order, and no two micro-batches that far apart are ever in flight together).
+int activation_tag(int64_t k) { return static_cast<int>(2 * (k % 16000)); }
+int gradient_tag(int64_t k) { return activation_tag(k) + 1; }
+
+}  // namespace
+
+PipelineStage pipeline_stage(const ModelConfig& c, int index, int count) {
+  if (count < 1 || count > c.num_hidden_layers) {
+    throw_user_error("--pp {}: a model of {} decoder layers makes at most {} pipeline stages (each holds one layer "
+                     "or more); lower --pp",
+                     count, c.num_hidden_layers, c.num_hidden_layers);
+  }
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size();
+  const int64_t attention = h * q + 2 * h * kv + q * h + (c.qkv_bias ? q + 2 * kv : 0) + (c.o_bias ? h : 0) +
+                            (c.qk_norm ? 2 * c.head_dim : 0);
+  const int64_t mlp = 3 * h * c.intermediate_size + (c.mlp_bias ? 2 * c.intermediate_size + h : 0);
+  const int64_t embedding = c.vocab_size * h;
+  const auto layers = balance_stages(std::vector<int64_t>(static_cast<size_t>(c.num_hidden_layers), attention + mlp + 2 * h),
+                                     embedding, h + embedding, count);
+  PipelineStage stage;
+  stage.index = index;
+  stage.count = count;
+  stage.layer_begin = layers.at(static_cast<size_t>(index)).first;
+  stage.layer_end = layers.at(static_cast<size_t>(index)).last;
+  return stage;
+}
+
+StageTimes run_stage(Communicator* group, const StageWork& work, bool backward, const torch::TensorOptions& activations) {
+  const int stages = group != nullptr ? group->size() : 1;
+  const int stage = group != nullptr ? group->rank() : 0;
+  const bool first = stage == 0, last = stage == stages - 1;
+  RLCPP_CHECK(work.forward, "a pipeline stage without its forward");
+  RLCPP_CHECK(first || work.input_shape, "pipeline stage {} without the shape of its input", stage);
+  std::vector<PipelinePass> passes;
+  if (backward) {
+    passes = one_forward_one_backward(stage, stages, work.micros);
+  } else {
+    for (int64_t k = 0; k < work.micros; ++k) passes.push_back({true, k});
+  }
+  const auto start = Clock::now();
+  StageTimes times;
+  // What each pass receives: a forward after the first stage its input, a backward before the
+  // last stage its output's gradient. The next pass's receive is posted before this one computes.
+  struct Receive {
+    torch::Tensor buffer;
+    std::unique_ptr<CommRequest> request;
+  };
+  std::deque<torch::Tensor> outputs, inputs;  // forwards not yet run backward, in micro-batch order
+  auto post = [&](const PipelinePass& pass) -> Receive {
+    if (pass.forward && !first) {
+      Receive r{torch::empty(work.input_shape(pass.micro), activations), nullptr};
+      r.request = group->irecv(r.buffer, stage - 1, activation_tag(pass.micro));
+      return r;
+    }
+    if (!pass.forward && !last) {
+      // Backwards go in micro-batch order, so the oldest output held is this pass's.
+      Receive r{torch::empty(outputs.front().sizes(), activations), nullptr};
+      r.request = group->irecv(r.buffer, stage + 1, gradient_tag(pass.micro));
+      return r;
+    }
+    return {};
+  };
+  std::deque<std::unique_ptr<CommRequest>> sends;
+  auto send = [&](const torch::Tensor& tensor, int to, int tag) {
+    times.bytes_sent += tensor.nbytes();
+    sends.push_back(group->isend(tensor.detach(), to, tag));
+    // A send is complete once its neighbour has posted the receive, which needs nothing more from
+    // this stage: waiting for the oldest cannot deadlock, and bounds the copies held.
+    while (sends.size() > 2) {
+      sends.front()->wait();
+      sends.pop_front();
+    }
+  };
+  auto wait = [&](Receive& r) {
+    if (r.request == nullptr) return;
+    const auto waited = Clock::now();
+    r.request->wait();
+    times.wait_seconds += since(waited);
+  };
+  std::optional<Receive> next;
+  for (size_t i = 0; i < passes.size(); ++i) {
+    const PipelinePass& pass = passes[i];
+    // A backward's receive needs its output's shape, known once the forward has run: posted here
+    // when the pass before was that forward.
+    Receive current = next ? std::move(*next) : post(pass);
+    next.reset();
+    if (pass.forward) {
+      wait(current);
+      torch::Tensor input;
+      if (!first) input = backward ? current.buffer.requires_grad_(true) : current.buffer;
+      // A backward next needs the shape of its output: held already unless it is this forward's.
+      const bool more = i + 1 < passes.size();
+      if (more && (passes[i + 1].forward || !outputs.empty())) next = post(passes[i + 1]);
+      auto output = work.forward(pass.micro, input);
+      if (!last) send(output, stage + 1, activation_tag(pass.micro));
+      if (backward) {
+        outputs.push_back(output);
+        inputs.push_back(input);
+      }
+      if (more && !next) next = post(passes[i + 1]);
+    } else {
+      auto output = std::move(outputs.front());
+      auto input = std::move(inputs.front());
+      outputs.pop_front();
+      inputs.pop_front();
+      if (i + 1 < passes.size()) next = post(passes[i + 1]);
+      wait(current);
+      if (last) {
+        output.backward();
+      } else {
+        torch::autograd::backward({output}, {current.buffer});
+      }
+      if (!first) {
+        const auto grad = input.grad();
+        send(grad.defined() ? grad : torch::zeros_like(input), stage - 1, gradient_tag(pass.micro));
+      }
+    }
+  }
+  if (next && next->request) next->request->wait();
+  for (auto& s : sends) s->wait();
+  times.total_seconds = since(start);
+  return times;
+}
+
+}  // namespace rlcpp
