@@ -38,7 +38,8 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
     }
     if (config.parallel.distributed()) {
       topology = Topology::create(world, static_cast<int>(config.parallel.trainers()), static_cast<int>(config.parallel.inferencers()),
-                                  static_cast<int>(config.parallel.tp), static_cast<int>(config.parallel.ptp));
+                                  static_cast<int>(config.parallel.tp), static_cast<int>(config.parallel.ptp),
+                                  static_cast<int>(config.parallel.pp));
     } else if (world->size() == 1 && config.parallel.tp > 1) {
       throw_user_error("--train-tp {} without -i: the colocated mode's tensor-parallel ranks are processes; run "
                        "`mpirun -np {} rlcpp train --train-tp {} ...`", config.parallel.tp, config.parallel.tp, config.parallel.tp);

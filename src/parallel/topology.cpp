@@ -7,7 +7,7 @@
 namespace rlcpp {
 
 Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers, int num_inferencers, int train_tp,
-                          int rollout_tp) {
+                          int rollout_tp, int train_pp) {
   if (num_trainers < 1 || num_inferencers < 0) {
     throw_user_error("-t {} -i {}: need at least one trainer and no negative count of rollout workers", num_trainers,
                      num_inferencers);
@@ -21,6 +21,11 @@ Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers,
     throw_user_error("--train-tp {}: the {} trainer ranks (-t) form replicas of that many ranks; give a -t that is a "
                      "multiple of it", train_tp, num_trainers);
   }
+  if (train_pp < 1 || num_trainers % (train_tp * train_pp) != 0) {
+    throw_user_error("--pp {} with --train-tp {}: the {} trainer ranks (-t) form replicas of {} x {} = {} ranks; give a "
+                     "-t that is a multiple of {}", train_pp, train_tp, num_trainers, train_pp, train_tp,
+                     train_pp * train_tp, train_pp * train_tp);
+  }
   if (rollout_tp < 1 || (num_inferencers > 0 && num_inferencers % rollout_tp != 0)) {
     throw_user_error("--rollout-tp {}: the {} rollout ranks (-i) form engines of that many ranks; give an -i that is a "
                      "multiple of it", rollout_tp, num_inferencers);
@@ -31,6 +36,7 @@ Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers,
   t.num_inferencers = num_inferencers;
   t.train_tp = train_tp;
   t.rollout_tp = rollout_tp;
+  t.train_pp = train_pp;
   const int rank = t.world->rank();
   t.role = rank < num_trainers ? Role::kTrainer : Role::kRollout;
   t.role_rank = t.role == Role::kTrainer ? rank : rank - num_trainers;
@@ -39,11 +45,21 @@ Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers,
   const bool in_sync = rank == 0 || t.role == Role::kRollout;
   auto sync = t.world->split(in_sync ? 0 : 1, rank);
   if (in_sync) t.sync_group = std::move(sync);
-  const int tp = t.role == Role::kTrainer ? train_tp : rollout_tp;
-  // Colors: trainer replicas 0.., engines after them; data-parallel groups by tensor-parallel rank.
-  t.tp_group = t.world->split(t.role == Role::kTrainer ? t.role_rank / tp : num_trainers + t.role_rank / tp, rank);
-  auto dp = t.world->split(t.role == Role::kTrainer ? t.role_rank % tp : num_trainers + rank, rank);
-  if (t.role == Role::kTrainer) t.dp_group = std::move(dp);
+  const bool trainer = t.role == Role::kTrainer;
+  const int tp = trainer ? train_tp : rollout_tp;
+  // Colors: tensor-parallel groups (a replica's stages, engines) by their first rank; pipeline
+  // groups by replica and tensor-parallel rank; data-parallel groups by the rank within a replica;
+  // ranks outside a kind of group (rollout ranks) each in one of their own, past every trainer color.
+  const int in_replica = t.role_rank % t.replica_size();
+  t.tp_group = t.world->split(trainer ? t.role_rank / tp : num_trainers + t.role_rank / tp, rank);
+  auto pp = t.world->split(trainer ? (t.role_rank / t.replica_size()) * train_tp + in_replica % train_tp : num_trainers + rank, rank);
+  auto replica = t.world->split(trainer ? t.role_rank / t.replica_size() : num_trainers + rank, rank);
+  auto dp = t.world->split(trainer ? in_replica : num_trainers + rank, rank);
+  if (trainer) {
+    t.pp_group = std::move(pp);
+    t.replica_group = std::move(replica);
+    t.dp_group = std::move(dp);
+  }
   return t;
 }
 
@@ -55,7 +71,9 @@ Topology Topology::colocated(std::shared_ptr<Communicator> world) {
   t.role_rank = world->rank();
   t.role_group = world;
   t.tp_group = world;
+  t.replica_group = world;
   t.dp_group = world->split(world->rank(), 0);  // one replica: a group of one
+  t.pp_group = world->split(world->rank(), 0);  // one stage
   return t;
 }
 

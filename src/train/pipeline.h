@@ -110,8 +110,8 @@ inline double one_forward_one_backward_bubble(int64_t stages, int64_t micros) {
   return static_cast<double>(stages - 1) / static_cast<double>(micros + stages - 1);
 }
 
-// Stage `index` of `count` of a model of `config`, the layers balanced by parameter count
-// (balance_stages: the embedding on the first stage, the final norm and the head on the last).
+// Stage `index` of `count` of a model of `config`, the layers balanced by their work per token
+// (balance_stages: the head's on the last stage; the first stage's embedding is a lookup).
 // More stages than layers is a UserError naming --pp and the numbers.
 PipelineStage pipeline_stage(const ModelConfig& config, int index, int count);
 

@@ -217,8 +217,14 @@ FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, i
 }
 
 void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::path& tokenizer_from,
-                     const std::string& base_model, bool save_merged) {
-  if (policy.has_adapters()) {
+                     const std::string& base_model, bool save_merged, const NamedTensors* weights) {
+  if (weights != nullptr) {  // a pipeline's stages, gathered: config.json as save_pretrained writes it
+    fs::create_directories(dir);
+    auto config_json = policy.config().raw;
+    config_json["torch_dtype"] = dtypes().name(policy.options().dtype);
+    write_file_atomic(dir / "config.json", config_json.dump(2) + "\n");
+    save_checkpoint(dir, *weights);
+  } else if (policy.has_adapters()) {
     policy.save_adapter(dir, base_model);
     if (save_merged) {
       policy.save_pretrained(dir / "merged");
@@ -237,7 +243,7 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
   try {
     fs::remove_all(tmp);
     writing = tmp / (c.policy->has_adapters() ? kAdapterWeightsFile : "model.safetensors");
-    save_policy_dir(tmp, *c.policy, c.tokenizer_from, c.base_model, c.save_merged);
+    save_policy_dir(tmp, *c.policy, c.tokenizer_from, c.base_model, c.save_merged, c.weights);
     const fs::path state_dir = tmp / "trainer_state";
     fs::create_directories(state_dir);
     writing = state_dir / "state.json";
@@ -287,8 +293,9 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
 
 fs::path save_run_checkpoint(const RunConfig& config, const fs::path& run_dir, int64_t step, const Transformer& policy,
                              torch::optim::Optimizer& optimizer, nlohmann::json state,
-                             std::function<void(const fs::path& state_dir)> write_optimizer) {
+                             std::function<void(const fs::path& state_dir)> write_optimizer, const NamedTensors* weights) {
   CheckpointContents contents;
+  contents.weights = weights;
   contents.policy = &policy;
   contents.optimizer = &optimizer;
   contents.write_optimizer = std::move(write_optimizer);

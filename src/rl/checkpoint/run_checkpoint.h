@@ -29,13 +29,17 @@ struct CheckpointContents {
   bool save_merged = false;              // LoRA: also the merged model in merged/
   // ZeRO: writes the optimizer's shards into trainer_state/ in place of optimizer.pt.
   std::function<void(const std::filesystem::path& state_dir)> write_optimizer;
+  // Pipeline parallelism: the whole model's weights, gathered from its stages, written in place of
+  // the policy's (which holds one stage; its config is the model's).
+  const NamedTensors* weights = nullptr;
 };
 
 // Writes `policy` as a model directory at `dir`: Hugging Face weights, or under LoRA PEFT's adapter
 // (over `base_model`), with the merged model in dir/merged when `save_merged`; the tokenizer and
 // generation files of `tokenizer_from` are copied beside each.
+// With `weights`, those are written as the policy's (pipeline parallelism: see CheckpointContents).
 void save_policy_dir(const std::filesystem::path& dir, const Transformer& policy, const std::filesystem::path& tokenizer_from,
-                     const std::string& base_model, bool save_merged);
+                     const std::string& base_model, bool save_merged, const NamedTensors* weights = nullptr);
 
 // Writes run_dir/step-<step>, updates `latest`, prunes to `max_checkpoints` (0: keep all).
 std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,
@@ -46,7 +50,8 @@ std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, 
 std::filesystem::path save_run_checkpoint(const RunConfig& config, const std::filesystem::path& run_dir, int64_t step,
                                           const Transformer& policy, torch::optim::Optimizer& optimizer,
                                           nlohmann::json state,
-                                          std::function<void(const std::filesystem::path& state_dir)> write_optimizer = {});
+                                          std::function<void(const std::filesystem::path& state_dir)> write_optimizer = {},
+                                          const NamedTensors* weights = nullptr);
 
 // The checkpoint a run continues from, or nothing for a fresh run: --resume auto takes run_dir's
 // `latest` (nothing when there is none yet); -cp takes a step directory or a run directory's latest.

@@ -14,7 +14,6 @@ using F = FieldFate;
 
 // What refusals say: the feature and the issue that will build it.
 const char* kOffload = "offload is not implemented yet (planned for device runs: optimizer and weight offload, issue 25)";
-const char* kPp = "pipeline parallelism is not planned; tensor parallelism (--train-tp) and ZeRO shard large models";
 const char* kRay = "Ray's runtime environment; rlcpp is one binary started by mpirun, so there is nothing to package";
 const char* kResources = "Ray resources; mpirun -np T+I (and --map-by, hostfiles) decide the processes and their placement";
 
@@ -108,7 +107,8 @@ const std::vector<ChatLearnField>& chatlearn_fields() {
       {"trainable", "ModelConfig", F::kNotice, "", "the policy is trained and the reference is frozen, always"},
       {"tensor_model_parallel_size", "ModelConfig", F::kImplemented, "parallel.tensor_parallel_size",
        "the policy trainer's tensor parallelism (--train-tp); the rollout engines' is --rollout-tp", {}, unset_if_null},
-      {"pipeline_model_parallel_size", "ModelConfig", F::kRefused, "", kPp, {"1", "null"}},
+      {"pipeline_model_parallel_size", "ModelConfig", F::kImplemented, "parallel.pipeline_parallel_size",
+       "the policy trainer's pipeline stages (--pp; distributed mode)", {}, unset_if_null},
       {"zero_size", "ModelConfig", F::kMapped, "parallel.zero_stage",
        "above 1: ZeRO-3 (parameters, gradients and AdamW state sharded) over all -t trainers", {}, zero_size_stage},
       {"model_config_file", "ModelConfig", F::kNotice, "", "the architecture comes from the model directory's config.json"},

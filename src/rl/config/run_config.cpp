@@ -155,9 +155,26 @@ void reject_unimplemented(const RunConfig& c) {
                      "trainer's own parts of the weights, so it has the trainer's tensor parallelism; leave --rollout-tp "
                      "at 1 (or {}), or give rollout workers their own (-t T -i I under mpirun)", c.parallel.ptp, c.parallel.tp, c.parallel.tp);
   }
-  if (c.parallel.pp != 1) {
-    throw_user_error("-pp {}: pipeline parallelism is not planned; leave it at 1 (tensor parallelism, --train-tp, and "
-                     "ZeRO, -zero, shard large models)", c.parallel.pp);
+  if (c.parallel.pp < 1) throw_user_error("--pp {}: a pipeline has at least 1 stage", c.parallel.pp);
+  if (c.parallel.pp > 1) {
+    // What pipeline stages do not (yet) compose with, each refused by name.
+    if (!c.parallel.distributed()) {
+      throw_user_error("--pp {}: pipeline stages train in the distributed mode, whose rollout workers hold the whole "
+                       "model (mpirun -np T+I rlcpp train -t T -i I --pp {}, T a multiple of {}); the colocated mode's "
+                       "engine generates with the trainer's own weights", c.parallel.pp, c.parallel.pp, c.parallel.pp);
+    }
+    if (c.model.lora.enabled()) {
+      throw_user_error("--pp {} with --lora-rank {}: LoRA adapters on pipeline stages are not supported yet; drop one",
+                       c.parallel.pp, c.model.lora.rank);
+    }
+    if (c.parallel.zero > 0) {
+      throw_user_error("--pp {} with -zero {}: ZeRO over pipeline stages is not supported yet; leave -zero at 0 "
+                       "(each stage holds only its layers' optimizer state)", c.parallel.pp, c.parallel.zero);
+    }
+    if (!c.eval.dataset.empty()) {
+      throw_user_error("--pp {} with -ed: evaluation generates on trainer 0, which holds one pipeline stage; evaluate "
+                       "a checkpoint with rlcpp eval instead", c.parallel.pp);
+    }
   }
   if (c.parallel.zero < 0 || c.parallel.zero > 3) {
     throw_user_error("-zero/--zero-stage {}: a ZeRO stage is 0 (off), 1 (optimizer state sharded), 2 (also gradients) "
@@ -189,14 +206,21 @@ void check_files(const RunConfig& c) {
   const ModelConfig model = ModelConfig::load(c.model.path);  // names an unsupported architecture
   TpLayout::make(model, static_cast<int>(c.parallel.tp), "--train-tp");  // a model too small to split that many ways
   TpLayout::make(model, static_cast<int>(c.parallel.ptp), "--rollout-tp");
+  if (c.parallel.pp > model.num_hidden_layers) {
+    throw_user_error("--pp {}: {} has {} decoder layers, and each pipeline stage holds one or more; lower --pp",
+                     c.parallel.pp, c.model.path, model.num_hidden_layers);
+  }
   if (!fs::is_regular_file(c.runtime.dataset)) throw_user_error("-d/--dataset {}: no such file", c.runtime.dataset);
   check_eval_sets(c, true);
 }
 
 // "-t 4" or "-t 4 / --train-tp 2 = 2 replicas", and the same of the engines.
 std::string replicas_text(const RunConfig& c) {
-  if (c.parallel.tp == 1) return fmt::format("-t {}", c.parallel.trainers());
-  return fmt::format("-t {} / --train-tp {} = {} replicas", c.parallel.trainers(), c.parallel.tp, c.parallel.replicas());
+  const auto& p = c.parallel;
+  if (p.tp == 1 && p.pp == 1) return fmt::format("-t {}", p.trainers());
+  if (p.pp == 1) return fmt::format("-t {} / --train-tp {} = {} replicas", p.trainers(), p.tp, p.replicas());
+  if (p.tp == 1) return fmt::format("-t {} / --pp {} = {} replicas", p.trainers(), p.pp, p.replicas());
+  return fmt::format("-t {} / (--train-tp {} x --pp {}) = {} replicas", p.trainers(), p.tp, p.pp, p.replicas());
 }
 
 std::string engines_text(const RunConfig& c) {
@@ -232,13 +256,22 @@ void validate(const RunConfig& c) {
                      c.train.train_microbatch_size, c.train.train_minibatch_size, c.rollout.num_generations,
                      c.train.train_minibatch_size * c.rollout.num_generations);
   }
-  // Data-parallel replicas (-t / --train-tp) and engines (-i / --rollout-tp) are what the seed's
-  // constraints count (its num_trainer / train_tensor_parallel_size and num_inferencer).
+  // Data-parallel replicas (-t / (--train-tp x --pp)) and engines (-i / --rollout-tp) are what the
+  // seed's constraints count (its num_trainer / train_pipeline_parallelism_size /
+  // train_tensor_parallelism_size, and num_inferencer).
   const int64_t ibs = c.round_prompts(), T = c.parallel.replicas(), I = c.parallel.engines();
-  if (c.parallel.distributed() && (c.parallel.trainers() % c.parallel.tp != 0 || c.parallel.inferencers() % c.parallel.ptp != 0)) {
+  if (c.parallel.distributed() && c.parallel.pp == 1 &&
+      (c.parallel.trainers() % c.parallel.tp != 0 || c.parallel.inferencers() % c.parallel.ptp != 0)) {
     throw_user_error("-t {} --train-tp {} -i {} --rollout-tp {}: the trainer ranks form replicas of --train-tp ranks and "
                      "the rollout ranks engines of --rollout-tp ranks; make -t a multiple of --train-tp and -i of "
                      "--rollout-tp", c.parallel.trainers(), c.parallel.tp, c.parallel.inferencers(), c.parallel.ptp);
+  }
+  if (c.parallel.distributed() && c.parallel.pp > 1 &&
+      (c.parallel.trainers() % (c.parallel.tp * c.parallel.pp) != 0 || c.parallel.inferencers() % c.parallel.ptp != 0)) {
+    throw_user_error("-t {} --train-tp {} --pp {} -i {} --rollout-tp {}: the trainer ranks form replicas of --train-tp x "
+                     "--pp = {} ranks and the rollout ranks engines of --rollout-tp ranks; make -t a multiple of {} and -i "
+                     "of --rollout-tp", c.parallel.trainers(), c.parallel.tp, c.parallel.pp, c.parallel.inferencers(),
+                     c.parallel.ptp, c.parallel.tp * c.parallel.pp, c.parallel.tp * c.parallel.pp);
   }
   if (!c.parallel.distributed()) {
     if (c.parallel.num_trainers > 1) {

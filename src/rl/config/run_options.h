@@ -38,7 +38,7 @@ struct ParallelOptions {
   int64_t num_trainers = 0;            // data-parallel trainer ranks (0: 1)
   int64_t num_inferencers = 0;         // rollout-worker ranks; >= 1 is the distributed mode
   int64_t tp = 1;                      // trainer tensor parallelism: ranks per data-parallel replica
-  int64_t pp = 1;                      // trainer pipeline parallelism (refused above 1)
+  int64_t pp = 1;                      // pipeline stages of each trainer replica (distributed mode)
   int64_t zero = 0;                    // ZeRO stage
   int64_t ptp = 1;                     // rollout tensor parallelism: ranks per engine
   int64_t sync_bucket_mb = 100;        // weight-sync buckets (ChatLearn's coalesced_buffer_mb)
@@ -50,7 +50,7 @@ struct ParallelOptions {
   bool distributed() const { return num_inferencers >= 1; }
   int64_t trainers() const { return std::max<int64_t>(1, num_trainers); }
   int64_t inferencers() const { return std::max<int64_t>(1, num_inferencers); }
-  int64_t replicas() const { return std::max<int64_t>(1, trainers() / tp); }  // data-parallel trainer replicas
+  int64_t replicas() const { return std::max<int64_t>(1, trainers() / (tp * pp)); }  // data-parallel trainer replicas
   int64_t engines() const { return distributed() ? std::max<int64_t>(1, inferencers() / ptp) : 1; }
 };
 

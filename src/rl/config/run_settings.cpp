@@ -265,8 +265,9 @@ std::vector<Setting> make_settings() {
                           "trainer tensor parallelism: each data-parallel replica is this many trainer ranks (-t counts "
                           "ranks; the colocated mode: mpirun -np N with --train-tp N)",
                           [](C& c) -> int64_t& { return c.parallel.tp; }, 1, {"train_tp"}));
-  s.push_back(int_setting("parallel.pipeline_parallel_size", "--pp,--pipeline-parallel-size", "trainer pipeline parallelism (not yet)",
-                          [](C& c) -> int64_t& { return c.parallel.pp; }, 1, {}, true));
+  s.push_back(int_setting("parallel.pipeline_parallel_size", "--pp,--pipeline-parallel-size",
+                          "pipeline stages of each trainer replica (1F1B over -tmbs micro-batches; distributed mode)",
+                          [](C& c) -> int64_t& { return c.parallel.pp; }, 1, {"train_pp"}));
   s.push_back(int_setting("parallel.zero_stage", "--zero,--zero-stage",
                           "ZeRO: 1 shards the AdamW moments over the trainers, 2 also the gradients (distributed mode)",
                           [](C& c) -> int64_t& { return c.parallel.zero; }, 0, {}, true));

@@ -140,7 +140,7 @@ void Leader::start() {
     spdlog::info("training {} on {} ({} prompts): steps {}..{}; {} trainer replicas{} x {} prompts x {} samples per "
                  "step, {} engines{} x {} prompts per round, {}, -nb {}",
                  c_.model.path, c_.runtime.dataset, run_.dataset.records.size(), plan.first_step(), plan.total_steps,
-                 topo_->num_replicas(), topo_->train_tp > 1 ? fmt::format(" of {} ranks", topo_->train_tp) : "",
+                 topo_->num_replicas(), topo_->replica_size() > 1 ? fmt::format(" of {} ranks", topo_->replica_size()) : "",
                  c_.train.train_batch_size, c_.rollout.num_generations, topo_->num_engines(),
                  topo_->rollout_tp > 1 ? fmt::format(" of {} ranks", topo_->rollout_tp) : "", c_.round_prompts(),
                  c_.algo.name, c_.staleness.n_behind);

@@ -130,7 +130,7 @@ std::vector<SampleGroup> StepLoop::deal(const TrainerGroups& saved) const {
 }
 
 TrainerGroups StepLoop::gather(const std::vector<SampleGroup>& mine) {
-  if (topo_ != nullptr && !topo_->tp_leader()) return {};  // the replica's first rank holds the same groups
+  if (topo_ != nullptr && !topo_->replica_first()) return {};  // the replica's first rank holds the same groups
   if (!leader_) {
     topo_->dp_group->send_bytes(encode_groups(mine), 0, kShareTag);
     return {};

@@ -21,7 +21,8 @@ ZeroOptimizer* sharded_parameters(RunState& run) {
 // Under ZeRO-3 or tensor parallelism (the other trainers take part in a sync): whether a sync
 // follows, from trainer 0 to the other trainers.
 bool announce_sync(const Topology& topology, RunState& run, bool syncs) {
-  const bool others_take_part = sharded_parameters(run) != nullptr || run.policy->tensor_parallel() != nullptr;
+  const bool others_take_part =
+      sharded_parameters(run) != nullptr || run.policy->tensor_parallel() != nullptr || topology.train_pp > 1;
   if (!others_take_part || topology.num_trainers == 1) return syncs;
   auto flag = torch::tensor({syncs ? 1.0 : 0.0}, torch::kFloat64);
   topology.role_group->broadcast(flag, 0);
@@ -30,14 +31,18 @@ bool announce_sync(const Topology& topology, RunState& run, bool syncs) {
 
 // The other trainers' part of trainer 0's sync, as it asks for each tensor: ZeRO-3's layers
 // streamed (every trainer of a data-parallel group gathers them alike), the first replica's parts
-// gathered onto trainer 0.
+// gathered onto trainer 0, and its later pipeline stages' weights sent to it stage by stage.
 void follow_sync(const Topology& topology, RunState& run) {
   if (!announce_sync(topology, run, false)) return;
+  if (topology.train_pp > 1 && topology.replica() == 0 && topology.stage() > 0) {
+    send_stage_weights(topology, *run.policy);
+    return;
+  }
   auto* zero = sharded_parameters(run);
   std::optional<LayerByLayer> stream;
   if (zero != nullptr) stream.emplace(*zero, run.policy->layer_trainable_parameters());
   if (topology.replica() == 0) {
-    for (const auto& [name, t] : run.policy->trained_weights()) {
+    for (const auto& [name, t] : topology.train_pp > 1 ? stage_weights(*run.policy) : run.policy->trained_weights()) {
       run.policy->gather_weight(name, stream ? stream->get(t) : t, 0);
     }
   }
@@ -69,12 +74,12 @@ void WorkerSource::submit(std::vector<PromptPick> picks, const WeightSwitches& s
 RoundReceipt WorkerSource::collect(std::deque<SampleGroup>& buffer) {
   RoundReceipt receipt;
   const size_t before = buffer.size();
-  if (topo_.tp_leader()) receipt = channel_.collect(buffer);
-  if (topo_.train_tp > 1) {  // the replica's other ranks get the same groups
+  if (topo_.replica_first()) receipt = channel_.collect(buffer);
+  if (topo_.replica_size() > 1) {  // the replica's other ranks get the same groups
     std::string bytes;
-    if (topo_.tp_leader()) bytes = encode_groups(std::vector<SampleGroup>(buffer.begin() + static_cast<long>(before), buffer.end()));
-    topo_.tp_group->broadcast_bytes(bytes, 0);
-    if (!topo_.tp_leader()) {
+    if (topo_.replica_first()) bytes = encode_groups(std::vector<SampleGroup>(buffer.begin() + static_cast<long>(before), buffer.end()));
+    topo_.replica_group->broadcast_bytes(bytes, 0);
+    if (!topo_.replica_first()) {
       for (auto& g : decode_groups(bytes)) buffer.push_back(std::move(g));
     }
   }
@@ -93,18 +98,23 @@ double WorkerSource::sync_weights(int64_t version, bool resend) {
   if (!announce_sync(topo_, run_, resend || version != synced_version_)) return 0;
   const int T = topo_.num_trainers, I = topo_.num_inferencers;
   for (int w = 0; w < I; ++w) send_control(*topo_.world, ControlMessage::sync(c_.parallel.verify_sync), T + w);
-  const NamedTensors weights = run_.policy->trained_weights();  // under LoRA, the adapters alone
+  const bool pipeline = topo_.train_pp > 1;
+  // Under LoRA, the adapters alone; on a pipeline's first stage, its own weights (the others follow).
+  const NamedTensors weights = pipeline ? stage_weights(*run_.policy) : run_.policy->trained_weights();
   SyncStats stats;
   uint64_t expected = 0;
   auto* zero = sharded_parameters(run_);
-  if (zero != nullptr || run_.policy->tensor_parallel() != nullptr) {
+  if (zero != nullptr || run_.policy->tensor_parallel() != nullptr || pipeline) {
     // Whole tensors made piece by piece as they go: ZeRO-3's layers streamed, the tensor-parallel
-    // parts gathered; the header takes the whole shapes. Each receiver keeps its own part.
+    // parts gathered, the later pipeline stages' weights received from them in turn; the header
+    // takes the whole shapes. Each receiver keeps its own part.
     NamedTensors layout;
     for (const auto& [name, t] : weights) {
       const auto local = zero != nullptr ? torch::empty(zero->shape_of(t), t.options().device(torch::kMeta)) : t;
       layout.emplace_back(name, torch::empty(run_.policy->global_shape(name, local), t.options().device(torch::kMeta)));
     }
+    const StageLayout stages = pipeline ? receive_stage_layout(topo_) : StageLayout{};
+    for (const auto& item : stages.tensors) layout.push_back(item);
     // values(k) comes once per tensor in order, as the other trainers take part (follow_sync).
     expected = weights_hash_seed();
     size_t next = 0;
@@ -112,9 +122,14 @@ double WorkerSource::sync_weights(int64_t version, bool resend) {
     if (zero != nullptr) stream.emplace(*zero, run_.policy->layer_trainable_parameters());
     stats = weight_sync_->sync(layout, version, {}, [&](size_t k) {
       RLCPP_CHECK(k == next++, "weight sync asked for tensor {} out of order", k);
-      const auto& local = stream ? stream->get(weights[k].second) : weights[k].second;
-      auto whole = run_.policy->gather_weight(weights[k].first, local, 0);
-      if (c_.parallel.verify_sync) expected = weights_hash_add(expected, weights[k].first, whole);
+      torch::Tensor whole;
+      if (k < weights.size()) {
+        const auto& local = stream ? stream->get(weights[k].second) : weights[k].second;
+        whole = run_.policy->gather_weight(weights[k].first, local, 0);
+      } else {
+        whole = receive_stage_weight(topo_, stages, k - weights.size());
+      }
+      if (c_.parallel.verify_sync) expected = weights_hash_add(expected, layout[k].first, whole);
       return whole;
     });
     if (stream) stream->finish();

@@ -155,10 +155,12 @@ RunPlan decode_plan(const std::string& bytes) {
 
 namespace {
 
-ModelOptions run_model_options(const RunConfig& c, bool frozen, std::shared_ptr<Communicator> tp_group) {
+ModelOptions run_model_options(const RunConfig& c, bool frozen, std::shared_ptr<Communicator> tp_group,
+                               const PipelineStage& stage) {
   ModelOptions options = model_options_from_flags(c.runtime.dtype, c.runtime.device);
   options.gradient_checkpointing = c.train.gradient_checkpointing;
   options.tp_group = std::move(tp_group);
+  options.stage = stage;
   if (frozen && !c.model.frozen_dtype.empty()) options.frozen_dtype = dtypes().parse(c.model.frozen_dtype, "--frozen-dtype");
   return options;
 }
@@ -166,14 +168,15 @@ ModelOptions run_model_options(const RunConfig& c, bool frozen, std::shared_ptr<
 }  // namespace
 
 std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional<fs::path>& checkpoint,
-                                         std::shared_ptr<Communicator> tp_group) {
+                                         std::shared_ptr<Communicator> tp_group, const PipelineStage& stage) {
   if (!c.model.lora.enabled()) {
     auto policy = Transformer::from_pretrained(checkpoint ? *checkpoint : fs::path(c.model.path),
-                                               run_model_options(c, false, std::move(tp_group)));
+                                               run_model_options(c, false, std::move(tp_group), stage));
     policy->eval();
     return policy;
   }
-  auto policy = Transformer::from_pretrained(c.model.path, run_model_options(c, true, std::move(tp_group)));
+  RLCPP_CHECK(stage.whole(), "LoRA on a pipeline stage");
+  auto policy = Transformer::from_pretrained(c.model.path, run_model_options(c, true, std::move(tp_group), stage));
   if (checkpoint) {
     if (!is_peft_adapter_dir(*checkpoint)) {
       throw_user_error("{}: a checkpoint of full weights, not a LoRA adapter ({} missing); resume it without --lora-rank",
@@ -192,11 +195,66 @@ std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional
   return policy;
 }
 
-std::shared_ptr<Transformer> load_reference(const RunConfig& c, std::shared_ptr<Communicator> tp_group) {
+std::shared_ptr<Transformer> load_reference(const RunConfig& c, std::shared_ptr<Communicator> tp_group,
+                                            const PipelineStage& stage) {
   if (c.algo.loss.kl_coef == 0 || c.model.lora.enabled()) return nullptr;
-  auto reference = Transformer::from_pretrained(c.model.path, run_model_options(c, true, std::move(tp_group)));
+  auto reference = Transformer::from_pretrained(c.model.path, run_model_options(c, true, std::move(tp_group), stage));
   reference->eval();
   return reference;
+}
+
+namespace {
+
+constexpr int kStageTag = 9302;
+
+}  // namespace
+
+NamedTensors stage_weights(const Transformer& policy) {
+  const PipelineStage& stage = policy.options().stage;
+  NamedTensors out;
+  for (auto& [name, t] : policy.named_weights()) {
+    const bool tied_copy = !stage.first() && name == "model.embed_tokens.weight";
+    if (!tied_copy) out.emplace_back(name, t);
+  }
+  return out;
+}
+
+StageLayout receive_stage_layout(const Topology& t) {
+  StageLayout layout;
+  for (int s = 1; s < t.train_pp; ++s) {
+    const int from = s * t.train_tp;  // the stage's first rank in the replica
+    const auto list = nlohmann::json::parse(t.replica_group->recv_bytes(from, kStageTag));
+    for (const auto& item : list) {
+      const auto dtype = dtypes().parse(item.at("dtype").get<std::string>(), "stage layout");
+      layout.tensors.emplace_back(item.at("name").get<std::string>(),
+                                  torch::empty(item.at("shape").get<std::vector<int64_t>>(),
+                                               torch::TensorOptions().dtype(dtype).device(torch::kMeta)));
+      layout.from.push_back(from);
+    }
+  }
+  return layout;
+}
+
+torch::Tensor receive_stage_weight(const Topology& t, const StageLayout& layout, size_t k) {
+  const auto& meta = layout.tensors[k].second;
+  auto out = torch::empty(meta.sizes(), meta.options().device(torch::kCPU));
+  t.replica_group->recv(out, layout.from[k], kStageTag);
+  return out;
+}
+
+void send_stage_weights(const Topology& t, const Transformer& policy) {
+  const auto weights = stage_weights(policy);
+  if (t.tp_leader()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& [name, local] : weights) {
+      list.push_back({{"name", name}, {"shape", policy.global_shape(name, local)}, {"dtype", dtypes().name(local.scalar_type())}});
+    }
+    t.replica_group->send_bytes(list.dump(), 0, kStageTag);
+  }
+  for (const auto& [name, local] : weights) {
+    const auto whole = policy.gather_weight(name, local, 0);  // a collective over the stage's tensor-parallel group
+    if (t.tp_leader()) t.replica_group->send(whole.contiguous(), 0, kStageTag);
+  }
 }
 
 RunState load_run(const RunConfig& c, const Topology* topology) {
@@ -237,10 +295,20 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   // LibTorch's own generator (LoRA dropout) starts from the run's seed; a resume restores its state.
   torch::manual_seed(c.runtime.seed);
   const auto tp_group = topology != nullptr ? topology->tp_group : nullptr;
-  run.policy = load_policy(c, run.plan.resume_from, tp_group);
-  run.reference = load_reference(c, tp_group);
+  const bool pipeline = topology != nullptr && topology->train_pp > 1;
+  const PipelineStage stage =
+      pipeline ? pipeline_stage(ModelConfig::load(c.model.path), topology->stage(), topology->train_pp) : PipelineStage{};
+  run.policy = load_policy(c, run.plan.resume_from, tp_group, stage);
+  run.reference = load_reference(c, tp_group, stage);
   run.trainer = std::make_unique<Trainer>(run.policy, run.reference, rl_trainer_config(c, run.plan.total_steps));
   run.topology = topology;
+  if (pipeline) {
+    run.trainer->enable_pipeline(topology->pp_group);
+    if (leader) {
+      spdlog::info("pipeline parallelism: {} stages per replica; trainer 0 holds decoder layers [{}, {}) of {}",
+                   topology->train_pp, stage.layer_begin, stage.layer_end, run.policy->config().num_hidden_layers);
+    }
+  }
   if (leader && run.policy->tensor_parallel() != nullptr) {
     const auto& shape = run.policy->tensor_parallel()->shape();
     spdlog::info("tensor parallelism: {} ranks per replica; trainer 0 holds query heads [{}, {}), KV heads {}, MLP "
@@ -258,8 +326,10 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   }
   if (run.plan.resume_from) {
     GatheredParameters whole(run.trainer->zero());  // ZeRO-3: the optimizer's parameters have their shapes
-    load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer, topology != nullptr ? topology->tp_rank() : 0,
-                              static_cast<int>(c.parallel.tp));
+    // The state of this rank's part: its stage's tensor-parallel part, one of --pp x --train-tp.
+    load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer,
+                              topology != nullptr ? topology->stage() * topology->train_tp + topology->tp_rank() : 0,
+                              static_cast<int>(c.parallel.tp * c.parallel.pp));
     run.trainer->restore_steps(run.plan.saved.optimizer_steps);
     run.policy_version = run.plan.saved.policy_version;
   }
@@ -271,40 +341,62 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   const bool leader = t == nullptr || t->world->rank() == 0;
   auto* zero = run.trainer->zero();
   const bool tp = run.policy->tensor_parallel() != nullptr;
+  const bool pp = t != nullptr && t->train_pp > 1;
   const bool first_replica = t == nullptr || t->replica() == 0;
   // Optimizer shards go to trainer 0 from every trainer under ZeRO (each its shard of its part),
-  // from the tensor-parallel ranks of the first replica otherwise; nobody sends without either
-  // (trainer 0 writes optimizer.pt).
-  Communicator* senders = zero != nullptr ? t->role_group.get() : tp && first_replica ? t->tp_group.get() : nullptr;
+  // from the first replica's ranks under tensor or pipeline parallelism (each the whole state of
+  // its part: its stage's tensor-parallel part); nobody sends without either (trainer 0 writes
+  // optimizer.pt).
+  Communicator* senders = zero != nullptr ? t->role_group.get() : (tp || pp) && first_replica ? t->replica_group.get() : nullptr;
   OptimizerShard mine;
   if (senders != nullptr) {
-    const int tp_rank = tp ? t->tp_rank() : 0, tp_size = tp ? t->train_tp : 1;
+    const int part = (pp ? t->stage() * t->train_tp : 0) + (tp ? t->tp_rank() : 0);
+    const int parts = (tp ? t->train_tp : 1) * (pp ? t->train_pp : 1);
     if (zero != nullptr) {
-      mine = optimizer_shard(zero->state(), tp_rank, tp_size);
+      mine = optimizer_shard(zero->state(), part, parts);
     } else {  // the whole state of this rank's part, flattened a piece at a time as it goes
       auto& optimizer = run.trainer->optimizer();
       const auto params = optimizer.param_groups().at(0).params();
-      mine = {0, flat_numel(params), tp_rank, tp_size,
+      mine = {0, flat_numel(params), part, parts,
               [&optimizer, params](int64_t a, int64_t b) { return flat_adamw_state(optimizer, params, a, b); }};
     }
   }
   // Tensor parallelism: the first replica's parts whole on trainer 0, for the model directory.
-  WholeModel whole(*run.policy, 0, tp && first_replica);
+  // Pipeline parallelism: its stages' weights, whole, streamed to trainer 0 stage by stage.
+  WholeModel whole(*run.policy, 0, tp && first_replica && !pp);
+  NamedTensors pipeline_weights;
+  if (pp && first_replica) {
+    if (t->stage() > 0) {
+      send_stage_weights(*t, *run.policy);
+    } else {
+      for (const auto& [name, local] : stage_weights(*run.policy)) {
+        auto w = run.policy->gather_weight(name, local, 0);
+        if (leader) pipeline_weights.emplace_back(name, w);
+      }
+      if (leader) {
+        const StageLayout layout = receive_stage_layout(*t);
+        for (size_t k = 0; k < layout.tensors.size(); ++k) {
+          pipeline_weights.emplace_back(layout.tensors[k].first, receive_stage_weight(*t, layout, k));
+        }
+      }
+    }
+  }
   if (!leader) {
     if (senders != nullptr) send_optimizer_shard(*senders, mine);
     return {};
   }
   std::function<void(const fs::path&)> write_optimizer;
   if (senders != nullptr) {
-    write_optimizer = [&run, zero, senders, &mine](const fs::path& state_dir) {
+    write_optimizer = [&run, zero, senders, &mine, &pipeline_weights](const fs::path& state_dir) {
       // The model directory is written: its whole copies go before the shards arrive.
       run.policy->release_whole();
+      pipeline_weights.clear();
       if (zero != nullptr && zero->stage() == 3) zero->release_all();
       write_optimizer_shards(state_dir, *senders, mine);
     };
   }
   return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state),
-                             write_optimizer);
+                             write_optimizer, pp ? &pipeline_weights : nullptr);
 }
 
 }  // namespace rlcpp

@@ -97,11 +97,30 @@ struct RunState {
 // model; under LoRA the base (config.model.path, frozen, in --frozen-dtype) with the checkpoint's adapter
 // or fresh adapters. The same call gives rollout workers a model of the trainer's shape. With
 // `tp_group` of more than one rank, this rank's tensor-parallel part of it.
+// With a pipeline `stage`, that stage of it.
 std::shared_ptr<Transformer> load_policy(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint,
-                                         std::shared_ptr<Communicator> tp_group = nullptr);
+                                         std::shared_ptr<Communicator> tp_group = nullptr, const PipelineStage& stage = {});
 // The frozen reference model of a run with a KL term (in --frozen-dtype); nullptr under LoRA (the
 // reference is the policy's base with the adapters off) or without KL.
-std::shared_ptr<Transformer> load_reference(const RunConfig& config, std::shared_ptr<Communicator> tp_group = nullptr);
+std::shared_ptr<Transformer> load_reference(const RunConfig& config, std::shared_ptr<Communicator> tp_group = nullptr,
+                                            const PipelineStage& stage = {});
+
+// Pipeline parallelism within the first trainer replica: trainer 0 (its first rank) takes the
+// other stages' weights one tensor at a time, each whole (gathered over its stage's tensor-parallel
+// group), stage after stage, so no rank holds more than its stage and one tensor of another.
+// The layout of stages 1.. on trainer 0: each tensor's name, whole shape and dtype (a meta tensor)
+// and the rank of the first replica's group that sends it, in the whole model's order.
+struct StageLayout {
+  NamedTensors tensors;
+  std::vector<int> from;
+};
+// This stage's weights under the whole model's names, each weight once (a tied embedding's copy on
+// the last stage is the first stage's).
+NamedTensors stage_weights(const Transformer& policy);
+StageLayout receive_stage_layout(const Topology& topology);                 // on trainer 0
+torch::Tensor receive_stage_weight(const Topology& topology, const StageLayout& layout, size_t k);  // k in order
+// On every rank of the first replica's stages after the first: the layout, then each weight.
+void send_stage_weights(const Topology& topology, const Transformer& policy);
 
 // Loads an RL run. Without a topology (or on trainer rank 0 of it) the plan is made here, with the
 // dataset; the other trainers receive the plan from rank 0 and load no dataset. Every replica

@@ -63,6 +63,8 @@ nlohmann::ordered_json to_json(const StepRecord& r) {
                           "mismatch_abs_max", "mismatch_kl", "relayed_groups", "nonfinite", "old_logprobs_reused"}) {
     line[key] = value_of(r.train, key);
   }
+  // Pipeline parallelism: the stages' mean share of the step's passes spent waiting.
+  if (const auto bubble = r.train.find("pp_bubble"); bubble != r.train.end()) line["pp_bubble"] = bubble->second;
   // The mismatch by versions behind ("mismatch_by_versions/{k}/{figure}"), where any token was.
   nlohmann::ordered_json by_versions;
   for (const auto& [key, value] : r.train) {

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Pipeline parallelism in training runs under mpirun (also as root), on the toy task made 4 layers
+# deep, fp64, distributed (-t T -i 1 --pp N):
+#   - 2 and 3 stages, 2 stages x 2 tensor-parallel ranks, and 2 data-parallel replicas of 2 stages
+#     take the steps of one trainer rank: weights after 3 steps within 1e-12 per tensor, metrics
+#     equal; the sync to the rollout worker hash-verified (whole weights streamed stage by stage);
+#   - checkpoints: one whole Hugging Face model directory and an optimizer shard per stage; a
+#     resume from step 2 at the same --pp equals the uninterrupted run; another --pp refused;
+#   - layouts and combinations it does not support refused with the flags named; a killed stage
+#     ends the job.
+# Usage: test_pp_train.sh RLCPP_BINARY MPIEXEC
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_pp_train.sh RLCPP_BINARY MPIEXEC}")
+mpiexec=${2:-mpirun}
+source "$(dirname "$0")/lib.sh"
+
+# The toy task, its model 4 decoder layers deep (so 3 stages split it).
+"$here/make_chat_model.sh" "$fixtures/qwen2-tiny" chat
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["vocab_size"] = 259; c["num_hidden_layers"] = 4
+json.dump(c, open("toy.json", "w"))' "$fixtures/qwen2-tiny/config.json"
+"$rlcpp" init --config toy.json --tokenizer chat --out toy --seed 1 > /dev/null || bad toy-model
+for k in 1 2 3 4 5 6 7 8; do
+  echo "{\"messages\": [{\"role\": \"user\", \"content\": \"What is $k + $k?\"}], \"gt_answer\": \"$((k + k))\"}"
+done > data.jsonl
+# Old log-probs recomputed by the trainer (the sampler's fp32 ones differ in their last bits
+# between layouts), several micro-batches per step (-tmbs 3 of 8 samples: 1F1B with a bubble).
+base=(-m toy -d data.jsonl -g 8 -tmbs 3 --mnt 8 -lr 3e-3 --kl 0 --dtype float64 -sd runs --reuse-rollout-logprobs false
+      --reward-cmd "python3 $here/data/digits_reward.py" --verify-sync true)
+one=(-tbs 1 -tMbs 1 --max-steps 3)
+same() {  # NAME A B: fp64 weights within 1e-12 per tensor
+  weights_close "$2" "$3" 1e-12 && ok "$1" || bad "$1"
+}
+verified() {  # RUN: weight syncs hash-verified by the rollout workers, summed over the steps (0: none)
+  python3 -c 'import json,sys; print(sum(json.loads(l)["weight_sync"]["verified_workers"] for l in open(sys.argv[1])))' \
+    "runs/$1/metrics.jsonl" 2>/dev/null || echo 0
+}
+
+run_mpi 2 "${base[@]}" "${one[@]}" -t 1 -i 1 -p d1 > d1.log 2>&1 || { bad d1-run; tail -3 d1.log; }
+weights_moved runs/d1/step-3/model.safetensors toy/model.safetensors && ok weights-moved || bad weights-moved
+# NP T I PP NAME [FLAGS]: two replicas need two engines (engines a multiple of replicas), and take
+# a prompt each, against two one-rank replicas.
+for layout in "3 2 1 2 pp2" "4 3 1 3 pp3" "5 4 1 2 pp2tp2 --train-tp 2" "6 4 2 2 dp2pp2"; do
+  read -r np t i pp name extra <<<"$layout"
+  args=("${base[@]}" "${one[@]}" -t "$t" -i "$i" --pp "$pp" -p "$name")
+  [ -n "${extra:-}" ] && args+=($extra)
+  run_mpi "$np" "${args[@]}" > "$name.log" 2>&1 || { bad "$name-run"; tail -3 "$name.log"; }
+  if [ "$name" != dp2pp2 ]; then
+    same "$name-equals-one-rank" runs/d1/step-3/model.safetensors "runs/$name/step-3/model.safetensors"
+    metrics_close runs/d1/metrics.jsonl "runs/$name/metrics.jsonl" pp_bubble && ok "$name-metrics" || bad "$name-metrics"
+  fi
+  [ "$(verified "$name")" -ge 3 ] && ok "$name-syncs-verified" || bad "$name-syncs-verified"
+done
+run_mpi 4 "${base[@]}" "${one[@]}" -t 2 -i 2 -p dp2 > dp2.log 2>&1 || { bad dp2-run; tail -3 dp2.log; }
+same dp2pp2-equals-dp2 runs/dp2/step-3/model.safetensors runs/dp2pp2/step-3/model.safetensors
+grep -q "pipeline parallelism: 3 stages per replica; trainer 0 holds decoder layers \[0, 1) of 4" pp3.log \
+  && ok pp-startup-line || { bad pp-startup-line; grep "pipeline" pp3.log; }
+
+# Checkpoints and resumes: 4 steps, uninterrupted and from step 2.
+two=(-tbs 2 -tMbs 2 --max-steps 4 -t 2 -i 1 --pp 2)
+run_mpi 3 "${base[@]}" "${two[@]}" -p whole > whole.log 2>&1 || bad whole-run
+run_mpi 3 "${base[@]}" "${two[@]}" --si 2 -p first > first.log 2>&1 || bad first-run
+python3 - runs/first/step-2/trainer_state toy/model.safetensors runs/first/step-2/model.safetensors <<'PY' \
+  && ok checkpoint-layout || bad checkpoint-layout
+import json, os, struct, sys
+def header(path):
+    with open(path, "rb") as f:
+        return json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+state, init, saved = sys.argv[1:]
+shards = sorted(f for f in os.listdir(state) if f.startswith("optimizer-shard-"))
+assert len(shards) == 2 and not os.path.exists(os.path.join(state, "optimizer.pt")), shards
+meta = [header(os.path.join(state, s))["__metadata__"] for s in shards]
+assert sorted(m["tp_rank"] for m in meta) == ["0", "1"], meta
+a, b = header(init), header(saved)  # the whole model, Hugging Face's names and shapes
+assert {k: v["shape"] for k, v in a.items() if k != "__metadata__"} == {k: v["shape"] for k, v in b.items() if k != "__metadata__"}
+PY
+run_mpi 3 "${base[@]}" "${two[@]}" -cp runs/first/step-2 -p again > again.log 2>&1 || { bad resume-run; tail -3 again.log; }
+same resume-exact runs/whole/step-4/model.safetensors runs/again/step-4/model.safetensors
+run_mpi 4 "${base[@]}" -tbs 2 -tMbs 2 --max-steps 4 -t 3 -i 1 --pp 3 -cp runs/first/step-2 -p other > other.log 2>&1
+[ $? -ne 0 ] && grep -q "parallel.pipeline_parallel_size: 2 -> 3" other.log && ok resume-other-pp-refused \
+  || { bad resume-other-pp-refused; tail -5 other.log; }
+
+# Refused with the flags and numbers named (exit code 2, before any work).
+expect_error() {  # NAME NP PATTERN ARGS...
+  local name=$1 np=$2 pattern=$3; shift 3
+  if [ "$np" = 1 ]; then "$rlcpp" train "${base[@]}" --max-steps 1 -p "$name" "$@" > "$name.log" 2>&1
+  else run_mpi "$np" "${base[@]}" --max-steps 1 -p "$name" "$@" > "$name.log" 2>&1; fi
+  local rc=$?
+  [ $rc -eq 2 ] && grep -q -- "$pattern" "$name.log" && ok "$name" || { bad "$name"; echo "rc $rc"; tail -3 "$name.log"; }
+}
+expect_error pp-colocated 1 "pipeline stages train in the distributed mode" --pp 2
+expect_error pp-not-dividing-t 4 "make -t a multiple of 2" -t 3 -i 1 --pp 2
+expect_error pp-over-layers 6 "--pp 5: toy has 4 decoder layers" -t 5 -i 1 --pp 5
+expect_error pp-lora 3 "LoRA adapters on pipeline stages" -t 2 -i 1 --pp 2 --lora-rank 4
+expect_error pp-zero 3 "ZeRO over pipeline stages" -t 2 -i 1 --pp 2 -zero 1
+expect_error pp-eval 3 "evaluation generates on trainer 0" -t 2 -i 1 --pp 2 -ed '{"toy": "data.jsonl"}'
+
+# kill -9 of the second stage mid-run: the job ends non-zero by itself.
+killed_rank_ends_job 3 1 "${base[@]}" -t 2 -i 1 --pp 2 -tbs 1 -tMbs 1 --max-steps 40 --si 1
+
+exit $failed
