@@ -2,7 +2,7 @@
 # Pipeline parallelism in training runs under mpirun (also as root), on the toy task made 4 layers
 # deep, fp64, distributed (-t T -i 1 --pp N):
 #   - 2 and 3 stages, 2 stages x 2 tensor-parallel ranks, and 2 data-parallel replicas of 2 stages
-#     take the steps of one trainer rank: weights after 3 steps within 1e-12 per tensor, metrics
+#     (also with ZeRO-1 over each stage's replicas) take the steps of one trainer rank: weights after 3 steps within 1e-12 per tensor, metrics
 #     equal; the sync to the rollout worker hash-verified (whole weights streamed stage by stage);
 #   - checkpoints: one whole Hugging Face model directory and an optimizer shard per stage; a
 #     resume from step 2 at the same --pp equals the uninterrupted run; another --pp refused;
@@ -52,6 +52,11 @@ for layout in "3 2 1 2 pp2" "4 3 1 3 pp3" "5 4 1 2 pp2tp2 --train-tp 2" "6 4 2 2
 done
 run_mpi 4 "${base[@]}" "${one[@]}" -t 2 -i 2 -p dp2 > dp2.log 2>&1 || { bad dp2-run; tail -3 dp2.log; }
 same dp2pp2-equals-dp2 runs/dp2/step-3/model.safetensors runs/dp2pp2/step-3/model.safetensors
+# ZeRO-1 over each stage's two data-parallel trainers.
+run_mpi 6 "${base[@]}" "${one[@]}" -t 4 -i 2 --pp 2 -zero 1 -p dp2pp2z1 > dp2pp2z1.log 2>&1 \
+  || { bad dp2pp2-zero1-run; tail -3 dp2pp2z1.log; }
+same dp2pp2-zero1-equals-dp2 runs/dp2/step-3/model.safetensors runs/dp2pp2z1/step-3/model.safetensors
+metrics_close runs/dp2pp2/metrics.jsonl runs/dp2pp2z1/metrics.jsonl pp_bubble && ok dp2pp2-zero1-metrics || bad dp2pp2-zero1-metrics
 grep -q "pipeline parallelism: 3 stages per replica; trainer 0 holds decoder layers \[0, 1) of 4" pp3.log \
   && ok pp-startup-line || { bad pp-startup-line; grep "pipeline" pp3.log; }
 
@@ -91,7 +96,7 @@ expect_error pp-colocated 1 "pipeline stages train in the distributed mode" --pp
 expect_error pp-not-dividing-t 4 "make -t a multiple of 2" -t 3 -i 1 --pp 2
 expect_error pp-over-layers 6 "--pp 5: toy has 4 decoder layers" -t 5 -i 1 --pp 5
 expect_error pp-lora 3 "LoRA adapters on pipeline stages" -t 2 -i 1 --pp 2 --lora-rank 4
-expect_error pp-zero 3 "ZeRO over pipeline stages" -t 2 -i 1 --pp 2 -zero 1
+expect_error pp-zero2 3 "pipeline stages take ZeRO stage 1 without tensor parallelism only" -t 2 -i 1 --pp 2 -zero 2
 expect_error pp-eval 3 "evaluation generates on trainer 0" -t 2 -i 1 --pp 2 -ed '{"toy": "data.jsonl"}'
 
 # kill -9 of the second stage mid-run: the job ends non-zero by itself.

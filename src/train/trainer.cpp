@@ -415,7 +415,7 @@ void Trainer::enable_pipeline(std::shared_ptr<Communicator> stages) {
   RLCPP_CHECK(stages != nullptr && stages->size() == stage.count && stages->rank() == stage.index,
               "pipeline stage {} of {} given a group of {} (rank {})", stage.index, stage.count,
               stages ? stages->size() : 0, stages ? stages->rank() : -1);
-  RLCPP_CHECK(zero_ == nullptr, "ZeRO with pipeline parallelism");
+  RLCPP_CHECK(zero_ == nullptr, "pipeline parallelism enabled after ZeRO: enable it first");
   RLCPP_CHECK(reference_ == nullptr || reference_->options().stage.index == stage.index,
               "the reference model is not the policy's pipeline stage");
   stages_ = std::move(stages);
@@ -510,7 +510,8 @@ std::vector<torch::Tensor> Trainer::sum_tied_gradients(const std::vector<torch::
 }
 
 void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes) {
-  RLCPP_CHECK(stages_ == nullptr, "ZeRO with pipeline parallelism");
+  RLCPP_CHECK(stages_ == nullptr || (stage == 1 && policy_->tensor_parallel() == nullptr),
+              "ZeRO stage {} with pipeline parallelism{}", stage, policy_->tensor_parallel() ? " and tensor parallelism" : "");
   const auto trained = policy_->trainable_parameters();
   std::vector<torch::Tensor> resident;  // stages 2 and 3: the trained tensors outside the decoder layers
   if (stage >= 2) {
@@ -531,6 +532,17 @@ void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes)
   }
   zero_ = std::make_unique<ZeroOptimizer>(trained, group, stage, bucket_bytes, resident);
   if (tp != nullptr) zero_->set_tensor_parallel(tp->group(), std::move(owned));
+  if (stages_ != nullptr) {
+    // The norm sums over the stages, each element once: a tied embedding's copy on the last stage
+    // is the first stage's (its gradient summed into both before the step, sum_tied_gradients).
+    const PipelineStage& at = policy_->options().stage;
+    const bool holds_copy = !at.first() && at.last() && policy_->config().tie_word_embeddings;
+    for (const auto& p : trained) {
+      const bool copy = holds_copy && p.is_same(policy_->model->embed_tokens->weight);
+      owned.push_back(copy ? torch::zeros({p.numel()}, torch::kFloat32) : torch::Tensor());
+    }
+    zero_->set_tensor_parallel(*stages_, std::move(owned));
+  }
   if (stage >= 2) policy_context_.holder = zero_.get();
 }
 
@@ -560,6 +572,7 @@ void Trainer::finish_update(TrainStepMetrics& metrics, double lr) {
   // (at ZeRO stages 2 and 3 the layers' were, as backward handed them over).
   policy_->reduce_partial_gradients(trained);
   if (zero_) {  // reduces, clips and updates this trainer's shard (or skips), releases the gradients
+    sum_tied_gradients(trained);  // pipeline parallelism (stage 1): both copies take the sum
     const auto& options = static_cast<torch::optim::AdamWOptions&>(optimizer_->param_groups().at(0).options());
     grad_norm = zero_->step(options, config_.optimizer.max_grad_norm);
   } else {
