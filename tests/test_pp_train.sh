@@ -5,7 +5,9 @@
 #     (also with ZeRO-1 over each stage's replicas) take the steps of one trainer rank: weights after 3 steps within 1e-12 per tensor, metrics
 #     equal; the sync to the rollout worker hash-verified (whole weights streamed stage by stage);
 #   - checkpoints: one whole Hugging Face model directory and an optimizer shard per stage; a
-#     resume from step 2 at the same --pp equals the uninterrupted run; another --pp refused;
+#     resume from step 2 equals the uninterrupted run at the same --pp, at 3 stages, on one
+#     trainer and on 2 ZeRO-1 trainers, and a one-trainer checkpoint resumes on 2 stages;
+#   - LoRA on 2 stages equals one trainer, its adapters synced and resumed on one trainer;
 #   - layouts and combinations it does not support refused with the flags named; a killed stage
 #     ends the job.
 # Usage: test_pp_train.sh RLCPP_BINARY MPIEXEC
@@ -74,15 +76,42 @@ state, init, saved = sys.argv[1:]
 shards = sorted(f for f in os.listdir(state) if f.startswith("optimizer-shard-"))
 assert len(shards) == 2 and not os.path.exists(os.path.join(state, "optimizer.pt")), shards
 meta = [header(os.path.join(state, s))["__metadata__"] for s in shards]
-assert sorted(m["tp_rank"] for m in meta) == ["0", "1"], meta
+assert sorted(m["stage"] for m in meta) == ["0", "1"] and all(m["tp_rank"] == "0" for m in meta), meta
+# Each shard names its stage's tensors: the decoder layers split between them, each once.
+layers = [{n.split(".")[2] for n, _ in json.loads(m["layout"]) if n.startswith("model.layers.")} for m in meta]
+assert not layers[0] & layers[1] and layers[0] | layers[1] == {"0", "1", "2", "3"}, layers
 a, b = header(init), header(saved)  # the whole model, Hugging Face's names and shapes
 assert {k: v["shape"] for k, v in a.items() if k != "__metadata__"} == {k: v["shape"] for k, v in b.items() if k != "__metadata__"}
 PY
 run_mpi 3 "${base[@]}" "${two[@]}" -cp runs/first/step-2 -p again > again.log 2>&1 || { bad resume-run; tail -3 again.log; }
 same resume-exact runs/whole/step-4/model.safetensors runs/again/step-4/model.safetensors
-run_mpi 4 "${base[@]}" -tbs 2 -tMbs 2 --max-steps 4 -t 3 -i 1 --pp 3 -cp runs/first/step-2 -p other > other.log 2>&1
-[ $? -ne 0 ] && grep -q "parallel.pipeline_parallel_size: 2 -> 3" other.log && ok resume-other-pp-refused \
-  || { bad resume-other-pp-refused; tail -5 other.log; }
+# Resumes at another layout re-shard the optimizer state by tensor name: the 2-stage checkpoint
+# onto 3 stages, onto one trainer, and onto 2 data-parallel trainers with ZeRO-1 (the global batch
+# kept: -tbs is per replica); a one-trainer checkpoint onto 2 stages.
+resume_at() {  # NAME FROM NP ARGS...: resumed from FROM to step 4, equal to the uninterrupted run
+  local name=$1 from=$2 np=$3; shift 3
+  run_mpi "$np" "${base[@]}" --max-steps 4 -cp "$from" -p "$name" "$@" > "$name.log" 2>&1 \
+    || { bad "$name-run"; tail -3 "$name.log"; }
+  same "$name" runs/whole/step-4/model.safetensors "runs/$name/step-4/model.safetensors"
+}
+resume_at resume-pp2-onto-pp3 runs/first/step-2 4 -tbs 2 -tMbs 2 -t 3 -i 1 --pp 3
+resume_at resume-pp2-onto-one-rank runs/first/step-2 2 -tbs 2 -tMbs 2 -t 1 -i 1
+resume_at resume-pp2-onto-dp2-zero1 runs/first/step-2 4 -tbs 1 -tMbs 1 -t 2 -i 2 -zero 1
+run_mpi 2 "${base[@]}" -tbs 2 -tMbs 2 --max-steps 2 -t 1 -i 1 -p first1 > first1.log 2>&1 || bad first1-run
+resume_at resume-one-rank-onto-pp2 runs/first1/step-2 3 -tbs 2 -tMbs 2 -t 2 -i 1 --pp 2
+
+# LoRA on stages: 2 stages' adapters (each layer's A drawn as in the whole model) take one
+# trainer's steps, sync their adapters to the worker, and resume from a 2-stage checkpoint on one.
+lora=(-tbs 1 -tMbs 1 --max-steps 3 --lora-rank 4 --lora-alpha 8)
+run_mpi 2 "${base[@]}" "${lora[@]}" -t 1 -i 1 -p lora1 > lora1.log 2>&1 || { bad lora1-run; tail -3 lora1.log; }
+run_mpi 3 "${base[@]}" "${lora[@]}" -t 2 -i 1 --pp 2 --si 2 -p lora2 > lora2.log 2>&1 || { bad lora2-run; tail -3 lora2.log; }
+weights_moved runs/lora1/step-3/adapter_model.safetensors runs/lora2/step-2/adapter_model.safetensors \
+  && same lora-pp2-equals-one-rank runs/lora1/step-3/adapter_model.safetensors runs/lora2/step-3/adapter_model.safetensors \
+  || bad lora-pp2-equals-one-rank
+[ "$(verified lora2)" -ge 3 ] && ok lora-pp2-syncs-verified || bad lora-pp2-syncs-verified
+run_mpi 2 "${base[@]}" "${lora[@]}" -t 1 -i 1 -cp runs/lora2/step-2 -p lora-again > lora-again.log 2>&1 \
+  || { bad lora-resume-run; tail -3 lora-again.log; }
+same lora-pp2-resumed-on-one-rank runs/lora1/step-3/adapter_model.safetensors runs/lora-again/step-3/adapter_model.safetensors
 
 # Refused with the flags and numbers named (exit code 2, before any work).
 expect_error() {  # NAME NP PATTERN ARGS...
@@ -95,7 +124,7 @@ expect_error() {  # NAME NP PATTERN ARGS...
 expect_error pp-colocated 1 "pipeline stages train in the distributed mode" --pp 2
 expect_error pp-not-dividing-t 4 "make -t a multiple of 2" -t 3 -i 1 --pp 2
 expect_error pp-over-layers 6 "--pp 5: toy has 4 decoder layers" -t 5 -i 1 --pp 5
-expect_error pp-lora 3 "LoRA adapters on pipeline stages" -t 2 -i 1 --pp 2 --lora-rank 4
+expect_error pp-lora-merged 3 "checkpoints of pipeline stages hold the adapter alone" -t 2 -i 1 --pp 2 --lora-rank 4 --save-merged
 expect_error pp-zero2 3 "pipeline stages take ZeRO stage 1 without tensor parallelism only" -t 2 -i 1 --pp 2 -zero 2
 expect_error pp-eval 3 "evaluation generates on trainer 0" -t 2 -i 1 --pp 2 -ed '{"toy": "data.jsonl"}'
 

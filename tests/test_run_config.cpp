@@ -298,7 +298,20 @@ TEST(RunSettings, ResumeOntoAnotherTrainerCountKeepsTheGlobalBatch) {
   EXPECT_TRUE(incompatible_settings(recorded, layout(1, 6)).empty());
   const auto differing = incompatible_settings(recorded, layout(3, 3));
   ASSERT_EQ(differing.size(), 2u);
-  EXPECT_EQ(differing[0], "train.train_batch_size × parallel.num_trainers (the global batch): 6 -> 9");
+  EXPECT_EQ(differing[0], "train.train_batch_size × the data-parallel replicas (the global batch): 6 -> 9");
+}
+
+// Under pipeline stages -tbs is per replica of --pp ranks: a resume onto another --pp keeps
+// -t / --pp × -tbs.
+TEST(RunSettings, ResumeOntoAnotherPipelineSizeKeepsTheGlobalBatch) {
+  auto layout = [](int t, int pp, int tbs) {
+    return load(fmt::format("runtime:\n  num_trainers: {0}\n  num_inferencers: 2\nparallel:\n  pipeline_parallel_size: {1}\n"
+                            "train:\n  train_batch_size: {2}\n  train_minibatch_size: {2}\n", t, pp, tbs));
+  };
+  const auto recorded = run_config_json(layout(2, 2, 3));
+  EXPECT_TRUE(incompatible_settings(recorded, layout(3, 3, 3)).empty());
+  EXPECT_TRUE(incompatible_settings(recorded, layout(1, 1, 3)).empty());
+  EXPECT_TRUE(incompatible_settings(recorded, layout(4, 2, 1)).size() == 2u);  // two replicas of 1 prompt: 2, not 3
 }
 
 TEST(RunSettings, ProjectIsOneFolderName) {

@@ -31,12 +31,35 @@ void Transformer::store_frozen_weights() {
   }
 }
 
+namespace {
+
+// A pipeline stage after the first (ModelOptions::stage) draws, and throws away, the A matrices of
+// the decoder layers before it, in the whole model's order (layer by layer, each layer's modules as
+// this stage's first layer has them), so each of its adapters starts as in the whole model. The
+// earlier layers' shapes are its first layer's: the decoder's layers are alike.
+void skip_earlier_stages_draws(const Transformer& model, const LoraConfig& config, at::Generator& generator) {
+  const int64_t first = model.options().stage.layer_begin;
+  if (model.options().stage.whole() || first == 0) return;
+  const std::string held = fmt::format("model.layers.{}.", first);
+  for (int64_t layer = 0; layer < first; ++layer) {
+    for (const auto& item : model.named_modules()) {
+      auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+      if (linear == nullptr || item.key().rfind(held, 0) != 0) continue;
+      const std::string name = fmt::format("model.layers.{}.{}", layer, item.key().substr(held.size()));
+      if (config.adapts(name)) lora_a_init(config.rank, model.global_shape(item.key() + ".weight", linear->weight)[1], generator);
+    }
+  }
+}
+
+}  // namespace
+
 void Transformer::add_adapters(const LoraConfig& config, uint64_t seed) {
   RLCPP_CHECK(config.enabled() && adapted_.empty(), "adapters of rank {} on a model with {} adapted layers", config.rank,
               adapted_.size());
   lora_ = config;
   for (auto& p : parameters()) p.set_requires_grad(false);
   auto generator = at::detail::createCPUGenerator(seed);
+  skip_earlier_stages_draws(*this, config, generator);
   for (const auto& item : named_modules()) {
     auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
     if (linear == nullptr || linear.get() == lm_head.get() || !config.adapts(item.key())) continue;
@@ -154,7 +177,7 @@ void Transformer::load_adapter(const std::filesystem::path& dir) {
   }
   index_shards();
   for (const auto& m : modules) {
-    if (!found.count(m)) {
+    if (!found.count(m) && holds_weight(m + ".weight")) {  // another pipeline stage's are not here
       throw_user_error("{}: adapter for \"{}\", which is not a linear layer of this {} model", file.string(), m,
                        config_.model_type);
     }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include "io/checkpoint.h"
@@ -87,14 +88,38 @@ constexpr int kShardTag = 9301;
 // sender nor trainer 0 holds a copy of a whole part's moments (twice a model's weights).
 constexpr int64_t kPieceElements = int64_t{1} << 25;
 
-void write_shard_file(const fs::path& path, const FlatAdamWState& s, int tp_rank, int tp_size) {
-  save_safetensors(path, {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}},
-                   {{"begin", std::to_string(s.begin)},
-                    {"end", std::to_string(s.end)},
-                    {"total", std::to_string(s.total)},
-                    {"step", std::to_string(s.step)},
-                    {"tp_rank", std::to_string(tp_rank)},
-                    {"tp_size", std::to_string(tp_size)}});
+nlohmann::json layout_json(const OptimizerPart& part) {
+  auto out = nlohmann::json::array();
+  for (const auto& [name, numel] : part.layout) out.push_back({name, numel});
+  return out;
+}
+
+nlohmann::json part_json(const OptimizerPart& part) {
+  return {{"tp_rank", part.tp_rank}, {"tp_size", part.tp_size}, {"stage", part.stage}, {"stages", part.stages},
+          {"layout", layout_json(part)}};
+}
+
+OptimizerPart part_of_json(const nlohmann::json& j) {
+  OptimizerPart part;
+  part.tp_rank = j.at("tp_rank").get<int>();
+  part.tp_size = j.at("tp_size").get<int>();
+  part.stage = j.at("stage").get<int>();
+  part.stages = j.at("stages").get<int>();
+  for (const auto& entry : j.at("layout")) part.layout.emplace_back(entry.at(0).get<std::string>(), entry.at(1).get<int64_t>());
+  return part;
+}
+
+void write_shard_file(const fs::path& path, const FlatAdamWState& s, const OptimizerPart& part) {
+  std::map<std::string, std::string> metadata = {{"begin", std::to_string(s.begin)},
+                                                 {"end", std::to_string(s.end)},
+                                                 {"total", std::to_string(s.total)},
+                                                 {"step", std::to_string(s.step)},
+                                                 {"tp_rank", std::to_string(part.tp_rank)},
+                                                 {"tp_size", std::to_string(part.tp_size)},
+                                                 {"stage", std::to_string(part.stage)},
+                                                 {"stages", std::to_string(part.stages)}};
+  if (!part.layout.empty()) metadata["layout"] = layout_json(part).dump();
+  save_safetensors(path, {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}}, metadata);
 }
 
 fs::path shard_path(const fs::path& state_dir, int rank, int senders, int64_t piece) {
@@ -108,10 +133,115 @@ FlatAdamWState piece_of(const OptimizerShard& s, int64_t k) {
   return s.range(a, b);
 }
 
+// One shard file of a checkpoint, its metadata read and its tensors mapped (not copied).
+struct SavedPiece {
+  FlatAdamWState state;
+  OptimizerPart part;  // its layout empty when the file has none (written before --pp)
+  std::string path;
+};
+
+SavedPiece read_saved_piece(const fs::path& path) {
+  auto file = SafetensorsFile::open(path);
+  auto number = [&](const char* key, std::optional<int64_t> absent = std::nullopt) -> int64_t {
+    auto it = file->metadata().find(key);
+    if (it == file->metadata().end() && absent) return *absent;  // written before tensor or pipeline parallelism
+    if (it == file->metadata().end()) throw_user_error("{}: no \"{}\" in its metadata; not an rlcpp optimizer shard", path.string(), key);
+    try {
+      return std::stoll(it->second);
+    } catch (const std::exception&) {
+      throw_user_error("{}: metadata \"{}\" = \"{}\" is not a number", path.string(), key, it->second);
+    }
+  };
+  SavedPiece piece;
+  piece.path = path.string();
+  piece.part.tp_rank = static_cast<int>(number("tp_rank", 0));
+  piece.part.tp_size = static_cast<int>(number("tp_size", 1));
+  piece.part.stage = static_cast<int>(number("stage", 0));
+  piece.part.stages = static_cast<int>(number("stages", 1));
+  if (auto it = file->metadata().find("layout"); it != file->metadata().end()) {
+    const auto j = nlohmann::json::parse(it->second, nullptr, false);
+    if (j.is_discarded() || !j.is_array()) throw_user_error("{}: metadata \"layout\" is not a JSON array", path.string());
+    try {
+      for (const auto& entry : j) piece.part.layout.emplace_back(entry.at(0).get<std::string>(), entry.at(1).get<int64_t>());
+    } catch (const nlohmann::json::exception& e) {
+      throw_user_error("{}: metadata \"layout\" is not a list of [name, elements] ({})", path.string(), e.what());
+    }
+  }
+  piece.state.begin = number("begin");
+  piece.state.end = number("end");
+  piece.state.total = number("total");
+  piece.state.step = number("step");
+  piece.state.exp_avg = file->tensor("exp_avg");
+  piece.state.exp_avg_sq = file->tensor("exp_avg_sq");
+  if (piece.state.exp_avg.numel() != piece.state.end - piece.state.begin ||
+      piece.state.exp_avg_sq.numel() != piece.state.exp_avg.numel()) {
+    throw_user_error("{}: exp_avg holds {} elements for the range [{}, {})", path.string(), piece.state.exp_avg.numel(),
+                     piece.state.begin, piece.state.end);
+  }
+  return piece;
+}
+
+// The pieces of one saved part (one stage of one tensor-parallel rank) and where its tensors lie in
+// its flat state.
+struct SavedPart {
+  std::vector<FlatAdamWState> pieces;
+  std::map<std::string, std::pair<int64_t, int64_t>> tensors;  // name → (offset, elements)
+  int64_t total = 0;
+};
+
+// [begin, end) of a part of `total` elements laid out as `part.layout`, each tensor's moments taken
+// by name from the first saved stage that holds it (a tied embedding's copies are alike).
+FlatAdamWState state_by_name(const std::map<int, SavedPart>& saved, int64_t begin, int64_t end, int64_t total,
+                             const OptimizerPart& part, const std::string& where) {
+  FlatAdamWState out;
+  out.begin = begin;
+  out.end = end;
+  out.total = total;
+  int64_t offset = 0;
+  for (const auto& [name, numel] : part.layout) {
+    const int64_t a = std::max(begin, offset), b = std::min(end, offset + numel);
+    if (a < b) {
+      const SavedPart* from = nullptr;
+      int64_t at = 0;
+      for (const auto& [stage, s] : saved) {
+        const auto it = s.tensors.find(name);
+        if (it == s.tensors.end()) continue;
+        if (it->second.second != numel) {
+          throw_user_error("{}: the optimizer state of {} holds {} elements, this run trains {}; the model or its "
+                           "tensor-parallel split changed: resume with the checkpoint's settings", where, name,
+                           it->second.second, numel);
+        }
+        from = &s;
+        at = it->second.first;
+        break;
+      }
+      if (from == nullptr) {
+        throw_user_error("{}: no optimizer shard holds the state of {} (tensor-parallel rank {}); the trained parameters "
+                         "changed (LoRA settings, the model) or a shard file is missing: resume with the checkpoint's "
+                         "settings from a complete checkpoint", where, name, part.tp_rank);
+      }
+      const auto piece = assemble_flat_state(from->pieces, at + (a - offset), at + (b - offset), where);
+      if (!out.exp_avg.defined()) {
+        out.step = piece.step;
+        out.exp_avg = torch::empty({end - begin}, piece.exp_avg.options());
+        out.exp_avg_sq = torch::empty({end - begin}, piece.exp_avg.options());
+      } else if (piece.step != out.step) {
+        throw_user_error("{}: the optimizer shards disagree (step {} against {}); the checkpoint is damaged: resume from "
+                         "an earlier one", where, piece.step, out.step);
+      }
+      out.exp_avg.narrow(0, a - begin, b - a).copy_(piece.exp_avg);
+      out.exp_avg_sq.narrow(0, a - begin, b - a).copy_(piece.exp_avg_sq);
+    }
+    offset += numel;
+  }
+  RLCPP_CHECK(offset == total, "a layout of {} elements for a part of {}", offset, total);
+  return out;
+}
+
 }  // namespace
 
-OptimizerShard optimizer_shard(const FlatAdamWState& held, int tp_rank, int tp_size) {
-  OptimizerShard out{held.begin, held.end, tp_rank, tp_size, {}};
+OptimizerShard optimizer_shard(const FlatAdamWState& held, OptimizerPart part) {
+  OptimizerShard out{held.begin, held.end, std::move(part), {}};
   out.range = [held](int64_t a, int64_t b) {
     FlatAdamWState s = held;
     s.begin = a;
@@ -125,8 +255,9 @@ OptimizerShard optimizer_shard(const FlatAdamWState& held, int tp_rank, int tp_s
 
 void send_optimizer_shard(Communicator& senders, const OptimizerShard& mine) {
   const int64_t n = n_pieces(mine);
-  senders.send_bytes(nlohmann::json({{"pieces", n}, {"tp_rank", mine.tp_rank}, {"tp_size", mine.tp_size}}).dump(), 0,
-                     kShardTag);
+  auto first = part_json(mine.part);
+  first["pieces"] = n;
+  senders.send_bytes(first.dump(), 0, kShardTag);
   for (int64_t k = 0; k < n; ++k) {
     const FlatAdamWState s = piece_of(mine, k);
     const nlohmann::json header = {{"begin", s.begin}, {"end", s.end}, {"total", s.total}, {"step", s.step},
@@ -139,10 +270,11 @@ void send_optimizer_shard(Communicator& senders, const OptimizerShard& mine) {
 
 void write_optimizer_shards(const fs::path& state_dir, Communicator& senders, const OptimizerShard& mine) {
   for (int64_t k = 0; k < n_pieces(mine); ++k) {
-    write_shard_file(shard_path(state_dir, 0, senders.size(), k), piece_of(mine, k), mine.tp_rank, mine.tp_size);
+    write_shard_file(shard_path(state_dir, 0, senders.size(), k), piece_of(mine, k), mine.part);
   }
   for (int r = 1; r < senders.size(); ++r) {  // one piece in memory at a time
     const auto first = nlohmann::json::parse(senders.recv_bytes(r, kShardTag));
+    const OptimizerPart part = part_of_json(first);
     const int64_t n = first.at("pieces").get<int64_t>();
     for (int64_t k = 0; k < n; ++k) {
       const auto header = nlohmann::json::parse(senders.recv_bytes(r, kShardTag));
@@ -156,69 +288,77 @@ void write_optimizer_shards(const fs::path& state_dir, Communicator& senders, co
       s.exp_avg_sq = torch::empty_like(s.exp_avg);
       senders.recv(s.exp_avg, r, kShardTag);
       senders.recv(s.exp_avg_sq, r, kShardTag);
-      write_shard_file(shard_path(state_dir, r, senders.size(), k), s, first.at("tp_rank").get<int>(),
-                       first.at("tp_size").get<int>());
+      write_shard_file(shard_path(state_dir, r, senders.size(), k), s, part);
     }
   }
 }
 
-FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, int64_t end, int64_t total, int tp_rank,
-                                     int tp_size) {
-  std::vector<FlatAdamWState> pieces;
-  for (const auto& path : optimizer_shard_files(state_dir)) {
-    auto file = SafetensorsFile::open(path);
-    auto number = [&](const char* key, std::optional<int64_t> absent = std::nullopt) -> int64_t {
-      auto it = file->metadata().find(key);
-      if (it == file->metadata().end() && absent) return *absent;  // written before tensor parallelism
-      if (it == file->metadata().end()) throw_user_error("{}: no \"{}\" in its metadata; not an rlcpp optimizer shard", path.string(), key);
-      try {
-        return std::stoll(it->second);
-      } catch (const std::exception&) {
-        throw_user_error("{}: metadata \"{}\" = \"{}\" is not a number", path.string(), key, it->second);
-      }
-    };
-    const int64_t saved_tp = number("tp_size", 1);
-    if (saved_tp != tp_size) {
+FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, int64_t end, int64_t total,
+                                     const OptimizerPart& part) {
+  // This tensor-parallel rank's pieces, by the stage they were saved from.
+  std::map<int, SavedPart> saved;
+  bool named = !part.layout.empty();
+  const auto files = optimizer_shard_files(state_dir);
+  for (const auto& path : files) {
+    SavedPiece piece = read_saved_piece(path);
+    if (piece.part.tp_size != part.tp_size) {
       throw_user_error("{}: the optimizer state was saved by parts of {} tensor-parallel ranks, this run has {}; resume "
-                       "with --train-tp {} (the model directory itself loads at any)", path.string(), saved_tp, tp_size,
-                       saved_tp);
+                       "with --train-tp {} (the model directory itself loads at any)", path.string(), piece.part.tp_size,
+                       part.tp_size, piece.part.tp_size);
     }
-    if (number("tp_rank", 0) != tp_rank) continue;  // another part's
-    FlatAdamWState piece;
-    piece.begin = number("begin");
-    piece.end = number("end");
-    piece.total = number("total");
-    piece.step = number("step");
-    if (piece.total != total) {
-      throw_user_error("{}: the optimizer state covers {} trained elements, this run trains {}; the trained parameters "
-                       "changed (LoRA settings, the model): resume with the checkpoint's settings",
-                       path.string(), piece.total, total);
+    if (piece.part.tp_rank != part.tp_rank) continue;  // another part's
+    if (piece.part.layout.empty()) named = false;  // written before layouts: read as saved
+    auto& into = saved[piece.part.stage];
+    if (into.tensors.empty() && !piece.part.layout.empty()) {
+      int64_t offset = 0;
+      for (const auto& [name, numel] : piece.part.layout) {
+        into.tensors.emplace(name, std::make_pair(offset, numel));
+        offset += numel;
+      }
+      into.total = offset;
     }
-    if (piece.end <= begin || piece.begin >= end) continue;  // not needed here: not read
-    piece.exp_avg = file->tensor("exp_avg");
-    piece.exp_avg_sq = file->tensor("exp_avg_sq");
-    if (piece.exp_avg.numel() != piece.end - piece.begin || piece.exp_avg_sq.numel() != piece.exp_avg.numel()) {
-      throw_user_error("{}: exp_avg holds {} elements for the range [{}, {})", path.string(), piece.exp_avg.numel(),
-                       piece.begin, piece.end);
-    }
-    pieces.push_back(std::move(piece));
+    into.pieces.push_back(std::move(piece.state));
   }
-  if (pieces.empty() && begin < end) {
-    throw_user_error("{}: no optimizer.pt, and none of its {} optimizer shards covers elements [{}, {}): a shard file is "
-                     "missing; resume from a complete checkpoint", state_dir.string(), optimizer_shard_files(state_dir).size(),
-                     begin, end);
+  if (saved.empty() && begin < end) {
+    throw_user_error("{}: no optimizer.pt, and none of its {} optimizer shards is of tensor-parallel rank {}: a shard file "
+                     "is missing; resume from a complete checkpoint", state_dir.string(), files.size(), part.tp_rank);
   }
   if (begin == end) {
     FlatAdamWState empty;
     empty.total = total;
     return empty;
   }
+  if (named) return state_by_name(saved, begin, end, total, part, state_dir.string());
+  // As saved: one part of the same tensors, in the same order.
+  if (saved.size() > 1) {
+    throw_user_error("{}: the optimizer shards are of {} pipeline stages and this run has no layout to match them by; "
+                     "resume with the checkpoint's --pp", state_dir.string(), saved.size());
+  }
+  std::vector<FlatAdamWState> pieces;
+  for (auto& piece : saved.begin()->second.pieces) {
+    if (piece.total != total) {
+      throw_user_error("{}: the optimizer state covers {} trained elements, this run trains {}; the trained parameters "
+                       "changed (LoRA settings, the model): resume with the checkpoint's settings",
+                       state_dir.string(), piece.total, total);
+    }
+    if (piece.end > begin && piece.begin < end) pieces.push_back(piece);
+  }
+  if (pieces.empty()) {
+    throw_user_error("{}: none of its {} optimizer shards covers elements [{}, {}): a shard file is missing; resume from "
+                     "a complete checkpoint", state_dir.string(), files.size(), begin, end);
+  }
   return assemble_flat_state(pieces, begin, end, state_dir.string());
 }
 
 void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::path& tokenizer_from,
                      const std::string& base_model, bool save_merged, const NamedTensors* weights) {
-  if (weights != nullptr) {  // a pipeline's stages, gathered: config.json as save_pretrained writes it
+  if (weights != nullptr && policy.has_adapters()) {  // a pipeline's stages' adapters, gathered: as save_adapter writes them
+    fs::create_directories(dir);
+    write_file_atomic(dir / kAdapterConfigFile, peft_adapter_config(policy.lora(), base_model).dump(2) + "\n");
+    NamedTensors tensors;
+    for (const auto& [name, tensor] : *weights) tensors.emplace_back(kPeftKeyPrefix + name, tensor);
+    save_safetensors(dir / kAdapterWeightsFile, tensors);
+  } else if (weights != nullptr) {  // a pipeline's stages, gathered: config.json as save_pretrained writes it
     fs::create_directories(dir);
     auto config_json = policy.config().raw;
     config_json["torch_dtype"] = dtypes().name(policy.options().dtype);
@@ -364,14 +504,15 @@ nlohmann::json read_checkpoint_state(const fs::path& step_dir, const RunConfig& 
   return load_json_file(state_dir / "state.json");
 }
 
-void load_checkpoint_optimizer(const fs::path& step_dir, Trainer& trainer, int tp_rank, int tp_size) {
+void load_checkpoint_optimizer(const fs::path& step_dir, Trainer& trainer, const OptimizerPart& part) {
   const fs::path state_dir = step_dir / "trainer_state";
   auto& optimizer = trainer.optimizer();
   const auto params = optimizer.param_groups().at(0).params();
   const bool whole = fs::exists(state_dir / "optimizer.pt");
-  if (whole && tp_size > 1) {
-    throw_user_error("{}: the optimizer state is of the whole model (a run without tensor parallelism); resume with "
-                     "--train-tp 1 (the model directory itself loads at any)", (state_dir / "optimizer.pt").string());
+  if (whole && (part.tp_size > 1 || part.stages > 1)) {
+    throw_user_error("{}: the optimizer state is of one process's whole model (a run without tensor or pipeline "
+                     "parallelism); resume with --train-tp 1 and --pp 1 (the model directory itself loads at any)",
+                     (state_dir / "optimizer.pt").string());
   }
   if (whole) {
     try {
@@ -382,14 +523,14 @@ void load_checkpoint_optimizer(const fs::path& step_dir, Trainer& trainer, int t
     }
   }
   // Re-sharding: a ZeRO trainer takes its range of whatever the checkpoint holds (one whole state or
-  // the shards of any number of trainers); an unsharded trainer assembles the whole from shards.
+  // the shards of any number of trainers and stages); an unsharded trainer assembles its whole part.
   if (auto* zero = trainer.zero()) {
     zero->load_state(whole ? flat_adamw_state(optimizer, params, zero->begin(), zero->end())
-                           : read_optimizer_shards(state_dir, zero->begin(), zero->end(), zero->total(), tp_rank, tp_size));
+                           : read_optimizer_shards(state_dir, zero->begin(), zero->end(), zero->total(), part));
     optimizer.state().clear();
   } else if (!whole) {
     const int64_t total = flat_numel(params);
-    set_adamw_state(optimizer, params, read_optimizer_shards(state_dir, 0, total, total, tp_rank, tp_size));
+    set_adamw_state(optimizer, params, read_optimizer_shards(state_dir, 0, total, total, part));
   }
   if (fs::exists(state_dir / "rng.pt")) {
     torch::Tensor state;

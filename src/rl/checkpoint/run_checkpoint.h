@@ -61,32 +61,45 @@ std::optional<std::filesystem::path> find_resume_checkpoint(const RunConfig& con
 // incompatible with `config` (the differing settings are named).
 nlohmann::json read_checkpoint_state(const std::filesystem::path& step_dir, const RunConfig& config);
 
-// Restores the trainer's optimizer and the RNG state saved next to state.json. The optimizer state
-// may be one whole optimizer.pt (unsharded runs) or ZeRO's shards from any number of trainers; it
-// is re-sharded to this trainer's range (ZeRO) or assembled whole (unsharded). Under tensor
-// parallelism (`tp_size` > 1) the state is that of this rank's part, `tp_rank` of the same size.
-void load_checkpoint_optimizer(const std::filesystem::path& step_dir, Trainer& trainer, int tp_rank = 0, int tp_size = 1);
+// Which part of the model a trainer's flat AdamW state is of: its tensor-parallel rank of `tp_size`,
+// its pipeline stage of `stages`, and `layout`, the trained tensors in the order of the flat state
+// (whole-model names, alike under every --pp; elements of this rank's part). The layout is what
+// lets a checkpoint written at one --pp (or ZeRO sharding, or trainer count) resume at another:
+// each tensor's moments are found by name in whichever stage's shards hold them.
+struct OptimizerPart {
+  int tp_rank = 0, tp_size = 1;
+  int stage = 0, stages = 1;
+  std::vector<std::pair<std::string, int64_t>> layout;
+};
 
-// Sharded optimizer state (ZeRO, tensor parallelism): trainer_state/optimizer-shard-<r>-of-<n>-<k>.safetensors,
-// piece k of one trainer's range of the flat AdamW state of its tensor-parallel part (exp_avg,
-// exp_avg_sq; begin, end, total, step, tp_rank and tp_size in its metadata). Trainer 0 writes them all,
-// receiving the others' one at a time (send_optimizer_shard), over a group of the senders in
-// which it is rank 0.
+// Restores the trainer's optimizer and the RNG state saved next to state.json. The optimizer state
+// may be one whole optimizer.pt (one-process runs) or the shards of any number of trainers, of any
+// ZeRO stage and --pp; it is re-sharded to this trainer's range (ZeRO) or assembled whole
+// (unsharded) for `part`. Shards of another --train-tp are refused, naming it. Without a layout in
+// `part` (one-process runs: SFT) the shards must be of the same trained tensors in the same order.
+void load_checkpoint_optimizer(const std::filesystem::path& step_dir, Trainer& trainer, const OptimizerPart& part = {});
+
+// Sharded optimizer state (distributed runs): trainer_state/optimizer-shard-<r>-of-<n>-<k>.safetensors,
+// piece k of one trainer's range of the flat AdamW state of its part (exp_avg, exp_avg_sq; begin,
+// end, total, step, tp_rank, tp_size, stage, stages and the part's layout as JSON in its metadata).
+// Trainer 0 writes them all, receiving the others' one at a time (send_optimizer_shard), over a
+// group of the senders in which it is rank 0.
 // A trainer's range [begin, end) of its part's flat state, read a piece at a time through `range`.
 struct OptimizerShard {
   int64_t begin = 0, end = 0;
-  int tp_rank = 0, tp_size = 1;  // the tensor-parallel part the state is of
+  OptimizerPart part;  // the part the state is of
   std::function<FlatAdamWState(int64_t a, int64_t b)> range;  // the state of [a, b) within [begin, end)
 };
 // The shard of a state held whole (ZeRO's): pieces are views of it.
-OptimizerShard optimizer_shard(const FlatAdamWState& held, int tp_rank, int tp_size);
+OptimizerShard optimizer_shard(const FlatAdamWState& held, OptimizerPart part);
 std::vector<std::filesystem::path> optimizer_shard_files(const std::filesystem::path& state_dir);
 void send_optimizer_shard(Communicator& senders, const OptimizerShard& mine);
 void write_optimizer_shards(const std::filesystem::path& state_dir, Communicator& senders, const OptimizerShard& mine);
-// The range [begin, end) of a checkpoint's shards of part `tp_rank`, which must cover `total` trained
-// elements; shards of another tensor-parallel size are a UserError naming --train-tp.
+// The range [begin, end) of `part`'s flat state (`total` elements) from a checkpoint's shards:
+// tensor by tensor by name when `part` has a layout (from shards of any --pp), else as saved.
+// Shards of another tensor-parallel size are a UserError naming --train-tp.
 FlatAdamWState read_optimizer_shards(const std::filesystem::path& state_dir, int64_t begin, int64_t end, int64_t total,
-                                     int tp_rank = 0, int tp_size = 1);
+                                     const OptimizerPart& part = {});
 
 // run_dir/metrics.jsonl made ready for a run continuing after `resumed_step` (rewound), or for a
 // fresh one: refused when the directory already holds a run, unless --resume auto found no

@@ -163,9 +163,10 @@ void reject_unimplemented(const RunConfig& c) {
                        "model (mpirun -np T+I rlcpp train -t T -i I --pp {}, T a multiple of {}); the colocated mode's "
                        "engine generates with the trainer's own weights", c.parallel.pp, c.parallel.pp, c.parallel.pp);
     }
-    if (c.model.lora.enabled()) {
-      throw_user_error("--pp {} with --lora-rank {}: LoRA adapters on pipeline stages are not supported yet; drop one",
-                       c.parallel.pp, c.model.lora.rank);
+    if (c.model.lora.enabled() && c.logging.save_merged) {
+      throw_user_error("--pp {} with --lora-rank {} and --save-merged: checkpoints of pipeline stages hold the adapter "
+                       "alone; drop --save-merged and merge a checkpoint afterwards (rlcpp merge)", c.parallel.pp,
+                       c.model.lora.rank);
     }
     if (c.parallel.zero > 1 || (c.parallel.zero == 1 && c.parallel.tp > 1)) {
       throw_user_error("--pp {} with -zero {}{}: pipeline stages take ZeRO stage 1 without tensor parallelism only (stages "
@@ -541,19 +542,23 @@ std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& rec
     const nlohmann::ordered_json* recorded_then = recorded_value(recorded, group, key);
     const bool known = recorded_then != nullptr;
     const auto& then = known ? *recorded_then : defaults[group][key];
-    // Per-trainer batches may change with the trainer count (a resume onto another -t): what must
-    // stay is the global batch, -t × -tbs prompts per step and -t × -tMbs per optimizer step.
+    // Per-replica batches may change with the replica count (a resume onto another -t or --pp):
+    // what must stay is the global batch, -tbs prompts per step and -tMbs per optimizer step times
+    // the data-parallel replicas, -t / (--train-tp × --pp).
     if ((setting.name == "train.train_batch_size" || setting.name == "train.train_minibatch_size") &&
         then.is_number_integer() && current.is_number_integer()) {
-      auto trainers = [](const nlohmann::ordered_json& c) {
-        const nlohmann::ordered_json* t = recorded_value(c, "parallel", "num_trainers");
-        return std::max<int64_t>(1, t != nullptr && t->is_number_integer() ? t->get<int64_t>() : 0);
+      auto replicas = [](const nlohmann::ordered_json& c) {
+        auto value = [&](const char* key) {
+          const nlohmann::ordered_json* v = recorded_value(c, "parallel", key);
+          return std::max<int64_t>(1, v != nullptr && v->is_number_integer() ? v->get<int64_t>() : 0);
+        };
+        return std::max<int64_t>(1, value("num_trainers") / (value("tensor_parallel_size") * value("pipeline_parallel_size")));
       };
-      const int64_t global_then = then.get<int64_t>() * trainers(recorded);
-      const int64_t global_now = current.get<int64_t>() * trainers(now);
+      const int64_t global_then = then.get<int64_t>() * replicas(recorded);
+      const int64_t global_now = current.get<int64_t>() * replicas(now);
       if (global_then != global_now) {
-        out.push_back(fmt::format("{} × parallel.num_trainers (the global batch): {} -> {}", setting.name, global_then,
-                                  global_now));
+        out.push_back(fmt::format("{} × the data-parallel replicas (the global batch): {} -> {}", setting.name,
+                                  global_then, global_now));
       }
       continue;
     }

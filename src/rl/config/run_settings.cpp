@@ -260,14 +260,15 @@ std::vector<Setting> make_settings() {
   s.push_back(bool_setting("parallel.verify_sync", "--verify-sync",
                            "rollout workers hash the weights they applied and trainer rank 0 checks them",
                            [](C& c) -> bool& { return c.parallel.verify_sync; }, {}, true));
-  // Not to change on resume: the optimizer state is saved per tensor-parallel part.
+  // Not to change on resume: the optimizer state is saved per tensor-parallel part (a resume
+  // re-shards it over any --pp, ZeRO stage and trainer count, by name).
   s.push_back(int_setting("parallel.tensor_parallel_size", "--tp,--train-tp,--tensor-parallel-size",
                           "trainer tensor parallelism: each data-parallel replica is this many trainer ranks (-t counts "
                           "ranks; the colocated mode: mpirun -np N with --train-tp N)",
                           [](C& c) -> int64_t& { return c.parallel.tp; }, 1, {"train_tp"}));
   s.push_back(int_setting("parallel.pipeline_parallel_size", "--pp,--pipeline-parallel-size",
                           "pipeline stages of each trainer replica (1F1B over -tmbs micro-batches; distributed mode)",
-                          [](C& c) -> int64_t& { return c.parallel.pp; }, 1, {"train_pp"}));
+                          [](C& c) -> int64_t& { return c.parallel.pp; }, 1, {"train_pp"}, true));
   s.push_back(int_setting("parallel.zero_stage", "--zero,--zero-stage",
                           "ZeRO: 1 shards the AdamW moments over the trainers, 2 also the gradients (distributed mode)",
                           [](C& c) -> int64_t& { return c.parallel.zero; }, 0, {}, true));

@@ -175,7 +175,6 @@ std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional
     policy->eval();
     return policy;
   }
-  RLCPP_CHECK(stage.whole(), "LoRA on a pipeline stage");
   auto policy = Transformer::from_pretrained(c.model.path, run_model_options(c, true, std::move(tp_group), stage));
   if (checkpoint) {
     if (!is_peft_adapter_dir(*checkpoint)) {
@@ -210,6 +209,7 @@ constexpr int kStageTag = 9302;
 }  // namespace
 
 NamedTensors stage_weights(const Transformer& policy) {
+  if (policy.has_adapters()) return policy.trained_weights();  // LoRA: the stage's adapters
   const PipelineStage& stage = policy.options().stage;
   NamedTensors out;
   for (auto& [name, t] : policy.named_weights()) {
@@ -256,6 +256,30 @@ void send_stage_weights(const Topology& t, const Transformer& policy) {
     if (t.tp_leader()) t.replica_group->send(whole.contiguous(), 0, kStageTag);
   }
 }
+
+namespace {
+
+// This trainer's part of the model as its optimizer state is laid out (rl/checkpoint/run_checkpoint.h).
+OptimizerPart optimizer_part(const RunConfig& c, const Topology* t, const Transformer& policy, ZeroOptimizer* zero) {
+  OptimizerPart part;
+  part.tp_size = static_cast<int>(c.parallel.tp);
+  part.tp_rank = t != nullptr && policy.tensor_parallel() != nullptr ? t->tp_rank() : 0;
+  part.stages = static_cast<int>(c.parallel.pp);
+  part.stage = t != nullptr ? t->stage() : 0;
+  const auto params = policy.trainable_parameters();
+  const auto named = policy.trained_weights();
+  RLCPP_CHECK(params.size() == named.size(), "{} trained tensors, {} named", params.size(), named.size());
+  for (size_t k = 0; k < params.size(); ++k) {
+    // ZeRO-3 keeps released tensors empty: their shapes are the optimizer's.
+    const auto shape = zero != nullptr && zero->shards_parameters() ? zero->shape_of(params[k]) : params[k].sizes().vec();
+    int64_t numel = 1;
+    for (const int64_t d : shape) numel *= d;
+    part.layout.emplace_back(named[k].first, numel);
+  }
+  return part;
+}
+
+}  // namespace
 
 RunState load_run(const RunConfig& c, const Topology* topology) {
   RunState run;
@@ -326,10 +350,7 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   }
   if (run.plan.resume_from) {
     GatheredParameters whole(run.trainer->zero());  // ZeRO-3: the optimizer's parameters have their shapes
-    // The state of this rank's part: its stage's tensor-parallel part, one of --pp x --train-tp.
-    load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer,
-                              topology != nullptr ? topology->stage() * topology->train_tp + topology->tp_rank() : 0,
-                              static_cast<int>(c.parallel.tp * c.parallel.pp));
+    load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer, optimizer_part(c, topology, *run.policy, run.trainer->zero()));
     run.trainer->restore_steps(run.plan.saved.optimizer_steps);
     run.policy_version = run.plan.saved.policy_version;
   }
@@ -344,20 +365,19 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   const bool pp = t != nullptr && t->train_pp > 1;
   const bool first_replica = t == nullptr || t->replica() == 0;
   // Optimizer shards go to trainer 0 from every trainer under ZeRO (each its shard of its part),
-  // from the first replica's ranks under tensor or pipeline parallelism (each the whole state of
-  // its part: its stage's tensor-parallel part); nobody sends without either (trainer 0 writes
-  // optimizer.pt).
-  Communicator* senders = zero != nullptr ? t->role_group.get() : (tp || pp) && first_replica ? t->replica_group.get() : nullptr;
+  // else from the first replica's ranks (each the whole state of its part: its stage's
+  // tensor-parallel part); one process alone writes optimizer.pt. Each shard names its tensors,
+  // so a resume may take them at another --pp, ZeRO stage or trainer count.
+  Communicator* senders = zero != nullptr ? t->role_group.get() : t != nullptr && first_replica ? t->replica_group.get() : nullptr;
   OptimizerShard mine;
   if (senders != nullptr) {
-    const int part = (pp ? t->stage() * t->train_tp : 0) + (tp ? t->tp_rank() : 0);
-    const int parts = (tp ? t->train_tp : 1) * (pp ? t->train_pp : 1);
+    OptimizerPart part = optimizer_part(c, t, *run.policy, zero);
     if (zero != nullptr) {
-      mine = optimizer_shard(zero->state(), part, parts);
+      mine = optimizer_shard(zero->state(), std::move(part));
     } else {  // the whole state of this rank's part, flattened a piece at a time as it goes
       auto& optimizer = run.trainer->optimizer();
       const auto params = optimizer.param_groups().at(0).params();
-      mine = {0, flat_numel(params), part, parts,
+      mine = {0, flat_numel(params), std::move(part),
               [&optimizer, params](int64_t a, int64_t b) { return flat_adamw_state(optimizer, params, a, b); }};
     }
   }
