@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism in training runs under mpirun (also as root), on the toy task made 4 layers
 # deep, fp64, distributed (-t T -i 1 --pp N):
-#   - 2 and 3 stages, 2 stages x 2 tensor-parallel ranks, and 2 data-parallel replicas of 2 stages
+#   - 2 and 3 stages, 2 stages x 2 tensor-parallel ranks (also with ZeRO-1, its checkpoint resumed
+#     without stages), and 2 data-parallel replicas of 2 stages
 #     (also with ZeRO-1 over each stage's replicas) take the steps of one trainer rank: weights after 3 steps within 1e-12 per tensor, metrics
 #     equal; the sync to the rollout worker hash-verified (whole weights streamed stage by stage);
 #   - checkpoints: one whole Hugging Face model directory and an optimizer shard per stage; a
@@ -41,7 +42,8 @@ run_mpi 2 "${base[@]}" "${one[@]}" -t 1 -i 1 -p d1 > d1.log 2>&1 || { bad d1-run
 weights_moved runs/d1/step-3/model.safetensors toy/model.safetensors && ok weights-moved || bad weights-moved
 # NP T I PP NAME [FLAGS]: two replicas need two engines (engines a multiple of replicas), and take
 # a prompt each, against two one-rank replicas.
-for layout in "3 2 1 2 pp2" "4 3 1 3 pp3" "5 4 1 2 pp2tp2 --train-tp 2" "6 4 2 2 dp2pp2"; do
+for layout in "3 2 1 2 pp2" "4 3 1 3 pp3" "5 4 1 2 pp2tp2 --train-tp 2" "5 4 1 2 pp2tp2z1 --train-tp 2 -zero 1 --si 2" \
+              "6 4 2 2 dp2pp2"; do
   read -r np t i pp name extra <<<"$layout"
   args=("${base[@]}" "${one[@]}" -t "$t" -i "$i" --pp "$pp" -p "$name")
   [ -n "${extra:-}" ] && args+=($extra)
@@ -52,6 +54,10 @@ for layout in "3 2 1 2 pp2" "4 3 1 3 pp3" "5 4 1 2 pp2tp2 --train-tp 2" "6 4 2 2
   fi
   [ "$(verified "$name")" -ge 3 ] && ok "$name-syncs-verified" || bad "$name-syncs-verified"
 done
+# The TP x PP x ZeRO-1 checkpoint of step 2 continued without stages (its parts taken by name).
+run_mpi 3 "${base[@]}" "${one[@]}" -t 2 -i 1 --train-tp 2 -cp runs/pp2tp2z1/step-2 -p tp2-from-pp2tp2z1 \
+  > tp2-from-pp2tp2z1.log 2>&1 || { bad tp2-from-pp2tp2z1-run; tail -3 tp2-from-pp2tp2z1.log; }
+same resume-pp2tp2z1-onto-tp2 runs/d1/step-3/model.safetensors runs/tp2-from-pp2tp2z1/step-3/model.safetensors
 run_mpi 4 "${base[@]}" "${one[@]}" -t 2 -i 2 -p dp2 > dp2.log 2>&1 || { bad dp2-run; tail -3 dp2.log; }
 same dp2pp2-equals-dp2 runs/dp2/step-3/model.safetensors runs/dp2pp2/step-3/model.safetensors
 # ZeRO-1 over each stage's two data-parallel trainers.
@@ -125,7 +131,7 @@ expect_error pp-colocated 1 "pipeline stages train in the distributed mode" --pp
 expect_error pp-not-dividing-t 4 "make -t a multiple of 2" -t 3 -i 1 --pp 2
 expect_error pp-over-layers 6 "--pp 5: toy has 4 decoder layers" -t 5 -i 1 --pp 5
 expect_error pp-lora-merged 3 "checkpoints of pipeline stages hold the adapter alone" -t 2 -i 1 --pp 2 --lora-rank 4 --save-merged
-expect_error pp-zero2 3 "pipeline stages take ZeRO stage 1 without tensor parallelism only" -t 2 -i 1 --pp 2 -zero 2
+expect_error pp-zero2 3 "pipeline stages take ZeRO stage 1 only" -t 2 -i 1 --pp 2 -zero 2
 expect_error pp-eval 3 "evaluation generates on trainer 0" -t 2 -i 1 --pp 2 -ed '{"toy": "data.jsonl"}'
 
 # kill -9 of the second stage mid-run: the job ends non-zero by itself.

@@ -510,8 +510,7 @@ std::vector<torch::Tensor> Trainer::sum_tied_gradients(const std::vector<torch::
 }
 
 void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes) {
-  RLCPP_CHECK(stages_ == nullptr || (stage == 1 && policy_->tensor_parallel() == nullptr),
-              "ZeRO stage {} with pipeline parallelism{}", stage, policy_->tensor_parallel() ? " and tensor parallelism" : "");
+  RLCPP_CHECK(stages_ == nullptr || stage == 1, "ZeRO stage {} with pipeline parallelism", stage);
   const auto trained = policy_->trainable_parameters();
   std::vector<torch::Tensor> resident;  // stages 2 and 3: the trained tensors outside the decoder layers
   if (stage >= 2) {
@@ -531,17 +530,18 @@ void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes)
     for (const auto& p : trained) owned.push_back(tp->owned_mask(p, *policy_->shard_of(p)));
   }
   zero_ = std::make_unique<ZeroOptimizer>(trained, group, stage, bucket_bytes, resident);
-  if (tp != nullptr) zero_->set_tensor_parallel(tp->group(), std::move(owned));
+  if (tp != nullptr) zero_->set_model_parallel(tp->group(), std::move(owned));
   if (stages_ != nullptr) {
     // The norm sums over the stages, each element once: a tied embedding's copy on the last stage
     // is the first stage's (its gradient summed into both before the step, sum_tied_gradients).
     const PipelineStage& at = policy_->options().stage;
     const bool holds_copy = !at.first() && at.last() && policy_->config().tie_word_embeddings;
+    owned.clear();
     for (const auto& p : trained) {
       const bool copy = holds_copy && p.is_same(policy_->model->embed_tokens->weight);
       owned.push_back(copy ? torch::zeros({p.numel()}, torch::kFloat32) : torch::Tensor());
     }
-    zero_->set_tensor_parallel(*stages_, std::move(owned));
+    zero_->set_model_parallel(*stages_, std::move(owned));
   }
   if (stage >= 2) policy_context_.holder = zero_.get();
 }

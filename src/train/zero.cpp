@@ -423,14 +423,17 @@ void LayerByLayer::finish() {
   zero_.release_resident();
 }
 
-void ZeroOptimizer::set_tensor_parallel(Communicator& group, std::vector<torch::Tensor> owned) {
+void ZeroOptimizer::set_model_parallel(Communicator& group, std::vector<torch::Tensor> owned) {
   RLCPP_CHECK(owned.size() == params_.size(), "{} owned masks for {} parameters", owned.size(), params_.size());
-  tp_group_ = &group;
-  owned_ = std::move(owned);
+  owned_.resize(params_.size());
+  for (size_t i = 0; i < owned.size(); ++i) {
+    if (owned[i].defined()) owned_[i] = owned_[i].defined() ? owned_[i] * owned[i] : std::move(owned[i]);
+  }
+  model_groups_.push_back(&group);
 }
 
 double ZeroOptimizer::gradient_squares(const std::vector<torch::Tensor>& grads) const {
-  if (tp_group_ == nullptr) return summed_squares(group_, grads);
+  if (model_groups_.empty()) return summed_squares(group_, grads);
   // The shard's pieces, each weighted by the elements of it this rank owns.
   auto squares = torch::zeros({1}, torch::kFloat64);
   size_t k = 0;
@@ -440,7 +443,7 @@ double ZeroOptimizer::gradient_squares(const std::vector<torch::Tensor>& grads) 
     squares += mask.defined() ? (g * mask.narrow(0, in_param, len).to(torch::kFloat64)).sum() : g.sum();
   });
   group_.all_reduce_sum(squares);
-  tp_group_->all_reduce_sum(squares);
+  for (auto* group : model_groups_) group->all_reduce_sum(squares);
   return squares.item<double>();
 }
 

@@ -82,10 +82,12 @@ class ZeroOptimizer final : public ParameterHolder {
   double step(const torch::optim::AdamWOptions& options, double max_norm);
 
   const FlatAdamWState& state() const { return state_; }
-  // Tensor parallelism: the parameters are this rank's parts of a model split over `group`; the
-  // gradient norm counts each element of the whole model once, by `owned` (per parameter, a flat
-  // fp32 mask of the elements this rank owns, undefined: all) and a sum over `group`. Before any step.
-  void set_tensor_parallel(Communicator& group, std::vector<torch::Tensor> owned);
+  // Model parallelism (tensor, pipeline): the parameters are this rank's parts of a model split
+  // over `group`; the gradient norm counts each element of the whole model once, by `owned` (per
+  // parameter, a flat fp32 mask of the elements this rank owns, undefined: all) and a sum over
+  // `group`. Called once per kind of split (TP, then PP): the sums run over each group in turn and
+  // an element counts where every mask owns it. Before any step.
+  void set_model_parallel(Communicator& group, std::vector<torch::Tensor> owned);
   // Continues from `state`, which must cover this trainer's [begin, end) of the same parameters.
   void load_state(const FlatAdamWState& state);
 
@@ -140,8 +142,9 @@ class ZeroOptimizer final : public ParameterHolder {
   torch::Tensor shard_params_, shard_grad_;
   std::vector<size_t> resident_;
   bool resident_held_ = false;
-  // Tensor parallelism (set_tensor_parallel): the group and each parameter's owned mask.
-  Communicator* tp_group_ = nullptr;
+  // Model parallelism (set_model_parallel): its groups and each parameter's owned mask (the
+  // product of the masks given; empty without).
+  std::vector<Communicator*> model_groups_;
   std::vector<torch::Tensor> owned_;
   // Σ g² of the step's gradient over the trainers (and the tensor-parallel group): `grads` are the
   // shard's pieces (stage 1) or its summed gradient.

@@ -168,12 +168,10 @@ void reject_unimplemented(const RunConfig& c) {
                        "alone; drop --save-merged and merge a checkpoint afterwards (rlcpp merge)", c.parallel.pp,
                        c.model.lora.rank);
     }
-    if (c.parallel.zero > 1 || (c.parallel.zero == 1 && c.parallel.tp > 1)) {
-      throw_user_error("--pp {} with -zero {}{}: pipeline stages take ZeRO stage 1 without tensor parallelism only (stages "
-                       "2 and 3 hand each layer's gradients over inside backward, which the stages' schedule does not "
-                       "yet do); use -zero 1{}, or 0", c.parallel.pp, c.parallel.zero,
-                       c.parallel.tp > 1 ? fmt::format(" and --train-tp {}", c.parallel.tp) : "",
-                       c.parallel.tp > 1 ? " with --train-tp 1" : "");
+    if (c.parallel.zero > 1) {
+      throw_user_error("--pp {} with -zero {}: pipeline stages take ZeRO stage 1 only (stages 2 and 3 hand each layer's "
+                       "gradients over inside backward, which the stages' schedule does not yet do); use -zero 1, or 0",
+                       c.parallel.pp, c.parallel.zero);
     }
     if (!c.eval.dataset.empty()) {
       throw_user_error("--pp {} with -ed: evaluation generates on trainer 0, which holds one pipeline stage; evaluate "
