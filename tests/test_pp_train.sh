@@ -9,6 +9,8 @@
 #     resume from step 2 equals the uninterrupted run at the same --pp, at 3 stages, on one
 #     trainer and on 2 ZeRO-1 trainers, and a one-trainer checkpoint resumes on 2 stages;
 #   - LoRA on 2 stages equals one trainer, its adapters synced and resumed on one trainer;
+#   - partial rollouts with the relay buffer, and multi-turn episodes with tool calls, on 2 stages
+#     equal one trainer;
 #   - layouts and combinations it does not support refused with the flags named; a killed stage
 #     ends the job.
 # Usage: test_pp_train.sh RLCPP_BINARY MPIEXEC
@@ -118,6 +120,22 @@ weights_moved runs/lora1/step-3/adapter_model.safetensors runs/lora2/step-2/adap
 run_mpi 2 "${base[@]}" "${lora[@]}" -t 1 -i 1 -cp runs/lora2/step-2 -p lora-again > lora-again.log 2>&1 \
   || { bad lora-resume-run; tail -3 lora-again.log; }
 same lora-pp2-resumed-on-one-rank runs/lora1/step-3/adapter_model.safetensors runs/lora-again/step-3/adapter_model.safetensors
+
+# With the rest of the step loop: a round generated ahead with partial rollouts and the relay
+# buffer on the toy task, and multi-turn episodes with tool calls (their inserted runs masked) on
+# the bundled tool-use model: 2 stages take one trainer's steps.
+async=(-tbs 1 -tMbs 1 --max-steps 4 -ibs 2 -nb 1 --partial-rollout --max-relay-episode 2)
+run_mpi 2 "${base[@]}" "${async[@]}" -t 1 -i 1 -p async1 > async1.log 2>&1 || { bad async1-run; tail -3 async1.log; }
+run_mpi 3 "${base[@]}" "${async[@]}" -t 2 -i 1 --pp 2 -p async2 > async2.log 2>&1 || { bad async2-run; tail -3 async2.log; }
+same partial-relay-pp2-equals-one-rank runs/async1/step-4/model.safetensors runs/async2/step-4/model.safetensors
+turns=(-m "$here/../models/tools-tiny" -d "$here/../examples/tools/train.jsonl" -rt boxed --tools calculator --max-turns 3
+       -g 4 --mnt 64 -sd runs --seed 3 --dtype float64 -tbs 2 -tMbs 2 -tmbs 4 -lr 5e-5 --max-steps 2
+       --reuse-rollout-logprobs false)
+run_mpi 2 "${turns[@]}" -t 1 -i 1 -p turns1 > turns1.log 2>&1 || { bad turns1-run; tail -3 turns1.log; }
+run_mpi 3 "${turns[@]}" -t 2 -i 1 --pp 2 -p turns2 > turns2.log 2>&1 || { bad turns2-run; tail -3 turns2.log; }
+python3 -c 'import json,sys; sys.exit(0 if sum(json.loads(l)["tool_calls"] for l in open(sys.argv[1])) > 0 else 1)' \
+  runs/turns2/metrics.jsonl && metrics_close runs/turns1/metrics.jsonl runs/turns2/metrics.jsonl pp_bubble \
+  && ok multi-turn-pp2-equals-one-rank || bad multi-turn-pp2-equals-one-rank
 
 # Refused with the flags and numbers named (exit code 2, before any work).
 expect_error() {  # NAME NP PATTERN ARGS...
