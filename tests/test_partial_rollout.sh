@@ -6,7 +6,8 @@
 #     weights), every sync verified by hash on the worker;
 #   - kill -9 of the rollout worker, or of the trainer, after a checkpoint: --resume auto then ends
 #     with the weights and metrics of the run never killed;
-#   - LoRA, ZeRO-3 over two trainers, a tensor-parallel trainer, a tensor-parallel engine,
+#   - LoRA, ZeRO-3 over two trainers, a tensor-parallel trainer (each also under --max-staleness,
+#     finishing or dropping), a tensor-parallel engine,
 #     --async-switch asap and --partial-kv recompute with two workers run (and mix versions);
 #   - --max-staleness K down to the bound of rounds not generated ahead, K = 0, 1, 2: no trained
 #     sample or token more than K versions behind; with --stale-policy drop the round ahead starts
@@ -83,26 +84,8 @@ for rank in 1 0; do
   fi
 done
 
-# LoRA (the adapters are the weights sent), asap switches, recomputed caches with two workers.
-run_mpi 2 "${partial[@]}" --lora-rank 4 -p lora > lora.log 2>&1 && check_mixed lora 1 \
-  && ok partial-lora || { bad partial-lora; tail -3 lora.log; }
-run_mpi 2 "${partial[@]}" --async-switch asap -p asap > asap.log 2>&1 \
-  && [ "$(wc -l < runs/asap/metrics.jsonl)" -eq 12 ] && ok partial-asap || { bad partial-asap; tail -3 asap.log; }
-run_mpi 3 "${common[@]}" -t 1 -i 2 -nb 1 --partial-rollout --verify-sync true --partial-kv recompute -p recompute \
-  > recompute.log 2>&1 && check_mixed recompute 2 \
-  && ok partial-recompute || { bad partial-recompute; tail -3 recompute.log; }
-
-# The trainers' other layouts take part in every version sent: ZeRO-3 over two trainers (the
-# layers streamed to the two workers) and a tensor-parallel trainer (its parts gathered).
-run_mpi 4 "${common[@]}" -t 2 -i 2 -zero 3 -nb 1 --partial-rollout --verify-sync true -p zero3 > zero3.log 2>&1 \
-  && check_mixed zero3 2 && ok partial-zero3 || { bad partial-zero3; tail -3 zero3.log; }
-run_mpi 3 "${common[@]}" -t 2 --train-tp 2 -i 1 -nb 1 --partial-rollout --verify-sync true -p train-tp > train-tp.log 2>&1 \
-  && check_mixed train-tp 1 && ok partial-train-tp || { bad partial-train-tp; tail -3 train-tp.log; }
-# A tensor-parallel engine: both its ranks take each version at the same engine step.
-run_mpi 3 "${common[@]}" -t 1 -i 2 --rollout-tp 2 -nb 1 --partial-rollout --verify-sync true -p rollout-tp \
-  > rollout-tp.log 2>&1 && check_mixed rollout-tp 1 && ok partial-rollout-tp || { bad partial-rollout-tp; tail -3 rollout-tp.log; }
-
-# --max-staleness under partial rollouts: rounds of two steps (K >= 1) or of one (K >= 0).
+# The bound K held: no trained sample or token more than K versions behind; under drop nothing
+# masked or dropped, under finish some tokens kept as context only.
 check_bound() {  # NAME K POLICY
   python3 - "runs/$1/metrics.jsonl" "$2" "$3" <<'PY'
 import json, sys
@@ -118,6 +101,29 @@ assert seen <= k, f"versions behind reached {seen}, the bound is {k}"
 assert (masked == 0 and dropped == 0) if policy == "drop" else masked > 0
 PY
 }
+
+# LoRA (the adapters are the weights sent; its bound at 1, finishing), asap switches, recomputed caches with two workers.
+run_mpi 2 "${partial[@]}" --lora-rank 4 --max-staleness 1 --stale-policy finish -p lora > lora.log 2>&1 \
+  && check_mixed lora 1 && check_bound lora 1 finish && ok partial-lora || { bad partial-lora; tail -3 lora.log; }
+run_mpi 2 "${partial[@]}" --async-switch asap -p asap > asap.log 2>&1 \
+  && [ "$(wc -l < runs/asap/metrics.jsonl)" -eq 12 ] && ok partial-asap || { bad partial-asap; tail -3 asap.log; }
+run_mpi 3 "${common[@]}" -t 1 -i 2 -nb 1 --partial-rollout --verify-sync true --partial-kv recompute -p recompute \
+  > recompute.log 2>&1 && check_mixed recompute 2 \
+  && ok partial-recompute || { bad partial-recompute; tail -3 recompute.log; }
+
+# The trainers' other layouts take part in every version sent: ZeRO-3 over two trainers (the
+# layers streamed to the two workers; bound 2, dropping) and a tensor-parallel trainer (its parts
+# gathered; bound 1, finishing).
+run_mpi 4 "${common[@]}" -t 2 -i 2 -zero 3 -nb 1 --partial-rollout --verify-sync true --max-staleness 2 -p zero3 \
+  > zero3.log 2>&1 && check_mixed zero3 2 && check_bound zero3 2 drop && ok partial-zero3 || { bad partial-zero3; tail -3 zero3.log; }
+run_mpi 3 "${common[@]}" -t 2 --train-tp 2 -i 1 -nb 1 --partial-rollout --verify-sync true --max-staleness 1 \
+  --stale-policy finish -p train-tp > train-tp.log 2>&1 && check_mixed train-tp 1 && check_bound train-tp 1 finish \
+  && ok partial-train-tp || { bad partial-train-tp; tail -3 train-tp.log; }
+# A tensor-parallel engine: both its ranks take each version at the same engine step.
+run_mpi 3 "${common[@]}" -t 1 -i 2 --rollout-tp 2 -nb 1 --partial-rollout --verify-sync true -p rollout-tp \
+  > rollout-tp.log 2>&1 && check_mixed rollout-tp 1 && ok partial-rollout-tp || { bad partial-rollout-tp; tail -3 rollout-tp.log; }
+
+# --max-staleness under partial rollouts: rounds of two steps (K >= 1) or of one (K >= 0).
 run_mpi 2 "${rounds[@]}" -ibs 1 -t 1 -i 1 -nb 1 --partial-rollout --max-staleness 0 -p k0-drop > k0-drop.log 2>&1 && check_bound k0-drop 0 drop \
   && ok partial-max-staleness-0 || { bad partial-max-staleness-0; tail -3 k0-drop.log; }
 finish=("${partial[@]}" --max-staleness 1 --stale-policy finish)

@@ -6,8 +6,8 @@
 #     (also with ZeRO-1 over each stage's replicas) take the steps of one trainer rank: weights after 3 steps within 1e-12 per tensor, metrics
 #     equal; the sync to the rollout worker hash-verified (whole weights streamed stage by stage);
 #   - checkpoints: one whole Hugging Face model directory and an optimizer shard per stage; a
-#     resume from step 2 equals the uninterrupted run at the same --pp, at 3 stages, on one
-#     trainer and on 2 ZeRO-1 trainers, and a one-trainer checkpoint resumes on 2 stages;
+#     resume from step 2 equals the uninterrupted run at the same --pp, at 3 stages and on 2
+#     ZeRO-1 trainers, and a one-trainer checkpoint resumes on 2 stages;
 #   - LoRA on 2 stages equals one trainer, its adapters synced and resumed on one trainer;
 #   - partial rollouts with the relay buffer, and multi-turn episodes with tool calls, on 2 stages
 #     equal one trainer;
@@ -94,8 +94,8 @@ PY
 run_mpi 3 "${base[@]}" "${two[@]}" -cp runs/first/step-2 -p again > again.log 2>&1 || { bad resume-run; tail -3 again.log; }
 same resume-exact runs/whole/step-4/model.safetensors runs/again/step-4/model.safetensors
 # Resumes at another layout re-shard the optimizer state by tensor name: the 2-stage checkpoint
-# onto 3 stages, onto one trainer, and onto 2 data-parallel trainers with ZeRO-1 (the global batch
-# kept: -tbs is per replica); a one-trainer checkpoint onto 2 stages.
+# onto 3 stages and onto 2 data-parallel trainers with ZeRO-1 (the global batch kept: -tbs is per
+# replica); a one-trainer checkpoint onto 2 stages (and below, LoRA's 2 stages onto one trainer).
 resume_at() {  # NAME FROM NP ARGS...: resumed from FROM to step 4, equal to the uninterrupted run
   local name=$1 from=$2 np=$3; shift 3
   run_mpi "$np" "${base[@]}" --max-steps 4 -cp "$from" -p "$name" "$@" > "$name.log" 2>&1 \
@@ -103,7 +103,6 @@ resume_at() {  # NAME FROM NP ARGS...: resumed from FROM to step 4, equal to the
   same "$name" runs/whole/step-4/model.safetensors "runs/$name/step-4/model.safetensors"
 }
 resume_at resume-pp2-onto-pp3 runs/first/step-2 4 -tbs 2 -tMbs 2 -t 3 -i 1 --pp 3
-resume_at resume-pp2-onto-one-rank runs/first/step-2 2 -tbs 2 -tMbs 2 -t 1 -i 1
 resume_at resume-pp2-onto-dp2-zero1 runs/first/step-2 4 -tbs 1 -tMbs 1 -t 2 -i 2 -zero 1
 run_mpi 2 "${base[@]}" -tbs 2 -tMbs 2 --max-steps 2 -t 1 -i 1 -p first1 > first1.log 2>&1 || bad first1-run
 resume_at resume-one-rank-onto-pp2 runs/first1/step-2 3 -tbs 2 -tMbs 2 -t 2 -i 1 --pp 2
