@@ -5,7 +5,8 @@
 # one server killed mid-run (the requests go to the other, the run still equal); a trainer killed
 # with kill -9 resumes exactly; -nb 1 overlaps generation with training one version behind and
 # learns, and with --partial-rollout the servers take each version in the middle of the round's
-# sequences, reproducibly; bad flags and unreachable servers are errors naming them.
+# sequences, reproducibly (under LoRA too, killed and resumed exactly); bad flags and unreachable
+# servers are errors naming them.
 # Usage: test_remote_train.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_remote_train.sh RLCPP_BINARY SOURCE_DIR}")
@@ -72,6 +73,36 @@ train "${base[@]}" "${lora[@]}" "${remote[@]}" --max-steps $steps -p lora-remote
 # small adapter weights (measured: 1.1e-5 overall).
 same_run lora-remote lora-native adapter_model.safetensors 1e-4 && ok lora-remote-equals-native || bad lora-remote-equals-native
 curl -s "$a/v1/models" | grep -q "rlcpp-policy-v$((steps - 1))" && ok adapter-served-by-version || bad adapter-served-by-version
+
+# 1b. Partial rollouts under LoRA: the servers load each version's adapter between chunks of the
+# round ahead, so samples hold tokens of two versions; a run killed after step-3 and resumed ends
+# with the uninterrupted run's samples and metrics, and its adapter bit for bit.
+mixes_versions() {  # NAME
+  python3 - "runs/$1/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+st = [r["staleness"] for r in rows]
+mixed = [r["step"] for r, s in zip(rows, st) if s["per_token"]["mean"] < s["per_sample"]["mean"] - 1e-9]
+pushes = rows[-1]["rollout_servers"]["weight_pushes"]
+print(f"     steps with samples of two versions {mixed}; per-token versions behind "
+      f"{[round(s['per_token']['mean'], 2) for s in st]}; {pushes} weight pushes")
+sys.exit(0 if len(rows) == 6 and mixed and max(s["per_sample"]["max"] for s in st) <= 1 else 1)
+PY
+}
+lora_partial=("${base[@]}" "${lora[@]}" "${remote[@]}" --max-steps $steps --si 1 -nb 1 --partial-rollout)
+train "${lora_partial[@]}" -p lora-partial -rsd runs/lora-partial/rollouts > lora-partial.log 2>&1 \
+  || { bad lora-partial-run; tail -5 lora-partial.log; }
+mixes_versions lora-partial && ok lora-partial-over-servers-mixes-versions || bad lora-partial-over-servers-mixes-versions
+train "${lora_partial[@]}" -p lora-partial-killed -rsd runs/lora-partial-killed/rollouts > lora-partial-killed.log 2>&1 &
+job=$!; pids+=("$job")
+for _ in $(seq 1 1200); do [ -e runs/lora-partial-killed/step-3 ] && break; sleep 0.02; done
+kill -9 $job; wait $job 2>/dev/null
+[ ! -e "runs/lora-partial-killed/step-$steps" ] || bad lora-partial-killed-mid-run
+train "${lora_partial[@]}" -p lora-partial-killed -rsd runs/lora-partial-killed/rollouts --resume auto \
+  > lora-partial-resumed.log 2>&1 || { bad lora-partial-resumed-run; tail -5 lora-partial-resumed.log; }
+grep -q "resuming from" lora-partial-resumed.log && same_run lora-partial-killed lora-partial adapter_model.safetensors \
+  && cmp -s "$(last_weights lora-partial adapter_model.safetensors)" "$(last_weights lora-partial-killed adapter_model.safetensors)" \
+  && ok lora-partial-resumes-exactly || bad lora-partial-resumes-exactly
 
 # 2. Full weights: the built-in engine and the servers give the same run.
 train "${base[@]}" "${full[@]}" --max-steps $steps --si 3 -p native -rsd runs/native/rollouts > native.log 2>&1 || { bad native-run; tail -3 native.log; }
@@ -147,18 +178,6 @@ for name in partial partial-again partial-imbs; do
   train "${partial[@]}" $([ $name = partial-imbs ] && echo -imbs 2 --switch-interval 36) -p "$name" -rsd "runs/$name/rollouts" > "$name.log" 2>&1 \
     || { bad "$name-run"; tail -5 "$name.log"; }
 done
-mixes_versions() {  # NAME
-  python3 - "runs/$1/metrics.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-st = [r["staleness"] for r in rows]
-mixed = [r["step"] for r, s in zip(rows, st) if s["per_token"]["mean"] < s["per_sample"]["mean"] - 1e-9]
-pushes = rows[-1]["rollout_servers"]["weight_pushes"]
-print(f"     steps with samples of two versions {mixed}; per-token versions behind "
-      f"{[round(s['per_token']['mean'], 2) for s in st]}; {pushes} weight pushes")
-sys.exit(0 if len(rows) == 6 and mixed and max(s["per_sample"]["max"] for s in st) <= 1 else 1)
-PY
-}
 mixes_versions partial && ok partial-over-servers-mixes-versions || bad partial-over-servers-mixes-versions
 mixes_versions partial-imbs && ok partial-over-servers-imbs || bad partial-over-servers-imbs
 same_run partial-again partial && ok partial-over-servers-reproducible || bad partial-over-servers-reproducible
