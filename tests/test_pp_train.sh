@@ -93,6 +93,27 @@ assert {k: v["shape"] for k, v in a.items() if k != "__metadata__"} == {k: v["sh
 PY
 run_mpi 3 "${base[@]}" "${two[@]}" -cp runs/first/step-2 -p again > again.log 2>&1 || { bad resume-run; tail -3 again.log; }
 same resume-exact runs/whole/step-4/model.safetensors runs/again/step-4/model.safetensors
+# A checkpoint whose shards predate named stages (tp_size counting tp x pp parts, no layout)
+# still resumes at its own --pp.
+cp -r runs/first/step-2 legacy
+python3 - legacy/trainer_state <<'PY' || bad legacy-shards-rewritten
+import json, os, struct, sys
+for name in os.listdir(sys.argv[1]):
+    if not name.startswith("optimizer-shard-"): continue
+    path = os.path.join(sys.argv[1], name)
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    meta = header["__metadata__"]
+    meta["tp_rank"], meta["tp_size"] = meta.pop("stage"), meta.pop("stages")
+    del meta["layout"]
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
+run_mpi 3 "${base[@]}" "${two[@]}" -cp legacy -p from-legacy > from-legacy.log 2>&1 || { bad legacy-resume-run; tail -3 from-legacy.log; }
+same resume-from-unnamed-shards runs/whole/step-4/model.safetensors runs/from-legacy/step-4/model.safetensors
+
 # Resumes at another layout re-shard the optimizer state by tensor name: the 2-stage checkpoint
 # onto 3 stages and onto 2 data-parallel trainers with ZeRO-1 (the global batch kept: -tbs is per
 # replica); a one-trainer checkpoint onto 2 stages (and below, LoRA's 2 stages onto one trainer).

@@ -41,12 +41,15 @@ void skip_earlier_stages_draws(const Transformer& model, const LoraConfig& confi
   const int64_t first = model.options().stage.layer_begin;
   if (model.options().stage.whole() || first == 0) return;
   const std::string held = fmt::format("model.layers.{}.", first);
+  std::vector<std::pair<std::string, int64_t>> linears;  // the first layer's: name within the layer, inputs
+  for (const auto& item : model.named_modules()) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (linear == nullptr || item.key().rfind(held, 0) != 0) continue;
+    linears.emplace_back(item.key().substr(held.size()), model.global_shape(item.key() + ".weight", linear->weight)[1]);
+  }
   for (int64_t layer = 0; layer < first; ++layer) {
-    for (const auto& item : model.named_modules()) {
-      auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
-      if (linear == nullptr || item.key().rfind(held, 0) != 0) continue;
-      const std::string name = fmt::format("model.layers.{}.{}", layer, item.key().substr(held.size()));
-      if (config.adapts(name)) lora_a_init(config.rank, model.global_shape(item.key() + ".weight", linear->weight)[1], generator);
+    for (const auto& [name, in] : linears) {
+      if (config.adapts(fmt::format("model.layers.{}.{}", layer, name))) lora_a_init(config.rank, in, generator);
     }
   }
 }

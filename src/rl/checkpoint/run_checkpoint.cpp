@@ -99,13 +99,20 @@ nlohmann::json part_json(const OptimizerPart& part) {
           {"layout", layout_json(part)}};
 }
 
+// A layout from its JSON form (layout_json); nlohmann's exception when it is not one.
+std::vector<std::pair<std::string, int64_t>> layout_of_json(const nlohmann::json& j) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& entry : j) out.emplace_back(entry.at(0).get<std::string>(), entry.at(1).get<int64_t>());
+  return out;
+}
+
 OptimizerPart part_of_json(const nlohmann::json& j) {
   OptimizerPart part;
   part.tp_rank = j.at("tp_rank").get<int>();
   part.tp_size = j.at("tp_size").get<int>();
   part.stage = j.at("stage").get<int>();
   part.stages = j.at("stages").get<int>();
-  for (const auto& entry : j.at("layout")) part.layout.emplace_back(entry.at(0).get<std::string>(), entry.at(1).get<int64_t>());
+  part.layout = layout_of_json(j.at("layout"));
   return part;
 }
 
@@ -136,8 +143,8 @@ FlatAdamWState piece_of(const OptimizerShard& s, int64_t k) {
 // One shard file of a checkpoint, its metadata read and its tensors mapped (not copied).
 struct SavedPiece {
   FlatAdamWState state;
-  OptimizerPart part;  // its layout empty when the file has none (written before --pp)
-  std::string path;
+  OptimizerPart part;  // its layout empty when the file has none (written before shards named their tensors)
+  bool names_stage = false;  // "stages" in its metadata; before, --pp's shards counted tp × pp parts in tp_size
 };
 
 SavedPiece read_saved_piece(const fs::path& path) {
@@ -153,7 +160,7 @@ SavedPiece read_saved_piece(const fs::path& path) {
     }
   };
   SavedPiece piece;
-  piece.path = path.string();
+  piece.names_stage = file->metadata().count("stages") > 0;
   piece.part.tp_rank = static_cast<int>(number("tp_rank", 0));
   piece.part.tp_size = static_cast<int>(number("tp_size", 1));
   piece.part.stage = static_cast<int>(number("stage", 0));
@@ -162,7 +169,7 @@ SavedPiece read_saved_piece(const fs::path& path) {
     const auto j = nlohmann::json::parse(it->second, nullptr, false);
     if (j.is_discarded() || !j.is_array()) throw_user_error("{}: metadata \"layout\" is not a JSON array", path.string());
     try {
-      for (const auto& entry : j) piece.part.layout.emplace_back(entry.at(0).get<std::string>(), entry.at(1).get<int64_t>());
+      piece.part.layout = layout_of_json(j);
     } catch (const nlohmann::json::exception& e) {
       throw_user_error("{}: metadata \"layout\" is not a list of [name, elements] ({})", path.string(), e.what());
     }
@@ -186,7 +193,6 @@ SavedPiece read_saved_piece(const fs::path& path) {
 struct SavedPart {
   std::vector<FlatAdamWState> pieces;
   std::map<std::string, std::pair<int64_t, int64_t>> tensors;  // name → (offset, elements)
-  int64_t total = 0;
 };
 
 // [begin, end) of a part of `total` elements laid out as `part.layout`, each tensor's moments taken
@@ -301,6 +307,12 @@ FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, i
   const auto files = optimizer_shard_files(state_dir);
   for (const auto& path : files) {
     SavedPiece piece = read_saved_piece(path);
+    if (!piece.names_stage && part.stages > 1 && piece.part.tp_size == part.tp_size * part.stages) {
+      // Written by --pp before shards named their stage: part stage · tp + tp rank of tp × pp.
+      piece.part.stage = piece.part.tp_rank / part.tp_size;
+      piece.part.tp_rank %= part.tp_size;
+      piece.part.tp_size = part.tp_size;
+    }
     if (piece.part.tp_size != part.tp_size) {
       throw_user_error("{}: the optimizer state was saved by parts of {} tensor-parallel ranks, this run has {}; resume "
                        "with --train-tp {} (the model directory itself loads at any)", path.string(), piece.part.tp_size,
@@ -315,7 +327,6 @@ FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, i
         into.tensors.emplace(name, std::make_pair(offset, numel));
         offset += numel;
       }
-      into.total = offset;
     }
     into.pieces.push_back(std::move(piece.state));
   }
@@ -329,13 +340,14 @@ FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, i
     return empty;
   }
   if (named) return state_by_name(saved, begin, end, total, part, state_dir.string());
-  // As saved: one part of the same tensors, in the same order.
-  if (saved.size() > 1) {
-    throw_user_error("{}: the optimizer shards are of {} pipeline stages and this run has no layout to match them by; "
-                     "resume with the checkpoint's --pp", state_dir.string(), saved.size());
+  // As saved: this stage's part of the same tensors, in the same order.
+  const auto same_stage = saved.find(part.stage);
+  if (same_stage == saved.end()) {
+    throw_user_error("{}: the optimizer shards name no tensors, and none is of pipeline stage {}: resume with the "
+                     "checkpoint's --pp", state_dir.string(), part.stage);
   }
   std::vector<FlatAdamWState> pieces;
-  for (auto& piece : saved.begin()->second.pieces) {
+  for (auto& piece : same_stage->second.pieces) {
     if (piece.total != total) {
       throw_user_error("{}: the optimizer state covers {} trained elements, this run trains {}; the trained parameters "
                        "changed (LoRA settings, the model): resume with the checkpoint's settings",
