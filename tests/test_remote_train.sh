@@ -93,11 +93,14 @@ lora_partial=("${base[@]}" "${lora[@]}" "${remote[@]}" --max-steps $steps --si 1
 train "${lora_partial[@]}" -p lora-partial -rsd runs/lora-partial/rollouts > lora-partial.log 2>&1 \
   || { bad lora-partial-run; tail -5 lora-partial.log; }
 mixes_versions lora-partial && ok lora-partial-over-servers-mixes-versions || bad lora-partial-over-servers-mixes-versions
-train "${lora_partial[@]}" -p lora-partial-killed -rsd runs/lora-partial-killed/rollouts > lora-partial-killed.log 2>&1 &
+# rlcpp itself in the background, not the train function: kill -9 of a function's subshell leaves
+# rlcpp running, racing the resumed run in the same directory.
+"$rlcpp" train "${lora_partial[@]}" -p lora-partial-killed -rsd runs/lora-partial-killed/rollouts > lora-partial-killed.log 2>&1 &
 job=$!; pids+=("$job")
-for _ in $(seq 1 1200); do [ -e runs/lora-partial-killed/step-3 ] && break; sleep 0.02; done
+for _ in $(seq 1 1200); do [ -e runs/lora-partial-killed/step-3 ] && break; sleep 0.05; done
 kill -9 $job; wait $job 2>/dev/null
-[ ! -e "runs/lora-partial-killed/step-$steps" ] || bad lora-partial-killed-mid-run
+[ -e runs/lora-partial-killed/step-3 ] && [ ! -e "runs/lora-partial-killed/step-$steps" ] \
+  && ok lora-partial-killed-mid-run || bad lora-partial-killed-mid-run
 train "${lora_partial[@]}" -p lora-partial-killed -rsd runs/lora-partial-killed/rollouts --resume auto \
   > lora-partial-resumed.log 2>&1 || { bad lora-partial-resumed-run; tail -5 lora-partial-resumed.log; }
 grep -q "resuming from" lora-partial-resumed.log && same_run lora-partial-killed lora-partial adapter_model.safetensors \
