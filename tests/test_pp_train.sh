@@ -11,6 +11,9 @@
 #   - LoRA on 2 stages equals one trainer, its adapters synced and resumed on one trainer;
 #   - partial rollouts with the relay buffer, and multi-turn episodes with tool calls, on 2 stages
 #     equal one trainer;
+#   - colocated (mpirun -np N --pp P, no -i): the stages generate together (pipelined engine
+#     steps), 2 stages and 2 stages x 2 tensor-parallel ranks take one process's steps; every run
+#     evaluates (-ed) with the stages generating together;
 #   - layouts and combinations it does not support refused with the flags named; a killed stage
 #     ends the job.
 # Usage: test_pp_train.sh RLCPP_BINARY MPIEXEC
@@ -29,8 +32,9 @@ for k in 1 2 3 4 5 6 7 8; do
 done > data.jsonl
 # Old log-probs recomputed by the trainer (the sampler's fp32 ones differ in their last bits
 # between layouts), several micro-batches per step (-tmbs 3 of 8 samples: 1F1B with a bubble).
+# Every run evaluates at its end (-ed): under --pp the first replica's stages generate together.
 base=(-m toy -d data.jsonl -g 8 -tmbs 3 --mnt 8 -lr 3e-3 --kl 0 --dtype float64 -sd runs --reuse-rollout-logprobs false
-      --reward-cmd "python3 $here/data/digits_reward.py" --verify-sync true)
+      --reward-cmd "python3 $here/data/digits_reward.py" --verify-sync true -ed '{"toy": "data.jsonl"}')
 one=(-tbs 1 -tMbs 1 --max-steps 3)
 same() {  # NAME A B: fp64 weights within 1e-12 per tensor
   weights_close "$2" "$3" 1e-12 && ok "$1" || bad "$1"
@@ -67,8 +71,29 @@ run_mpi 6 "${base[@]}" "${one[@]}" -t 4 -i 2 --pp 2 -zero 1 -p dp2pp2z1 > dp2pp2
   || { bad dp2pp2-zero1-run; tail -3 dp2pp2z1.log; }
 same dp2pp2-zero1-equals-dp2 runs/dp2/step-3/model.safetensors runs/dp2pp2z1/step-3/model.safetensors
 metrics_close runs/dp2pp2/metrics.jsonl runs/dp2pp2z1/metrics.jsonl pp_bubble && ok dp2pp2-zero1-metrics || bad dp2pp2-zero1-metrics
+python3 -c 'import json,sys; sys.exit(0 if "toy" in json.loads(open(sys.argv[1]).readlines()[-1])["eval"] else 1)' \
+  runs/pp3/metrics.jsonl && ok pp3-evaluates || bad pp3-evaluates
 grep -q "pipeline parallelism: 3 stages per replica; trainer 0 holds decoder layers \[0, 1) of 4" pp3.log \
   && ok pp-startup-line || { bad pp-startup-line; grep "pipeline" pp3.log; }
+
+# Colocated (no -i): the stages also generate, each running its layers of every engine step in
+# turn over its own KV cache, the last stage's logits sampled on every rank. 2 stages, and 2 stages
+# x 2 tensor-parallel ranks, take one process's steps, with an evaluation mid-run (-ei 2).
+colocated=("${base[@]}" -tbs 2 -tMbs 2 --max-steps 3 -ei 2)
+# One thread, as run_mpi's ranks have: the two-thread process's sums round differently, and Adam
+# makes that 2e-12 after 3 steps (one thread: 1.6e-13 from the stages).
+OMP_NUM_THREADS=1 "$rlcpp" train "${colocated[@]}" -p co1 > co1.log 2>&1 || { bad co1-run; tail -3 co1.log; }
+for layout in "2 co-pp2 --pp 2" "4 co-pp2tp2 --pp 2 --train-tp 2"; do
+  read -r np name extra <<<"$layout"
+  run_mpi "$np" "${colocated[@]}" $extra -p "$name" > "$name.log" 2>&1 || { bad "$name-run"; tail -3 "$name.log"; }
+  same "$name-equals-one-process" runs/co1/step-3/model.safetensors "runs/$name/step-3/model.safetensors"
+  # The sampler's log-probs are fp32, rounded apart by another engine: their distance from the
+  # trainer's (mismatch_*) is not compared.
+  metrics_close runs/co1/metrics.jsonl "runs/$name/metrics.jsonl" pp_bubble mismatch_abs_mean mismatch_abs_max mismatch_kl \
+    mismatch_by_versions && ok "$name-metrics" || bad "$name-metrics"
+done
+python3 -c 'import json,sys; sys.exit(0 if [("eval" in json.loads(l)) for l in open(sys.argv[1])] == [False, True, True] else 1)' \
+  runs/co-pp2/metrics.jsonl && ok colocated-pp2-evaluates || bad colocated-pp2-evaluates
 
 # Checkpoints and resumes: 4 steps, uninterrupted and from step 2.
 two=(-tbs 2 -tMbs 2 --max-steps 4 -t 2 -i 1 --pp 2)
@@ -165,12 +190,14 @@ expect_error() {  # NAME NP PATTERN ARGS...
   local rc=$?
   [ $rc -eq 2 ] && grep -q -- "$pattern" "$name.log" && ok "$name" || { bad "$name"; echo "rc $rc"; tail -3 "$name.log"; }
 }
-expect_error pp-colocated 1 "pipeline stages train in the distributed mode" --pp 2
+expect_error pp-without-mpirun 1 "run \`mpirun -np 2 rlcpp train --train-tp 1 --pp 2" --pp 2
+expect_error pp-colocated-world 3 "mpirun started 3 processes but -i is not set and --train-tp 1 x --pp 2 is 2" --pp 2
 expect_error pp-not-dividing-t 4 "make -t a multiple of 2" -t 3 -i 1 --pp 2
 expect_error pp-over-layers 6 "--pp 5: toy has 4 decoder layers" -t 5 -i 1 --pp 5
 expect_error pp-lora-merged 3 "checkpoints of pipeline stages hold the adapter alone" -t 2 -i 1 --pp 2 --lora-rank 4 --save-merged
 expect_error pp-zero2 3 "pipeline stages take ZeRO stage 1 only" -t 2 -i 1 --pp 2 -zero 2
-expect_error pp-eval 3 "evaluation generates on trainer 0" -t 2 -i 1 --pp 2 -ed '{"toy": "data.jsonl"}'
+expect_error pp-remote 1 "-b openai with --train-tp 1 --pp 2: a trainer over several processes" --pp 2 -b openai \
+  --rollout-url http://127.0.0.1:9
 
 # kill -9 of the second stage mid-run: the job ends non-zero by itself.
 killed_rank_ends_job 3 1 "${base[@]}" -t 2 -i 1 --pp 2 -tbs 1 -tMbs 1 --max-steps 40 --si 1

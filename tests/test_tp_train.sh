@@ -120,7 +120,7 @@ expect_error() {  # NAME NP PATTERN ARGS...
 expect_error tp-not-dividing-t 5 "make -t a multiple of --train-tp" -t 3 -i 2 --train-tp 2
 expect_error tp-over-heads 1 "--train-tp 5: the model has 4 attention heads" --train-tp 5 -t 5 -i 1
 expect_error tp-without-mpirun 1 "run \`mpirun -np 2 rlcpp train --train-tp 2" --train-tp 2
-expect_error colocated-world-mismatch 2 "or --train-tp 2 for the colocated mode"
+expect_error colocated-world-mismatch 2 "or --train-tp and --pp whose product is 2 for the colocated mode"
 expect_error colocated-rollout-tp 2 "--rollout-tp 3 with --train-tp 2 in the colocated mode" --train-tp 2 --rollout-tp 3
 expect_error engines-per-replica 4 "-i 2 / --rollout-tp 2 = 1 engines is not a multiple of -t 2" -t 2 -i 2 --rollout-tp 2
 

@@ -40,15 +40,17 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
       topology = Topology::create(world, static_cast<int>(config.parallel.trainers()), static_cast<int>(config.parallel.inferencers()),
                                   static_cast<int>(config.parallel.tp), static_cast<int>(config.parallel.ptp),
                                   static_cast<int>(config.parallel.pp));
-    } else if (world->size() == 1 && config.parallel.tp > 1) {
-      throw_user_error("--train-tp {} without -i: the colocated mode's tensor-parallel ranks are processes; run "
-                       "`mpirun -np {} rlcpp train --train-tp {} ...`", config.parallel.tp, config.parallel.tp, config.parallel.tp);
-    } else if (world->size() != config.parallel.tp) {
-      throw_user_error("mpirun started {} processes but -i is not set and --train-tp is {}: give -t T -i I with T + I = "
-                       "{}, or --train-tp {} for the colocated mode over {} tensor-parallel ranks (or run without mpirun)",
-                       world->size(), config.parallel.tp, world->size(), world->size(), world->size());
+    } else if (const int64_t ranks = config.parallel.tp * config.parallel.pp; world->size() == 1 && ranks > 1) {
+      throw_user_error("--train-tp {} --pp {} without -i: the colocated mode's tensor-parallel ranks and pipeline stages "
+                       "are processes; run `mpirun -np {} rlcpp train --train-tp {} --pp {} ...`", config.parallel.tp,
+                       config.parallel.pp, ranks, config.parallel.tp, config.parallel.pp);
+    } else if (world->size() != ranks) {
+      throw_user_error("mpirun started {} processes but -i is not set and --train-tp {} x --pp {} is {}: give -t T -i I "
+                       "with T + I = {}, or --train-tp and --pp whose product is {} for the colocated mode (or run "
+                       "without mpirun)", world->size(), config.parallel.tp, config.parallel.pp, ranks, world->size(),
+                       world->size());
     } else if (world->size() > 1) {
-      topology = Topology::colocated(world);  // one replica that trains and generates
+      topology = Topology::colocated(world, static_cast<int>(config.parallel.pp));  // one replica that trains and generates
     }
   } catch (const std::exception& e) {  // any failure: the other ranks must hear of it, not wait
     error = e.what();

@@ -160,6 +160,7 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
     ModelOptions options;
     options.device = source.device;
     options.tp_group = source.tp_group;  // the copy holds the same part as the model
+    options.stage = source.stage;
     const bool half = stored == torch::kBFloat16 || stored == torch::kFloat16;
     if (half && source.device.is_cpu()) {
       options.dtype = torch::kFloat32;  // stored half, computed in fp32 by the kernels
@@ -171,10 +172,17 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
     copy_->eval();
     for (auto& p : copy_->parameters()) p.set_requires_grad(false);
   }
+  const PipelineStage& stage = source.stage;
+  const bool staged = config_.group != nullptr || config_.pipeline != nullptr;
+  RLCPP_CHECK(stage.whole() != staged && (!staged || (config_.group && config_.pipeline && config_.pipeline->size() == stage.count &&
+                                                      config_.pipeline->rank() == stage.index)),
+              "an engine over pipeline stage {} of {} needs its group and its pipeline group (of that many ranks)",
+              stage.index, stage.count);
   const auto dtype = config_.kv_dtype != torch::ScalarType::Undefined ? config_.kv_dtype : generating_model().options().dtype;
   int64_t n_blocks = config_.n_blocks;
-  // Under tensor parallelism every rank of the group has the same blocks (the first rank's
-  // scheduler hands them out), sized for the rank keeping the most KV heads.
+  // Every rank of the group has the same blocks (the first rank's scheduler hands them out), sized
+  // for the rank keeping the most KV heads, and for the whole model's layers: a pipeline stage's
+  // cache keeps its own layers' part of them.
   if (n_blocks <= 0) {
     n_blocks = KvCache::blocks_for_bytes(mc, model_->max_kv_heads(), config_.block_size, dtype, config_.kv_cache_mb << 20);
   }
@@ -183,7 +191,9 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
     throw_user_error("--max-num-batched-tokens {} and --max-num-seqs {}: both must be at least 1",
                      config_.scheduler.max_num_batched_tokens, config_.scheduler.max_num_seqs);
   }
-  cache_ = std::make_unique<KvCache>(mc, model_->kv_heads(), n_blocks, config_.block_size, dtype, source.device);
+  ModelConfig cached = mc;
+  cached.num_hidden_layers = (stage.layer_end < 0 ? mc.num_hidden_layers : stage.layer_end) - stage.layer_begin;
+  cache_ = std::make_unique<KvCache>(cached, model_->kv_heads(), n_blocks, config_.block_size, dtype, source.device);
 }
 
 void Engine::refresh_copy() {
@@ -216,6 +226,7 @@ enum class StepOp : char { kStep = 's', kRelease = 'r', kTell = 't' };
 }  // namespace
 
 Communicator* Engine::group() const {
+  if (config_.group != nullptr) return config_.group.get();
   const auto* tp = model_->tensor_parallel();
   return tp != nullptr ? &tp->group() : nullptr;
 }
@@ -252,7 +263,7 @@ void Engine::serve() {
     refresh_copy();
     const StepInputs inputs = decode_step(bytes.substr(1));
     StepBufferScope step_buffers;
-    ModelRunner runner(generating_model(), *cache_, context_);
+    ModelRunner runner(generating_model(), *cache_, context_, config_.pipeline.get());
     auto logits = runner.run(inputs);
     sample_step(logits, inputs);
   }
@@ -277,7 +288,8 @@ GenerationLoop::GenerationLoop(Engine& engine)
                  engine.cache_->n_blocks(), engine.cache_->block_size()) {
   RLCPP_CHECK(engine_.leads(), "generating on a follower of the engine's group (it serves)");
   engine_.refresh_copy();
-  runner_ = std::make_unique<ModelRunner>(engine_.generating_model(), *engine_.cache_, engine_.context_);
+  runner_ = std::make_unique<ModelRunner>(engine_.generating_model(), *engine_.cache_, engine_.context_,
+                                          engine_.config_.pipeline.get());
   stats_.kv_cache_bytes = engine_.cache_->bytes();
 }
 

@@ -5,7 +5,8 @@
 // group, each with its part of the weights and of the KV heads: the first rank generates (its
 // scheduler decides each step and sends it to the others as StepInputs), the others serve those
 // steps until it releases them; every rank runs the step's forward pass and the sampling over its
-// part of the vocabulary together.
+// part of the vocabulary together. Over pipeline stages (EngineConfig::group, pipeline) the same
+// holds for every rank of every stage, each stage running its layers in turn with its own KV cache.
 #pragma once
 
 #include <chrono>
@@ -44,6 +45,12 @@ struct EngineConfig {
   // a generate whenever the model's weights changed since the last one.
   torch::ScalarType weights_dtype = torch::ScalarType::Undefined;
   torch::ScalarType kv_dtype = torch::ScalarType::Undefined;  // KV cache elements (--kv-cache-dtype; Undefined: compute dtype)
+  // A model of one pipeline stage (ModelOptions::stage): `group` is every rank running the engine
+  // (each stage's tensor-parallel ranks, in stage order; its first generates), `pipeline` this
+  // rank's pipeline group (rank s: stage s). Each step's hidden states go stage to stage over it and
+  // the last stage's logits come back to all, so every rank samples the same tokens. Null for a
+  // whole model (the group is its tensor-parallel one).
+  std::shared_ptr<Communicator> group, pipeline;
 };
 
 struct EngineStats {

@@ -10,6 +10,14 @@
 
 namespace rlcpp {
 
+namespace {
+
+// A step's hidden states from one pipeline stage to the next (apart from the trainer's tags,
+// train/pipeline.cpp).
+constexpr int kStageHiddenTag = 32001;
+
+}  // namespace
+
 int64_t StepInputs::n_tokens() const {
   int64_t n = 0;
   for (const auto& w : work) n += static_cast<int64_t>(w.tokens.size());
@@ -155,10 +163,29 @@ torch::Tensor ModelRunner::run(const StepInputs& batch) {
     step.packed_index = longs(packed_index, {total});
   }
   PagedAttention attention(cache_, step);
-  auto hidden = model_.hidden_states_packed(longs(ids, {total}), longs(positions, {total}), attention, context_);
-  auto last = hidden.index_select(0, longs(last_rows, {static_cast<int64_t>(last_rows.size())}));
-  // The same projection and dtype as the trainer's log-prob head (logprobs.cpp).
-  return linear_no_grad(last, model_.stored_output_weight()).to(logprob_dtype(last.scalar_type()));
+  const PipelineStage& stage = model_.options().stage;
+  ForwardContext context = context_;
+  if (!stage.first()) {  // the stage before's output: [T, H], the same on each of its tensor-parallel ranks
+    context.stage_input = torch::empty({total, model_.config().hidden_size}, torch::TensorOptions().dtype(model_.options().dtype));
+    pipeline_->recv(context.stage_input, stage.index - 1, kStageHiddenTag);
+    context.stage_input = context.stage_input.to(device);
+  }
+  auto hidden = model_.hidden_states_packed(longs(ids, {total}), longs(positions, {total}), attention, context);
+  const auto rows = static_cast<int64_t>(last_rows.size());
+  const auto dtype = logprob_dtype(model_.options().dtype);
+  if (stage.whole()) return linear_no_grad(hidden.index_select(0, longs(last_rows, {rows})), model_.stored_output_weight()).to(dtype);
+  torch::Tensor logits;
+  if (stage.last()) {
+    // The same projection and dtype as the trainer's log-prob head (logprobs.cpp).
+    logits = linear_no_grad(hidden.index_select(0, longs(last_rows, {rows})), model_.stored_output_weight()).to(dtype).cpu();
+  } else {
+    pipeline_->send(hidden.cpu().contiguous(), stage.index + 1, kStageHiddenTag);
+    const auto* tp = model_.tensor_parallel();
+    const int64_t vocab = tp != nullptr ? tp->shape().vocab_end - tp->shape().vocab_begin : model_.config().vocab_size;
+    logits = torch::empty({rows, vocab}, torch::TensorOptions().dtype(dtype));
+  }
+  if (rows > 0) pipeline_->broadcast(logits, stage.count - 1);
+  return logits.to(device);
 }
 
 }  // namespace rlcpp

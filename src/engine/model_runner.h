@@ -43,17 +43,21 @@ StepInputs decode_step(const std::string& bytes);
 
 class ModelRunner {
  public:
-  ModelRunner(Transformer& model, KvCache& cache, const ForwardContext& context)
-      : model_(model), cache_(cache), context_(context) {}
+  // `pipeline`: a model of one pipeline stage's ranks, stage s being rank s (EngineConfig::pipeline).
+  ModelRunner(Transformer& model, KvCache& cache, const ForwardContext& context, Communicator* pipeline = nullptr)
+      : model_(model), cache_(cache), context_(context), pipeline_(pipeline) {}
   // logits [n, V] fp32 (fp64 for an fp64 model; [n, V_shard], this rank's part of the vocabulary,
   // under tensor parallelism): one row, its last token's, per work item that samples, in order.
-  // The other items only fill the cache.
+  // The other items only fill the cache. Over pipeline stages a collective of the pipeline group:
+  // each stage takes the hidden states of the one before (the first embeds), runs its layers and
+  // hands them on; the last stage's logits are every stage's result.
   torch::Tensor run(const StepInputs& step);
 
  private:
   Transformer& model_;
   KvCache& cache_;
   ForwardContext context_;
+  Communicator* pipeline_;
 };
 
 }  // namespace rlcpp

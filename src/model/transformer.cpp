@@ -115,12 +115,13 @@ torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const 
                                                 AttentionBackend& backend, const ForwardContext& context) {
   RLCPP_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(), "packed ids {} and positions {} must be [T]",
               ids.sizes(), positions.sizes());
-  RLCPP_CHECK(options_.stage.whole(), "the engine runs a whole model, not pipeline stage {}", options_.stage.index);
+  const PipelineStage& stage = options_.stage;
+  RLCPP_CHECK(stage.first() || context.stage_input.defined(), "pipeline stage {} run without its input", stage.index);
   auto [cos, sin] = rope_.cos_sin(positions.to(options_.device), options_.dtype);  // [T, D]
-  auto h = as_dtype(embed(ids.to(options_.device)), options_.dtype);
-  int64_t layer = 0;
+  auto h = stage.first() ? as_dtype(embed(ids.to(options_.device)), options_.dtype) : context.stage_input;
+  int64_t layer = 0;  // the backend's layers are this stage's
   for (const auto& held : model->layers) h = held->forward_packed(h, cos, sin, layer++, backend, context);
-  return model->norm->forward(h);
+  return stage.last() ? model->norm->forward(h) : h;
 }
 
 torch::Tensor Transformer::embed(const torch::Tensor& ids) {

@@ -103,7 +103,9 @@ class Transformer : public torch::nn::Module {
                               const ForwardContext& context = {});
 
   // Final hidden states [T, H] for packed tokens of several sequences (ids [T], positions [T]),
-  // keys and values kept by `backend` across calls: the generation engine's entry point.
+  // keys and values kept by `backend` across calls: the generation engine's entry point. A pipeline
+  // stage works as in hidden_states (context.stage_input [T, H]; no norm before the last stage), its
+  // backend's layer 0 being the stage's first.
   torch::Tensor hidden_states_packed(const torch::Tensor& ids, const torch::Tensor& positions,
                                      AttentionBackend& backend, const ForwardContext& context = {});
 

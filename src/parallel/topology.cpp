@@ -63,17 +63,11 @@ Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers,
   return t;
 }
 
-Topology Topology::colocated(std::shared_ptr<Communicator> world) {
-  Topology t;
-  t.world = world;
-  t.num_trainers = world->size();
-  t.train_tp = t.rollout_tp = world->size();
-  t.role_rank = world->rank();
-  t.role_group = world;
-  t.tp_group = world;
-  t.replica_group = world;
-  t.dp_group = world->split(world->rank(), 0);  // one replica: a group of one
-  t.pp_group = world->split(world->rank(), 0);  // one stage
+Topology Topology::colocated(std::shared_ptr<Communicator> world, int pp) {
+  RLCPP_CHECK(pp >= 1 && world->size() % pp == 0, "{} colocated processes in {} pipeline stages", world->size(), pp);
+  const int tp = world->size() / pp;
+  Topology t = create(world, world->size(), 0, tp, tp, pp);  // one replica of every rank, no rollout ranks
+  t.sync_group.reset();  // the engine generates on the trainers' own weights
   return t;
 }
 

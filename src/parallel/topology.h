@@ -9,7 +9,8 @@
 // data-parallel group (trainers of the same stage and tensor-parallel rank, one per replica:
 // gradients, token counts, ZeRO's shards), and the sync group (trainer rank 0 and every rollout
 // rank, rank 0 in it being the trainer) for weights.
-// The colocated mode under mpirun is one replica of every rank, which also generates.
+// The colocated mode under mpirun is one replica of every rank (tensor-parallel, pipeline stages),
+// which also generates.
 #pragma once
 
 #include <memory>
@@ -38,8 +39,9 @@ struct Topology {
   // tensor-parallel sizes do not divide, is a UserError naming the flags and the numbers.
   static Topology create(std::shared_ptr<Communicator> world, int num_trainers, int num_inferencers, int train_tp = 1,
                          int rollout_tp = 1, int train_pp = 1);
-  // The colocated mode: every rank of `world` one tensor-parallel group that trains and generates.
-  static Topology colocated(std::shared_ptr<Communicator> world);
+  // The colocated mode: every rank of `world` in one replica of `pp` stages (world size / pp
+  // tensor-parallel ranks each) that trains and generates.
+  static Topology colocated(std::shared_ptr<Communicator> world, int pp = 1);
 
   int tp_rank() const { return tp_group->rank(); }
   bool tp_leader() const { return tp_rank() == 0; }

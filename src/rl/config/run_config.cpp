@@ -136,10 +136,10 @@ void reject_unimplemented(const RunConfig& c) {
       throw_user_error("-b {} with -t {} -i {}: the servers at --rollout-url take the rollout workers' place, and the "
                        "trainer runs as one process; drop -t and -i (and mpirun)", backend, c.parallel.trainers(), c.parallel.num_inferencers);
     }
-    if (c.parallel.tp > 1) {
-      throw_user_error("-b {} with --train-tp {}: a tensor-parallel trainer with rollout servers is not supported; train "
-                       "in one process (LoRA, --frozen-dtype and --gradient-checkpointing shrink it), or use -b native",
-                       backend, c.parallel.tp);
+    if (c.parallel.tp > 1 || c.parallel.pp > 1) {
+      throw_user_error("-b {} with --train-tp {} --pp {}: a trainer over several processes with rollout servers is not "
+                       "supported; train in one process (LoRA, --frozen-dtype and --gradient-checkpointing shrink it), or "
+                       "use -b native", backend, c.parallel.tp, c.parallel.pp);
     }
     if (c.remote.backend == RolloutBackendKind::kVllm && !c.model.lora.enabled()) {
       throw_user_error("-b vllm trains LoRA adapters only: vLLM's server loads adapters at run time "
@@ -158,11 +158,6 @@ void reject_unimplemented(const RunConfig& c) {
   if (c.parallel.pp < 1) throw_user_error("--pp {}: a pipeline has at least 1 stage", c.parallel.pp);
   if (c.parallel.pp > 1) {
     // What pipeline stages do not (yet) compose with, each refused by name.
-    if (!c.parallel.distributed()) {
-      throw_user_error("--pp {}: pipeline stages train in the distributed mode, whose rollout workers hold the whole "
-                       "model (mpirun -np T+I rlcpp train -t T -i I --pp {}, T a multiple of {}); the colocated mode's "
-                       "engine generates with the trainer's own weights", c.parallel.pp, c.parallel.pp, c.parallel.pp);
-    }
     if (c.model.lora.enabled() && c.logging.save_merged) {
       throw_user_error("--pp {} with --lora-rank {} and --save-merged: checkpoints of pipeline stages hold the adapter "
                        "alone; drop --save-merged and merge a checkpoint afterwards (rlcpp merge)", c.parallel.pp,
@@ -172,10 +167,6 @@ void reject_unimplemented(const RunConfig& c) {
       throw_user_error("--pp {} with -zero {}: pipeline stages take ZeRO stage 1 only (stages 2 and 3 hand each layer's "
                        "gradients over inside backward, which the stages' schedule does not yet do); use -zero 1, or 0",
                        c.parallel.pp, c.parallel.zero);
-    }
-    if (!c.eval.dataset.empty()) {
-      throw_user_error("--pp {} with -ed: evaluation generates on trainer 0, which holds one pipeline stage; evaluate "
-                       "a checkpoint with rlcpp eval instead", c.parallel.pp);
     }
   }
   if (c.parallel.zero < 0 || c.parallel.zero > 3) {

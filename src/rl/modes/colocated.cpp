@@ -12,9 +12,9 @@ std::filesystem::path run_colocated(const RunConfig& c, const Topology* topology
   else start_profile(c.logging, topology->world->rank(), topology->describe());
   return run_step_loop(c, topology, [&](RunState& run) -> std::unique_ptr<RolloutSource> {
     if (c.remote.enabled()) return std::make_unique<ServerSource>(c, run.plan.run_dir, run.policy, *run.tokenizer);
-    auto engine = std::make_shared<Engine>(run.policy, run_engine_config(c), run.tokenizer);
+    auto engine = std::make_shared<Engine>(run.policy, policy_engine_config(c, run), run.tokenizer);
     return std::make_unique<EngineSource>(c, run.policy->config(), run.tokenizer.get(), std::move(engine),
-                                          topology != nullptr ? topology->tp_group : nullptr);
+                                          topology != nullptr ? topology->replica_group : nullptr);
   });
 }
 

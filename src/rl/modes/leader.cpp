@@ -123,7 +123,7 @@ Leader::Leader(const RunConfig& c, const Topology* topo, RunState& run, RolloutS
   pending_.discarded = saved.round.discarded;
   evaluator_ = std::make_unique<RunEvaluator>(c, run.policy->config(), *run.tokenizer, run.plan.run_dir);
   if (eval_engine_ == nullptr && !evaluator_->empty()) {
-    own_engine_ = std::make_unique<Engine>(run.policy, run_engine_config(c), run.tokenizer);
+    own_engine_ = std::make_unique<Engine>(run.policy, policy_engine_config(c, run), run.tokenizer);
     eval_engine_ = own_engine_.get();
   }
 }

@@ -74,7 +74,7 @@ class StepLoop {
   std::unique_ptr<RolloutSource> source_;
   std::optional<StalenessPolicy> staleness_;
   std::unique_ptr<Leader> lead_;           // on the leader
-  std::unique_ptr<Engine> eval_engine_;    // the first replica's other ranks under tensor parallelism, with -ed
+  std::unique_ptr<Engine> eval_engine_;    // the first replica's other ranks under tensor or pipeline parallelism, with -ed
   Engine* follower_engine_ = nullptr;      // an engine whose leader evaluates (this rank serves it)
   std::deque<SampleGroup> buffer_;         // this trainer's kept groups not yet trained on
   std::unique_ptr<RelayBuffer> relay_;     // this trainer's trained groups trained on again
@@ -98,8 +98,8 @@ StepLoop::StepLoop(const RunConfig& c, const Topology* topology, const SourceFac
     lead_ = std::make_unique<Leader>(c, topo_, run_, *source_, source_->engine());
   } else if (source_->engine() != nullptr) {
     follower_engine_ = source_->engine();  // serves the leader's evaluations on its engine
-  } else if (replica() == 0 && topo_->train_tp > 1 && !eval_sets(c.eval).empty()) {
-    eval_engine_ = std::make_unique<Engine>(run_.policy, run_engine_config(c));  // serves the leader's evaluations
+  } else if (replica() == 0 && topo_->replica_size() > 1 && !eval_sets(c.eval).empty()) {
+    eval_engine_ = std::make_unique<Engine>(run_.policy, policy_engine_config(c, run_));  // serves the leader's evaluations
     follower_engine_ = eval_engine_.get();
   }
   const auto mine = deal(saved.rollout_buffer);

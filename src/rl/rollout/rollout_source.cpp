@@ -19,8 +19,8 @@ bool StalenessPolicy::publish_before(bool ahead) {
 }
 
 EngineSource::EngineSource(const RunConfig& c, const ModelConfig& model_config, const Tokenizer* tokenizer,
-                           std::shared_ptr<Engine> engine, std::shared_ptr<Communicator> tp_group)
-    : c_(c), engine_(std::move(engine)), reward_(make_reward_function(c.reward)), tp_group_(std::move(tp_group)) {
+                           std::shared_ptr<Engine> engine, std::shared_ptr<Communicator> group)
+    : c_(c), engine_(std::move(engine)), reward_(make_reward_function(c.reward)), group_(std::move(group)) {
   if (engine_->leads()) {
     RLCPP_CHECK(tokenizer != nullptr, "the engine's first rank without a tokenizer");
     generator_ = std::make_unique<RolloutGenerator>(c, model_config, *tokenizer, engine_.get(), nullptr, nullptr, &reward_);
@@ -50,9 +50,9 @@ RoundReceipt EngineSource::collect(std::deque<SampleGroup>& buffer) {
   } else {
     engine_->serve();  // the first rank's steps, until it has the round
   }
-  if (tp_group_ != nullptr && tp_group_->size() > 1) {  // the same groups on every rank of the group
+  if (group_ != nullptr && group_->size() > 1) {  // the same groups on every rank of the group
     std::string bytes = engine_->leads() ? encode_groups(kept) : std::string();
-    tp_group_->broadcast_bytes(bytes, 0);
+    group_->broadcast_bytes(bytes, 0);
     if (!engine_->leads()) kept = decode_groups(bytes);
   }
   receipt.kept = static_cast<int64_t>(kept.size());

@@ -85,13 +85,13 @@ class StalenessPolicy {
 
 // The built-in engine over the policy's own weights (the colocated mode): a round is generated,
 // graded and filtered in collect, with the weights as they are then (publishing only sets the
-// version). Under tensor parallelism the engine's first rank generates while the others serve,
-// and the round's kept groups reach every rank of the group.
+// version). Under tensor or pipeline parallelism the engine's first rank generates while the
+// others serve, and the round's kept groups reach every rank of the group.
 class EngineSource : public RolloutSource {
  public:
-  // `tokenizer`: on the engine's first rank (the others serve); `tp_group`: the engine's ranks, or null.
+  // `tokenizer`: on the engine's first rank (the others serve); `group`: the engine's ranks, or null.
   EngineSource(const RunConfig& config, const ModelConfig& model_config, const Tokenizer* tokenizer,
-               std::shared_ptr<Engine> engine, std::shared_ptr<Communicator> tp_group);
+               std::shared_ptr<Engine> engine, std::shared_ptr<Communicator> group);
   void submit(std::vector<PromptPick> picks, const WeightSwitches& switches) override;
   RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
   double publish(int64_t version, bool resend) override;
@@ -105,7 +105,7 @@ class EngineSource : public RolloutSource {
   std::shared_ptr<Engine> engine_;
   RewardFunction reward_;
   std::unique_ptr<RolloutGenerator> generator_;  // on the engine's first rank
-  std::shared_ptr<Communicator> tp_group_;  // null or of one rank without tensor parallelism
+  std::shared_ptr<Communicator> group_;  // the engine's ranks: null or of one rank without TP or PP
   std::deque<std::vector<PromptPick>> submitted_;
 };
 

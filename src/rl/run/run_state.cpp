@@ -281,6 +281,15 @@ OptimizerPart optimizer_part(const RunConfig& c, const Topology* t, const Transf
 
 }  // namespace
 
+EngineConfig policy_engine_config(const RunConfig& c, const RunState& run) {
+  EngineConfig config = run_engine_config(c);
+  if (run.topology != nullptr && run.topology->train_pp > 1) {
+    config.group = run.topology->replica_group;
+    config.pipeline = run.topology->pp_group;
+  }
+  return config;
+}
+
 RunState load_run(const RunConfig& c, const Topology* topology) {
   RunState run;
   Communicator* trainers = topology != nullptr ? topology->role_group.get() : nullptr;

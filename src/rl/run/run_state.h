@@ -90,7 +90,7 @@ struct RunState {
   PromptDataset dataset;
   std::unique_ptr<DatasetCursor> cursor;   // at the checkpoint's position (or after consumed_samples)
   int64_t policy_version = 0;
-  const Topology* topology = nullptr;      // under mpirun (distributed, or colocated with TP), else null
+  const Topology* topology = nullptr;      // under mpirun (distributed, or colocated with TP or PP), else null
 };
 
 // The policy of a run of `config`: from `checkpoint` (a step-N directory) when given, else the base
@@ -121,6 +121,11 @@ StageLayout receive_stage_layout(const Topology& topology);                 // o
 torch::Tensor receive_stage_weight(const Topology& topology, const StageLayout& layout, size_t k);  // k in order
 // On every rank of the first replica's stages after the first: the layout, then each weight.
 void send_stage_weights(const Topology& topology, const Transformer& policy);
+
+// The engine of a trainer's own policy (the colocated mode's, or the first replica's for
+// evaluation): run_engine_config, run by every rank of the replica together under pipeline
+// parallelism (EngineConfig::group, pipeline).
+EngineConfig policy_engine_config(const RunConfig& config, const RunState& run);
 
 // Loads an RL run. Without a topology (or on trainer rank 0 of it) the plan is made here, with the
 // dataset; the other trainers receive the plan from rank 0 and load no dataset. Every replica
