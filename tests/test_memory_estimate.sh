@@ -2,7 +2,8 @@
 # The memory preflight's estimate (--dry-run) against the measured peak RSS (/usr/bin/time) of one
 # training step, on three configurations of a 4-layer Qwen2.5-0.5B-shaped random model (the bundled
 # byte-level tokenizer, GSM8K prompts): a full fine-tune with a reference model, LoRA with KL, and
-# LoRA with activation checkpointing and a bf16 frozen base. Each must be within 15%.
+# LoRA with activation checkpointing and a bf16 frozen base. Each must be within 15%. Under --pp the
+# estimate is a stage's, below the whole model's.
 # Usage: test_memory_estimate.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_memory_estimate.sh RLCPP_BINARY SOURCE_DIR}")
@@ -36,4 +37,10 @@ print(f"     {name:26s} estimate {est:.2f} GiB, measured peak RSS {rss:.2f} GiB 
 sys.exit(0 if abs(err) <= 0.15 else 1)
 PY
 done
+# Under --pp a trainer holds its stage: the estimate is of the stage with the most layers.
+whole=$("$rlcpp" train "${common[@]}" --kl 0 -p pp1 --dry-run | awk '/^  total \(peak/ {print $4}')
+staged=$("$rlcpp" train "${common[@]}" --kl 0 --pp 2 -p pp2 --dry-run | awk '/^  total \(peak/ {print $4}')
+echo "     full fine-tune without a reference: estimate $whole GiB, at --pp 2 $staged GiB per stage"
+python3 -c 'import sys; sys.exit(0 if 0 < float(sys.argv[2]) < float(sys.argv[1]) else 1)' "$whole" "$staged" \
+  && ok pp-estimate-per-stage || bad pp-estimate-per-stage
 exit $failed

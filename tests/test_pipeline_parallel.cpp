@@ -104,6 +104,40 @@ TEST(PipelineStages, HoldTheirLayersUnderTheWholeModelsNames) {
   EXPECT_THROW(pipeline_stage(whole->config(), 0, 5), UserError);
 }
 
+TEST(PipelineStages, BalancedByTheCostsGiven) {
+  const ModelConfig c = four_layers(true);
+  auto layers = [&](int count, const StageCosts& costs) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int k = 0; k < count; ++k) {
+      const auto s = pipeline_stage(c, k, count, costs);
+      out.emplace_back(s.layer_begin, s.layer_end);
+    }
+    return out;
+  };
+  using Split = std::vector<std::pair<int64_t, int64_t>>;
+  // A head as costly as 3 layers: 3 layers and 1 (4 each), not 2 and 2 (2 and 5).
+  EXPECT_EQ(layers(2, {1, 0, 3}), (Split{{0, 3}, {3, 4}}));
+  EXPECT_EQ(layers(2, {2, 0, 6}), (Split{{0, 3}, {3, 4}}));  // only ratios count
+  EXPECT_EQ(layers(2, {1, 3, 0}), (Split{{0, 1}, {1, 4}}));  // a costly embedding
+  EXPECT_EQ(layers(2, {1, 0, 0}), (Split{{0, 2}, {2, 4}}));
+  // Work per token is the default: this model's head (97 x 32) is a third of a layer's 9 216 multiply-adds.
+  const StageCosts work = work_stage_costs(c);
+  EXPECT_EQ(work.layer, 32.0 * 32 * 2 + 2 * 32 * 16 + 3 * 32 * 64);
+  EXPECT_EQ(work.head, 97.0 * 32);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(pipeline_stage(c, k, 2).layer_begin, pipeline_stage(c, k, 2, work).layer_begin);
+  }
+  EXPECT_THROW(pipeline_stage(c, 0, 5, work), UserError);
+  // Measured on this machine: a layer and the head take time, and the costs give a whole split.
+  const StageCosts measured = measure_stage_costs(c, fp64(), LoraConfig{}, 4, 64, 2);
+  EXPECT_GT(measured.layer, 0);
+  EXPECT_GT(measured.head, 0);
+  EXPECT_GE(measured.embedding, 0);
+  const auto split = layers(3, measured);
+  EXPECT_EQ(split.front().first, 0);
+  EXPECT_EQ(split.back().second, 4);
+}
+
 TEST(PipelineStages, ChainedEqualTheWholeModelAndItsGradients) {
   for (const auto& s : splits()) {
     SCOPED_TRACE(s.name);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism in training runs under mpirun (also as root), on the toy task made 4 layers
 # deep, fp64, distributed (-t T -i 1 --pp N):
-#   - 2 and 3 stages, 2 stages x 2 tensor-parallel ranks (also with ZeRO-1, its checkpoint resumed
+#   - 2 stages (their layers balanced by times measured at start-up: --pp-balance time) and 3,
+#     2 stages x 2 tensor-parallel ranks (also with ZeRO-1, its checkpoint resumed
 #     without stages), and 2 data-parallel replicas of 2 stages
 #     (also with ZeRO-1 over each stage's replicas) take the steps of one trainer rank: weights after 3 steps within 1e-12 per tensor, metrics
 #     equal; the sync to the rollout worker hash-verified (whole weights streamed stage by stage);
@@ -12,7 +13,8 @@
 #   - partial rollouts with the relay buffer, and multi-turn episodes with tool calls, on 2 stages
 #     equal one trainer;
 #   - colocated (mpirun -np N --pp P, no -i): the stages generate together (pipelined engine
-#     steps), 2 stages and 2 stages x 2 tensor-parallel ranks take one process's steps; every run
+#     steps), 2 stages and 2 stages x 2 tensor-parallel ranks take one process's steps (fp32: within
+#     1e-6 over the whole model); every run
 #     evaluates (-ed) with the stages generating together;
 #   - layouts and combinations it does not support refused with the flags named; a killed stage
 #     ends the job.
@@ -48,7 +50,7 @@ run_mpi 2 "${base[@]}" "${one[@]}" -t 1 -i 1 -p d1 > d1.log 2>&1 || { bad d1-run
 weights_moved runs/d1/step-3/model.safetensors toy/model.safetensors && ok weights-moved || bad weights-moved
 # NP T I PP NAME [FLAGS]: two replicas need two engines (engines a multiple of replicas), and take
 # a prompt each, against two one-rank replicas.
-for layout in "3 2 1 2 pp2" "4 3 1 3 pp3" "5 4 1 2 pp2tp2 --train-tp 2" "5 4 1 2 pp2tp2z1 --train-tp 2 -zero 1 --si 2" \
+for layout in "3 2 1 2 pp2 --pp-balance time" "4 3 1 3 pp3" "5 4 1 2 pp2tp2 --train-tp 2" "5 4 1 2 pp2tp2z1 --train-tp 2 -zero 1 --si 2" \
               "6 4 2 2 dp2pp2"; do
   read -r np t i pp name extra <<<"$layout"
   args=("${base[@]}" "${one[@]}" -t "$t" -i "$i" --pp "$pp" -p "$name")
@@ -73,6 +75,9 @@ same dp2pp2-zero1-equals-dp2 runs/dp2/step-3/model.safetensors runs/dp2pp2z1/ste
 metrics_close runs/dp2pp2/metrics.jsonl runs/dp2pp2z1/metrics.jsonl pp_bubble && ok dp2pp2-zero1-metrics || bad dp2pp2-zero1-metrics
 python3 -c 'import json,sys; sys.exit(0 if "toy" in json.loads(open(sys.argv[1]).readlines()[-1])["eval"] else 1)' \
   runs/pp3/metrics.jsonl && ok pp3-evaluates || bad pp3-evaluates
+# Balanced by times trainer 0 measured (the split may differ from work's; the steps may not).
+grep -q -- "--pp-balance time: over 3 x 72 tokens, a decoder layer takes" pp2.log && ok pp-balance-time-measured \
+  || { bad pp-balance-time-measured; grep -- "--pp-balance" pp2.log; }
 grep -q "pipeline parallelism: 3 stages per replica; trainer 0 holds decoder layers \[0, 1) of 4" pp3.log \
   && ok pp-startup-line || { bad pp-startup-line; grep "pipeline" pp3.log; }
 
@@ -94,6 +99,16 @@ for layout in "2 co-pp2 --pp 2" "4 co-pp2tp2 --pp 2 --train-tp 2"; do
 done
 python3 -c 'import json,sys; sys.exit(0 if [("eval" in json.loads(l)) for l in open(sys.argv[1])] == [False, True, True] else 1)' \
   runs/co-pp2/metrics.jsonl && ok colocated-pp2-evaluates || bad colocated-pp2-evaluates
+# fp32 with every default (the sampler's log-probs as the old ones): within fp32's rounding of one
+# process over the whole model (the stages sum the gradient norm and the tied embedding's two
+# gradients in another order).
+fp32=(-m toy -d data.jsonl -g 8 -tmbs 3 --mnt 8 -lr 1e-5 --kl 0 --dtype float32 -sd runs -tbs 2 -tMbs 2 --max-steps 3
+      --reward-cmd "python3 $here/data/digits_reward.py")
+OMP_NUM_THREADS=1 "$rlcpp" train "${fp32[@]}" -p f1 > f1.log 2>&1 || { bad f1-run; tail -3 f1.log; }
+run_mpi 2 "${fp32[@]}" --pp 2 -p f2 > f2.log 2>&1 || { bad f2-run; tail -3 f2.log; }
+weights_moved runs/f1/step-3/model.safetensors toy/model.safetensors \
+  && weights_close runs/f2/step-3/model.safetensors runs/f1/step-3/model.safetensors 1e-6 overall \
+  && ok fp32-colocated-pp2-equals-one-process || bad fp32-colocated-pp2-equals-one-process
 
 # Checkpoints and resumes: 4 steps, uninterrupted and from step 2.
 two=(-tbs 2 -tMbs 2 --max-steps 4 -t 2 -i 1 --pp 2)

@@ -3,10 +3,12 @@
 #include <torch/autograd.h>
 
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <optional>
 
+#include "model/transformer.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -25,27 +27,108 @@ int gradient_tag(int64_t k) { return activation_tag(k) + 1; }
 
 }  // namespace
 
-PipelineStage pipeline_stage(const ModelConfig& c, int index, int count) {
+const EnumTable<StageBalance>& stage_balances() {
+  static const EnumTable<StageBalance> table(
+      "stage balance", {{StageBalance::kWork, "work", "multiply-adds per token (a layer's weights, the head's vocabulary x hidden)"},
+                        {StageBalance::kTime, "time", "a layer, the embedding and the head timed on this machine at start-up"}});
+  return table;
+}
+
+StageCosts work_stage_costs(const ModelConfig& c) {
+  // Balanced by parameter count instead, the last stage of Qwen2.5-0.5B at --pp 2 would compute a
+  // third more than the first (its head is as much work as 9 of its 24 layers).
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size();
+  const double attention = static_cast<double>(h * q + 2 * h * kv + q * h);
+  const double mlp = 3.0 * static_cast<double>(h * c.intermediate_size);
+  return {attention + mlp, 0, static_cast<double>(c.vocab_size * h)};
+}
+
+namespace {
+
+// Seconds of `pass` (a forward and its backward), the best of `repeats` after a warm-up.
+double best_seconds(const std::function<void()>& pass, int repeats) {
+  pass();
+  double best = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < repeats; ++k) {
+    const auto start = Clock::now();
+    pass();
+    best = std::min(best, since(start));
+  }
+  return best;
+}
+
+}  // namespace
+
+StageCosts measure_stage_costs(const ModelConfig& config, ModelOptions options, const LoraConfig& lora, int64_t rows,
+                               int64_t length, int repeats) {
+  // Three layers of the model's shape: stage 0 of 2 of the first two is the embedding and a layer,
+  // stage 1 of 3 a layer alone, stage 1 of 2 a layer, the norm and the head.
+  ModelConfig shape = config;
+  options.tp_group = nullptr;
+  options.frozen_dtype = torch::ScalarType::Undefined;
+  auto ids = torch::randint(0, config.vocab_size, {rows, length}, torch::kInt64);
+  auto input = [&] {
+    return (torch::randn({rows, length, config.hidden_size}, torch::kFloat64) * 0.02).to(options.dtype).requires_grad_();
+  };
+  auto timed = [&](int64_t layers, int index, int count, const std::function<void(Transformer&)>& pass) {
+    shape.num_hidden_layers = layers;
+    options.stage = {index, count, index, index + 1};
+    Transformer model(shape, options);
+    model.init_weights(0.02, /*seed=*/1);
+    if (lora.enabled()) model.add_adapters(lora, /*seed=*/1);
+    model.train();
+    return best_seconds([&] {
+      for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
+      pass(model);
+    }, repeats);
+  };
+  StageCosts costs;
+  costs.layer = timed(3, 1, 3, [&](Transformer& m) {
+    ForwardContext context;
+    context.stage_input = input();
+    m.hidden_states(ids, {}, context).sum().backward();
+  });
+  const double first = timed(2, 0, 2, [&](Transformer& m) { m.hidden_states(ids).sum().backward(); });
+  const double last = timed(2, 1, 2, [&](Transformer& m) {
+    ForwardContext context;
+    context.stage_input = input();
+    m.token_logprobs(ids, ids, 1.0, {}, nullptr, context).sum().backward();
+  });
+  costs.embedding = std::max(0.0, first - costs.layer);
+  costs.head = std::max(0.0, last - costs.layer);
+  return costs;
+}
+
+namespace {
+
+// Stage `index` of `count`: balance_stages over every layer's cost and the two ends'.
+PipelineStage stage_of(const ModelConfig& c, int index, int count, int64_t layer, int64_t embedding, int64_t head) {
   if (count < 1 || count > c.num_hidden_layers) {
     throw_user_error("--pp {}: a model of {} decoder layers makes at most {} pipeline stages (each holds one layer "
                      "or more); lower --pp",
                      count, c.num_hidden_layers, c.num_hidden_layers);
   }
-  // Each stage's work per token, in multiply-adds: a layer's weights (attention over a sequence adds
-  // little at RL lengths), the head's vocabulary x hidden on the last stage; the embedding is a
-  // lookup, free. Balanced by parameter count instead, the last stage of Qwen2.5-0.5B at --pp 2
-  // would compute a third more than the first (its head is as much work as 9 of its 24 layers).
-  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size();
-  const int64_t attention = h * q + 2 * h * kv + q * h;
-  const int64_t mlp = 3 * h * c.intermediate_size;
-  const auto layers = balance_stages(std::vector<int64_t>(static_cast<size_t>(c.num_hidden_layers), attention + mlp),
-                                     0, c.vocab_size * h, count);
+  const auto layers = balance_stages(std::vector<int64_t>(static_cast<size_t>(c.num_hidden_layers), layer), embedding, head, count);
   PipelineStage stage;
   stage.index = index;
   stage.count = count;
   stage.layer_begin = layers.at(static_cast<size_t>(index)).first;
   stage.layer_end = layers.at(static_cast<size_t>(index)).last;
   return stage;
+}
+
+}  // namespace
+
+PipelineStage pipeline_stage(const ModelConfig& c, int index, int count) {
+  const StageCosts work = work_stage_costs(c);  // whole numbers of multiply-adds
+  return stage_of(c, index, count, std::llround(work.layer), std::llround(work.embedding), std::llround(work.head));
+}
+
+PipelineStage pipeline_stage(const ModelConfig& c, int index, int count, const StageCosts& costs) {
+  RLCPP_CHECK(costs.layer > 0 && costs.embedding >= 0 && costs.head >= 0, "stage costs {} (layer), {} (embedding), {} (head)",
+              costs.layer, costs.embedding, costs.head);
+  const double unit = static_cast<double>(1 << 20) / costs.layer;  // a layer is 2^20 units
+  return stage_of(c, index, count, 1 << 20, std::llround(costs.embedding * unit), std::llround(costs.head * unit));
 }
 
 StageTimes run_stage(Communicator* group, const StageWork& work, bool backward, const torch::TensorOptions& activations) {

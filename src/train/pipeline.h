@@ -17,8 +17,10 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/model_options.h"
+#include "util/enum_table.h"
 
 namespace rlcpp {
 
@@ -110,10 +112,33 @@ inline double one_forward_one_backward_bubble(int64_t stages, int64_t micros) {
   return static_cast<double>(stages - 1) / static_cast<double>(micros + stages - 1);
 }
 
-// Stage `index` of `count` of a model of `config`, the layers balanced by their work per token
-// (balance_stages: the head's on the last stage; the first stage's embedding is a lookup).
+// What the stages are balanced by (--pp-balance): each stage's work per token in multiply-adds, or
+// times measured on this machine (measure_stage_costs).
+enum class StageBalance { kWork, kTime };
+const EnumTable<StageBalance>& stage_balances();
+
+// What a decoder layer, the first stage's embedding and the last stage's norm and log-prob head
+// each cost, in one unit (only their ratios count).
+struct StageCosts {
+  double layer = 1, embedding = 0, head = 0;
+};
+// Multiply-adds per token: a layer's weights (attention over a sequence adds little at RL
+// lengths), the head's vocabulary x hidden; the embedding is a lookup, free.
+StageCosts work_stage_costs(const ModelConfig& config);
+// Seconds of a forward and a backward over one micro-batch of `rows` x `length` tokens, on
+// fresh random weights of `config`'s shape in `options` (its dtype, gradient checkpointing;
+// with `lora`, adapters on every layer it names), the best of `repeats` after one warm-up: a
+// decoder layer alone, the embedding (and its gradient), and the norm and the head (the fused
+// log-prob head of training). Each part is built, timed and freed in turn, so at most one
+// vocabulary x hidden matrix and its gradient are held.
+StageCosts measure_stage_costs(const ModelConfig& config, ModelOptions options, const LoraConfig& lora, int64_t rows,
+                               int64_t length, int repeats = 3);
+
+// Stage `index` of `count` of a model of `config`, the layers balanced by `costs` (balance_stages:
+// the embedding's on the first stage, the head's on the last); without, by work_stage_costs.
 // More stages than layers is a UserError naming --pp and the numbers.
 PipelineStage pipeline_stage(const ModelConfig& config, int index, int count);
+PipelineStage pipeline_stage(const ModelConfig& config, int index, int count, const StageCosts& costs);
 
 // One stage's share of a pipelined pass over a batch's micro-batches.
 struct StageWork {

@@ -12,6 +12,7 @@
 #include "engine/sampling.h"
 #include "model/lora.h"
 #include "parallel/weight_sync.h"
+#include "train/pipeline.h"
 #include "text/prompt_builder.h"
 
 namespace rlcpp {
@@ -38,7 +39,8 @@ struct ParallelOptions {
   int64_t num_trainers = 0;            // data-parallel trainer ranks (0: 1)
   int64_t num_inferencers = 0;         // rollout-worker ranks; >= 1 is the distributed mode
   int64_t tp = 1;                      // trainer tensor parallelism: ranks per data-parallel replica
-  int64_t pp = 1;                      // pipeline stages of each trainer replica (distributed mode)
+  int64_t pp = 1;                      // pipeline stages of each trainer replica
+  StageBalance pp_balance = StageBalance::kWork;  // what the stages' layers are balanced by
   int64_t zero = 0;                    // ZeRO stage
   int64_t ptp = 1;                     // rollout tensor parallelism: ranks per engine
   int64_t sync_bucket_mb = 100;        // weight-sync buckets (ChatLearn's coalesced_buffer_mb)

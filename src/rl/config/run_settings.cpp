@@ -267,8 +267,11 @@ std::vector<Setting> make_settings() {
                           "ranks; the colocated mode: mpirun -np N with --train-tp N)",
                           [](C& c) -> int64_t& { return c.parallel.tp; }, 1, {"train_tp"}));
   s.push_back(int_setting("parallel.pipeline_parallel_size", "--pp,--pipeline-parallel-size",
-                          "pipeline stages of each trainer replica (1F1B over -tmbs micro-batches; distributed mode)",
+                          "pipeline stages of each trainer replica (1F1B over -tmbs micro-batches; the colocated mode: "
+                          "mpirun -np N with --train-tp x --pp = N)",
                           [](C& c) -> int64_t& { return c.parallel.pp; }, 1, {"train_pp"}, true));
+  s.push_back(enum_setting("parallel.pp_balance", "--pp-balance", "what --pp balances the stages' layers by",
+                           stage_balances(), [](C& c) -> StageBalance& { return c.parallel.pp_balance; }, true));
   s.push_back(int_setting("parallel.zero_stage", "--zero,--zero-stage",
                           "ZeRO: 1 shards the AdamW moments over the trainers, 2 also the gradients (distributed mode)",
                           [](C& c) -> int64_t& { return c.parallel.zero; }, 0, {}, true));

@@ -11,6 +11,7 @@
 #include "model/transformer.h"
 #include "rl/rollout/rollout.h"
 #include "text/prompt_builder.h"
+#include "train/pipeline.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -67,11 +68,20 @@ std::string MemoryEstimate::table() const {
 namespace {
 
 // Under tensor parallelism, the shape of the largest rank's part (its heads, KV heads, MLP channels
-// and tokens): what one trainer process holds.
-ModelConfig largest_part(const ModelConfig& whole, int64_t tp) {
-  if (tp <= 1) return whole;
-  const TpLayout layout = TpLayout::make(whole, static_cast<int>(tp));
+// and tokens), and under pipeline parallelism of the stage with the most layers (counted with the
+// embedding and the head, which one stage holds at most: an over-estimate for the middle ones):
+// what one trainer process holds.
+ModelConfig largest_part(const ModelConfig& whole, int64_t tp, int64_t pp) {
   ModelConfig part = whole;
+  if (pp > 1 && pp <= whole.num_hidden_layers) {
+    part.num_hidden_layers = 0;
+    for (int k = 0; k < pp; ++k) {
+      const PipelineStage stage = pipeline_stage(whole, k, static_cast<int>(pp));
+      part.num_hidden_layers = std::max(part.num_hidden_layers, stage.layer_end - stage.layer_begin);
+    }
+  }
+  if (tp <= 1) return part;
+  const TpLayout layout = TpLayout::make(whole, static_cast<int>(tp));
   part.num_attention_heads = part.num_key_value_heads = part.intermediate_size = part.vocab_size = 0;
   for (const auto& r : layout.ranks) {
     part.num_attention_heads = std::max(part.num_attention_heads, r.n_heads());
@@ -86,7 +96,7 @@ ModelConfig largest_part(const ModelConfig& whole, int64_t tp) {
 
 MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole, int64_t prompt_tokens) {
   MemoryEstimate est;
-  const ModelConfig m = largest_part(whole, c.parallel.tp);  // every line below is of one trainer process
+  const ModelConfig m = largest_part(whole, c.parallel.tp, c.parallel.pp);  // every line below is of one trainer process
   const double e = dtype_bytes(c.runtime.dtype);  // compute dtype
   const double frozen = c.model.frozen_dtype.empty() ? e : dtype_bytes(c.model.frozen_dtype);
   const double params = static_cast<double>(m.parameter_count());

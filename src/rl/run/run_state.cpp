@@ -281,6 +281,33 @@ OptimizerPart optimizer_part(const RunConfig& c, const Topology* t, const Transf
 
 }  // namespace
 
+namespace {
+
+// This trainer's pipeline stage: balanced by work per token, or by the costs trainer 0 measures
+// (--pp-balance time) and sends every trainer, so all split the model alike.
+PipelineStage run_pipeline_stage(const RunConfig& c, const Topology& t, bool leader) {
+  const ModelConfig config = ModelConfig::load(c.model.path);
+  if (c.parallel.pp_balance == StageBalance::kWork) return pipeline_stage(config, t.stage(), t.train_pp);
+  auto costs = torch::zeros({3}, torch::kFloat64);
+  if (leader) {
+    // A micro-batch of -tmbs samples as long as a prompt and a whole response may be (at most 8 x 1024 tokens).
+    const int64_t rows = std::min<int64_t>(c.train.train_microbatch_size, 8);
+    const int64_t length = std::min<int64_t>(c.rollout.sampling.max_new_tokens + 64, 1024);
+    const StageCosts measured =
+        measure_stage_costs(config, run_model_options(c, false, nullptr, {}), c.model.lora, rows, length);
+    costs = torch::tensor({measured.layer, measured.embedding, measured.head}, torch::kFloat64);
+    spdlog::info("--pp-balance time: over {} x {} tokens, a decoder layer takes {:.1f} ms, the embedding {:.1f} ms and the "
+                 "head {:.1f} ms (the head as {:.2f} layers; by work per token, {:.2f})", rows, length, 1e3 * measured.layer,
+                 1e3 * measured.embedding, 1e3 * measured.head, measured.head / measured.layer,
+                 work_stage_costs(config).head / work_stage_costs(config).layer);
+  }
+  t.role_group->broadcast(costs, 0);
+  return pipeline_stage(config, t.stage(), t.train_pp,
+                        {costs[0].item<double>(), costs[1].item<double>(), costs[2].item<double>()});
+}
+
+}  // namespace
+
 EngineConfig policy_engine_config(const RunConfig& c, const RunState& run) {
   EngineConfig config = run_engine_config(c);
   if (run.topology != nullptr && run.topology->train_pp > 1) {
@@ -329,8 +356,7 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   torch::manual_seed(c.runtime.seed);
   const auto tp_group = topology != nullptr ? topology->tp_group : nullptr;
   const bool pipeline = topology != nullptr && topology->train_pp > 1;
-  const PipelineStage stage =
-      pipeline ? pipeline_stage(ModelConfig::load(c.model.path), topology->stage(), topology->train_pp) : PipelineStage{};
+  const PipelineStage stage = pipeline ? run_pipeline_stage(c, *topology, leader) : PipelineStage{};
   run.policy = load_policy(c, run.plan.resume_from, tp_group, stage);
   run.reference = load_reference(c, tp_group, stage);
   run.trainer = std::make_unique<Trainer>(run.policy, run.reference, rl_trainer_config(c, run.plan.total_steps));
