@@ -108,7 +108,7 @@ const std::vector<ChatLearnField>& chatlearn_fields() {
       {"tensor_model_parallel_size", "ModelConfig", F::kImplemented, "parallel.tensor_parallel_size",
        "the policy trainer's tensor parallelism (--train-tp); the rollout engines' is --rollout-tp", {}, unset_if_null},
       {"pipeline_model_parallel_size", "ModelConfig", F::kImplemented, "parallel.pipeline_parallel_size",
-       "the policy trainer's pipeline stages (--pp; distributed mode)", {}, unset_if_null},
+       "the policy trainer's pipeline stages (--pp)", {}, unset_if_null},
       {"zero_size", "ModelConfig", F::kMapped, "parallel.zero_stage",
        "above 1: ZeRO-3 (parameters, gradients and AdamW state sharded) over all -t trainers", {}, zero_size_stage},
       {"model_config_file", "ModelConfig", F::kNotice, "", "the architecture comes from the model directory's config.json"},
