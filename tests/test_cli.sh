@@ -70,4 +70,24 @@ expect train-sync-frequency 2 'sync-frequency 2 lets rollout run 2 rounds behind
 expect train-round-size 2 '-ibs 1 with -i 3: 3 prompts per round are not a multiple of -t 1 × -tbs 2' -- "$rlcpp" train \
   -m "$model" -d "$tmp/train.jsonl" -t 1 -i 3 -ibs 1 -tbs 2 -tMbs 1
 expect train-batch 2 'tMbs.* 3 must be between 1 and -tbs 2' -- "$rlcpp" train -m "$model" -d "$tmp/train.jsonl" -tbs 2 -tMbs 3
+# A reward model (transformers' sequence-classifier layout: the decoder and a `score` head) is
+# recognised, and refused as a policy.
+rm_dir="$tmp/rm"; cp -rL "$model" "$rm_dir"
+python3 - "$rm_dir" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+c = json.load(open(f"{d}/config.json"))
+c["architectures"] = ["Qwen2ForSequenceClassification"]; c["id2label"] = {"0": "LABEL_0"}
+json.dump(c, open(f"{d}/config.json", "w"))
+data = open(f"{d}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n]); body = data[8 + n:]
+header["score.weight"] = {"dtype": "F32", "shape": [1, c["hidden_size"]], "data_offsets": [len(body), len(body) + 4 * c["hidden_size"]]}
+body += struct.pack(f"<{c['hidden_size']}f", *([0.01] * c["hidden_size"]))
+text = json.dumps(header).encode(); text += b" " * (-len(text) % 8)
+open(f"{d}/model.safetensors", "wb").write(struct.pack("<Q", len(text)) + text + body)
+PY
+expect info-reward-model 0 'score: 1 label\(s\) at the last token' -- "$rlcpp" info "$rm_dir"
+expect train-reward-model 2 'a sequence classifier \(Qwen2ForSequenceClassification, a reward model\)' -- "$rlcpp" train \
+  -m "$rm_dir" -d "$tmp/train.jsonl"
 exit $fail

@@ -2,6 +2,9 @@
 // $RLCPP_FIXTURES: a new fixture needs no code. Also: left padding, save/load, sharding.
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <fstream>
+
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
@@ -164,6 +167,70 @@ TEST(ModelParity, SaveLoadIsBitIdenticalAlsoInThreeShards) {
       }
       EXPECT_EQ(CheckpointReader(path).names(), original.names());
     }
+  }
+}
+
+// A reward model in Hugging Face's layout (`...ForSequenceClassification`, `score.weight`
+// [num_labels, H], no LM head) made from each fixture, its score head a row of the fixture's
+// output projection: its score is then the fixture's float64 reference logit of that token at the
+// last position, an oracle independent of rlcpp.
+TEST(RewardModel, ScoresAreTheReferenceLogitsOfItsHeadsRows) {
+  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
+    SCOPED_TRACE(dir.string());
+    auto ref = load_reference(dir);
+    ModelOptions options;
+    options.dtype = torch::kFloat64;
+    auto lm = Transformer::from_pretrained(dir, options);
+    const std::vector<int64_t> rows = {5, 17};  // two labels: two tokens' logits
+    TempDir rm_dir;
+    const ModelConfig config = classifier_config(lm->config(), static_cast<int64_t>(rows.size()));
+    std::filesystem::create_directories(rm_dir.path());
+    std::ofstream(rm_dir / "config.json") << config.raw.dump(2);
+    NamedTensors weights;
+    for (const auto& [name, t] : lm->named_weights()) {
+      if (name != "lm_head.weight") weights.emplace_back(name, t.to(torch::kFloat32));
+    }
+    const auto head = lm->output_weight().index_select(0, torch::tensor(rows, torch::kInt64));
+    weights.emplace_back("score.weight", head.to(torch::kFloat32));
+    save_checkpoint(rm_dir.path(), weights);
+
+    auto rm = Transformer::from_pretrained(rm_dir.path(), options);
+    EXPECT_TRUE(rm->config().classifier());
+    EXPECT_EQ(rm->config().num_labels, 2);
+    EXPECT_EQ(rm->config().parameter_count(), lm->config().parameter_count() - (lm->config().tie_word_embeddings ? 0 :
+              lm->config().vocab_size * lm->config().hidden_size) + 2 * lm->config().hidden_size);
+    torch::NoGradGuard no_grad;
+    auto scores = rm->scores(ref.input_ids);
+    ASSERT_EQ(scores.sizes(), (std::vector<int64_t>{ref.input_ids.size(0), 2}));
+    const int64_t last = ref.input_ids.size(1) - 1;
+    auto expected = ref.logits.select(1, last).index_select(1, torch::tensor(rows, torch::kInt64));
+    // As the fp64 model's logits: the reference is fp64 math rounded to fp32.
+    EXPECT_LE(max_diff(scores.to(torch::kFloat32), expected), ref.logits.abs().max().item<double>() * 1e-7);
+
+    // Left padding: a shorter sequence scores as it does alone.
+    const int64_t t = ref.input_ids.size(1), len = t - 6;
+    auto ids = ref.input_ids.clone();
+    auto mask = torch::ones_like(ids);
+    ids[1].narrow(0, 0, t - len).fill_(3);
+    mask[1].narrow(0, 0, t - len).zero_();
+    ids[1].narrow(0, t - len, len).copy_(ref.input_ids[1].narrow(0, 0, len));
+    auto padded = rm->scores(ids, mask);
+    auto alone = rm->scores(ref.input_ids[1].narrow(0, 0, len).unsqueeze(0));
+    EXPECT_LT(max_diff(padded[1], alone[0]), 1e-10);
+
+    // Saved again: transformers' layout (the classifier's architecture and labels, `score`, no LM head).
+    TempDir saved;
+    rm->save_pretrained(saved.path());
+    const auto json = nlohmann::json::parse(std::ifstream(saved / "config.json"));
+    EXPECT_EQ(json["architectures"][0].get<std::string>().ends_with("ForSequenceClassification"), true);
+    EXPECT_EQ(json["id2label"].size(), 2u);
+    const auto names = CheckpointReader(saved.path()).names();
+    EXPECT_EQ(std::count(names.begin(), names.end(), "score.weight"), 1);
+    EXPECT_EQ(std::count(names.begin(), names.end(), "lm_head.weight"), 0);
+    EXPECT_TRUE(torch::equal(Transformer::from_pretrained(saved.path(), options)->scores(ref.input_ids), scores));
+    // A reward model has no language-model head to generate or train a policy with.
+    EXPECT_THROW(rm->forward(ref.input_ids), UserError);
+    EXPECT_THROW(lm->scores(ref.input_ids), InternalError);
   }
 }
 

@@ -82,6 +82,10 @@ void run_info(const std::string& dir) {
   for (int64_t id : c.eos_token_ids) eos += (eos.empty() ? "" : ", ") + std::to_string(id);
   std::cout << fmt::format("model            {}\n", dir);
   std::cout << fmt::format("architecture     {} (model_type {})\n", c.architecture, c.model_type);
+  if (c.classifier()) {
+    std::cout << fmt::format("head             score: {} label(s) at the last token (a sequence classifier: a reward model)\n",
+                             c.num_labels);
+  }
   std::cout << fmt::format("layers           {}\n", c.num_hidden_layers);
   std::cout << fmt::format("hidden           {} (intermediate {})\n", c.hidden_size, c.intermediate_size);
   std::cout << fmt::format("heads            {} query, {} key/value (group {}), head_dim {}\n", c.num_attention_heads,

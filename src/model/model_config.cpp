@@ -1,5 +1,9 @@
 #include "model/model_config.h"
 
+#include <fmt/format.h>
+
+#include <map>
+
 #include "util/error.h"
 #include "util/json.h"
 
@@ -117,9 +121,35 @@ ModelConfig ModelConfig::from_json(const Json& json, const std::string& where) t
   c.torch_dtype = json_get_or<std::string>(json, "torch_dtype", "float32", where);
   c.bos_token_id = json_get_or<int64_t>(json, "bos_token_id", -1, where);
   if (json.contains("eos_token_id")) add_token_ids(json["eos_token_id"], &c.eos_token_ids);
+  if (c.architecture.ends_with("ForSequenceClassification")) {
+    const auto labels = json.find("id2label");
+    c.num_labels = labels != json.end() && labels->is_object() ? static_cast<int64_t>(labels->size())
+                                                               : json_get_or<int64_t>(json, "num_labels", 2, where);
+    if (c.num_labels < 1) throw_user_error("{}: a sequence classifier needs at least one label, got {}", where, c.num_labels);
+  }
   return c;
 } catch (const Json::exception& e) {  // a field of the wrong type, where the checks above do not look
   throw_user_error("{}: unexpected contents: {}", where, e.what());
+}
+
+ModelConfig classifier_config(const ModelConfig& config, int64_t num_labels) {
+  RLCPP_CHECK(num_labels >= 1, "a classifier of {} labels", num_labels);
+  static const std::map<std::string, std::string> names = {
+      {"qwen2", "Qwen2ForSequenceClassification"}, {"qwen3", "Qwen3ForSequenceClassification"},
+      {"llama", "LlamaForSequenceClassification"}};
+  ModelConfig c = config;
+  c.architecture = names.at(c.model_type);
+  c.num_labels = num_labels;
+  c.raw["architectures"] = Json::array({c.architecture});
+  Json id2label = Json::object(), label2id = Json::object();
+  for (int64_t k = 0; k < num_labels; ++k) {
+    id2label[std::to_string(k)] = fmt::format("LABEL_{}", k);
+    label2id[fmt::format("LABEL_{}", k)] = k;
+  }
+  c.raw["id2label"] = id2label;
+  c.raw["label2id"] = label2id;
+  c.raw.erase("num_labels");
+  return c;
 }
 
 ModelConfig ModelConfig::load(const fs::path& dir) {
@@ -149,7 +179,11 @@ int64_t ModelConfig::parameter_count() const {
   if (mlp_bias) mlp += 2 * intermediate_size + h;
   const int64_t layer = attn + mlp + 2 * h;
   int64_t total = num_hidden_layers * layer + vocab_size * h + h;
-  if (!tie_word_embeddings) total += vocab_size * h;
+  if (classifier()) {
+    total += num_labels * h;  // the score head in place of the LM head
+  } else if (!tie_word_embeddings) {
+    total += vocab_size * h;
+  }
   return total;
 }
 

@@ -1,5 +1,6 @@
-// ModelConfig: the architecture of a Hugging Face causal LM, read from `config.json` (and
-// `generation_config.json` for stop tokens). Supported model types: qwen2, qwen3, llama.
+// ModelConfig: the architecture of a Hugging Face causal LM (or of a sequence classifier on the same
+// decoder: a reward model), read from `config.json` (and `generation_config.json` for stop tokens).
+// Supported model types: qwen2, qwen3, llama.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -45,6 +46,10 @@ struct ModelConfig {
   std::string torch_dtype = "float32";  // dtype the weights were saved in
   int64_t bos_token_id = -1;        // -1: none
   std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, merged
+  // A sequence classifier (`...ForSequenceClassification`, as a reward model is saved): the score
+  // head's outputs (Hugging Face's num_labels: id2label's size, else num_labels, else 2). 0: a
+  // causal LM.
+  int64_t num_labels = 0;
   nlohmann::json raw;               // config.json as read, written back unchanged on save
 
   // Reads `dir/config.json` and, when present, `dir/generation_config.json`. An unknown model type,
@@ -53,6 +58,7 @@ struct ModelConfig {
   // Parses a config.json object; `where` names its source in errors.
   static ModelConfig from_json(const nlohmann::json& json, const std::string& where);
 
+  bool classifier() const { return num_labels > 0; }
   int64_t q_size() const { return num_attention_heads * head_dim; }
   int64_t kv_size() const { return num_key_value_heads * head_dim; }
   // Number of parameters implied by the shape (tied embeddings counted once).
@@ -60,5 +66,9 @@ struct ModelConfig {
 };
 
 const EnumTable<RopeScalingType>& rope_scaling_types();
+
+// The sequence classifier of `num_labels` outputs on `config`'s decoder (a reward model of a causal
+// LM: Qwen2ForSequenceClassification, Qwen3..., Llama...), its config.json as transformers writes it.
+ModelConfig classifier_config(const ModelConfig& config, int64_t num_labels);
 
 }  // namespace rlcpp

@@ -36,8 +36,14 @@ Transformer::Transformer(ModelConfig config, ModelOptions options)
                   stage.layer_begin < layer_end && layer_end <= config_.num_hidden_layers,
               "pipeline stage {} of {} holding layers [{}, {}) of a model of {}", stage.index, stage.count,
               stage.layer_begin, layer_end, config_.num_hidden_layers);
+  if (config_.classifier() && (tp_ || !stage.whole())) {
+    throw_user_error("{} is a sequence classifier ({}): it runs in one process, without --train-tp or --pp",
+                     config_.model_type, config_.architecture);
+  }
   model = register_module("model", std::make_shared<DecoderImpl>(config_, tp_.get(), stage));
-  if (!config_.tie_word_embeddings && stage.last()) {
+  if (config_.classifier()) {
+    score = register_module("score", make_linear(config_.hidden_size, config_.num_labels, false));
+  } else if (!config_.tie_word_embeddings && stage.last()) {
     const int64_t tokens = tp_ ? tp_->shape().vocab_end - tp_->shape().vocab_begin : config_.vocab_size;
     lm_head = register_module("lm_head", make_linear(config_.hidden_size, tokens, false));
   }
@@ -143,9 +149,22 @@ torch::Tensor Transformer::embed(const torch::Tensor& ids) {
   return tp_->reduce(rows);
 }
 
+torch::Tensor Transformer::scores(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                  const ForwardContext& context) {
+  RLCPP_CHECK(config_.classifier(), "scores of a causal LM ({}): only a sequence classifier has a score head",
+              config_.architecture);
+  auto h = hidden_states(input_ids, attention_mask, context);
+  auto last = h.select(1, h.size(1) - 1);  // [B, H]: left padding puts every row's last token there
+  return score->forward(last, context).to(compute_dtype(options_.dtype));
+}
+
 torch::Tensor Transformer::output_weight() const { return as_dtype(stored_output_weight(), options_.dtype); }
 
 torch::Tensor Transformer::stored_output_weight() const {
+  if (config_.classifier()) {
+    throw_user_error("{} is a sequence classifier (a reward model): it scores sequences, it has no language-model head "
+                     "to generate or train a policy with; give a ...ForCausalLM model", config_.architecture);
+  }
   RLCPP_CHECK(options_.stage.last(), "the head is on the last pipeline stage, not on stage {}", options_.stage.index);
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }

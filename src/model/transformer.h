@@ -132,6 +132,12 @@ class Transformer : public torch::nn::Module {
                                          double temperature = 1.0, const torch::Tensor& attention_mask = {},
                                          const ForwardContext& context = {});
 
+  // A sequence classifier's outputs (ModelConfig::classifier(): a reward model): the score head at
+  // each row's last token, [B, num_labels] in fp32 (fp64 for an fp64 model), differentiable. Rows
+  // are left-padded (attention_mask [B, T], 1 = token), so every row's last token is at T - 1.
+  torch::Tensor scores(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                       const ForwardContext& context = {});
+
   // The output projection [V, H] in the compute dtype: lm_head, or the embedding when tied.
   torch::Tensor output_weight() const;
   // The same as stored (a frozen half-precision copy is not converted): for linear_no_grad.
@@ -183,7 +189,8 @@ class Transformer : public torch::nn::Module {
   const ModelOptions& options() const { return options_; }
 
   std::shared_ptr<DecoderImpl> model;
-  Linear lm_head;  // null when tied
+  Linear lm_head;  // null when tied, and for a classifier
+  Linear score;    // a classifier's head [num_labels, H] (Hugging Face's `score`); null for a causal LM
 
  private:
   // Stores the frozen weights in options_.frozen_dtype (after loading).

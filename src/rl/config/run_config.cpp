@@ -197,6 +197,10 @@ void check_files(const RunConfig& c) {
     throw_user_error("-m/--model {}: no config.json there; give a Hugging Face model directory", c.model.path);
   }
   const ModelConfig model = ModelConfig::load(c.model.path);  // names an unsupported architecture
+  if (model.classifier()) {
+    throw_user_error("-m/--model {}: a sequence classifier ({}, a reward model) scores responses; the policy is a "
+                     "...ForCausalLM model", c.model.path, model.architecture);
+  }
   TpLayout::make(model, static_cast<int>(c.parallel.tp), "--train-tp");  // a model too small to split that many ways
   TpLayout::make(model, static_cast<int>(c.parallel.ptp), "--rollout-tp");
   if (c.parallel.pp > model.num_hidden_layers) {
