@@ -14,7 +14,7 @@
 #     equal one trainer;
 #   - colocated (mpirun -np N --pp P, no -i): the stages generate together (pipelined engine
 #     steps), 2 stages and 2 stages x 2 tensor-parallel ranks take one process's steps (fp32: within
-#     1e-6 over the whole model); every run
+#     1e-6 over the whole model), also with LoRA and resumed from a checkpoint; every run
 #     evaluates (-ed) with the stages generating together;
 #   - layouts and combinations it does not support refused with the flags named; a killed stage
 #     ends the job.
@@ -99,6 +99,17 @@ for layout in "2 co-pp2 --pp 2" "4 co-pp2tp2 --pp 2 --train-tp 2"; do
 done
 python3 -c 'import json,sys; sys.exit(0 if [("eval" in json.loads(l)) for l in open(sys.argv[1])] == [False, True, True] else 1)' \
   runs/co-pp2/metrics.jsonl && ok colocated-pp2-evaluates || bad colocated-pp2-evaluates
+# Colocated stages with LoRA (each stage's adapters in the engine's passes), checkpointed at step 2
+# and resumed from it on 2 stages: one process's adapter after 3 steps.
+co_lora=("${colocated[@]}" --lora-rank 4 --lora-alpha 8 --si 2)
+OMP_NUM_THREADS=1 "$rlcpp" train "${co_lora[@]}" -p co-lora1 > co-lora1.log 2>&1 || { bad co-lora1-run; tail -3 co-lora1.log; }
+run_mpi 2 "${co_lora[@]}" --pp 2 -p co-lora2 > co-lora2.log 2>&1 || { bad co-lora2-run; tail -3 co-lora2.log; }
+run_mpi 2 "${co_lora[@]}" --pp 2 -cp runs/co-lora2/step-2 -p co-lora-again > co-lora-again.log 2>&1 \
+  || { bad co-lora-again-run; tail -3 co-lora-again.log; }
+weights_moved runs/co-lora1/step-3/adapter_model.safetensors runs/co-lora2/step-2/adapter_model.safetensors \
+  && same colocated-lora-pp2-equals-one-process runs/co-lora1/step-3/adapter_model.safetensors \
+    runs/co-lora2/step-3/adapter_model.safetensors || bad colocated-lora-pp2-equals-one-process
+same colocated-lora-pp2-resumes runs/co-lora1/step-3/adapter_model.safetensors runs/co-lora-again/step-3/adapter_model.safetensors
 # fp32 with every default (the sampler's log-probs as the old ones): within fp32's rounding of one
 # process over the whole model (the stages sum the gradient norm and the tied embedding's two
 # gradients in another order).

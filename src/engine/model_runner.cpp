@@ -173,11 +173,11 @@ torch::Tensor ModelRunner::run(const StepInputs& batch) {
   auto hidden = model_.hidden_states_packed(longs(ids, {total}), longs(positions, {total}), attention, context);
   const auto rows = static_cast<int64_t>(last_rows.size());
   const auto dtype = logprob_dtype(model_.options().dtype);
-  if (stage.whole()) return linear_no_grad(hidden.index_select(0, longs(last_rows, {rows})), model_.stored_output_weight()).to(dtype);
   torch::Tensor logits;
-  if (stage.last()) {
-    // The same projection and dtype as the trainer's log-prob head (logprobs.cpp).
-    logits = linear_no_grad(hidden.index_select(0, longs(last_rows, {rows})), model_.stored_output_weight()).to(dtype).cpu();
+  if (stage.last()) {  // the same projection and dtype as the trainer's log-prob head (logprobs.cpp)
+    logits = linear_no_grad(hidden.index_select(0, longs(last_rows, {rows})), model_.stored_output_weight()).to(dtype);
+    if (stage.whole()) return logits;
+    logits = logits.cpu();
   } else {
     pipeline_->send(hidden.cpu().contiguous(), stage.index + 1, kStageHiddenTag);
     const auto* tp = model_.tensor_parallel();

@@ -279,10 +279,6 @@ OptimizerPart optimizer_part(const RunConfig& c, const Topology* t, const Transf
   return part;
 }
 
-}  // namespace
-
-namespace {
-
 // This trainer's pipeline stage: balanced by work per token, or by the costs trainer 0 measures
 // (--pp-balance time) and sends every trainer, so all split the model alike.
 PipelineStage run_pipeline_stage(const RunConfig& c, const Topology& t, bool leader) {
