@@ -7,6 +7,7 @@
 #include "algo/advantages.h"
 #include "algo/dapo.h"
 #include "algo/policy_loss.h"
+#include "algo/preference_loss.h"
 #include "algo/presets.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -432,4 +433,39 @@ TEST(Presets, ReferenceDefaultsAndOverrides) {
   EXPECT_NE(help.find("--dual-clip 10"), std::string::npos) << help;
   EXPECT_NE(help.find("GSPO: --advantage-estimator grpo, --kl-coeff 0, --clip-eps-low 0.0003, --clip-eps-high 0.0004, "
                       "--loss-variation sample_level, --ratio-level sequence"), std::string::npos) << help;
+}
+
+TEST(PreferenceLoss, BradleyTerryAndItsGradientByHand) {
+  // -log σ(c - r - m): σ(x) = 1 / (1 + e^-x), so the loss is log(1 + e^-(c - r - m)).
+  auto chosen = t64({1.5, -0.25, 3.0, 40.0}).requires_grad_();
+  auto rejected = t64({0.5, 0.75, 3.0, -40.0}).requires_grad_();
+  const auto margin = t64({0.0, 0.0, 1.0, 0.0});
+  const std::vector<double> d = {1.0, -1.0, -1.0, 80.0};
+  std::vector<double> expected;
+  for (double x : d) expected.push_back(std::log1p(std::exp(-x)));
+  const auto loss = bradley_terry_loss(chosen, rejected, margin);
+  expect_values(loss, expected, 1e-15);
+  // d/dc = -σ(-d) = σ(d) - 1, d/dr = σ(-d): what the loss's autograd gives.
+  loss.sum().backward();
+  for (size_t k = 0; k < d.size(); ++k) {
+    const double s = 1.0 / (1.0 + std::exp(d[k]));  // σ(-d)
+    EXPECT_NEAR(chosen.grad()[static_cast<int64_t>(k)].item<double>(), -s, 1e-15) << k;
+    EXPECT_NEAR(rejected.grad()[static_cast<int64_t>(k)].item<double>(), s, 1e-15) << k;
+  }
+  // A large negative difference stays finite (softplus, not log of a rounded σ).
+  const auto far = bradley_terry_loss(t64({-800.0}), t64({0.0}), t64({0.0}));
+  EXPECT_NEAR(far.item<double>(), 800.0, 1e-12);
+}
+
+TEST(PreferenceLoss, CenteringAddsTheSquaredSum) {
+  PreferenceLossConfig config;
+  config.center_coef = 0.01;
+  auto chosen = t64({2.0}).requires_grad_();
+  auto rejected = t64({1.0}).requires_grad_();
+  const auto loss = bradley_terry_loss(chosen, rejected, t64({0.0}), config);
+  EXPECT_NEAR(loss.item<double>(), std::log1p(std::exp(-1.0)) + 0.01 * 9.0, 1e-15);
+  loss.backward();
+  const double s = 1.0 / (1.0 + std::exp(1.0));
+  EXPECT_NEAR(chosen.grad().item<double>(), -s + 2 * 0.01 * 3.0, 1e-15);
+  EXPECT_NEAR(rejected.grad().item<double>(), s + 2 * 0.01 * 3.0, 1e-15);
 }

@@ -11,7 +11,7 @@ for k in 1 2; do
   SFT_STEPS=8 bash "$src/examples/arith/recipe.sh" "$rlcpp" "$tmp/model$k" "$tmp/data$k" > "$tmp/recipe$k.log" 2>&1 \
     || { echo "FAIL recipe run $k"; tail -5 "$tmp/recipe$k.log"; failed=1; }
 done
-for f in train.jsonl test.jsonl sft.jsonl; do
+for f in train.jsonl test.jsonl sft.jsonl pairs.jsonl pairs_test.jsonl; do
   cmp -s "$tmp/data1/$f" "$src/examples/arith/$f" || { echo "FAIL recipe data: $f differs from the committed one"; failed=1; }
 done
 cmp -s "$src/models/arith-tiny/tokenizer.json" "$tmp/model1/tokenizer.json" \

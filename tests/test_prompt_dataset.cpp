@@ -76,6 +76,46 @@ TEST(PromptDatasetErrors, SkipBadLinesCounts) {
   EXPECT_THROW_MSG(load_prompt_dataset(write_lines(dir, {"{oops"}), options), UserError, "no usable records");
 }
 
+TEST(PreferenceDataset, TrlFormsBecomeWholeConversations) {
+  TempDir dir;
+  const auto path = write_lines(dir, {
+      // explicit prompt, text
+      R"({"prompt": "Q1", "chosen": "good", "rejected": "bad", "margin": 0.5})",
+      // explicit prompt, conversational (the "messages" spelling)
+      R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q2"}], "chosen": [{"role": "assistant", "content": "c"}], "rejected": {"role": "assistant", "content": "r"}})",
+      // implicit prompt: each side the whole conversation
+      R"({"chosen": [{"role": "user", "content": "Q3"}, {"role": "assistant", "content": "c3"}], "rejected": [{"role": "user", "content": "Q3"}, {"role": "assistant", "content": "r3"}]})"});
+  const auto ds = load_preference_dataset(path);
+  ASSERT_EQ(ds.records.size(), 3u);
+  using OJ = nlohmann::ordered_json;
+  EXPECT_EQ(ds.records[0].chosen, OJ::parse(R"([{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "good"}])"));
+  EXPECT_EQ(ds.records[0].rejected, OJ::parse(R"([{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "bad"}])"));
+  EXPECT_EQ(ds.records[0].margin, 0.5);
+  EXPECT_EQ(ds.records[1].chosen.size(), 3u);
+  EXPECT_EQ(ds.records[1].rejected.back()["content"], "r");
+  EXPECT_EQ(ds.records[1].margin, 0.0);
+  EXPECT_EQ(ds.records[2].chosen.back()["content"], "c3");
+  EXPECT_EQ(ds.records[2].line, 3);
+}
+
+TEST(PreferenceDatasetErrors, NameFileLineAndTheFix) {
+  TempDir dir;
+  EXPECT_THROW_MSG(load_preference_dataset(write_lines(dir, {R"({"prompt": "Q", "chosen": "c"})"})), UserError,
+                   "data.jsonl:1: missing \"rejected\"");
+  EXPECT_THROW_MSG(load_preference_dataset(write_lines(dir, {R"({"chosen": "c", "rejected": "r"})"})), UserError,
+                   "\"chosen\" is text but the record has no \"prompt\"");
+  EXPECT_THROW_MSG(load_preference_dataset(write_lines(dir, {R"({"prompt": "Q", "chosen": [{"role": "user", "content": "c"}], "rejected": "r"})"})),
+                   UserError, "\"chosen\" must end with the assistant's reply");
+  EXPECT_THROW_MSG(load_preference_dataset(write_lines(dir, {R"({"prompt": "Q", "chosen": "c", "rejected": "r", "margin": "1"})"})),
+                   UserError, "\"margin\" must be a number");
+  EXPECT_THROW_MSG(load_preference_dataset(write_lines(dir, {R"({"prompt": 3, "chosen": "c", "rejected": "r"})"})), UserError,
+                   "\"prompt\" must be an object or a non-empty list");
+  // --skip-bad-lines keeps the good ones.
+  const auto ds = load_preference_dataset(write_lines(dir, {"{", R"({"prompt": "Q", "chosen": "c", "rejected": "r"})"}), true);
+  EXPECT_EQ(ds.records.size(), 1u);
+  EXPECT_EQ(ds.n_bad_lines, 1);
+}
+
 TEST(DatasetCursor, DeterministicShuffleAndExactRestore) {
   DatasetCursor a(10, 123, true), b(10, 123, true), other_seed(10, 124, true);
   std::vector<int64_t> first, second, third;

@@ -311,8 +311,9 @@ TEST(Reward, EachTypesSystemPromptAsksForTheFormItsGraderReads) {
   EXPECT_NE(default_system_prompt(RewardType::kThinkAnswerTags).find("<answer> </answer>"), std::string::npos);
   EXPECT_NE(default_system_prompt(RewardType::kAnswerLine).find("Answer: $Answer"), std::string::npos);
   for (const auto& e : reward_types().entries()) {
-    // An environment says what it wants in its own observations: no system prompt of rlcpp's.
-    EXPECT_EQ(default_system_prompt(e.value).empty(), e.value == RewardType::kEnv) << e.name;
+    // An environment says what it wants in its own observations, and a reward model scores the
+    // conversation as its data has it: no system prompt of rlcpp's.
+    EXPECT_EQ(default_system_prompt(e.value).empty(), e.value == RewardType::kEnv || e.value == RewardType::kModel) << e.name;
   }
 }
 
@@ -363,4 +364,45 @@ TEST(RewardFunction, WeightedSumOfComponentsWithParts) {
   EXPECT_TRUE(results[0].correct);
   EXPECT_EQ(results[1].parts.at("accuracy"), 0.0);
   EXPECT_EQ(results[1].parts.at("style"), 0.25);
+}
+
+TEST(RewardFunction, RewardWeightsNameTheRunsComponents) {
+  RewardOptions options;
+  options.cmd = "cat";
+  options.weights = "accuracy=0.25, external = -2";  // spaces around names and numbers are fine
+  EXPECT_EQ(reward_weights(options), (std::map<std::string, double>{{"accuracy", 0.25}, {"external", -2}}));
+  options.weights = "";
+  EXPECT_TRUE(reward_weights(options).empty());
+  options.weights = "model=1";
+  EXPECT_THROW_MSG(reward_weights(options), UserError, "no reward component \"model\"", "external (--reward-cmd)");
+  options.model.path = "rm";
+  EXPECT_EQ(reward_weights(options).at("model"), 1.0);
+  options.weights = "accuracy=x";
+  EXPECT_THROW_MSG(reward_weights(options), UserError, "'accuracy=x' is not NAME=WEIGHT");
+  options.weights = "accuracy=1,accuracy=2";
+  EXPECT_THROW_MSG(reward_weights(options), UserError, "\"accuracy\" is given twice");
+  options.weights = "accuracy=inf";
+  EXPECT_THROW_MSG(reward_weights(options), UserError, "is not NAME=WEIGHT");
+  // -rt model has no grader to weigh, and grades no answer.
+  options.type = RewardType::kModel;
+  options.weights = "accuracy=1";
+  EXPECT_THROW_MSG(reward_weights(options), UserError, "no reward component \"accuracy\"");
+  EXPECT_FALSE(grades_answers(options));
+  EXPECT_TRUE(grades_answers(RewardOptions{}));
+}
+
+TEST(RewardFunction, WeightsApplyToTheRuleGrader) {
+  RewardOptions options;
+  options.weights = "accuracy=0.5";
+  const auto reward = make_reward_function(options);
+  EXPECT_TRUE(reward.has("accuracy"));
+  EXPECT_FALSE(reward.has("model"));
+  const auto r = reward.score({{"", "so \\boxed{4}", "4"}});
+  EXPECT_EQ(r[0].parts.at("accuracy"), 1.0);
+  EXPECT_EQ(r[0].reward, 0.5);
+  EXPECT_TRUE(r[0].correct);
+  // -rt model: no component from this layer (the run adds the model's).
+  options.type = RewardType::kModel;
+  options.weights.clear();
+  EXPECT_TRUE(make_reward_function(options).empty());
 }

@@ -651,3 +651,55 @@ TEST(Trainer, FusedLossHeadTakesTheSameStep) {
     }
   }
 }
+
+TEST(Trainer, PreferenceStepIsTheMeanBradleyTerryLossAndExactUnderMicrobatching) {
+  ModelOptions options;
+  options.dtype = torch::kFloat64;
+  const auto base = rlcpp::testing::fixture("qwen2-tiny");
+  std::vector<PreferencePair> batch = {{{5, 6, 7, 8}, {5, 6, 9}, 0.0},
+                                       {{3, 4}, {3, 4, 10, 11, 12}, 0.5},
+                                       {{10, 11, 12, 13, 14}, {10, 2}, 0.0}};
+  // A fresh head on the causal LM's decoder: its hidden states are the base's, and two loads with
+  // one seed draw the same head.
+  auto model0 = Transformer::classifier_from_pretrained(base, options, 1, 7);
+  auto lm = Transformer::from_pretrained(base, options);
+  ASSERT_TRUE(model0->config().classifier());
+  EXPECT_EQ(model0->config().architecture, "Qwen2ForSequenceClassification");
+  EXPECT_TRUE(torch::equal(model0->model->embed_tokens->weight, lm->model->embed_tokens->weight));
+  EXPECT_TRUE(torch::equal(model0->score->weight, Transformer::classifier_from_pretrained(base, options, 1, 7)->score->weight));
+  EXPECT_FALSE(torch::equal(model0->score->weight, Transformer::classifier_from_pretrained(base, options, 1, 8)->score->weight));
+  // The loss computed here, one conversation at a time with no padding: mean of log(1 + e^-(c - r - m)).
+  auto score_of = [&](const std::vector<int32_t>& ids) {
+    auto h = lm->hidden_states(torch::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0));
+    return torch::matmul(h[0][-1], model0->score->weight[0]).item<double>();
+  };
+  double loss = 0, correct = 0;
+  for (const auto& p : batch) {
+    const double d = score_of(p.chosen) - score_of(p.rejected);
+    loss += std::log1p(std::exp(-(d - p.margin)));
+    correct += d > 0;
+  }
+  loss /= 3;
+  std::vector<std::vector<torch::Tensor>> results;
+  for (int64_t micro : {1, 2, 3}) {
+    auto model = Transformer::classifier_from_pretrained(base, options, 1, 7);
+    TrainerConfig config;
+    config.train_microbatch_size = micro;
+    config.optimizer.lr = 1e-2;
+    Trainer trainer(model, nullptr, config);
+    const auto before = trainer.preference_figures(batch);
+    EXPECT_NEAR(before.at("loss"), loss, 1e-10) << "micro-batch " << micro;
+    const auto m = trainer.preference_step(batch).values;
+    EXPECT_NEAR(m.at("loss"), loss, 1e-10) << "micro-batch " << micro;
+    EXPECT_EQ(m.at("accuracy"), correct / 3);
+    EXPECT_NEAR(m.at("margin"), m.at("chosen") - m.at("rejected"), 1e-12);
+    EXPECT_GT(m.at("grad_norm"), 0);
+    results.push_back(weights_of(*model));
+    // The step lowers the loss of the pairs it trained on.
+    EXPECT_LT(trainer.preference_figures(batch).at("loss"), loss);
+  }
+  expect_same_weights(results, 1e-10);
+  // A causal LM cannot be trained on pairs.
+  Trainer wrong(lm, nullptr, TrainerConfig{});
+  EXPECT_THROW(wrong.preference_step(batch), InternalError);
+}

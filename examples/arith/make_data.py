@@ -12,7 +12,11 @@ Writes, into OUT_DIR:
   train.jsonl  RL prompts   {"messages": [system, {"role": "user", "content": "What is 47 + 38?"}], "gt_answer": "85"}
   test.jsonl   held-out prompts, disjoint from train and sft
   sft.jsonl    chats with the teacher's worked answers ("7+8=15 4+3+1=8 \\boxed{85}"), for `rlcpp sft`
+  pairs.jsonl, pairs_test.jsonl
+               preference pairs for `rlcpp train-rm` (TRL's conversational form): the worked solution
+               with the carry or borrow preferred over the same solution without it (a wrong answer)
 Usage: make_data.py OUT_DIR [--seed 0] [--train 2000] [--test 400] [--sft 2000] [--forget 0.6]
+                    [--pairs 600] [--pairs-test 200]
 """
 import argparse
 import json
@@ -55,6 +59,8 @@ def main():
     parser.add_argument("--test", type=int, default=400)
     parser.add_argument("--sft", type=int, default=2000)
     parser.add_argument("--forget", type=float, default=0.6)
+    parser.add_argument("--pairs", type=int, default=600)
+    parser.add_argument("--pairs-test", type=int, default=200)
     args = parser.parse_args()
     rng = random.Random(args.seed)
     seen = set()
@@ -82,6 +88,15 @@ def main():
     write("sft.jsonl", [{"messages": [SYSTEM, {"role": "user", "content": q},
                                       {"role": "assistant", "content": worked(*w, rng.random() < args.forget)}]}
                         for q, a, w in sft])
+    # Drawn after the files above, so they stay the same bytes with or without the pairs.
+    pairs = fresh(args.pairs + args.pairs_test)
+
+    def pair(q, w):
+        reply = lambda forget: [{"role": "assistant", "content": worked(*w, forget)}]
+        return {"prompt": [SYSTEM, {"role": "user", "content": q}], "chosen": reply(False), "rejected": reply(True)}
+
+    write("pairs.jsonl", [pair(q, w) for q, _, w in pairs[:args.pairs]])
+    write("pairs_test.jsonl", [pair(q, w) for q, _, w in pairs[args.pairs:]])
 
 
 if __name__ == "__main__":

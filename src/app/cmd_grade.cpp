@@ -1,6 +1,7 @@
 // `rlcpp grade`: grade one response or a JSONL of {"response", "gt_answer"} (a code task's record:
-// {"response", "tests" | "test_code", ...}) with a reward type (and optionally an external reward
-// command), printing the structured result(s) as JSON, one verdict per line.
+// {"response", "tests" | "test_code", ...}; a reward model's: {"messages" | "prompt", "response"})
+// with a reward type (and optionally an external reward command and a reward model), printing the
+// structured result(s) as JSON, one verdict per line.
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -9,7 +10,9 @@
 #include "app/commands.h"
 #include "app/setting_flags.h"
 #include "reward/external.h"
+#include "io/prompt_dataset.h"
 #include "reward/reward_function.h"
+#include "rl/rollout/model_reward.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -28,6 +31,9 @@ struct GradeArgs {
   double reward_cmd_weight = 1.0;
   double reward_timeout = 30.0;
   CodeRewardFlags code;
+  ModelRewardOptions model;
+  std::string reward_weights;
+  std::string device = "cpu", dtype = "float32";
 };
 
 nlohmann::ordered_json to_json(const RewardResult& r) {
@@ -51,11 +57,14 @@ void run_grade(const GradeArgs& args) {
   options.cmd_weight = args.reward_cmd_weight;
   options.timeout = args.reward_timeout;
   options.code = args.code.options();
+  options.model = args.model;
+  options.weights = args.reward_weights;
   if (options.type == RewardType::kEnv) {
     throw_user_error("-rt env: an environment's rewards come from its episodes in rlcpp train; grade cannot run one");
   }
-  const RewardFunction reward = make_reward_function(options);
+  const RewardFunction reward = make_run_reward(options, args.device, args.dtype);
   const bool code = options.type == RewardType::kCode;
+  const bool answers = grades_answers(options) && !code;
   std::vector<RewardInput> inputs;
   if (!args.input.empty()) {
     std::ifstream in(args.input);
@@ -68,16 +77,28 @@ void run_grade(const GradeArgs& args) {
       auto json = nlohmann::json::parse(line, nullptr, false);
       const bool has_gt = json.is_object() && json.contains("gt_answer") &&
                           (json["gt_answer"].is_string() || json["gt_answer"].is_number());
-      if (!json.is_object() || !json.contains("response") || !json["response"].is_string() || (!has_gt && !code)) {
+      if (!json.is_object() || !json.contains("response") || !json["response"].is_string() || (!has_gt && answers)) {
         throw_user_error("{}:{}: expected {{\"response\": string, {}}}", args.input, line_no,
-                         code ? "\"tests\" or \"test_code\": ..." : "\"gt_answer\": string");
+                         code ? "\"tests\" or \"test_code\": ..."
+                              : answers ? "\"gt_answer\": string" : "\"messages\": [...] or \"prompt\": string");
       }
       RewardInput input;
       input.response = json["response"].get<std::string>();
+      const std::string where = fmt::format("{}:{}", args.input, line_no);
+      if (json.contains("messages")) {
+        input.messages = nlohmann::json(parse_messages(nlohmann::ordered_json::parse(json["messages"].dump()), where, "messages"));
+      } else if (json.contains("prompt")) {
+        if (!json["prompt"].is_string()) throw_user_error("{}: \"prompt\" must be a string", where);
+        input.prompt = json["prompt"].get<std::string>();
+      } else if (!options.model.path.empty()) {
+        throw_user_error("{}: a reward model scores a conversation: give the prompt as \"messages\" or \"prompt\"", where);
+      }
       if (has_gt) input.gt_answer = json["gt_answer"].is_string() ? json["gt_answer"].get<std::string>() : json["gt_answer"].dump();
       input.truncated = json.value("truncated", false);
       for (const auto& [key, value] : json.items()) {
-        if (key != "response" && key != "gt_answer" && key != "truncated") input.metadata[key] = value;
+        if (key != "response" && key != "gt_answer" && key != "truncated" && key != "messages" && key != "prompt") {
+          input.metadata[key] = value;
+        }
       }
       if (code) {
         try {
@@ -91,6 +112,9 @@ void run_grade(const GradeArgs& args) {
   } else {
     if (args.response.empty()) throw_user_error("give a RESPONSE to grade, or --input FILE.jsonl");
     if (code) throw_user_error("-rt code grades records with their tests: give --input FILE.jsonl");
+    if (!options.model.path.empty()) {
+      throw_user_error("a reward model scores a conversation: give --input FILE.jsonl of {{\"messages\" or \"prompt\", \"response\"}}");
+    }
     if (args.gt.empty()) throw_user_error("--gt: the ground-truth answer is required with a RESPONSE");
     inputs.push_back({"", args.response, args.gt, nlohmann::json::object(), args.truncated});
   }
@@ -123,6 +147,15 @@ void add_grade_command(CLI::App& app) {
   cmd->add_option("--reward-cmd-weight", args->reward_cmd_weight, "its weight in the sum")->capture_default_str();
   cmd->add_option("--reward-timeout", args->reward_timeout, "seconds per reply")->capture_default_str();
   add_code_reward_flags(cmd, args->code);
+  cmd->add_option("--reward-model", args->model.path,
+                  "a reward model directory (rlcpp train-rm's step-N): its score of each record's conversation, as "
+                  "the component \"model\" (-rt model: alone)");
+  cmd->add_option("--reward-model-batch", args->model.batch, "responses per forward of the reward model")->capture_default_str();
+  cmd->add_flag("--normalize-reward", args->model.normalize, "standardise its scores with its config.json's mean and std");
+  cmd->add_option("--reward-clip", args->model.clip, "clip its scores to [-x, x] (0: off)")->capture_default_str();
+  cmd->add_option("--reward-weights", args->reward_weights, "the components' weights, NAME=W,... (accuracy, external, model)");
+  cmd->add_option("--device", args->device, "where the reward model runs")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "the reward model's dtype")->capture_default_str();
   cmd->callback([args] { run_grade(*args); });
 }
 

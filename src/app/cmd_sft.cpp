@@ -24,11 +24,7 @@ void add_sft_command(CLI::App& app) {
                  "train.gradient_checkpointing", "logging.save_merged"});
   cmd->callback([flags] {
     RawSettings raw = collect_run_settings(*flags);
-    // One chat per "group": a step's chats form one mini-batch, micro-batches of -tmbs chats.
-    raw.set("rollout.num_generations", 1, "sft");
-    const Json batch = raw.values.contains("train.train_batch_size") ? raw.values["train.train_batch_size"] : Json(4);
-    raw.set("train.train_minibatch_size", batch, "-tbs/--train-batch-size");
-    if (!raw.values.contains("train.train_microbatch_size")) raw.set("train.train_microbatch_size", batch, "-tbs/--train-batch-size");
+    one_minibatch_per_step(raw, "sft");  // a step's chats, micro-batches of -tmbs chats
     if (flags->print_config) {
       std::cout << run_config_yaml(resolve_run_config(raw, /*check_files=*/false));
       return;

@@ -17,6 +17,7 @@ void add_train_command(CLI::App& app);
 void add_init_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
 void add_sft_command(CLI::App& app);
+void add_train_rm_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_serve_command(CLI::App& app);

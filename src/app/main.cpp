@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   rlcpp::add_init_command(app);
   rlcpp::add_merge_command(app);
   rlcpp::add_sft_command(app);
+  rlcpp::add_train_rm_command(app);
   rlcpp::add_eval_command(app);
   rlcpp::add_report_command(app);
   rlcpp::add_serve_command(app);

@@ -53,4 +53,11 @@ RawSettings collect_run_settings(const RunFlags& flags) {
   return raw;
 }
 
+void one_minibatch_per_step(RawSettings& raw, const std::string& command) {
+  raw.set("rollout.num_generations", 1, command);
+  const Json batch = raw.values.contains("train.train_batch_size") ? raw.values["train.train_batch_size"] : Json(4);
+  raw.set("train.train_minibatch_size", batch, "-tbs/--train-batch-size");
+  if (!raw.values.contains("train.train_microbatch_size")) raw.set("train.train_microbatch_size", batch, "-tbs/--train-batch-size");
+}
+
 }  // namespace rlcpp

@@ -26,4 +26,8 @@ void add_run_flags(CLI::App* cmd, RunFlags& flags, const std::set<std::string>& 
 // The raw settings: the --config file, then the flags given.
 RawSettings collect_run_settings(const RunFlags& flags);
 
+// One-process trainings on examples (`sft`, `train-rm`; `command` names it): one example per
+// "group", a step's -tbs examples one mini-batch, micro-batches of -tmbs (default -tbs).
+void one_minibatch_per_step(RawSettings& raw, const std::string& command);
+
 }  // namespace rlcpp

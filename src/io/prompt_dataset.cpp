@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <random>
 
@@ -11,6 +13,27 @@ namespace rlcpp {
 
 namespace fs = std::filesystem;
 using OJson = nlohmann::ordered_json;
+
+OJson parse_messages(const OJson& value, const std::string& where, const std::string& field) {
+  OJson list = value.is_object() ? OJson::array({value}) : value;
+  if (!list.is_array() || list.empty()) {
+    throw_user_error("{}: \"{}\" must be an object or a non-empty list of objects, got {}", where, field, value.type_name());
+  }
+  for (size_t k = 0; k < list.size(); ++k) {
+    const auto& m = list[k];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
+      throw_user_error("{}: {}[{}] must be {{\"role\": string, \"content\": string}}, got {}", where, field, k,
+                       m.dump().substr(0, 200));
+    }
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      throw_user_error("{}: {}[{}] has role \"{}\"; chat templates know system, user, assistant and tool", where, field, k,
+                       role.substr(0, 40));
+    }
+  }
+  return list;
+}
 
 PromptRecord parse_prompt_record(const std::string& line, const std::string& where, DatasetKind kind) {
   OJson json;
@@ -23,24 +46,7 @@ PromptRecord parse_prompt_record(const std::string& line, const std::string& whe
   PromptRecord record;
   auto messages = json.find("messages");
   if (messages == json.end()) throw_user_error("{}: missing \"messages\"", where);
-  OJson list = messages->is_object() ? OJson::array({*messages}) : *messages;
-  if (!list.is_array() || list.empty()) {
-    throw_user_error("{}: \"messages\" must be an object or a non-empty list of objects, got {}", where,
-                     messages->type_name());
-  }
-  for (size_t k = 0; k < list.size(); ++k) {
-    const auto& m = list[k];
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-        !m["content"].is_string()) {
-      throw_user_error("{}: messages[{}] must be {{\"role\": string, \"content\": string}}, got {}", where, k,
-                       m.dump().substr(0, 200));
-    }
-    const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
-      throw_user_error("{}: messages[{}] has role \"{}\"; chat templates know system, user, assistant and tool", where, k,
-                       role.substr(0, 40));
-    }
-  }
+  OJson list = parse_messages(*messages, where, "messages");
   record.messages = std::move(list);
   if (kind == DatasetKind::kChats) {
     bool has_assistant = false;
@@ -66,16 +72,18 @@ PromptRecord parse_prompt_record(const std::string& line, const std::string& whe
 }
 
 namespace {
-constexpr size_t kMaxLineBytes = size_t{4} << 20;
-}  // namespace
 
-PromptDataset load_prompt_dataset(const fs::path& path, const DatasetOptions& options) {
+constexpr size_t kMaxLineBytes = size_t{4} << 20;
+
+// Reads a JSONL file record by record: `parse` (line text, "file:line", line number) for every
+// non-blank line. A malformed line is a UserError naming it, or with skip_bad_lines a counted
+// warning; returns the count skipped. A file with no usable record is an error.
+int64_t read_jsonl(const fs::path& path, bool skip_bad_lines,
+                   const std::function<void(const std::string&, const std::string&, int64_t)>& parse) {
   std::ifstream in(path);
   if (!in) throw_user_error("cannot open dataset '{}': no such file or not readable", path.string());
-  PromptDataset dataset;
-  dataset.path = path;
   std::string line;
-  int64_t line_no = 0;
+  int64_t line_no = 0, n_bad = 0, n_good = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -86,31 +94,104 @@ PromptDataset load_prompt_dataset(const fs::path& path, const DatasetOptions& op
         throw_user_error("{}: the line is {:.1f} MiB, over the {} MiB a record may have", where,
                          static_cast<double>(line.size()) / (1 << 20), kMaxLineBytes >> 20);
       }
-      PromptRecord record = parse_prompt_record(line, where, options.kind);
-      record.line = line_no;
-      if (options.check) {
-        try {
-          options.check(record);
-        } catch (const UserError& e) {
-          throw_user_error("{}: {}", where, e.what());
-        }
-      }
-      dataset.records.push_back(std::move(record));
+      parse(line, where, line_no);
+      ++n_good;
     } catch (const UserError& e) {
-      if (!options.skip_bad_lines) {
+      if (!skip_bad_lines) {
         throw UserError(std::string(e.what()) + " (fix the line, or pass --skip-bad-lines to skip such lines)");
       }
-      ++dataset.n_bad_lines;
-      if (dataset.n_bad_lines <= 5) spdlog::warn("skipping bad line: {}", e.what());
+      ++n_bad;
+      if (n_bad <= 5) spdlog::warn("skipping bad line: {}", e.what());
     }
   }
-  if (dataset.n_bad_lines > 0) {
-    spdlog::warn("{}: skipped {} malformed line(s) of {}", path.string(), dataset.n_bad_lines, line_no);
+  if (n_bad > 0) spdlog::warn("{}: skipped {} malformed line(s) of {}", path.string(), n_bad, line_no);
+  if (n_good == 0) {
+    throw_user_error("dataset '{}' has no usable records ({} lines read, {} malformed)", path.string(), line_no, n_bad);
   }
-  if (dataset.records.empty()) {
-    throw_user_error("dataset '{}' has no usable records ({} lines read, {} malformed)", path.string(), line_no,
-                     dataset.n_bad_lines);
+  return n_bad;
+}
+
+// One side of a preference record: text is the assistant's reply, a message or list is the
+// conversation's tail (or, with no prompt, all of it).
+OJson preference_side(const OJson& value, const OJson& prompt, const std::string& where, const std::string& field) {
+  OJson side;
+  if (value.is_string()) {
+    if (prompt.empty()) {
+      throw_user_error("{}: \"{}\" is text but the record has no \"prompt\" (or \"messages\"): give the prompt, or "
+                       "\"{}\" as the whole conversation (a list of messages)", where, field, field);
+    }
+    side = OJson::array({{{"role", "assistant"}, {"content", value.get<std::string>()}}});
+  } else {
+    side = parse_messages(value, where, field);
   }
+  OJson whole = prompt;
+  for (const auto& m : side) whole.push_back(m);
+  if (whole.back()["role"] != "assistant") {
+    throw_user_error("{}: \"{}\" must end with the assistant's reply (its last message has role {})", where, field,
+                     whole.back()["role"].dump());
+  }
+  return whole;
+}
+
+}  // namespace
+
+PromptDataset load_prompt_dataset(const fs::path& path, const DatasetOptions& options) {
+  PromptDataset dataset;
+  dataset.path = path;
+  dataset.n_bad_lines = read_jsonl(path, options.skip_bad_lines, [&](const std::string& line, const std::string& where,
+                                                                     int64_t line_no) {
+    PromptRecord record = parse_prompt_record(line, where, options.kind);
+    record.line = line_no;
+    if (options.check) {
+      try {
+        options.check(record);
+      } catch (const UserError& e) {
+        throw_user_error("{}: {}", where, e.what());
+      }
+    }
+    dataset.records.push_back(std::move(record));
+  });
+  return dataset;
+}
+
+PreferenceRecord parse_preference_record(const std::string& line, const std::string& where) {
+  OJson json;
+  try {
+    json = OJson::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    throw_user_error("{}: not valid JSON ({})", where, e.what());
+  }
+  if (!json.is_object()) throw_user_error("{}: expected a JSON object, got {}", where, json.type_name());
+  for (const char* field : {"chosen", "rejected"}) {
+    if (!json.contains(field)) {
+      throw_user_error("{}: missing \"{}\" (a preference pair is {{\"prompt\", \"chosen\", \"rejected\"}})", where, field);
+    }
+  }
+  OJson prompt = OJson::array();
+  const char* prompt_field = json.contains("prompt") ? "prompt" : json.contains("messages") ? "messages" : nullptr;
+  if (prompt_field != nullptr) {
+    const OJson& value = json[prompt_field];
+    prompt = value.is_string() ? OJson::array({{{"role", "user"}, {"content", value.get<std::string>()}}})
+                               : parse_messages(value, where, prompt_field);
+  }
+  PreferenceRecord record;
+  record.chosen = preference_side(json["chosen"], prompt, where, "chosen");
+  record.rejected = preference_side(json["rejected"], prompt, where, "rejected");
+  if (json.contains("margin")) {
+    if (!json["margin"].is_number()) throw_user_error("{}: \"margin\" must be a number, got {}", where, json["margin"].type_name());
+    record.margin = json["margin"].get<double>();
+  }
+  return record;
+}
+
+PreferenceDataset load_preference_dataset(const fs::path& path, bool skip_bad_lines) {
+  PreferenceDataset dataset;
+  dataset.path = path;
+  dataset.n_bad_lines = read_jsonl(path, skip_bad_lines, [&](const std::string& line, const std::string& where, int64_t line_no) {
+    PreferenceRecord record = parse_preference_record(line, where);
+    record.line = line_no;
+    dataset.records.push_back(std::move(record));
+  });
   return dataset;
 }
 

@@ -22,8 +22,9 @@ struct PromptRecord {
   int64_t line = 0;                 // 1-based line number in the file
 };
 
-// Prompts (RL, evaluation) need "gt_answer"; chats (SFT) need an assistant message instead.
-enum class DatasetKind { kPrompts, kChats };
+// Prompts (RL, evaluation) need "gt_answer"; chats (SFT) need an assistant message instead; open
+// prompts (rewarded by a reward model) need neither.
+enum class DatasetKind { kPrompts, kChats, kOpenPrompts };
 
 struct DatasetOptions {
   bool skip_bad_lines = false;  // count and warn about malformed lines instead of failing
@@ -45,9 +46,32 @@ struct PromptDataset {
 // A dataset with no usable record is an error.
 PromptDataset load_prompt_dataset(const std::filesystem::path& path, const DatasetOptions& options = {});
 
+// A record's message list (`field` names it in errors): one {"role", "content"} object or a
+// non-empty list of them, roles those chat templates know; else a UserError naming `where`.
+nlohmann::ordered_json parse_messages(const nlohmann::ordered_json& value, const std::string& where, const std::string& field);
+
 // Parses one line; throws UserError naming `where` on a malformed record.
 PromptRecord parse_prompt_record(const std::string& line, const std::string& where,
                                  DatasetKind kind = DatasetKind::kPrompts);
+
+// A preference pair in TRL's forms (reward-model training): {"prompt" | "messages", "chosen",
+// "rejected"[, "margin"]}, the prompt text or messages, each side the reply's text or its messages;
+// or, with no prompt, each side the whole conversation. Both sides end with the assistant's reply.
+struct PreferenceRecord {
+  nlohmann::ordered_json chosen, rejected;  // the whole conversations, prompt first
+  double margin = 0;                        // how far the chosen should score above (TRL's "margin")
+  int64_t line = 0;
+};
+
+struct PreferenceDataset {
+  std::filesystem::path path;
+  std::vector<PreferenceRecord> records;
+  int64_t n_bad_lines = 0;
+};
+
+PreferenceRecord parse_preference_record(const std::string& line, const std::string& where);
+// Reads preference pairs as load_prompt_dataset reads prompts (errors name the file and line).
+PreferenceDataset load_preference_dataset(const std::filesystem::path& path, bool skip_bad_lines = false);
 
 // Walks indices [0, size) in a shuffled order per epoch, seeded by (seed, epoch), deterministic on
 // every platform (mt19937_64 + Fisher-Yates). shuffle = false walks in file order.

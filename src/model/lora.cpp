@@ -119,9 +119,12 @@ PeftAdapter read_peft_adapter(const fs::path& dir) {
   for (const char* unsupported : {"use_dora", "use_rslora", "fan_in_fan_out"}) {
     if (json_get_or<bool>(j, unsupported, false, where)) throw_user_error("{}: {} adapters are not supported", where, unsupported);
   }
-  if (j.contains("modules_to_save") && !j["modules_to_save"].is_null() && !j["modules_to_save"].empty()) {
-    throw_user_error("{}: modules_to_save {} is not supported (only LoRA matrices are loaded)", where,
-                     j["modules_to_save"].dump());
+  // A sequence classifier's score head, trained whole beside the adapters (PEFT's SEQ_CLS), is the
+  // one module saved whole that loads: its weights file holds it under its own name.
+  if (j.contains("modules_to_save") && !j["modules_to_save"].is_null() && !j["modules_to_save"].empty() &&
+      j["modules_to_save"] != nlohmann::json::array({"score"})) {
+    throw_user_error("{}: modules_to_save {} is not supported (only LoRA matrices and a classifier's \"score\" head are "
+                     "loaded)", where, j["modules_to_save"].dump());
   }
   // Which modules carry an adapter is read from the weights file's keys; target_modules is checked
   // only when it is a list.

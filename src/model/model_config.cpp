@@ -149,6 +149,11 @@ ModelConfig classifier_config(const ModelConfig& config, int64_t num_labels) {
   c.raw["id2label"] = id2label;
   c.raw["label2id"] = label2id;
   c.raw.erase("num_labels");
+  // transformers' classifiers find each row's last token by the pad token: without one they refuse
+  // batches of more than one row.
+  if (!c.raw.contains("pad_token_id") || c.raw["pad_token_id"].is_null()) {
+    if (!c.eos_token_ids.empty()) c.raw["pad_token_id"] = c.eos_token_ids.front();
+  }
   return c;
 }
 

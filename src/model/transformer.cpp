@@ -25,6 +25,25 @@ torch::Tensor positions_from_mask(const torch::Tensor& attention_mask) {
   return (attention_mask.to(torch::kInt64).cumsum(1) - 1).clamp_min(0);
 }
 
+std::pair<torch::Tensor, torch::Tensor> left_padded(const std::vector<const std::vector<int32_t>*>& rows) {
+  size_t length = 0;
+  for (const auto* row : rows) length = std::max(length, row->size());
+  const auto n = static_cast<int64_t>(rows.size());
+  auto ids = torch::zeros({n, static_cast<int64_t>(length)}, torch::kInt64);
+  auto mask = torch::zeros({n, static_cast<int64_t>(length)}, torch::kInt64);
+  auto ids_a = ids.accessor<int64_t, 2>();
+  auto mask_a = mask.accessor<int64_t, 2>();
+  for (int64_t r = 0; r < n; ++r) {
+    const auto& row = *rows[static_cast<size_t>(r)];
+    const size_t pad = length - row.size();
+    for (size_t t = 0; t < row.size(); ++t) {
+      ids_a[r][static_cast<int64_t>(pad + t)] = row[t];
+      mask_a[r][static_cast<int64_t>(pad + t)] = 1;
+    }
+  }
+  return {ids, mask};
+}
+
 Transformer::Transformer(ModelConfig config, ModelOptions options)
     : config_(std::move(config)), options_(options), rope_(config_, options.device) {
   if (options_.tp_group != nullptr && options_.tp_group->size() > 1) {

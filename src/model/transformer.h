@@ -55,6 +55,12 @@ class Transformer : public torch::nn::Module {
   // Loads config.json + weights from a Hugging Face directory into a model of `options`; a PEFT
   // adapter directory loads its base model (base_model_name_or_path) with the adapter on it.
   static std::shared_ptr<Transformer> from_pretrained(const std::filesystem::path& dir, ModelOptions options = {});
+  // A sequence classifier of `num_labels` outputs (a reward model) from `dir`: a
+  // ...ForSequenceClassification directory as it is (its label count must match), or a causal LM's
+  // decoder with a fresh score head, normal(0, initializer_range) drawn from `seed`, as transformers
+  // starts one (the LM head is left behind). How reward-model training starts from a base.
+  static std::shared_ptr<Transformer> classifier_from_pretrained(const std::filesystem::path& dir, ModelOptions options,
+                                                                 int64_t num_labels, uint64_t seed);
 
   // Each decoder layer's trained tensors (see trainable_parameters), in layer order.
   std::vector<std::vector<torch::Tensor>> layer_trainable_parameters() const;
@@ -195,6 +201,8 @@ class Transformer : public torch::nn::Module {
  private:
   // Stores the frozen weights in options_.frozen_dtype (after loading).
   void store_frozen_weights();
+  // Under LoRA: every base weight frozen, a classifier's score head excepted (PEFT's modules_to_save).
+  void freeze_all_but_head();
   // Every tensor a weight-sync or checkpoint names (parameters, then adapters), with its name.
   NamedTensors named_tensors() const;
   // Records the tensor-parallel shard of every named tensor (after construction and new adapters).
@@ -234,6 +242,10 @@ class WholeModel {
  private:
   Transformer* model_;
 };
+
+// Token rows left-padded into one batch (what scores() takes): ids (pad 0) and the attention mask,
+// both [rows, longest row], int64.
+std::pair<torch::Tensor, torch::Tensor> left_padded(const std::vector<const std::vector<int32_t>*>& rows);
 
 // positions [B, T] from a left-padded attention mask: 0 at the first real token of each row.
 torch::Tensor positions_from_mask(const torch::Tensor& attention_mask);

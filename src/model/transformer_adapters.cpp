@@ -27,8 +27,14 @@ void Transformer::store_frozen_weights() {
   for (auto& item : named_parameters()) {
     auto& p = item.value();
     p.set_requires_grad(false);
+    if (item.key() == "score.weight") continue;  // a classifier's head trains beside the adapters, in full precision
     if (p.dim() == 2) p.set_data(torch::empty(p.sizes(), p.options().dtype(options_.frozen_dtype)));
   }
+}
+
+void Transformer::freeze_all_but_head() {
+  for (auto& p : parameters()) p.set_requires_grad(false);
+  if (score) score->weight.set_requires_grad(true);
 }
 
 namespace {
@@ -60,12 +66,12 @@ void Transformer::add_adapters(const LoraConfig& config, uint64_t seed) {
   RLCPP_CHECK(config.enabled() && adapted_.empty(), "adapters of rank {} on a model with {} adapted layers", config.rank,
               adapted_.size());
   lora_ = config;
-  for (auto& p : parameters()) p.set_requires_grad(false);
+  freeze_all_but_head();
   auto generator = at::detail::createCPUGenerator(seed);
   skip_earlier_stages_draws(*this, config, generator);
   for (const auto& item : named_modules()) {
     auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
-    if (linear == nullptr || linear.get() == lm_head.get() || !config.adapts(item.key())) continue;
+    if (linear == nullptr || linear.get() == lm_head.get() || linear.get() == score.get() || !config.adapts(item.key())) continue;
     add_adapter_to(item.key(), *linear, config, generator);
     adapted_.emplace_back(item.key(), linear.get());
   }
@@ -85,6 +91,7 @@ std::vector<torch::Tensor> Transformer::trainable_parameters() const {
     out.push_back(linear->lora_A);
     out.push_back(linear->lora_B);
   }
+  if (score) out.push_back(score->weight);  // PEFT's modules_to_save of a classifier
   return out;
 }
 
@@ -101,6 +108,7 @@ NamedTensors Transformer::trained_weights() const {
     out.emplace_back(name + ".lora_A.weight", linear->lora_A);
     out.emplace_back(name + ".lora_B.weight", linear->lora_B);
   }
+  if (score) out.emplace_back("score.weight", score->weight);  // PEFT saves modules_to_save under their own names
   return out;
 }
 
@@ -128,7 +136,12 @@ NamedTensors Transformer::merged_weights() const {
 void Transformer::save_adapter(const std::filesystem::path& dir, const std::string& base_model) const {
   RLCPP_CHECK(has_adapters(), "save_adapter on a model without adapters");
   std::filesystem::create_directories(dir);
-  write_file_atomic(dir / kAdapterConfigFile, peft_adapter_config(lora_, base_model).dump(2) + "\n");
+  auto adapter_config = peft_adapter_config(lora_, base_model);
+  if (config_.classifier()) {  // PEFT's sequence classification: the score head trained whole beside the adapters
+    adapter_config["task_type"] = "SEQ_CLS";
+    adapter_config["modules_to_save"] = nlohmann::json::array({"score"});
+  }
+  write_file_atomic(dir / kAdapterConfigFile, adapter_config.dump(2) + "\n");
   NamedTensors tensors;
   for (const auto& [name, tensor] : trained_weights()) tensors.emplace_back(kPeftKeyPrefix + name, tensor.detach());
   save_safetensors(dir / kAdapterWeightsFile, tensors);
@@ -160,7 +173,7 @@ void Transformer::load_adapter(const std::filesystem::path& dir) {
   }
   config.name_scope.clear();
   lora_ = config;
-  for (auto& p : parameters()) p.set_requires_grad(false);
+  freeze_all_but_head();
   auto generator = at::detail::createCPUGenerator(0);
   std::set<std::string> found;
   adapted_.clear();
@@ -170,7 +183,7 @@ void Transformer::load_adapter(const std::filesystem::path& dir) {
       if (linear != nullptr) linear->lora_A = linear->lora_B = torch::Tensor();
       continue;
     }
-    if (linear == nullptr || linear.get() == lm_head.get()) continue;
+    if (linear == nullptr || linear.get() == lm_head.get() || linear.get() == score.get()) continue;
     if (linear->has_adapter() && linear->lora_A.size(0) != config.rank) linear->lora_A = linear->lora_B = torch::Tensor();
     if (!linear->has_adapter()) add_adapter_to(item.key(), *linear, config, generator);
     linear->lora_scaling = config.scaling();  // a reused adapter takes this one's alpha and dropout

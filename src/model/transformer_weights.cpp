@@ -37,6 +37,44 @@ void Transformer::load_weights(const CheckpointReader& reader, const std::string
   }
 }
 
+std::shared_ptr<Transformer> Transformer::classifier_from_pretrained(const std::filesystem::path& dir, ModelOptions options,
+                                                                   int64_t num_labels, uint64_t seed) {
+  if (is_peft_adapter_dir(dir) && !std::filesystem::exists(dir / "config.json")) {
+    // A reward model trained with LoRA: its base with a head, then the adapter and the trained head.
+    auto model = classifier_from_pretrained(read_peft_adapter(dir).base_model, options, num_labels, seed);
+    model->load_adapter(dir);
+    model->eval();
+    return model;
+  }
+  const ModelConfig base = ModelConfig::load(dir);
+  if (base.classifier()) {
+    if (base.num_labels != num_labels) {
+      throw_user_error("{}: a sequence classifier of {} labels; a reward model here has {}", dir.string(), base.num_labels,
+                       num_labels);
+    }
+    return from_pretrained(dir, options);
+  }
+  auto model = std::make_shared<Transformer>(classifier_config(base, num_labels), options);
+  CheckpointReader reader(dir);
+  for (const auto& item : model->named_parameters()) {
+    if (item.key() == "score.weight") continue;
+    if (!reader.contains(item.key())) {
+      throw_user_error("{}: weight \"{}\" is missing ({} expects it)", dir.string(), item.key(), base.architecture);
+    }
+    model->update_weights({{item.key(), reader.tensor(item.key())}}, dir.string());
+    reader.release(item.key());
+  }
+  {
+    torch::NoGradGuard no_grad;
+    const double stddev = base.raw.is_object() ? base.raw.value("initializer_range", 0.02) : 0.02;
+    auto generator = at::detail::createCPUGenerator(seed);
+    model->score->weight.copy_(at::normal(0.0, stddev, model->score->weight.sizes(), generator,
+                                          torch::TensorOptions().dtype(torch::kFloat32)));
+  }
+  model->eval();
+  return model;
+}
+
 void Transformer::load_weights(const NamedTensors& tensors, const std::string& source) {
   const auto loaded = update_weights(tensors, source);
   for (const auto& item : named_parameters()) {
@@ -48,7 +86,7 @@ std::set<std::string> Transformer::update_weights(const NamedTensors& tensors, c
   torch::NoGradGuard no_grad;
   auto params = named_parameters();
   for (const auto& [name, tensor] : trained_weights()) {
-    if (has_adapters()) params.insert(name, tensor);
+    if (has_adapters() && !params.contains(name)) params.insert(name, tensor);  // a classifier's head is a parameter already
   }
   std::set<std::string> loaded;
   for (const auto& [name, tensor] : tensors) {
@@ -132,7 +170,9 @@ void Transformer::add_adapter_to(const std::string& name, LinearImpl& linear, co
 NamedTensors Transformer::named_tensors() const {
   NamedTensors out = named_weights();
   if (has_adapters()) {
-    for (auto& t : trained_weights()) out.push_back(std::move(t));
+    for (auto& t : trained_weights()) {
+      if (t.first != "score.weight") out.push_back(std::move(t));  // a classifier's head is among the weights already
+    }
   }
   return out;
 }

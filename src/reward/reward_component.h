@@ -16,9 +16,12 @@
 namespace rlcpp {
 
 struct RewardInput {
-  std::string prompt, response, gt_answer;
+  std::string prompt, response, gt_answer;  // prompt: as the policy saw it (rendered by its chat template)
   nlohmann::json metadata = nlohmann::json::object();
   bool truncated = false;
+  // The prompt's conversation as messages (what a reward model renders with its own chat template,
+  // the response its last assistant message); empty where only text is known.
+  nlohmann::json messages = nlohmann::json::array();
 };
 
 // A grader's reading of a response: the answer it found, whether the format held, whether it was right.

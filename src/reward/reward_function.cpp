@@ -1,5 +1,8 @@
 #include "reward/reward_function.h"
 
+#include <cmath>
+#include <sstream>
+
 #include "reward/external.h"
 #include "util/error.h"
 
@@ -21,6 +24,13 @@ void BuiltinReward::check_record(const std::string& gt_answer, const nlohmann::j
 
 void RewardFunction::check_record(const std::string& gt_answer, const nlohmann::json& metadata) const {
   for (const auto& c : components_) c.component->check_record(gt_answer, metadata);
+}
+
+bool RewardFunction::has(const std::string& name) const {
+  for (const auto& c : components_) {
+    if (c.name == name) return true;
+  }
+  return false;
 }
 
 void RewardFunction::add(const std::string& name, std::shared_ptr<RewardComponent> component, double weight) {
@@ -53,20 +63,68 @@ std::vector<RewardResult> RewardFunction::score(const std::vector<RewardInput>& 
   return results;
 }
 
+bool grades_answers(const RewardOptions& options) { return options.type != RewardType::kModel; }
+
+std::map<std::string, double> reward_weights(const RewardOptions& options) {
+  std::map<std::string, double> weights;
+  const bool grader = options.type != RewardType::kEnv && options.type != RewardType::kModel;
+  std::stringstream list(options.weights);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    if (item.find_first_not_of(' ') == std::string::npos) continue;
+    const auto trim = [](std::string text) {
+      text.erase(0, text.find_first_not_of(' '));
+      text.erase(text.find_last_not_of(' ') + 1);
+      return text;
+    };
+    const auto eq = item.find('=');
+    const std::string name = trim(item.substr(0, eq));
+    double weight = NAN;
+    if (eq != std::string::npos) {
+      const std::string number = trim(item.substr(eq + 1));
+      try {
+        size_t used = 0;
+        weight = std::stod(number, &used);
+        if (used != number.size()) weight = NAN;
+      } catch (const std::exception&) {
+      }
+    }
+    if (!std::isfinite(weight)) {
+      throw_user_error("--reward-weights: '{}' is not NAME=WEIGHT (for example accuracy=1,model=0.5)", trim(item));
+    }
+    const bool present = (name == "accuracy" && grader) || (name == "external" && !options.cmd.empty()) ||
+                         (name == "model" && !options.model.path.empty());
+    if (!present) {
+      throw_user_error("--reward-weights: the run has no reward component \"{}\" (its components: {}{}{})", name,
+                       grader ? "accuracy (the -rt grader) " : "", options.cmd.empty() ? "" : "external (--reward-cmd) ",
+                       options.model.path.empty() ? "" : "model (--reward-model)");
+    }
+    if (weights.count(name)) throw_user_error("--reward-weights: \"{}\" is given twice", name);
+    weights[name] = weight;
+  }
+  return weights;
+}
+
 RewardFunction make_reward_function(const RewardOptions& options) {
+  const auto weights = reward_weights(options);
+  const auto weight = [&](const std::string& name, double otherwise) {
+    const auto it = weights.find(name);
+    return it != weights.end() ? it->second : otherwise;
+  };
   RewardFunction reward;
   if (options.type == RewardType::kCode) {
-    reward.add("accuracy", std::make_shared<CodeReward>(options.code), 1.0);
-  } else if (options.type == RewardType::kEnv) {
-    // The environment's rewards are the episodes' (the agent loop adds them as the part "env").
+    reward.add("accuracy", std::make_shared<CodeReward>(options.code), weight("accuracy", 1.0));
+  } else if (options.type == RewardType::kEnv || options.type == RewardType::kModel) {
+    // The environment's rewards are the episodes' (the agent loop adds them as the part "env"); a
+    // reward model's scores are added by the run.
   } else {
-    reward.add_builtin("accuracy", options.type, 1.0, options.scale);
+    reward.add_builtin("accuracy", options.type, weight("accuracy", 1.0), options.scale);
   }
   if (!options.cmd.empty()) {
     ExternalRewardConfig external;
     external.command = options.cmd;
     external.timeout_s = options.timeout;
-    reward.add("external", std::make_shared<ExternalReward>(external), options.cmd_weight);
+    reward.add("external", std::make_shared<ExternalReward>(external), weight("external", options.cmd_weight));
   }
   return reward;
 }
@@ -74,6 +132,8 @@ RewardFunction make_reward_function(const RewardOptions& options) {
 RewardFunction make_grader(const RewardOptions& options) {
   RewardOptions grader = options;
   grader.cmd.clear();
+  grader.model = {};
+  grader.weights.clear();
   return make_reward_function(grader);
 }
 

@@ -4,6 +4,7 @@
 // format and correctness reported.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,16 +15,36 @@
 
 namespace rlcpp {
 
-// A run's reward settings (the reward group): the built-in grader on its scale, and an external
-// command (reward/external.h) added to it with a weight.
+// A reward model's settings (-rt model, --reward-model): scored above this layer (rl/), since the
+// reward layer knows no model.
+struct ModelRewardOptions {
+  std::string path;           // a ...ForSequenceClassification directory ("": none)
+  std::string dtype;          // its weights and compute ("": the run's dtype)
+  int64_t batch = 16;         // responses per forward
+  bool normalize = false;     // (score - mean) / std with the mean and std its config.json holds (train-rm writes them)
+  double clip = 0;            // scores clipped to [-clip, clip] after normalising (0: not clipped)
+};
+
+// A run's reward settings (the reward group): the built-in grader on its scale, an external
+// command (reward/external.h), and a reward model, each a named component with a weight.
 struct RewardOptions {
-  RewardType type = RewardType::kBoxed;  // the built-in grader
+  RewardType type = RewardType::kBoxed;  // the built-in grader (or -rt model: the reward model alone)
   RewardScale scale;                     // what each outcome of the grader is worth
   std::string cmd;                       // external reward command (JSON lines), added to the built-in one
   double cmd_weight = 1.0;               // the external reward's weight in the sum
   double timeout = 30.0;                 // seconds the external reward command has for each reply
   CodeRewardOptions code;                // -rt code: the sandbox and how tests count
+  ModelRewardOptions model;              // --reward-model: added as "model"
+  std::string weights;                   // --reward-weights "accuracy=1,model=0.5": the components' weights
 };
+
+// The components' weights --reward-weights gives ("name=w,..."; names: accuracy, external, model),
+// each checked: an unknown name, a component the run does not have or a bad number is a UserError
+// naming the flag.
+std::map<std::string, double> reward_weights(const RewardOptions& options);
+// Whether the run's rewards grade an answer against the record's ground truth (its prompts need
+// "gt_answer"): every reward type but the reward model alone (-rt model).
+bool grades_answers(const RewardOptions& options);
 
 class RewardFunction {
  public:
@@ -33,6 +54,7 @@ class RewardFunction {
     add(name, std::make_shared<BuiltinReward>(type, scale), weight);
   }
   bool empty() const { return components_.empty(); }
+  bool has(const std::string& name) const;
 
   std::vector<RewardResult> score(const std::vector<RewardInput>& inputs) const;
   // Every component's check of a dataset record (RewardComponent::check_record).
@@ -47,8 +69,9 @@ class RewardFunction {
   std::vector<Component> components_;
 };
 
-// The reward the options describe: the built-in grader (or the code tests) as "accuracy", the
-// command as "external".
+// The reward the options describe, from this layer: the built-in grader (or the code tests) as
+// "accuracy", the command as "external", weighted by --reward-weights (the reward model is added
+// by the run: rl/rollout/model_reward.h).
 RewardFunction make_reward_function(const RewardOptions& options);
 // The grader alone, without the external command: what evaluation reports as accuracy.
 RewardFunction make_grader(const RewardOptions& options);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algo/policy_loss.h"
+#include "algo/preference_loss.h"
 #include "model/transformer.h"
 #include "train/pipeline.h"
 #include "train/sample.h"
@@ -25,6 +26,13 @@ namespace rlcpp {
 struct SftSample {
   std::vector<int32_t> ids;
   std::vector<uint8_t> loss_mask;  // same length as ids; loss_mask[0] is ignored (nothing predicts it)
+};
+
+// One preference pair of reward-model training: the token ids of the same prompt with the chosen
+// and with the rejected response, and how far the chosen must score above it (0: no margin).
+struct PreferencePair {
+  std::vector<int32_t> chosen, rejected;
+  double margin = 0;
 };
 
 enum class LrSchedule { kConstant, kLinear, kCosine };
@@ -54,6 +62,7 @@ struct TrainOptions {
   bool gradient_checkpointing = false; // recompute each decoder layer's activations in backward
   OptimizerConfig optimizer;           // AdamW and the LR schedule
   int64_t max_nonfinite_steps = 3;     // stop after this many consecutive steps with a non-finite gradient
+  PreferenceLossConfig preference;     // rlcpp train-rm: the Bradley–Terry loss's options
 };
 
 struct TrainerConfig {
@@ -63,6 +72,7 @@ struct TrainerConfig {
   double temperature = 1.0;           // log-probs under softmax(logits / T), as the sampler used
   bool filter_truncated = false;      // truncated samples leave the loss (DAPO's filter_truncated_response)
   bool fused_head = true;             // the fused loss head where the loss allows it (model/logprobs.h)
+  PreferenceLossConfig preference;    // reward-model training (preference_step)
 };
 
 // One mini-batch of an RL step, as Trainer::step takes it (every vector aligned with `samples`).
@@ -111,6 +121,16 @@ class Trainer {
   // One optimizer step of supervised fine-tuning on `batch`: the mean negative log-likelihood of
   // the learned tokens of the whole batch (micro-batches normalised by the batch's token count).
   TrainStepMetrics sft_step(const std::vector<SftSample>& batch);
+
+  // One optimizer step of reward-model training (the policy is a sequence classifier of one label):
+  // the Bradley–Terry loss (algo/preference_loss.h) summed over the batch's pairs / their count, in
+  // micro-batches of train_microbatch_size pairs (a pair's two rows in one forward). Metrics:
+  // loss, accuracy (the share of pairs whose chosen scores above the rejected), chosen and
+  // rejected (mean scores), margin (mean chosen − rejected), grad_norm, lr.
+  TrainStepMetrics preference_step(const std::vector<PreferencePair>& batch);
+  // The same figures for `pairs` without an update (a held-out set): no grad, eval mode; also
+  // score_mean and score_std over all their scores, chosen and rejected.
+  std::map<std::string, double> preference_figures(const std::vector<PreferencePair>& pairs) const;
 
   // Data parallelism: called with the policy's parameters after the backward passes of a step and
   // before clipping, to sum their gradients over the trainer ranks (each rank's loss is already

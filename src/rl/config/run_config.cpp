@@ -208,6 +208,10 @@ void check_files(const RunConfig& c) {
                      c.parallel.pp, c.model.path, model.num_hidden_layers);
   }
   if (!fs::is_regular_file(c.runtime.dataset)) throw_user_error("-d/--dataset {}: no such file", c.runtime.dataset);
+  if (!c.reward.model.path.empty() && !fs::is_regular_file(fs::path(c.reward.model.path) / "config.json")) {
+    throw_user_error("--reward-model {}: no config.json there; give a reward model's directory (rlcpp train-rm writes one)",
+                     c.reward.model.path);
+  }
   check_eval_sets(c, true);
 }
 
@@ -368,6 +372,18 @@ void validate(const RunConfig& c) {
     throw_user_error("-imbs {} exceeds -ibs {} (inference_batch_size >= inference_microbatch_size)",
                      c.rollout.inference_microbatch_size, ibs);
   }
+  if (c.reward.type == RewardType::kModel && c.reward.model.path.empty()) {
+    throw_user_error("-rt model: the reward is a reward model's score; give it with --reward-model DIR (rlcpp train-rm "
+                     "makes one)");
+  }
+  if (c.reward.model.path.empty() && (c.reward.model.normalize || c.reward.model.clip > 0 || !c.reward.model.dtype.empty())) {
+    throw_user_error("--normalize-reward, --reward-clip and --reward-model-dtype are for a reward model; give --reward-model DIR");
+  }
+  if (c.reward.type == RewardType::kModel && c.algo.filter_range) {
+    throw_user_error("--filter-range with -rt model: the filter keeps groups by the share of correct answers, and a reward "
+                     "model grades none; drop --filter-range, or add a rule reward with -rt and --reward-weights");
+  }
+  reward_weights(c.reward);  // names a malformed list or a component the run lacks
   const bool env_reward = c.reward.type == RewardType::kEnv;
   if (env_reward && c.episode.env_cmd.empty()) {
     throw_user_error("-rt env: the reward is an external environment's; give it with --env-cmd CMD");

@@ -479,6 +479,28 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.reward.code.memory_mb; }, 16, {}));
   s.push_back(double_setting("reward.reward_cmd_weight", "--reward-cmd-weight", "the external reward's weight in the sum",
                              [](C& c) -> double& { return c.reward.cmd_weight; }, kAnyNumber));
+  s.push_back(string_setting("reward.reward_model", "--reward-model",
+                             "a reward model (...ForSequenceClassification directory, as rlcpp train-rm writes): its score "
+                             "of each conversation is added as the component \"model\" (-rt model: alone)",
+                             [](C& c) -> std::string& { return c.reward.model.path; }));
+  s.push_back(dtype_setting("reward.reward_model_dtype", "--reward-model-dtype",
+                            "the reward model's weights and compute (default: --dtype)",
+                            [](C& c) -> std::string& { return c.reward.model.dtype; }));
+  s.push_back(int_setting("reward.reward_model_batch", "--reward-model-batch", "responses per forward of the reward model",
+                          [](C& c) -> int64_t& { return c.reward.model.batch; }, 1, {}, true));
+  s.push_back(bool_setting("reward.normalize_reward", "--normalize-reward",
+                           "the reward model's scores standardised with the mean and std its config.json holds (rlcpp "
+                           "train-rm writes them; OpenRLHF's --normalize_reward)",
+                           [](C& c) -> bool& { return c.reward.model.normalize; }));
+  s.push_back(double_setting("reward.reward_clip", "--reward-clip",
+                             "the reward model's scores clipped to [-x, x], after --normalize-reward (0: not clipped; "
+                             "OpenRLHF's reward_clip_range)",
+                             [](C& c) -> double& { return c.reward.model.clip; }, kNonNegative));
+  s.push_back(string_setting("reward.reward_weights", "--reward-weights",
+                             "the reward components' weights in the sum, NAME=W,... over accuracy (the -rt grader), "
+                             "external (--reward-cmd) and model (--reward-model); default 1 each (--reward-cmd-weight "
+                             "for external)",
+                             [](C& c) -> std::string& { return c.reward.weights; }));
   // episode: multi-turn rollouts
   s.push_back(string_setting("episode.tools", "--tools",
                              "multi-turn with tools the model may call: python,calculator (built in), or a JSON file of "
@@ -621,6 +643,10 @@ std::vector<Setting> make_settings() {
   s.push_back(int_setting("train.max_nonfinite_steps", "--max-nonfinite-steps",
                           "stop after this many consecutive steps whose gradient is not finite (each is skipped)",
                           [](C& c) -> int64_t& { return c.train.max_nonfinite_steps; }, 1));
+  s.push_back(double_setting("train.center_rewards_coefficient", "--center-rewards-coefficient",
+                             "rlcpp train-rm: adds coef x (chosen + rejected)^2 per pair, keeping scores centred on 0 "
+                             "(TRL's center_rewards_coefficient; 0: off)",
+                             [](C& c) -> double& { return c.train.preference.center_coef; }, kNonNegative));
   s.push_back(double_setting("train.min_lr_ratio", "--min-lr-ratio", "floor of the decay, as a fraction of -lr",
                              [](C& c) -> double& { return c.train.optimizer.min_lr_ratio; }, kFraction));
   // eval

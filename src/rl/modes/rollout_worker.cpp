@@ -18,6 +18,7 @@
 #include "reward/reward_function.h"
 #include "rl/modes/control.h"
 #include "rl/modes/distributed.h"
+#include "rl/rollout/model_reward.h"
 #include "rl/rollout/rollout.h"
 #include "rl/rollout/rollout_channel.h"
 #include "rl/run/run_state.h"
@@ -154,11 +155,12 @@ class WeightInbox {
 }  // namespace
 
 void run_rollout_worker(const RunConfig& c, const Topology& topo) {
-  const RewardFunction reward = make_reward_function(c.reward);
   auto tokenizer = Tokenizer::from_dir(c.model.path);
   // The trainer's shape (adapters included), this rank's part of it under --rollout-tp; weights come by sync.
   auto policy = load_policy(c, std::nullopt, topo.tp_group);
   Engine engine(policy, run_engine_config(c), tokenizer);
+  // The engine's first rank grades its rounds (a reward model is loaded there only).
+  const RewardFunction reward = engine.leads() ? make_run_reward(c.reward, c.runtime.device, c.runtime.dtype) : RewardFunction{};
   RolloutGenerator generator(c, policy->config(), *tokenizer, &engine, nullptr, nullptr, &reward);
   RolloutChannel channel(topo);
   WeightInbox inbox(c, topo, engine, *policy);

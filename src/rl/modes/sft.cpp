@@ -23,6 +23,46 @@ namespace rlcpp {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::shared_ptr<Transformer> model, int64_t n_examples,
+                             TrainerConfig trainer_config)
+    : trainer(model, nullptr,
+              [&] {
+                trainer_config.loss.kl_coef = 0;
+                trainer_config.optimizer = c.train.optimizer;
+                if (trainer_config.optimizer.total_steps == 0) trainer_config.optimizer.total_steps = plan.total_steps;
+                trainer_config.train_microbatch_size = c.train.train_microbatch_size;
+                return trainer_config;
+              }()),
+      cursor(n_examples, c.runtime.seed, /*shuffle=*/true),
+      log(plan.run_dir, c, plan.resume_from ? std::optional(plan.first_step() - 1) : std::nullopt),
+      c_(c),
+      plan_(plan),
+      model_(std::move(model)) {
+  if (plan.resume_from) {
+    load_checkpoint_optimizer(*plan.resume_from, trainer);
+    trainer.restore_steps(plan.saved.optimizer_steps);
+    cursor.restore(plan.saved.data_cursor);
+    spdlog::info("resuming from {} (step {})", plan.resume_from->string(), plan.saved.step);
+  }
+  write_file_atomic(plan.run_dir / "config.yaml", run_config_yaml(c));
+}
+
+std::vector<int64_t> SupervisedRun::next_batch() {
+  std::vector<int64_t> batch;
+  for (int64_t k = 0; k < c_.train.train_batch_size; ++k) batch.push_back(cursor.next());
+  return batch;
+}
+
+fs::path SupervisedRun::save(int64_t step) {
+  trace::write();
+  CheckpointState state;
+  state.step = step;
+  state.policy_version = trainer.n_steps();
+  state.data_cursor = cursor.state();
+  state.optimizer_steps = trainer.n_steps();
+  return save_run_checkpoint(c_, plan_.run_dir, step, *model_, trainer.optimizer(), to_json(state));
+}
+
 fs::path run_sft(const RunConfig& c) {
   const auto run_start = Clock::now();
   RunPlan plan = plan_run(c);
@@ -58,22 +98,8 @@ fs::path run_sft(const RunConfig& c) {
 
   const int64_t n = static_cast<int64_t>(examples.size());
   const int64_t total_steps = plan.total_steps = run_total_steps(c, n, c.train.train_batch_size);
-  TrainerConfig trainer_config;
-  trainer_config.loss.kl_coef = 0;
-  trainer_config.optimizer = c.train.optimizer;
-  if (trainer_config.optimizer.total_steps == 0) trainer_config.optimizer.total_steps = total_steps;
-  trainer_config.train_microbatch_size = c.train.train_microbatch_size;
-  Trainer trainer(policy, nullptr, trainer_config);
-  DatasetCursor cursor(n, c.runtime.seed, /*shuffle=*/true);
+  SupervisedRun run(c, plan, policy, n);
   const int64_t first_step = plan.first_step();
-  if (resume_from) {
-    load_checkpoint_optimizer(*resume_from, trainer);
-    trainer.restore_steps(plan.saved.optimizer_steps);
-    cursor.restore(plan.saved.data_cursor);
-    spdlog::info("resuming from {} (step {})", resume_from->string(), plan.saved.step);
-  }
-  write_file_atomic(run_dir / "config.yaml", run_config_yaml(c));
-  RunLog log(run_dir, c, resume_from ? std::optional(first_step - 1) : std::nullopt);
   spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model.path, c.runtime.dataset, n, n_learned,
                first_step, total_steps, c.train.train_batch_size);
   start_profile(c.logging, 0, "rlcpp sft");
@@ -81,30 +107,22 @@ fs::path run_sft(const RunConfig& c) {
     trace::Span step_span("step");
     const auto step_start = Clock::now();
     std::vector<SftSample> batch;
-    for (int64_t k = 0; k < c.train.train_batch_size; ++k) batch.push_back(examples[static_cast<size_t>(cursor.next())]);
-    auto m = trainer.sft_step(batch).values;
+    for (const int64_t k : run.next_batch()) batch.push_back(examples[static_cast<size_t>(k)]);
+    auto m = run.trainer.sft_step(batch).values;
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     nlohmann::ordered_json line;
     line["step"] = step;
-    line["episode"] = cursor.epoch();
+    line["episode"] = run.cursor.epoch();
     line["loss"] = m["loss"];
     line["tokens"] = m["n_tokens"];
     line["grad_norm"] = m["grad_norm"];
     line["lr"] = m["lr"];
-    line["optimizer_steps"] = trainer.n_steps();
+    line["optimizer_steps"] = run.trainer.n_steps();
     line["time"] = {{"train", seconds}, {"total", seconds}};
-    log.write(line, total_steps,
-              fmt::format("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps,
-                          cursor.epoch(), m["loss"], m["grad_norm"], m["lr"], seconds));
-    if (checkpoint_due(c.logging, step, total_steps)) {
-      trace::write();
-      CheckpointState state;
-      state.step = step;
-      state.policy_version = trainer.n_steps();
-      state.data_cursor = cursor.state();
-      state.optimizer_steps = trainer.n_steps();
-      save_run_checkpoint(c, run_dir, step, *policy, trainer.optimizer(), to_json(state));
-    }
+    run.log.write(line, total_steps,
+                  fmt::format("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps,
+                              run.cursor.epoch(), m["loss"], m["grad_norm"], m["lr"], seconds));
+    if (checkpoint_due(c.logging, step, total_steps)) run.save(step);
   }
   spdlog::info("done in {:.1f} s; run directory {}",
                std::chrono::duration<double>(Clock::now() - run_start).count(), run_dir.string());

@@ -246,7 +246,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   std::vector<RewardInput> inputs;
   for (size_t r = 0; r < requests.size(); ++r) {
     for (const auto& s : by_request[r]) {
-      inputs.push_back({groups[r].prompt, s.graded, groups[r].gt_answer, picks[r].metadata, s.truncated});
+      inputs.push_back({groups[r].prompt, s.graded, groups[r].gt_answer, picks[r].metadata, s.truncated, picks[r].messages});
     }
   }
   const auto graded = [&] {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "rl/checkpoint/run_checkpoint.h"
+#include "rl/rollout/model_reward.h"
 #include "rl/rollout/rollout.h"
 #include "util/error.h"
 #include "util/trace.h"
@@ -193,7 +194,7 @@ std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<Generati
 
 ServerSource::ServerSource(const RunConfig& c, const fs::path& run_dir, std::shared_ptr<Transformer> policy,
                            const Tokenizer& tokenizer)
-    : c_(c), policy_(std::move(policy)), servers_(c.remote, c.model.path, run_dir), reward_(make_reward_function(c.reward)),
+    : c_(c), policy_(std::move(policy)), servers_(c.remote, c.model.path, run_dir), reward_(make_run_reward(c.reward, c.runtime.device, c.runtime.dtype)),
       chunked_(servers_.backend(), tokenizer) {
   generator_ = std::make_unique<RolloutGenerator>(c, policy_->config(), tokenizer, &chunked_, nullptr, nullptr, &reward_);
 }

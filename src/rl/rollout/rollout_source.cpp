@@ -1,5 +1,6 @@
 #include "rl/rollout/rollout_source.h"
 
+#include "rl/rollout/model_reward.h"
 #include "rl/rollout/rollout_channel.h"
 #include "util/error.h"
 
@@ -20,7 +21,7 @@ bool StalenessPolicy::publish_before(bool ahead) {
 
 EngineSource::EngineSource(const RunConfig& c, const ModelConfig& model_config, const Tokenizer* tokenizer,
                            std::shared_ptr<Engine> engine, std::shared_ptr<Communicator> group)
-    : c_(c), engine_(std::move(engine)), reward_(make_reward_function(c.reward)), group_(std::move(group)) {
+    : c_(c), engine_(std::move(engine)), reward_(engine_->leads() ? make_run_reward(c.reward, c.runtime.device, c.runtime.dtype) : RewardFunction{}), group_(std::move(group)) {
   if (engine_->leads()) {
     RLCPP_CHECK(tokenizer != nullptr, "the engine's first rank without a tokenizer");
     generator_ = std::make_unique<RolloutGenerator>(c, model_config, *tokenizer, engine_.get(), nullptr, nullptr, &reward_);

@@ -220,6 +220,7 @@ int64_t longest_prompt_tokens(const RunConfig& c, const ModelConfig& m) {
   const auto tokenizer = Tokenizer::from_dir(c.model.path);
   DatasetOptions dataset_options;
   dataset_options.skip_bad_lines = c.runtime.skip_bad_lines;
+  dataset_options.kind = grades_answers(c.reward) ? DatasetKind::kPrompts : DatasetKind::kOpenPrompts;
   const auto dataset = load_prompt_dataset(c.runtime.dataset, dataset_options);
   PromptOptions options = run_prompt_options(c, m);
   options.max_prompt_tokens = 0;             // the longest as written: -mpt is unset here

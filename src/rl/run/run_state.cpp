@@ -323,6 +323,7 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
     run.plan = plan_run(c);
     DatasetOptions options;
     options.skip_bad_lines = c.runtime.skip_bad_lines;
+    options.kind = grades_answers(c.reward) ? DatasetKind::kPrompts : DatasetKind::kOpenPrompts;
     const RewardFunction reward = make_reward_function(c.reward);  // its check of each record
     run.dataset = load_prompt_dataset(c.runtime.dataset, checked_by(reward, options));
     const int64_t n_records = static_cast<int64_t>(run.dataset.records.size());

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "rl/rollout/agent_loop.h"
+#include "rl/rollout/model_reward.h"
 #include "rl/rollout/rollout.h"
 #include "sandbox/sandbox_pool.h"
 #include "util/error.h"
@@ -95,7 +96,8 @@ EvalResult evaluate(Engine& engine, PromptBuilder& prompts, const PromptDataset&
     const auto& s = generated[k];
     const auto& record = *records[static_cast<size_t>(s.request)];
     inputs.push_back({texts[static_cast<size_t>(s.request)], graded_texts[k], record.gt_answer,
-                      nlohmann::json(record.metadata), truncated[k]});
+                      nlohmann::json(record.metadata), truncated[k],
+                      nlohmann::json(built_prompts[static_cast<size_t>(s.request)].messages)});
   }
   const auto graded = reward.score(inputs);
   EvalResult r;
@@ -183,8 +185,11 @@ std::string eval_samples_jsonl(const EvalResult& r) {
 RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, const Tokenizer& tokenizer,
                            const std::filesystem::path& run_dir)
     : c_(c), out_dir_(c.eval.save_dir.empty() ? run_dir / "eval" : std::filesystem::path(c.eval.save_dir) / c.logging.project) {
-  reward_ = make_grader(c.reward);
-  for (const auto& [name, path] : eval_sets(c.eval)) sets_.emplace_back(name, load_prompt_dataset(path, checked_by(reward_)));
+  // What accuracy is reported against: the -rt grader (-rt model: the reward model's mean score).
+  reward_ = c.reward.type == RewardType::kModel ? make_run_reward(c.reward, c.runtime.device, c.runtime.dtype) : make_grader(c.reward);
+  DatasetOptions options;
+  options.kind = grades_answers(c.reward) ? DatasetKind::kPrompts : DatasetKind::kOpenPrompts;
+  for (const auto& [name, path] : eval_sets(c.eval)) sets_.emplace_back(name, load_prompt_dataset(path, checked_by(reward_, options)));
   PromptOptions prompt_options;
   prompt_options.system_prompt = c.rollout.system_prompt ? *c.rollout.system_prompt : default_system_prompt(c.reward.type);
   prompt_options.max_prompt_tokens = c.rollout.max_prompt_tokens;

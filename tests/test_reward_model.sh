@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Reward models end to end on the bundled arithmetic task:
+# - rlcpp train-rm on examples/arith/pairs.jsonl raises the held-out pair accuracy well above chance;
+# - its checkpoint is transformers' ...ForSequenceClassification layout, read with Python's json and
+#   the safetensors header alone: architectures, id2label of one label, pad_token_id, the score
+#   head [1, hidden] and every decoder tensor of the base under its name, no LM head; and the
+#   mean and std --normalize-reward reads;
+# - a run resumed from step-2 ends with the straight run's weights and metrics, bit for bit;
+# - rlcpp grade -rt model scores {"messages" | "prompt", "response"} records (chosen above
+#   rejected), standardised and clipped on request;
+# - GRPO trains with -rt model, and with the model beside the rule reward (--reward-weights);
+# - the shortened examples/arith/reward_model.sh runs; bad input is refused by name.
+# Usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR}")
+src=$(realpath "${2:?usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR}")
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+model="$src/models/arith-tiny" pairs="$src/examples/arith/pairs.jsonl" pairs_test="$src/examples/arith/pairs_test.jsonl"
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+expect() {  # expect NAME EXPECTED_RC PATTERN -- COMMAND...
+  local name=$1 rc_want=$2 pattern=$3; shift 4
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" -ne "$rc_want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    bad "$name: rc=$rc (want $rc_want), output lacks /$pattern/:"; echo "$out" | tail -20
+  else
+    ok "$name"
+  fi
+}
+train_rm() {  # train_rm PROJECT [FLAGS...] (env LR: the learning rate, 1e-3)
+  local project=$1; shift
+  "$rlcpp" train-rm -m "$model" -d "$pairs" -ed "$pairs_test" -tbs 32 -lr "${LR:-1e-3}" --seed 0 -sd "$tmp/runs" -p "$project" "$@" \
+    > "$tmp/$project.log" 2>&1 || { bad "train-rm $project:"; tail -20 "$tmp/$project.log"; }
+}
+
+# 1. Learning: held-out accuracy at the end, against the fresh head's at step 1.
+train_rm learn --max-steps 16 -ei 16 --lr-schedule cosine --warmup-steps 2
+python3 - "$tmp/runs/learn/metrics.jsonl" <<'PY' && ok "train-rm learns (held-out pair accuracy above)" || bad "train-rm learns"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+acc = rows[-1]["eval"]["eval"]["accuracy"]
+print(f"     train accuracy step 1 {rows[0]['accuracy']:.3f}, last {rows[-1]['accuracy']:.3f}; held-out {acc:.3f}")
+assert len(rows) == 16 and acc >= 0.9, acc
+PY
+
+# 2. The layout transformers loads.
+python3 - "$tmp/runs/learn/step-16" "$model" <<'PY' && ok "checkpoint layout: Qwen2ForSequenceClassification" || bad "checkpoint layout"
+import json, struct, sys
+def header(d):
+    raw = open(f"{d}/model.safetensors", "rb").read(8)
+    n = struct.unpack("<Q", raw)[0]
+    with open(f"{d}/model.safetensors", "rb") as f:
+        f.seek(8); h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return h
+rm, base = sys.argv[1], sys.argv[2]
+c, b = json.load(open(f"{rm}/config.json")), json.load(open(f"{base}/config.json"))
+assert c["architectures"] == ["Qwen2ForSequenceClassification"], c["architectures"]
+assert c["id2label"] == {"0": "LABEL_0"} and c["label2id"] == {"LABEL_0": 0}, c.get("id2label")
+assert "num_labels" not in c and c["pad_token_id"] == b["eos_token_id"]
+assert isinstance(c["mean"], float) and c["std"] > 0
+for k in ("hidden_size", "num_hidden_layers", "vocab_size", "model_type"):
+    assert c[k] == b[k], k
+h, hb = header(rm), header(base)
+assert h["score.weight"]["shape"] == [1, b["hidden_size"]], h["score.weight"]
+assert "lm_head.weight" not in h
+assert set(h) == (set(hb) - {"lm_head.weight"}) | {"score.weight"}, set(h) ^ set(hb)
+for k in hb:
+    if k in h:
+        assert h[k]["shape"] == hb[k]["shape"], k
+PY
+
+# 3. Exact resume: 4 steps straight, and 2 then 2 more from step-2.
+train_rm straight --max-steps 4 --si 2
+train_rm halves --max-steps 4 --si 2
+rm -rf "$tmp/runs/halves/step-4"
+"$rlcpp" train-rm -m "$model" -d "$pairs" -ed "$pairs_test" -tbs 32 -lr 1e-3 --seed 0 -sd "$tmp/runs" -p resumed \
+  -cp "$tmp/runs/halves/step-2" --max-steps 4 --si 2 > "$tmp/resumed.log" 2>&1 || { bad "resume:"; tail -5 "$tmp/resumed.log"; }
+if cmp -s "$tmp/runs/straight/step-4/model.safetensors" "$tmp/runs/resumed/step-4/model.safetensors" &&
+   [ "$(sed -n 4p "$tmp/runs/straight/metrics.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["loss"], r["eval"])')" = \
+     "$(tail -1 "$tmp/runs/resumed/metrics.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["loss"], r["eval"])')" ]; then
+  ok "resume from step-2 ends bit for bit where the straight run does"
+else
+  bad "resume from step-2 differs from the straight run"
+fi
+
+# LoRA: the adapter beside the head trained whole (PEFT's SEQ_CLS, modules_to_save score), the merged
+# classifier in merged/; resume exact; the adapter directory scores as its merged model does.
+LR=5e-3 train_rm lora --max-steps 4 --si 2 --lora-rank 4
+rm -rf "$tmp/runs/lora/step-4"
+"$rlcpp" train-rm -m "$model" -d "$pairs" -ed "$pairs_test" -tbs 32 -lr 5e-3 --seed 0 -sd "$tmp/runs" -p lora-resumed \
+  -cp "$tmp/runs/lora/step-2" --max-steps 4 --si 2 --lora-rank 4 > "$tmp/lora-resumed.log" 2>&1 || { bad "LoRA resume:"; tail -5 "$tmp/lora-resumed.log"; }
+LR=5e-3 train_rm lora-straight --max-steps 4 --si 4 --lora-rank 4
+python3 - "$tmp/runs/lora-straight/step-4" <<'PY' && ok "LoRA reward model: PEFT SEQ_CLS adapter with the score head, merged classifier" || bad "LoRA reward model layout"
+import json, struct, sys
+d = sys.argv[1]
+a = json.load(open(f"{d}/adapter_config.json"))
+assert a["task_type"] == "SEQ_CLS" and a["modules_to_save"] == ["score"], a
+with open(f"{d}/adapter_model.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+assert h["base_model.model.score.weight"]["shape"][0] == 1, list(h)[:5]
+assert any(k.endswith("lora_A.weight") for k in h)
+m = json.load(open(f"{d}/merged/config.json"))
+assert m["architectures"] == ["Qwen2ForSequenceClassification"] and m["std"] > 0, m
+PY
+cmp -s "$tmp/runs/lora-straight/step-4/adapter_model.safetensors" "$tmp/runs/lora-resumed/step-4/adapter_model.safetensors" \
+  && ok "LoRA resume from step-2 ends bit for bit where the straight run does" || bad "LoRA resume differs from the straight run"
+printf '%s\n' '{"prompt": "What is 12 + 19?", "response": "2+9=11 1+1+1=3 \\boxed{31}"}' > "$tmp/one.jsonl"
+a=$("$rlcpp" grade -rt model --reward-model "$tmp/runs/lora-straight/step-4" --input "$tmp/one.jsonl" 2>/dev/null)
+m=$("$rlcpp" grade -rt model --reward-model "$tmp/runs/lora-straight/step-4/merged" --input "$tmp/one.jsonl" 2>/dev/null)
+python3 -c 'import json,sys; a, m = (json.loads(x)["reward"] for x in sys.argv[1:]); assert abs(a - m) < 1e-4, (a, m); print(f"     {a:.6f} and {m:.6f}")' "$a" "$m" \
+  && ok "a LoRA reward model's adapter directory scores as its merged model" || bad "LoRA adapter and merged scores differ: $a vs $m"
+
+# 4. rlcpp grade -rt model: the chosen and the rejected reply of held-out pairs as records.
+rm_dir="$tmp/runs/learn/step-16"
+python3 - "$pairs_test" "$tmp/graded_in.jsonl" <<'PY'
+import json, sys
+out = open(sys.argv[2], "w")
+for line in open(sys.argv[1]).readlines()[:20]:
+    p = json.loads(line)
+    for side in ("chosen", "rejected"):
+        out.write(json.dumps({"messages": p["prompt"], "response": p[side][0]["content"], "side": side}) + "\n")
+PY
+"$rlcpp" grade -rt model --reward-model "$rm_dir" --input "$tmp/graded_in.jsonl" -o "$tmp/graded.jsonl" 2> "$tmp/grade.log" \
+  || { bad "grade -rt model:"; tail -5 "$tmp/grade.log"; }
+python3 - "$tmp/graded.jsonl" <<'PY' && ok "grade -rt model scores chosen above rejected" || bad "grade -rt model"
+import json, sys
+r = [json.loads(l)["reward"] for l in open(sys.argv[1])]
+wins = sum(r[k] > r[k + 1] for k in range(0, len(r), 2))
+print(f"     {wins} of {len(r) // 2} held-out pairs ranked right by rlcpp grade")
+assert len(r) == 40 and wins >= 18, wins
+PY
+"$rlcpp" grade -rt model --reward-model "$rm_dir" --normalize-reward --reward-clip 0.5 --input "$tmp/graded_in.jsonl" \
+  -o "$tmp/clipped.jsonl" 2> /dev/null
+python3 - "$tmp/graded.jsonl" "$tmp/clipped.jsonl" "$rm_dir/config.json" <<'PY' && ok "--normalize-reward and --reward-clip" || bad "--normalize-reward and --reward-clip"
+import json, sys
+raw = [json.loads(l)["reward"] for l in open(sys.argv[1])]
+got = [json.loads(l) for l in open(sys.argv[2])]
+c = json.load(open(sys.argv[3]))
+for x, g in zip(raw, got):
+    assert abs(g["parts"]["model/raw"] - x) < 1e-6
+    assert abs(g["reward"] - max(-0.5, min(0.5, (x - c["mean"]) / c["std"]))) < 1e-6, (g, x)
+PY
+printf '%s\n' '{"prompt": "What is 12 + 19?", "response": "2+9=11 1+1+1=3 \\boxed{31}"}' > "$tmp/prompt_text.jsonl"
+expect grade-prompt-text 0 '"reward":-?[0-9]' -- "$rlcpp" grade -rt model --reward-model "$rm_dir" --input "$tmp/prompt_text.jsonl"
+printf '%s\n' '{"response": "x"}' > "$tmp/no_prompt.jsonl"
+expect grade-no-prompt 2 'no_prompt.jsonl:1: .*give the prompt as "messages" or "prompt"' -- \
+  "$rlcpp" grade -rt model --reward-model "$rm_dir" --input "$tmp/no_prompt.jsonl"
+expect grade-no-model 2 '-rt model: give the reward model with --reward-model DIR' -- \
+  "$rlcpp" grade -rt model --input "$tmp/prompt_text.jsonl"
+expect grade-causal-lm 2 "is not a reward model.*train-rm" -- \
+  "$rlcpp" grade -rt model --reward-model "$model" --input "$tmp/prompt_text.jsonl"
+
+# 5. GRPO with the reward model: alone, and beside the rule reward.
+grpo() {  # grpo PROJECT FLAGS...
+  local project=$1; shift
+  "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" -g 4 -tbs 4 --mnt 24 --max-steps 2 --seed 0 \
+    -sd "$tmp/runs" -p "$project" "$@" > "$tmp/$project.log" 2>&1
+}
+if grpo grpo-rm -rt model --reward-model "$rm_dir" && python3 - "$tmp/runs/grpo-rm/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 2 and all(r["reward_mean"] != 0 for r in rows), rows
+PY
+then ok "GRPO with -rt model"; else bad "GRPO with -rt model:"; tail -5 "$tmp/grpo-rm.log"; fi
+if grpo grpo-both -rt boxed --reward-model "$rm_dir" --reward-weights accuracy=1,model=0.5 -rsd "$tmp/rollouts" &&
+   python3 - "$tmp/rollouts" <<'PY'
+import glob, json, sys
+rows = [json.loads(l) for f in sorted(glob.glob(sys.argv[1] + "/**/*.jsonl", recursive=True)) for l in open(f)]
+samples = [s for r in rows for s in (r.get("samples") or [r])]
+checked = 0
+for s in samples:
+    parts = s.get("reward_parts") or s.get("parts")
+    if parts and "model" in parts and "accuracy" in parts:
+        assert abs(s["reward"] - (parts["accuracy"] + 0.5 * parts["model"])) < 1e-5, s
+        checked += 1
+assert checked > 0, "no sample carries both parts"
+print(f"     {checked} samples: reward = accuracy + 0.5 x model")
+PY
+then ok "GRPO with the rule reward and the reward model (--reward-weights)"; else bad "GRPO with both rewards:"; tail -5 "$tmp/grpo-both.log"; fi
+
+# 6. Bad input, refused by name before any work.
+expect rt-model-alone 2 '-rt model: .*--reward-model DIR' -- "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" -rt model
+expect weights-unknown 2 '--reward-weights: the run has no reward component "model"' -- \
+  "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" --reward-weights model=1
+expect weights-malformed 2 "--reward-weights: 'accuracy' is not NAME=WEIGHT" -- \
+  "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" --reward-weights accuracy
+expect rm-missing 2 '--reward-model .*none: no config.json' -- \
+  "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" -rt model --reward-model "$tmp/none"
+expect rm-as-policy 2 'a sequence classifier .* the policy is a' -- \
+  "$rlcpp" train -m "$rm_dir" -d "$src/examples/arith/train.jsonl"
+printf '%s\n' '{"prompt": "Q", "chosen": "a"}' > "$tmp/bad_pairs.jsonl"
+expect pairs-malformed 2 'bad_pairs.jsonl:1: missing "rejected"' -- "$rlcpp" train-rm -m "$model" -d "$tmp/bad_pairs.jsonl"
+expect normalize-without-model 2 '--normalize-reward, --reward-clip and --reward-model-dtype are for a reward model' -- \
+  "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" --normalize-reward
+
+# 7. The example, shortened.
+out=$(RM_STEPS=6 STEPS=2 EVAL_LIMIT=16 bash "$src/examples/arith/reward_model.sh" "$rlcpp" "$tmp/example" 2>&1)
+if [ $? -eq 0 ] && grep -qE '^GRPO, reward model \(-rt model\) +[0-9.]+%$' <<<"$out" && grep -q 'held-out pair accuracy' <<<"$out"; then
+  ok "examples/arith/reward_model.sh (shortened)"
+else
+  bad "examples/arith/reward_model.sh (shortened):"; echo "$out" | tail -20
+fi
+exit $fail
