@@ -13,10 +13,10 @@ Writes, into OUT_DIR:
   test.jsonl   held-out prompts, disjoint from train and sft
   sft.jsonl    chats with the teacher's worked answers ("7+8=15 4+3+1=8 \\boxed{85}"), for `rlcpp sft`
   pairs.jsonl, pairs_test.jsonl
-               preference pairs for `rlcpp train-rm` (TRL's conversational form): the worked solution
-               with the carry or borrow preferred over the same solution without it (a wrong answer)
+               preference pairs for `rlcpp train-rm` (TRL's conversational form): the right worked
+               solution preferred over one with a mistake (see mistaken())
 Usage: make_data.py OUT_DIR [--seed 0] [--train 2000] [--test 400] [--sft 2000] [--forget 0.6]
-                    [--pairs 600] [--pairs-test 200]
+                    [--pairs 4000] [--pairs-test 200]
 """
 import argparse
 import json
@@ -51,6 +51,37 @@ def worked(a, op, b, forget):
     return f"{10 + a % 10}-{b % 10}={units} {a // 10}{borrow}-{b // 10}={tens} \\boxed{{{tens * 10 + units}}}"
 
 
+def mistaken(a, op, b, rng):
+    """A worked solution with one mistake, its answer following from it: the forgotten carry or
+    borrow (half of them, the teacher's own), else a slip in the units or the tens step with the
+    carry kept, or a boxed answer that is not what the steps gave. Preferences over the carry alone
+    teach a reward model to look for "+1" and nothing else: a policy trained on it writes the
+    carry over wrong digits (reward hacking)."""
+    kind = rng.choice(["forget", "forget", "units", "tens", "boxed"])
+    if kind == "forget":
+        return worked(a, op, b, True)
+    slip = rng.choice([-2, -1, 1, 2])
+    if op == "+":
+        units, tens = a % 10 + b % 10, a // 10 + b // 10 + 1
+        if kind == "units":
+            units = units + slip if 10 <= units + slip <= 18 else units - slip
+        if kind == "tens":
+            tens = max(0, tens + slip)
+        steps = f"{a % 10}+{b % 10}={units} {a // 10}+{b // 10}+1={tens}"
+        answer = tens * 10 + units % 10
+    else:
+        units, tens = 10 + a % 10 - b % 10, a // 10 - b // 10 - 1
+        if kind == "units":
+            units = units + slip if 1 <= units + slip <= 9 else units - slip
+        if kind == "tens":
+            tens = tens + slip if tens + slip >= 0 else tens - slip
+        steps = f"{10 + a % 10}-{b % 10}={units} {a // 10}-1-{b // 10}={tens}"
+        answer = tens * 10 + units
+    if kind == "boxed":
+        answer += rng.choice([-10, -1, 1, 10])
+    return f"{steps} \\boxed{{{answer}}}"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out_dir")
@@ -59,7 +90,7 @@ def main():
     parser.add_argument("--test", type=int, default=400)
     parser.add_argument("--sft", type=int, default=2000)
     parser.add_argument("--forget", type=float, default=0.6)
-    parser.add_argument("--pairs", type=int, default=600)
+    parser.add_argument("--pairs", type=int, default=4000)
     parser.add_argument("--pairs-test", type=int, default=200)
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -88,12 +119,18 @@ def main():
     write("sft.jsonl", [{"messages": [SYSTEM, {"role": "user", "content": q},
                                       {"role": "assistant", "content": worked(*w, rng.random() < args.forget)}]}
                         for q, a, w in sft])
-    # Drawn after the files above, so they stay the same bytes with or without the pairs.
-    pairs = fresh(args.pairs + args.pairs_test)
+    # Drawn after the files above, so they stay the same bytes with or without the pairs. The
+    # training pairs are on the RL and SFT problems (a reward model is trained on the policy's
+    # task); the held-out ones on problems no other file has.
+    held_out = fresh(args.pairs_test)
+    pool = train + sft
+    rng.shuffle(pool)
+    pairs = [pool[k % len(pool)] for k in range(args.pairs)] + held_out
 
     def pair(q, w):
-        reply = lambda forget: [{"role": "assistant", "content": worked(*w, forget)}]
-        return {"prompt": [SYSTEM, {"role": "user", "content": q}], "chosen": reply(False), "rejected": reply(True)}
+        reply = lambda text: [{"role": "assistant", "content": text}]
+        return {"prompt": [SYSTEM, {"role": "user", "content": q}], "chosen": reply(worked(*w, False)),
+                "rejected": reply(mistaken(*w, rng))}
 
     write("pairs.jsonl", [pair(q, w) for q, _, w in pairs[:args.pairs]])
     write("pairs_test.jsonl", [pair(q, w) for q, _, w in pairs[args.pairs:]])
