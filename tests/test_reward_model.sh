@@ -199,6 +199,11 @@ expect pairs-malformed 2 'bad_pairs.jsonl:1: missing "rejected"' -- "$rlcpp" tra
 expect normalize-without-model 2 '--normalize-reward, --reward-clip and --reward-model-dtype are for a reward model' -- \
   "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" --normalize-reward
 
+if command -v mpirun > /dev/null; then
+  expect train-rm-under-mpirun 2 'rlcpp train-rm runs in one process' -- env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    timeout 120 mpirun --oversubscribe -np 2 "$rlcpp" train-rm -m "$model" -d "$pairs" --max-steps 1 -sd "$tmp/runs" -p mpi
+fi
+
 # 7. The example, shortened.
 out=$(RM_STEPS=6 STEPS=2 EVAL_LIMIT=16 bash "$src/examples/arith/reward_model.sh" "$rlcpp" "$tmp/example" 2>&1)
 if [ $? -eq 0 ] && grep -qE '^GRPO, reward model \(-rt model\) +[0-9.]+%$' <<<"$out" && grep -q 'held-out pair accuracy' <<<"$out"; then
