@@ -202,6 +202,9 @@ expect normalize-without-model 2 '--normalize-reward, --reward-clip and --reward
 if command -v mpirun > /dev/null; then
   expect train-rm-under-mpirun 2 'rlcpp train-rm runs in one process' -- env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     timeout 120 mpirun --oversubscribe -np 2 "$rlcpp" train-rm -m "$model" -d "$pairs" --max-steps 1 -sd "$tmp/runs" -p mpi
+  # sft shares the one-process refusal.
+  expect sft-under-mpirun 2 'rlcpp sft runs in one process' -- env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    timeout 120 mpirun --oversubscribe -np 2 "$rlcpp" sft -m "$model" -d "$src/examples/arith/sft.jsonl" --max-steps 1 -sd "$tmp/runs" -p mpi-sft
 fi
 
 # 7. The example, shortened.

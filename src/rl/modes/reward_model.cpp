@@ -6,7 +6,6 @@
 
 #include <chrono>
 
-#include "comm/mpi.h"
 #include "io/prompt_dataset.h"
 #include "model/lora.h"
 #include "model/model_options.h"
@@ -50,11 +49,7 @@ std::vector<PreferencePair> tokenize_pairs(const PreferenceDataset& data, const 
 }
 
 void refuse_unsupported(const RunConfig& c) {
-  // Several copies would write one run directory over each other.
-  if (launched_by_mpi() && mpi_world()->size() > 1) {
-    throw_user_error("rlcpp train-rm runs in one process (data, tensor and pipeline parallelism are not offered for it "
-                     "yet): start it without mpirun, or with -np 1");
-  }
+  refuse_several_processes("train-rm");
   if (c.model.path.empty()) throw_user_error("-m/--model is required: the base model (a causal LM) or a reward model");
   if (!fs::is_regular_file(fs::path(c.model.path) / "config.json")) {
     throw_user_error("-m/--model {}: no config.json there; give a Hugging Face model directory", c.model.path);

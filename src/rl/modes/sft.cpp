@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "comm/mpi.h"
 #include "io/prompt_dataset.h"
 #include "rl/checkpoint/run_checkpoint.h"
 #include "rl/run/run_state.h"
@@ -22,6 +23,13 @@ namespace rlcpp {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+void refuse_several_processes(const std::string& command) {
+  if (launched_by_mpi() && mpi_world()->size() > 1) {
+    throw_user_error("rlcpp {} runs in one process (data, tensor and pipeline parallelism are not offered for it yet): "
+                     "start it without mpirun, or with -np 1", command);
+  }
+}
 
 SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::shared_ptr<Transformer> model, int64_t n_examples,
                              TrainerConfig trainer_config)
@@ -65,6 +73,7 @@ fs::path SupervisedRun::save(int64_t step) {
 
 fs::path run_sft(const RunConfig& c) {
   const auto run_start = Clock::now();
+  refuse_several_processes("sft");
   RunPlan plan = plan_run(c);
   const fs::path& run_dir = plan.run_dir;
   const auto& resume_from = plan.resume_from;

@@ -14,6 +14,10 @@
 
 namespace rlcpp {
 
+// The one-process trainings refuse to run as several copies under mpirun (they would write one run
+// directory over each other); `command` names the command in the error.
+void refuse_several_processes(const std::string& command);
+
 // What the one-process trainings (`rlcpp sft`, `rlcpp train-rm`) share around their steps: the
 // trainer over `model` (no KL; the LR schedule over the plan's total steps unless set; its
 // optimizer and step count restored on resume), the shuffled cursor over `n_examples` (restored),
