@@ -8,14 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <exception>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "openai/protocol.h"
+#include "openai/server_pool.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -41,149 +40,36 @@ namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// "http://host:port[/v1]" (or "host:port"): the scheme, host and port; a UserError otherwise.
-std::string base_url(const std::string& given) {
-  std::string url = given;
-  while (!url.empty() && url.back() == '/') url.pop_back();
-  if (url.size() >= 3 && url.compare(url.size() - 3, 3, "/v1") == 0) url.resize(url.size() - 3);
-  if (url.rfind("https://", 0) == 0) {
-    throw_user_error("--rollout-url {}: https is not supported; reach the server over http (a private network, or an "
-                     "ssh tunnel)", given);
-  }
-  if (url.rfind("http://", 0) != 0) url = "http://" + url;
-  const std::string rest = url.substr(7);
-  const auto colon = rest.rfind(':');
-  if (rest.empty() || rest.find('/') != std::string::npos || colon == std::string::npos || colon + 1 == rest.size() ||
-      rest.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
-    throw_user_error("--rollout-url {}: expected http://HOST:PORT (optionally ending in /v1)", given);
-  }
-  return url;
-}
-
-// An HTTP exchange's outcome: status -1 when no answer came (refused, reset, timed out).
-struct Reply {
-  int status = -1;
-  std::string body;
-  std::string error;  // the transport's error when status is -1
-};
-
-// A message for logs and errors from an answer: OpenAI's error.message, else the body's start.
-std::string reply_message(const Reply& r) {
-  if (r.status < 0) return r.error;
-  const Json j = Json::parse(r.body, nullptr, false);
-  if (!j.is_discarded() && j.is_object()) {
-    if (j.contains("error") && j["error"].is_object() && j["error"].contains("message")) {
-      return j["error"]["message"].is_string() ? j["error"]["message"].get<std::string>() : j["error"]["message"].dump();
-    }
-    if (j.contains("message") && j["message"].is_string()) return j["message"].get<std::string>();
-    if (j.contains("detail")) return j["detail"].is_string() ? j["detail"].get<std::string>() : j["detail"].dump();
-  }
-  return r.body.substr(0, 300);
-}
-
 }  // namespace
 
 struct RemoteRollout::State {
+  // What a server holds, beside the pool's view of it (same index).
   struct Server {
-    std::string url;
     std::mutex sync_mutex;      // one weight update at a time
     std::atomic<int64_t> synced{-1};  // the version it holds (-1: unknown, brought up to date before its next request)
     std::string adapter;        // our adapter it serves ("": none)
     std::string base_model;     // its base model's served name ("": not asked yet)
     int64_t max_model_len = 0;  // from /v1/models (0: unknown)
-    // Under `m`:
-    int64_t in_flight = 0;
-    Clock::time_point down_until{};
-    double backoff_s = 0.5;
-    bool down = false;
   };
 
+  explicit State(RemoteRolloutOptions o)
+      : options(std::move(o)),
+        pool({options.urls, options.api_key, options.max_requests_per_server, options.unavailable_timeout_s,
+              "rollout server", "--rollout-url"}) {
+    for (size_t k = 0; k < pool.size(); ++k) servers.push_back(std::make_unique<Server>());
+  }
+
   RemoteRolloutOptions options;
+  ServerPool pool;
   std::vector<std::unique_ptr<Server>> servers;
   RemoteWeights weights;
-  mutable std::mutex m;
-  std::condition_variable cv;
-  Clock::time_point last_answer = Clock::now();
+  mutable std::mutex m;  // stats
   RemoteRolloutStats stats;
 
-  httplib::Headers headers() const {
-    httplib::Headers h;
-    if (!options.api_key.empty()) h.emplace("Authorization", "Bearer " + options.api_key);
-    return h;
-  }
-
-  Reply exchange(const Server& server, const std::string& method, const std::string& path, const std::string& body,
-                 double timeout_s) const {
-    httplib::Client client(server.url);
-    client.set_connection_timeout(5, 0);
-    const auto t = std::chrono::duration<double>(timeout_s);
-    client.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
-    client.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
-    auto result = method == "GET" ? client.Get(path.c_str(), headers())
-                                  : client.Post(path.c_str(), headers(), body, "application/json");
-    Reply r;
-    if (!result) {
-      r.error = httplib::to_string(result.error());
-      return r;
-    }
-    r.status = result->status;
-    r.body = result->body;
-    return r;
-  }
-
-  // Sets a server aside after a failure; it is tried again after a pause that doubles up to 10 s.
-  void mark_down(Server& s, const std::string& why) {
-    std::lock_guard<std::mutex> lock(m);
-    s.synced = -1;  // a server that comes back may have lost the weights it was sent
-    s.down_until = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(s.backoff_s * 1e6));
-    if (!s.down) spdlog::warn("rollout server {} failed ({}); its requests go to the others, retried in {:.1f} s", s.url, why, s.backoff_s);
-    s.down = true;
-    s.backoff_s = std::min(10.0, s.backoff_s * 2);
-    ++stats.server_failures;
-    cv.notify_all();
-  }
-
-  void mark_up(Server& s) {
-    std::lock_guard<std::mutex> lock(m);
-    if (s.down) spdlog::info("rollout server {} answers again", s.url);
-    s.down = false;
-    s.backoff_s = 0.5;
-    last_answer = Clock::now();
-  }
-
-  // The server with the fewest requests in flight among those not set aside and below the limit;
-  // waits for one. A UserError once none has answered for unavailable_timeout_s.
-  Server& acquire(const std::atomic<bool>& abort) {
-    std::unique_lock<std::mutex> lock(m);
-    for (;;) {
-      if (abort) throw_user_error("rollout generation stopped after another request failed");
-      Server* best = nullptr;
-      bool any_up = false;
-      const auto now = Clock::now();
-      for (auto& s : servers) {
-        if (now < s->down_until) continue;
-        any_up = true;
-        if (s->in_flight >= options.max_requests_per_server) continue;
-        if (best == nullptr || s->in_flight < best->in_flight) best = s.get();
-      }
-      if (best != nullptr) {
-        ++best->in_flight;
-        return *best;
-      }
-      if (!any_up && seconds_since(last_answer) > options.unavailable_timeout_s) {
-        std::string urls;
-        for (const auto& s : servers) urls += (urls.empty() ? "" : ", ") + s->url;
-        throw_user_error("no rollout server has answered for {:.0f} s ({}): start them again, or check --rollout-url",
-                         seconds_since(last_answer), urls);
-      }
-      cv.wait_for(lock, std::chrono::milliseconds(100));
-    }
-  }
-
-  void release(Server& s) {
-    std::lock_guard<std::mutex> lock(m);
-    --s.in_flight;
-    cv.notify_all();
+  // Sets a server aside after a failure; a server that comes back may have lost the weights it was sent.
+  void mark_down(size_t k, const std::string& why) {
+    servers[k]->synced = -1;
+    pool.mark_down(k, why);
   }
 
   // The served name of a weights version's adapter.
@@ -196,30 +82,31 @@ struct RemoteRollout::State {
   }
 
   // A 4xx to a weight update or model list: the server cannot do what the run needs.
-  [[noreturn]] void refuse(const Server& s, const std::string& path, const Reply& r) const {
+  [[noreturn]] void refuse(size_t k, const std::string& path, const HttpReply& r) const {
     std::string hint;
     if (options.kind == RolloutBackendKind::kVllm && r.status == 404) {
       hint = " (vLLM serves the adapter endpoints only with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora)";
     }
-    throw_user_error("{}{}: answered {}: {}{}", s.url, path, r.status, reply_message(r), hint);
+    throw_user_error("{}{}: answered {}: {}{}", pool.url(k), path, r.status, reply_message(r), hint);
   }
 
-  // Brings a server to `w` (under its sync_mutex). False when it did not answer (then set aside).
-  bool sync_server(Server& s, const RemoteWeights& w) {
+  // Brings server k to `w` (under its sync_mutex). False when it did not answer (then set aside).
+  bool sync_server(size_t k, const RemoteWeights& w) {
+    Server& s = *servers[k];
     std::lock_guard<std::mutex> lock(s.sync_mutex);
     if (s.synced == w.version && !s.base_model.empty()) return true;
     const auto start = Clock::now();
     if (s.base_model.empty()) {
-      const Reply r = exchange(s, "GET", "/v1/models", "", 30);
+      const HttpReply r = pool.exchange(k, "GET", "/v1/models", "", 30);
       if (r.status < 0 || r.status >= 500) {
-        mark_down(s, reply_message(r));
+        mark_down(k, reply_message(r));
         return false;
       }
-      if (r.status != 200) refuse(s, "/v1/models", r);
+      if (r.status != 200) refuse(k, "/v1/models", r);
       const Json j = Json::parse(r.body, nullptr, false);
       if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
           !j["data"][0].contains("id")) {
-        throw_user_error("{}/v1/models: expected {{\"data\": [{{\"id\": ...}}]}}, got {}", s.url, r.body.substr(0, 200));
+        throw_user_error("{}/v1/models: expected {{\"data\": [{{\"id\": ...}}]}}, got {}", pool.url(k), r.body.substr(0, 200));
       }
       std::string name = options.model;
       if (name.empty()) name = j["data"][0]["id"].get<std::string>();
@@ -240,19 +127,19 @@ struct RemoteRollout::State {
         body = {{"model_path", fs::absolute(w.dir).string()}, {"policy_version", w.version}};
       }
       const std::string path = update_path(w.adapter, true);
-      const Reply r = exchange(s, "POST", path, body.dump(), options.request_timeout_s);
+      const HttpReply r = pool.exchange(k, "POST", path, body.dump(), options.request_timeout_s);
       if (r.status < 0 || r.status >= 500) {
-        mark_down(s, reply_message(r));
+        mark_down(k, reply_message(r));
         return false;
       }
       const bool exists = r.status == 400 && reply_message(r).find("already") != std::string::npos;  // loaded before
-      if (r.status != 200 && !exists) refuse(s, path, r);
+      if (r.status != 200 && !exists) refuse(k, path, r);
       const Json j = Json::parse(r.body, nullptr, false);
-      if (!j.is_discarded() && j.is_object() && j.contains("success") && j["success"] == false) refuse(s, path, r);
+      if (!j.is_discarded() && j.is_object() && j.contains("success") && j["success"] == false) refuse(k, path, r);
     }
     // The adapter it served before goes (best effort: a server that restarted has none).
     if (!s.adapter.empty() && s.adapter != loaded_adapter) {
-      exchange(s, "POST", update_path(true, false), Json({{"lora_name", s.adapter}}).dump(), 60);
+      pool.exchange(k, "POST", update_path(true, false), Json({{"lora_name", s.adapter}}).dump(), 60);
     }
     s.adapter = loaded_adapter;
     s.synced = w.version;
@@ -263,7 +150,7 @@ struct RemoteRollout::State {
         stats.push_seconds += seconds_since(start);
       }
     }
-    mark_up(s);
+    pool.mark_up(k);
     return true;
   }
 
@@ -276,20 +163,21 @@ struct RemoteRollout::State {
     const RemoteWeights w = weights;  // fixed while generate runs
     int64_t stale_answers = 0;
     for (;;) {
-      Server& s = acquire(abort);
+      const size_t k = pool.acquire(abort);
       struct Release {
-        State* state;
-        Server& server;
-        ~Release() { state->release(server); }
-      } release_guard{this, s};
-      if (!sync_server(s, w)) {
+        ServerPool& pool;
+        size_t k;
+        ~Release() { pool.release(k); }
+      } release_guard{pool, k};
+      Server& s = *servers[k];
+      if (!sync_server(k, w)) {
         std::lock_guard<std::mutex> lock(m);
         ++stats.retries;
         continue;
       }
-      const Reply r = exchange(s, "POST", "/v1/completions", request_body(g, s, w).dump(), options.request_timeout_s);
+      const HttpReply r = pool.exchange(k, "POST", "/v1/completions", request_body(g, s, w).dump(), options.request_timeout_s);
       if (r.status < 0 || r.status >= 500 || r.status == 408 || r.status == 429) {
-        mark_down(s, r.status < 0 ? r.error : fmt::format("{}: {}", r.status, reply_message(r)));
+        mark_down(k, r.status < 0 ? r.error : fmt::format("{}: {}", r.status, reply_message(r)));
         std::lock_guard<std::mutex> lock(m);
         ++stats.retries;
         continue;
@@ -302,9 +190,9 @@ struct RemoteRollout::State {
         continue;
       }
       if (r.status != 200) {
-        throw_user_error("{}/v1/completions answered {}: {}", s.url, r.status, reply_message(r));
+        throw_user_error("{}/v1/completions answered {}: {}", pool.url(k), r.status, reply_message(r));
       }
-      auto samples = parse_completion_samples(r.body, g.n, w.version, s.url);
+      auto samples = parse_completion_samples(r.body, g.n, w.version, pool.url(k));
       const bool aborted = std::any_of(samples.begin(), samples.end(),
                                        [](const GeneratedSample& x) { return x.finish_reason == FinishReason::kAbort; });
       // A server that reports another version than it was sent is behind (restarted, or updated by
@@ -317,7 +205,7 @@ struct RemoteRollout::State {
       if (aborted || behind) {
         if (++stale_answers > 3) {
           throw_user_error("{}: answered {} times with {} (policy version {} expected); is another trainer updating it?",
-                           s.url, stale_answers, aborted ? "aborted samples" : "another policy version", w.version);
+                           pool.url(k), stale_answers, aborted ? "aborted samples" : "another policy version", w.version);
         }
         {
           std::lock_guard<std::mutex> lock(s.sync_mutex);
@@ -327,7 +215,7 @@ struct RemoteRollout::State {
         ++stats.retries;
         continue;
       }
-      mark_up(s);
+      pool.mark_up(k);
       std::lock_guard<std::mutex> lock(m);
       ++stats.requests;
       return samples;
@@ -335,60 +223,20 @@ struct RemoteRollout::State {
   }
 };
 
-RemoteRollout::RemoteRollout(RemoteRolloutOptions options) : s_(std::make_unique<State>()) {
-  if (options.urls.empty()) throw_user_error("--rollout-url: give at least one server (http://HOST:PORT[,...])");
+RemoteRollout::RemoteRollout(RemoteRolloutOptions options) {
   if (options.max_requests_per_server < 1) throw_user_error("--rollout-concurrency {}: at least 1", options.max_requests_per_server);
-  for (const auto& url : options.urls) {
-    auto server = std::make_unique<State::Server>();
-    server->url = base_url(url);
-    for (const auto& other : s_->servers) {
-      if (other->url == server->url) throw_user_error("--rollout-url: {} is given twice", url);
-    }
-    s_->servers.push_back(std::move(server));
-  }
-  s_->options = std::move(options);
+  s_ = std::make_unique<State>(std::move(options));
 }
 
 RemoteRollout::~RemoteRollout() = default;
 
 std::vector<GeneratedSample> RemoteRollout::generate(const std::vector<GenerationRequest>& requests) {
-  const size_t n = requests.size();
-  std::vector<std::optional<std::vector<GeneratedSample>>> results(n);
-  std::atomic<bool> abort{false};
-  std::mutex m;
-  std::deque<size_t> todo;
-  for (size_t k = 0; k < n; ++k) todo.push_back(k);
-  std::exception_ptr error;
-  {
-    std::lock_guard<std::mutex> lock(s_->m);
-    s_->last_answer = Clock::now();
-  }
-  auto work = [&] {
-    for (;;) {
-      size_t k;
-      {
-        std::lock_guard<std::mutex> lock(m);
-        if (todo.empty() || abort) return;
-        k = todo.front();
-        todo.pop_front();
-      }
-      try {
-        results[k] = s_->run_one(requests[k], abort);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(m);
-        if (!error) error = std::current_exception();
-        abort = true;
-        return;
-      }
-    }
-  };
-  const size_t n_threads = std::min(n, s_->servers.size() * static_cast<size_t>(s_->options.max_requests_per_server));
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < n_threads; ++t) threads.emplace_back(work);
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  std::vector<std::optional<std::vector<GeneratedSample>>> results(requests.size());
+  s_->pool.restart_clock();
+  for_each_request(requests.size(), s_->pool.size() * static_cast<size_t>(s_->options.max_requests_per_server),
+                   [&](size_t k, const std::atomic<bool>& abort) { results[k] = s_->run_one(requests[k], abort); });
   std::vector<GeneratedSample> out;
-  for (size_t k = 0; k < n; ++k) {
+  for (size_t k = 0; k < requests.size(); ++k) {
     for (auto& s : *results[k]) {
       s.request = static_cast<int64_t>(k);
       out.push_back(std::move(s));
@@ -407,10 +255,10 @@ void RemoteRollout::sync() {
   std::vector<std::thread> threads;
   std::mutex m;
   std::exception_ptr error;
-  for (auto& server : s_->servers) {
-    threads.emplace_back([&, s = server.get()] {
+  for (size_t k = 0; k < s_->servers.size(); ++k) {
+    threads.emplace_back([&, k] {
       try {
-        s_->sync_server(*s, w);  // one that does not answer gets the weights when it is back
+        s_->sync_server(k, w);  // one that does not answer gets the weights when it is back
       } catch (...) {
         std::lock_guard<std::mutex> lock(m);
         if (!error) error = std::current_exception();
@@ -425,7 +273,9 @@ const RemoteWeights& RemoteRollout::weights() const { return s_->weights; }
 
 RemoteRolloutStats RemoteRollout::stats() const {
   std::lock_guard<std::mutex> lock(s_->m);
-  return s_->stats;
+  RemoteRolloutStats out = s_->stats;
+  out.server_failures = s_->pool.failures();
+  return out;
 }
 
 const RemoteRolloutOptions& RemoteRollout::options() const { return s_->options; }

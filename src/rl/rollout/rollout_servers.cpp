@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "openai/server_pool.h"
 #include "rl/checkpoint/run_checkpoint.h"
 #include "rl/rollout/model_reward.h"
 #include "rl/rollout/rollout.h"
@@ -20,21 +21,6 @@
 namespace rlcpp {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::vector<std::string> split_urls(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const auto begin = item.find_first_not_of(" \t"), end = item.find_last_not_of(" \t");
-    if (begin != std::string::npos) out.push_back(item.substr(begin, end - begin + 1));
-  }
-  return out;
-}
-
-}  // namespace
 
 RolloutServers::RolloutServers(const RemoteOptions& remote, std::string base_model, const fs::path& run_dir)
     : base_model_(std::move(base_model)) {
