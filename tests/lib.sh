@@ -13,6 +13,17 @@ cd "$tmp" || exit 1
 failed=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; failed=1; }
+# expect NAME EXPECTED_RC PATTERN -- COMMAND...: COMMAND exits with EXPECTED_RC and prints PATTERN (an ERE).
+expect() {  # expect NAME EXPECTED_RC PATTERN -- COMMAND...
+  local name=$1 rc_want=$2 pattern=$3; shift 4
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" -ne "$rc_want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    bad "$name: rc=$rc (want $rc_want), output lacks /$pattern/:"; echo "$out" | tail -20
+  else
+    ok "$name"
+  fi
+}
 
 # For the tests that run mpirun: as root too (CI), more ranks than cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

@@ -9,6 +9,7 @@
 #include "algo/policy_loss.h"
 #include "algo/preference_loss.h"
 #include "algo/presets.h"
+#include "algo/value_loss.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -425,12 +426,28 @@ TEST(Presets, ReferenceDefaultsAndOverrides) {
   EXPECT_DOUBLE_EQ(gspo.loss.clip_eps_low, 3e-4);
   EXPECT_DOUBLE_EQ(gspo.loss.clip_eps_high, 4e-4);
   EXPECT_DOUBLE_EQ(gspo.loss.kl_coef, 0.0);
-  EXPECT_THROW_MSG(algo_preset("PPO", "-a"), UserError, "-a", "unknown algorithm \"PPO\"", "REINFORCE_PPB", "GSPO");
+  EXPECT_THROW_MSG(algo_preset("TRPO", "-a"), UserError, "-a", "unknown algorithm \"TRPO\"", "REINFORCE_PPB", "GSPO", "PPO");
+  // PPO: GAE from a critic, the value loss's defaults, no KL unless asked for.
+  auto ppo = algo_preset("ppo", "-a");
+  EXPECT_EQ(ppo.advantage.estimator, AdvantageEstimator::kGae);
+  EXPECT_TRUE(ppo.uses_critic());
+  EXPECT_FALSE(grpo.uses_critic());
+  EXPECT_EQ(ppo.loss.aggregation, LossAggregation::kTokenLevel);
+  EXPECT_DOUBLE_EQ(ppo.loss.kl_coef, 0.0);
+  EXPECT_DOUBLE_EQ(ppo.ppo.gamma, 1.0);
+  EXPECT_DOUBLE_EQ(ppo.ppo.lam, 0.95);
+  EXPECT_DOUBLE_EQ(ppo.ppo.value_clip, 0.5);
+  // GAE's group advantages are 0 (the per-token ones come from the critic in the update).
+  AdvantageConfig gae;
+  gae.estimator = AdvantageEstimator::kGae;
+  expect_values(compute_advantages(t64({1.0, 0.0, 3.0, 2.0}), 2, gae), {0, 0, 0, 0}, 0);
   // The help describes each preset from its config.
   const std::string help = algo_preset_help();
   EXPECT_NE(help.find("REINFORCE_PPB (alias REINFORCE_PP): --advantage-estimator reinforce_pp_baseline, --kl-coeff 0.01"),
             std::string::npos) << help;
   EXPECT_NE(help.find("--dual-clip 10"), std::string::npos) << help;
+  EXPECT_NE(help.find("PPO: --advantage-estimator gae, --kl-coeff 0, --clip-eps-low 0.2, --clip-eps-high 0.2, "
+                      "--loss-variation token_level, --gamma 1, --lam 0.95, --value-clip 0.5"), std::string::npos) << help;
   EXPECT_NE(help.find("GSPO: --advantage-estimator grpo, --kl-coeff 0, --clip-eps-low 0.0003, --clip-eps-high 0.0004, "
                       "--loss-variation sample_level, --ratio-level sequence"), std::string::npos) << help;
 }
@@ -468,4 +485,65 @@ TEST(PreferenceLoss, CenteringAddsTheSquaredSum) {
   const double s = 1.0 / (1.0 + std::exp(1.0));
   EXPECT_NEAR(chosen.grad().item<double>(), -s + 2 * 0.01 * 3.0, 1e-15);
   EXPECT_NEAR(rejected.grad().item<double>(), s + 2 * 0.01 * 3.0, 1e-15);
+}
+
+TEST(ValueLoss, GaeByHand) {
+  // r = [0, 0, 1], V = [0.5, 0.2, 0.4], γ 0.9, λ 0.8; the state after the last step is terminal.
+  // δ2 = 1 − 0.4 = 0.6, δ1 = 0.9·0.4 − 0.2 = 0.16, δ0 = 0.9·0.2 − 0.5 = −0.32;
+  // A2 = 0.6, A1 = 0.16 + 0.72·0.6 = 0.592, A0 = −0.32 + 0.72·0.592 = 0.10624; R = A + V.
+  const Gae g = generalized_advantages({0, 0, 1}, {0.5, 0.2, 0.4}, 0.9, 0.8);
+  const std::vector<double> a = {0.10624, 0.592, 0.6}, r = {0.60624, 0.792, 1.0};
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_NEAR(g.advantages[k], a[k], 1e-15) << k;
+    EXPECT_NEAR(g.returns[k], r[k], 1e-15) << k;
+  }
+  // γ = λ = 1: A_t is the sum of the rewards to come less V_t (Monte Carlo), and every return the sum.
+  const Gae mc = generalized_advantages({0.5, -1, 2}, {0.25, 1, -0.5}, 1, 1);
+  const std::vector<double> mc_a = {1.5 - 0.25, 1 - 1, 2 + 0.5};
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_NEAR(mc.advantages[k], mc_a[k], 1e-15) << k;
+    EXPECT_NEAR(mc.returns[k], k == 0 ? 1.5 : k == 1 ? 1.0 : 2.0, 1e-15) << k;
+  }
+  // λ = 0: one-step TD errors.
+  const Gae td = generalized_advantages({0, 0, 1}, {0.5, 0.2, 0.4}, 0.9, 0);
+  EXPECT_NEAR(td.advantages[0], -0.32, 1e-15);
+  EXPECT_NEAR(td.advantages[1], 0.16, 1e-15);
+  EXPECT_NEAR(td.advantages[2], 0.6, 1e-15);
+  EXPECT_TRUE(generalized_advantages({}, {}, 1, 1).advantages.empty());
+  EXPECT_THROW(generalized_advantages({1}, {}, 1, 1), InternalError);
+}
+
+TEST(ValueLoss, ClippedValueLossAndItsGradientByHand) {
+  // V = [1, 0, 2, 0.5], V_old 0.5, R = [2, 0, 0, 3], the last token masked, clip 0.2, 4 tokens:
+  // t0: (1 − 2)² = 1 against (0.7 − 2)² = 1.69: clipped; t1: 0 against (0.3 − 0)² = 0.09: clipped;
+  // t2: (2 − 0)² = 4 against (0.7 − 0)² = 0.49: unclipped. ½ (1.69 + 0.09 + 4) / 4 = 0.7225.
+  auto v = t64({1.0, 0.0, 2.0, 0.5}).view({1, 4}).requires_grad_();
+  const auto old = torch::full({1, 4}, 0.5, torch::kFloat64);
+  const auto returns = t64({2.0, 0.0, 0.0, 3.0}).view({1, 4});
+  const auto mask = t64({1, 1, 1, 0}).view({1, 4});
+  auto out = value_loss(v, old, returns, mask, 0.2, 4);
+  EXPECT_NEAR(out.loss.item<double>(), 0.7225, 1e-15);
+  EXPECT_NEAR(out.metrics.at("vf_loss"), 0.7225, 1e-15);
+  EXPECT_NEAR(out.metrics.at("vf_clip_frac"), 2.0 / 3, 1e-15);
+  EXPECT_NEAR(out.metrics.at("value_mean"), 1.0, 1e-15);
+  EXPECT_NEAR(out.metrics.at("return_mean"), 2.0 / 3, 1e-15);
+  EXPECT_EQ(out.metrics.at("n_tokens"), 3);
+  // Where the clipped term wins, its clamp is saturated: no gradient; else ½·2(V − R)/4.
+  out.loss.backward();
+  expect_values(v.grad().view({-1}), {0, 0, 0.5, 0}, 1e-15);
+  // Unclipped: ½ (1 + 0 + 4) / 4.
+  auto plain = value_loss(v.detach(), old, returns, mask, 0, 4);
+  EXPECT_NEAR(plain.loss.item<double>(), 0.625, 1e-15);
+  EXPECT_EQ(plain.metrics.at("vf_clip_frac"), 0);
+  // A non-finite value on a masked token reaches neither the loss nor the gradient.
+  auto bad = t64({1.0, 0.0, 2.0, std::nan("")}).view({1, 4}).requires_grad_();
+  auto guarded = value_loss(bad, old, returns, mask, 0.2, 4);
+  EXPECT_NEAR(guarded.loss.item<double>(), 0.7225, 1e-15);
+  guarded.loss.backward();
+  EXPECT_TRUE(torch::isfinite(bad.grad()).all().item<bool>());
+  // Split over micro-batches with the global count, the pieces sum to the whole.
+  const auto first = value_loss(v.detach().slice(1, 0, 2), old.slice(1, 0, 2), returns.slice(1, 0, 2), mask.slice(1, 0, 2), 0.2, 4);
+  const auto rest = value_loss(v.detach().slice(1, 2, 4), old.slice(1, 2, 4), returns.slice(1, 2, 4), mask.slice(1, 2, 4), 0.2, 4);
+  EXPECT_NEAR(first.loss.item<double>() + rest.loss.item<double>(), 0.7225, 1e-15);
+  EXPECT_THROW(value_loss(v, old, returns.view({4, 1}), mask, 0.2, 4), InternalError);
 }

@@ -311,9 +311,11 @@ TEST(Reward, EachTypesSystemPromptAsksForTheFormItsGraderReads) {
   EXPECT_NE(default_system_prompt(RewardType::kThinkAnswerTags).find("<answer> </answer>"), std::string::npos);
   EXPECT_NE(default_system_prompt(RewardType::kAnswerLine).find("Answer: $Answer"), std::string::npos);
   for (const auto& e : reward_types().entries()) {
-    // An environment says what it wants in its own observations, and a reward model scores the
-    // conversation as its data has it: no system prompt of rlcpp's.
-    EXPECT_EQ(default_system_prompt(e.value).empty(), e.value == RewardType::kEnv || e.value == RewardType::kModel) << e.name;
+    // An environment says what it wants in its own observations, and a reward model or a judge
+    // scores the conversation as its data has it: no system prompt of rlcpp's.
+    EXPECT_EQ(default_system_prompt(e.value).empty(),
+              e.value == RewardType::kEnv || e.value == RewardType::kModel || e.value == RewardType::kJudge)
+        << e.name;
   }
 }
 

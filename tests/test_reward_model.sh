@@ -14,21 +14,8 @@
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR}")
 src=$(realpath "${2:?usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR}")
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+source "$src/tests/lib.sh"
 model="$src/models/arith-tiny" pairs="$src/examples/arith/pairs.jsonl" pairs_test="$src/examples/arith/pairs_test.jsonl"
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-expect() {  # expect NAME EXPECTED_RC PATTERN -- COMMAND...
-  local name=$1 rc_want=$2 pattern=$3; shift 4
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" -ne "$rc_want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
-    bad "$name: rc=$rc (want $rc_want), output lacks /$pattern/:"; echo "$out" | tail -20
-  else
-    ok "$name"
-  fi
-}
 train_rm() {  # train_rm PROJECT [FLAGS...] (env LR: the learning rate, 1e-3)
   local project=$1; shift
   "$rlcpp" train-rm -m "$model" -d "$pairs" -ed "$pairs_test" -tbs 32 -lr "${LR:-1e-3}" --seed 0 -sd "$tmp/runs" -p "$project" "$@" \
@@ -209,9 +196,10 @@ fi
 
 # 7. The example, shortened.
 out=$(RM_STEPS=6 STEPS=2 EVAL_LIMIT=16 bash "$src/examples/arith/reward_model.sh" "$rlcpp" "$tmp/example" 2>&1)
-if [ $? -eq 0 ] && grep -qE '^GRPO, reward model \(-rt model\) +[0-9.]+%$' <<<"$out" && grep -q 'held-out pair accuracy' <<<"$out"; then
+if [ $? -eq 0 ] && grep -qE '^GRPO, reward model \(-rt model\) +[0-9.]+%$' <<<"$out" &&
+   grep -qE '^PPO, reward model \(-rt model\) +[0-9.]+%$' <<<"$out" && grep -q 'held-out pair accuracy' <<<"$out"; then
   ok "examples/arith/reward_model.sh (shortened)"
 else
   bad "examples/arith/reward_model.sh (shortened):"; echo "$out" | tail -20
 fi
-exit $fail
+exit $failed

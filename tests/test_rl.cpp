@@ -8,6 +8,8 @@
 #include "rl/rollout/relay_buffer.h"
 #include "rl/rollout/rollout.h"
 #include "rl/rollout/rollout_source.h"
+#include "rl/rollout/judge_reward.h"
+#include "rl/step/critic.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -295,4 +297,87 @@ TEST(StalenessPolicy, RoundsGoAheadOnlyFromAConcurrentSourceAndPublishOnCadence)
   EXPECT_FALSE(StalenessPolicy(c, /*concurrent=*/false, 0).ahead(3, 10));
   c.n_behind = 0;  // -nb 0: on-policy rounds
   EXPECT_FALSE(StalenessPolicy(c, true, 0).ahead(3, 10));
+}
+
+TEST(Critic, TokenRewardsAndGaeOverTheTrainedTokensOnly) {
+  // Two model tokens, a tool's two inserted tokens, one more model token; reward 2.
+  Sample multi = model_sample({1, 2}, {3, 4}, 0.0);
+  multi.append(SegmentKind::kInserted, {5, 6}, {}, 0);
+  multi.append(SegmentKind::kModel, {7}, {}, 0);
+  multi.reward = 2.0;
+  Sample single = model_sample({1}, {8, 9}, 0.0);
+  single.reward = -1.0;
+  std::vector<Sample> samples = {multi, single};
+  const std::vector<std::vector<float>> old = {{-1.0f, -0.5f, 0.0f, 0.0f, -2.0f}, {-0.25f, -1.0f}};
+  const std::vector<std::vector<float>> ref = {{-1.5f, -0.5f, -9.0f, -9.0f, -1.0f}, {-0.25f, -0.5f}};
+  // The reward on the last trained token; inserted tokens get nothing.
+  auto r = token_rewards(samples, old, {}, 0);
+  EXPECT_EQ(r[0], (std::vector<double>{0, 0, 0, 0, 2}));
+  EXPECT_EQ(r[1], (std::vector<double>{0, -1}));
+  // KL in the reward: −β (old − ref) on every trained token, the inserted ones' log-probs unread.
+  r = token_rewards(samples, old, ref, 0.5);
+  EXPECT_EQ(r[0], (std::vector<double>{-0.25, 0, 0, 0, 2 + 0.5}));
+  EXPECT_EQ(r[1], (std::vector<double>{0, -1 + 0.25}));
+  EXPECT_THROW(token_rewards(samples, old, {}, 0.5), InternalError);
+  // GAE over the trained tokens (3 of sample 0), γ 1 λ 1: A_t = Σ rewards to come − V_t.
+  r = token_rewards(samples, old, {}, 0);
+  const std::vector<std::vector<float>> values = {{0.5f, 1.0f, 99.0f, 99.0f, 1.5f}, {0.25f, -0.5f}};
+  PpoConfig ppo;
+  ppo.lam = 1;
+  const auto targets = critic_targets(samples, values, r, ppo);
+  EXPECT_EQ(samples[0].advantages, (std::vector<double>{1.5, 1.0, 0, 0, 0.5}));
+  EXPECT_EQ(targets.returns[0], (std::vector<double>{2, 2, 0, 0, 2}));
+  EXPECT_EQ(samples[1].advantages, (std::vector<double>{-1.25, -0.5}));
+  EXPECT_EQ(targets.returns[1], (std::vector<double>{-1, -1}));
+  EXPECT_EQ(targets.metrics.at("critic_tokens"), 5);
+  // With γ < 1 the inserted tokens are not steps: the discount is per trained token.
+  std::vector<Sample> again = {multi};
+  ppo.gamma = 0.5;
+  critic_targets(again, {values[0]}, {r[0]}, ppo);
+  // A2 = 2 − 1.5 = 0.5; A1 = 0 + 0.5·1.5 − 1 + 0.5·0.5 = 0; A0 = 0 + 0.5·1 − 0.5 + 0.5·0 = 0.
+  EXPECT_EQ(again[0].advantages, (std::vector<double>{0, 0, 0, 0, 0.5}));
+  for (const auto& s : again) check_sample(s, "a sample with GAE advantages");
+  // A truncated sequence ends its trajectory as a finished one does: its reward (the grade of the
+  // response as it stands) is the whole return, nothing follows to bootstrap from.
+  std::vector<Sample> cut = {multi};
+  cut[0].truncated = true;
+  critic_targets(cut, {values[0]}, {r[0]}, ppo);
+  EXPECT_EQ(cut[0].advantages, again[0].advantages);
+}
+
+TEST(Judge, TemplateFieldsAndScores) {
+  rlcpp::testing::TempDir dir;
+  const auto path = dir.path() / "judge.txt";
+  std::ofstream(path) << "Q: {prompt}\nA*: {answer}\nR: {response}\n{unknown} stays.";
+  JudgeOptions options;
+  options.url = "http://127.0.0.1:9";  // never reached here
+  options.template_path = path.string();
+  const JudgeReward judge(options);
+  RewardInput input;
+  input.prompt = "<|im_start|>user\nWhat is 2 + 3?<|im_end|>";
+  input.messages = nlohmann::json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                          {{"role", "user"}, {"content", "What is 2 + 3?"}}});
+  input.response = "It is {answer}: 5";  // a field inside a filled-in value stays as written
+  input.gt_answer = "5";
+  EXPECT_EQ(judge.judge_prompt(input), "Q: What is 2 + 3?\nA*: 5\nR: It is {answer}: 5\n{unknown} stays.");
+  input.messages = nlohmann::json::array();  // no messages: the prompt's text
+  EXPECT_EQ(judge.judge_prompt(input).substr(0, 10), "Q: <|im_st");
+  // The last number, by default; none: no score.
+  EXPECT_EQ(judge.parse_score("Clear and right. 8/10, so: 8.5"), 8.5);
+  EXPECT_EQ(judge.parse_score("Score: -2"), -2.0);
+  EXPECT_FALSE(judge.parse_score("I cannot tell.").has_value());
+  options.pattern = "Score: ([0-9]+)";
+  const JudgeReward with_pattern(options);
+  EXPECT_EQ(with_pattern.parse_score("Score: 7. Out of 10."), 7.0);
+  EXPECT_FALSE(with_pattern.parse_score("7 out of 10").has_value());
+  // Refused by name: a pattern without a group, a bad pattern, a template without {response}.
+  options.pattern = "Score: [0-9]+";
+  EXPECT_THROW_MSG(JudgeReward{options}, UserError, "--judge-pattern", "in a group");
+  options.pattern = "Score: ([0-9]+";
+  EXPECT_THROW_MSG(JudgeReward{options}, UserError, "--judge-pattern", "not a regular expression");
+  options.pattern.clear();
+  std::ofstream(path) << "Rate it.";
+  EXPECT_THROW_MSG(JudgeReward{options}, UserError, "--judge-template", "no {response}");
+  options.template_path = (dir.path() / "none.txt").string();
+  EXPECT_THROW_MSG(JudgeReward{options}, UserError, "--judge-template", "none.txt");
 }

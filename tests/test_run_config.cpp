@@ -198,11 +198,23 @@ TEST(RunSettings, AlgorithmKnobsAreReachable) {
   EXPECT_EQ(load("runtime:\n  max_relay_episode: 3\n").staleness.max_relay_episode, 3);
   EXPECT_THROW_MSG(load("runtime:\n  max_relay_episode: -2\n"), UserError, "runtime.max_relay_episode",
                    "below the minimum -1");
-  EXPECT_THROW_MSG(load("algorithm:\n  algo: PPO\n"), UserError, "unknown algorithm", "REINFORCE_PPB", "GSPO");
+  EXPECT_THROW_MSG(load("algorithm:\n  algo: TRPO\n"), UserError, "unknown algorithm", "REINFORCE_PPB", "GSPO", "PPO");
+  // PPO's knobs, under their own names and verl's and OpenRLHF's.
+  const RunConfig ppo = load("algorithm:\n  algo: PPO\n  gamma: 0.99\n  lambd: 0.9\n  cliprange_value: 0.2\n"
+                             "  kl_coeff: 0.05\n  use_kl_in_reward: true\ntrain:\n  critic_lr: 2.0e-5\n  critic_warmup_steps: 3\n");
+  EXPECT_TRUE(ppo.algo.uses_critic());
+  EXPECT_DOUBLE_EQ(ppo.algo.ppo.gamma, 0.99);
+  EXPECT_DOUBLE_EQ(ppo.algo.ppo.lam, 0.9);
+  EXPECT_DOUBLE_EQ(ppo.algo.ppo.value_clip, 0.2);
+  EXPECT_TRUE(ppo.algo.ppo.kl_in_reward);
+  EXPECT_DOUBLE_EQ(ppo.train.critic.lr, 2e-5);
+  EXPECT_EQ(ppo.train.critic.warmup_steps, 3);
+  EXPECT_THROW_MSG(load("algorithm:\n  algo: PPO\n  gamma: 1.5\n"), UserError, "algorithm.gamma", "in [0, 1]");
+  EXPECT_THROW_MSG(load("algorithm:\n  lam: 0.9\n"), UserError, "--lam 0.9", "settings of a critic, which -a GRPO");
   // -a's help lists every preset with its settings.
   const Setting* algo = find_setting("algorithm.algo");
   ASSERT_NE(algo, nullptr);
-  for (const char* name : {"GRPO:", "DAPO:", "DR_GRPO:", "RLOO:", "REINFORCE_PPB (alias REINFORCE_PP):", "GSPO:"}) {
+  for (const char* name : {"GRPO:", "DAPO:", "DR_GRPO:", "RLOO:", "REINFORCE_PPB (alias REINFORCE_PP):", "GSPO:", "PPO:"}) {
     EXPECT_NE(algo->help.find(name), std::string::npos) << name << " in " << algo->help;
   }
 }

@@ -12,7 +12,9 @@ const EnumTable<AdvantageEstimator>& advantage_estimators() {
        {AdvantageEstimator::kDrGrpo, "dr_grpo", "r - group mean (no std division)"},
        {AdvantageEstimator::kRloo, "rloo", "leave-one-out baseline: (r - group mean) * G / (G - 1)"},
        {AdvantageEstimator::kReinforcePpBaseline, "reinforce_pp_baseline",
-        "r - group mean, then whitened over the tokens of the step's batch (REINFORCE++ with baseline)"}});
+        "r - group mean, then whitened over the tokens of the step's batch (REINFORCE++ with baseline)"},
+       {AdvantageEstimator::kGae, "gae",
+        "per token: GAE (--gamma, --lam) from a critic's values, whitened over the step's tokens (PPO; trains a critic)"}});
   return table;
 }
 
@@ -38,6 +40,7 @@ torch::Tensor compute_advantages(const torch::Tensor& rewards, int64_t group_siz
       adv = group_size == 1 ? torch::zeros_like(r) : centered * (static_cast<double>(group_size) / (group_size - 1));
       break;
     case AdvantageEstimator::kReinforcePpBaseline: adv = centered; break;  // whitened per step
+    case AdvantageEstimator::kGae: adv = torch::zeros_like(r); break;       // per token, from the critic, in the update
   }
   return adv.reshape({-1}).to(rewards.scalar_type());
 }

@@ -13,7 +13,8 @@ enum class AdvantageEstimator {
   kGrpo,                // (r - mean) / (std + eps)
   kDrGrpo,              // r - mean
   kRloo,                // leave-one-out baseline: (r - mean) * G / (G - 1)
-  kReinforcePpBaseline  // r - group mean here; whitened over the step's tokens by whiten_over_tokens
+  kReinforcePpBaseline, // r - group mean here; whitened over the step's tokens by whiten_over_tokens
+  kGae                  // PPO: 0 here; per token from the critic's values in the update (algo/value_loss.h)
 };
 
 const EnumTable<AdvantageEstimator>& advantage_estimators();

@@ -20,7 +20,8 @@ struct Preset {
 
 // Each preset starts from AlgoConfig's defaults (GRPO advantages, clip 0.2/0.2, no KL, token-level,
 // token ratios) and sets what differs. The reference system (ColossalChat) defines GRPO, DAPO,
-// REINFORCE_PPB and RLOO; DR_GRPO and GSPO follow their papers and verl's recipes.
+// REINFORCE_PPB and RLOO; DR_GRPO and GSPO follow their papers and verl's recipes; PPO trains a
+// critic (algo/value_loss.h) and takes GAE's per-token advantages from it.
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> table = {
       {"GRPO", {}, "reference system",
@@ -54,6 +55,11 @@ const std::vector<Preset>& presets() {
          c.advantage.estimator = AdvantageEstimator::kReinforcePpBaseline;
          c.loss.kl_coef = 0.01;
          c.loss.aggregation = LossAggregation::kSampleLevel;
+       }},
+      {"PPO", {}, "classic RLHF PPO with a critic, as verl's and OpenRLHF's",
+       [](AlgoConfig& c) {
+         c.advantage.estimator = AdvantageEstimator::kGae;
+         c.loss.aggregation = LossAggregation::kTokenLevel;
        }},
       {"GSPO", {}, "GSPO paper and verl's recipe",
        [](AlgoConfig& c) {
@@ -89,6 +95,7 @@ std::string describe(const AlgoConfig& c) {
   if (c.dynamic_batching) out += ", --dynamic-batching";
   if (c.overlong_shaping) out += ", --soft-over-length-punishment";
   if (c.filter_truncated) out += ", --filter-truncated-response";
+  if (c.uses_critic()) out += fmt::format(", --gamma {:g}, --lam {:g}, --value-clip {:g}", c.ppo.gamma, c.ppo.lam, c.ppo.value_clip);
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include "algo/advantages.h"
 #include "algo/policy_loss.h"
+#include "algo/value_loss.h"
 
 namespace rlcpp {
 
@@ -23,10 +24,14 @@ struct AlgoConfig {
   bool filter_truncated = false;                           // truncated samples leave the loss
   int64_t max_dynamic_rounds = 3;                          // extra rounds to fill a step under dynamic batching
   bool require_full_batch = false;  // a step short of -tbs groups after those rounds is an error, not a warning
+  PpoConfig ppo;                    // GAE and the value loss (advantage estimator gae: -a PPO)
+
+  // Advantages from a critic (GAE): the run trains a value model beside the policy.
+  bool uses_critic() const { return advantage.estimator == AdvantageEstimator::kGae; }
 };
 
 // The presets and their settings are listed by algo_preset_help (GRPO, DAPO, DR_GRPO, RLOO,
-// REINFORCE_PPB alias REINFORCE_PP, GSPO). Names are case-insensitive ('-' reads as '_'); an unknown
+// REINFORCE_PPB alias REINFORCE_PP, GSPO, PPO). Names are case-insensitive ('-' reads as '_'); an unknown
 // one is a UserError naming `flag`. The returned config's name is the preset's canonical name.
 AlgoConfig algo_preset(const std::string& name, const std::string& flag);
 // The presets' names, "GRPO | DAPO | ...".

@@ -54,9 +54,10 @@ void run_eval(EvalArgs a) {
   prompt_options.overflow = prompt_overflows().parse(a.overflow, "--overflow");
   if (!a.dataset.empty()) prompt_options.source = a.dataset;
   if (type == RewardType::kEnv) throw_user_error("-rt env: rlcpp eval runs no environment; grade with another -rt");
-  if (type == RewardType::kModel) {
-    throw_user_error("-rt model: rlcpp eval reports accuracy against ground-truth answers; score responses with a reward "
-                     "model with rlcpp grade -rt model --reward-model DIR --input FILE");
+  if (type == RewardType::kModel || type == RewardType::kJudge) {
+    throw_user_error("-rt {0}: rlcpp eval reports accuracy against ground-truth answers; score responses with rlcpp grade "
+                     "-rt {0} ({1}) --input FILE", reward_types().name(type),
+                     type == RewardType::kModel ? "--reward-model DIR" : "--judge-url URL --judge-template FILE");
   }
   std::unique_ptr<SandboxPool> tool_sandbox;
   std::unique_ptr<Agent> agent;

@@ -1,6 +1,6 @@
 // `rlcpp grade`: grade one response or a JSONL of {"response", "gt_answer"} (a code task's record:
 // {"response", "tests" | "test_code", ...}; a reward model's: {"messages" | "prompt", "response"})
-// with a reward type (and optionally an external reward command and a reward model), printing the
+// with a reward type (and optionally an external reward command, a reward model and an LLM judge), printing the
 // structured result(s) as JSON, one verdict per line.
 #include <nlohmann/json.hpp>
 
@@ -32,6 +32,7 @@ struct GradeArgs {
   double reward_timeout = 30.0;
   CodeRewardFlags code;
   ModelRewardOptions model;
+  JudgeOptions judge;
   std::string reward_weights;
   std::string device = "cpu", dtype = "float32";
 };
@@ -58,6 +59,7 @@ void run_grade(const GradeArgs& args) {
   options.timeout = args.reward_timeout;
   options.code = args.code.options();
   options.model = args.model;
+  options.judge = args.judge;
   options.weights = args.reward_weights;
   if (options.type == RewardType::kEnv) {
     throw_user_error("-rt env: an environment's rewards come from its episodes in rlcpp train; grade cannot run one");
@@ -115,7 +117,7 @@ void run_grade(const GradeArgs& args) {
     if (!options.model.path.empty()) {
       throw_user_error("a reward model scores a conversation: give --input FILE.jsonl of {{\"messages\" or \"prompt\", \"response\"}}");
     }
-    if (args.gt.empty()) throw_user_error("--gt: the ground-truth answer is required with a RESPONSE");
+    if (args.gt.empty() && answers) throw_user_error("--gt: the ground-truth answer is required with a RESPONSE");
     inputs.push_back({"", args.response, args.gt, nlohmann::json::object(), args.truncated});
   }
   const auto results = reward.score(inputs);
@@ -153,7 +155,18 @@ void add_grade_command(CLI::App& app) {
   cmd->add_option("--reward-model-batch", args->model.batch, "responses per forward of the reward model")->capture_default_str();
   cmd->add_flag("--normalize-reward", args->model.normalize, "standardise its scores with its config.json's mean and std");
   cmd->add_option("--reward-clip", args->model.clip, "clip its scores to [-x, x] (0: off)")->capture_default_str();
-  cmd->add_option("--reward-weights", args->reward_weights, "the components' weights, NAME=W,... (accuracy, external, model)");
+  cmd->add_option("--judge-url", args->judge.url,
+                  "an LLM judge's OpenAI-compatible servers, http://HOST:PORT[,...]: its score of each response, as the "
+                  "component \"judge\" (-rt judge: alone)");
+  cmd->add_option("--judge-template", args->judge.template_path,
+                  "the judge's prompt, a file in which {prompt}, {response} and {answer} are filled in");
+  cmd->add_option("--judge-model", args->judge.model, "the judge's served name (default: each server's first listed)");
+  cmd->add_option("--judge-pattern", args->judge.pattern, "a regex whose first group is the score (default: the last number)");
+  cmd->add_option("--judge-max-score", args->judge.max_score, "the judge's best score (reward = score / it)")->capture_default_str();
+  cmd->add_option("--judge-max-tokens", args->judge.max_tokens, "the judge's reply at most")->capture_default_str();
+  cmd->add_option("--judge-timeout", args->judge.timeout, "seconds per judgement")->capture_default_str();
+  cmd->add_option("--judge-concurrency", args->judge.concurrency, "judgements in flight per server")->capture_default_str();
+  cmd->add_option("--reward-weights", args->reward_weights, "the components' weights, NAME=W,... (accuracy, external, model, judge)");
   cmd->add_option("--device", args->device, "where the reward model runs")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "the reward model's dtype")->capture_default_str();
   cmd->callback([args] { run_grade(*args); });

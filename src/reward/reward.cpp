@@ -13,7 +13,8 @@ const EnumTable<RewardType>& reward_types() {
                       {RewardType::kAnswerLine, "answer_line", "a last line \"Answer: ...\""},
                       {RewardType::kCode, "code", "the last fenced code block, run against the record's tests in the sandbox"},
                       {RewardType::kEnv, "env", "the sum of the external environment's rewards (--env-cmd)"},
-                      {RewardType::kModel, "model", "a reward model's score of the conversation (--reward-model DIR)"}});
+                      {RewardType::kModel, "model", "a reward model's score of the conversation (--reward-model DIR)"},
+                      {RewardType::kJudge, "judge", "an LLM judge's score of the response (--judge-url, --judge-template)"}});
   return table;
 }
 
@@ -29,6 +30,7 @@ std::string default_system_prompt(RewardType type) {
       return "Write your solution as a Python program in a single ```python code block at the end of your response.";
     case RewardType::kEnv: return "";
     case RewardType::kModel: return "";
+    case RewardType::kJudge: return "";
     case RewardType::kAnswerLine:
       return "Solve the problem step by step. The last line of your response should be of the form Answer: $Answer "
              "(without quotes) where $Answer is the answer to the problem.";
@@ -47,6 +49,7 @@ RewardResult grade_response(RewardType type, std::string_view response, std::str
     case RewardType::kCode: RLCPP_CHECK(false, "code rewards run programs: use CodeReward, not grade_response");
     case RewardType::kEnv: RLCPP_CHECK(false, "environment rewards come from the environment, not grade_response");
     case RewardType::kModel: RLCPP_CHECK(false, "a reward model's scores come from the model, not grade_response");
+    case RewardType::kJudge: RLCPP_CHECK(false, "a judge's scores come from the judge, not grade_response");
   }
   result.format_ok = result.extracted.has_value();
   result.correct = result.format_ok && math_equal(*result.extracted, ground_truth);

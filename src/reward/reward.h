@@ -15,7 +15,7 @@ namespace rlcpp {
 // kCode is graded by running the response's program (reward/code_reward.h), not by grade_response.
 // kEnv: the sum of an external environment's rewards (multi-turn, --env-cmd): no grader of its own.
 // kModel: a reward model's score alone (--reward-model), nothing graded against a ground truth.
-enum class RewardType { kBoxed, kThinkAnswerTags, kAnswerLine, kCode, kEnv, kModel };
+enum class RewardType { kBoxed, kThinkAnswerTags, kAnswerLine, kCode, kEnv, kModel, kJudge };
 
 const EnumTable<RewardType>& reward_types();
 

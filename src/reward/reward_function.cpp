@@ -52,6 +52,8 @@ std::vector<RewardResult> RewardFunction::score(const std::vector<RewardInput>& 
         results[k].reason = s.reason;
         results[k].details = s.details;
         grades = true;
+      } else if (!graded && results[k].reason.empty()) {
+        results[k].reason = s.reason;  // a component that grades no answer (a judge) may still say why
       }
       for (const auto& [part, v] : s.parts) results[k].parts[c.name + "/" + part] = v;
       results[k].parts[c.name] = s.value;
@@ -63,11 +65,13 @@ std::vector<RewardResult> RewardFunction::score(const std::vector<RewardInput>& 
   return results;
 }
 
-bool grades_answers(const RewardOptions& options) { return options.type != RewardType::kModel; }
+bool grades_answers(const RewardOptions& options) {
+  return options.type != RewardType::kModel && options.type != RewardType::kJudge;
+}
 
 std::map<std::string, double> reward_weights(const RewardOptions& options) {
   std::map<std::string, double> weights;
-  const bool grader = options.type != RewardType::kEnv && options.type != RewardType::kModel;
+  const bool grader = options.type != RewardType::kEnv && grades_answers(options);
   std::stringstream list(options.weights);
   std::string item;
   while (std::getline(list, item, ',')) {
@@ -93,11 +97,12 @@ std::map<std::string, double> reward_weights(const RewardOptions& options) {
       throw_user_error("--reward-weights: '{}' is not NAME=WEIGHT (for example accuracy=1,model=0.5)", trim(item));
     }
     const bool present = (name == "accuracy" && grader) || (name == "external" && !options.cmd.empty()) ||
-                         (name == "model" && !options.model.path.empty());
+                         (name == "model" && !options.model.path.empty()) || (name == "judge" && !options.judge.url.empty());
     if (!present) {
-      throw_user_error("--reward-weights: the run has no reward component \"{}\" (its components: {}{}{})", name,
+      throw_user_error("--reward-weights: the run has no reward component \"{}\" (its components: {}{}{}{})", name,
                        grader ? "accuracy (the -rt grader) " : "", options.cmd.empty() ? "" : "external (--reward-cmd) ",
-                       options.model.path.empty() ? "" : "model (--reward-model)");
+                       options.model.path.empty() ? "" : "model (--reward-model) ",
+                       options.judge.url.empty() ? "" : "judge (--judge-url)");
     }
     if (weights.count(name)) throw_user_error("--reward-weights: \"{}\" is given twice", name);
     weights[name] = weight;
@@ -114,9 +119,9 @@ RewardFunction make_reward_function(const RewardOptions& options) {
   RewardFunction reward;
   if (options.type == RewardType::kCode) {
     reward.add("accuracy", std::make_shared<CodeReward>(options.code), weight("accuracy", 1.0));
-  } else if (options.type == RewardType::kEnv || options.type == RewardType::kModel) {
+  } else if (options.type == RewardType::kEnv || !grades_answers(options)) {
     // The environment's rewards are the episodes' (the agent loop adds them as the part "env"); a
-    // reward model's scores are added by the run.
+    // reward model's and a judge's scores are added by the run.
   } else {
     reward.add_builtin("accuracy", options.type, weight("accuracy", 1.0), options.scale);
   }

@@ -25,6 +25,20 @@ struct ModelRewardOptions {
   double clip = 0;            // scores clipped to [-clip, clip] after normalising (0: not clipped)
 };
 
+// An LLM judge's settings (-rt judge, or --judge-url beside other rewards): an OpenAI-compatible
+// server (rlcpp serve, vLLM, SGLang) reads each response through a prompt template and answers
+// with a score; scored above this layer (rl/), through the openai layer's server pool.
+struct JudgeOptions {
+  std::string url;              // "http://HOST:PORT[,...]" ("": no judge)
+  std::string template_path;    // the judge's prompt; {prompt}, {response} and {answer} are filled in
+  std::string model;            // the judge's served name ("": each server's first of /v1/models)
+  std::string pattern;          // the score: this regex's first group in the reply ("": the reply's last number)
+  double max_score = 10;        // reward = score / max_score, clipped to [0, 1]
+  int64_t max_tokens = 256;     // the judge's reply at most
+  double timeout = 120;         // seconds one judgement may take before it goes to another server
+  int64_t concurrency = 8;      // judgements in flight at one server
+};
+
 // A run's reward settings (the reward group): the built-in grader on its scale, an external
 // command (reward/external.h), and a reward model, each a named component with a weight.
 struct RewardOptions {
@@ -35,15 +49,16 @@ struct RewardOptions {
   double timeout = 30.0;                 // seconds the external reward command has for each reply
   CodeRewardOptions code;                // -rt code: the sandbox and how tests count
   ModelRewardOptions model;              // --reward-model: added as "model"
+  JudgeOptions judge;                    // --judge-url: added as "judge"
   std::string weights;                   // --reward-weights "accuracy=1,model=0.5": the components' weights
 };
 
-// The components' weights --reward-weights gives ("name=w,..."; names: accuracy, external, model),
+// The components' weights --reward-weights gives ("name=w,..."; names: accuracy, external, model, judge),
 // each checked: an unknown name, a component the run does not have or a bad number is a UserError
 // naming the flag.
 std::map<std::string, double> reward_weights(const RewardOptions& options);
 // Whether the run's rewards grade an answer against the record's ground truth (its prompts need
-// "gt_answer"): every reward type but the reward model alone (-rt model).
+// "gt_answer"): every reward type but the reward model or the judge alone (-rt model, -rt judge).
 bool grades_answers(const RewardOptions& options);
 
 class RewardFunction {

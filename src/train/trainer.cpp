@@ -8,6 +8,7 @@
 #include "algo/dapo.h"
 #include "model/kernel_linear.h"
 #include "model/logprobs.h"
+#include "train/response_layout.h"
 #include "util/error.h"
 #include "util/torch_format.h"
 #include "util/progress.h"
@@ -55,9 +56,6 @@ PackedBatch pack_samples(const std::vector<Sample>& samples, size_t begin, size_
   return p;
 }
 
-namespace {
-
-// Each sample's response values from a packed [B, L] fp32 CPU tensor, appended to `out`.
 void append_response_values(const torch::Tensor& values, const PackedBatch& batch, const std::vector<Sample>& samples,
                             size_t begin, std::vector<std::vector<float>>& out) {
   for (int64_t row = 0; row < values.size(0); ++row) {
@@ -67,7 +65,30 @@ void append_response_values(const torch::Tensor& values, const PackedBatch& batc
   }
 }
 
+namespace {
+
+template <typename T>
+torch::Tensor lay_out_rows(const std::vector<std::vector<T>>& values, const PackedBatch& batch, size_t begin,
+                           torch::ScalarType dtype) {
+  auto out = torch::zeros(batch.targets.sizes(), dtype);
+  for (int64_t row = 0; row < out.size(0); ++row) {
+    const auto& v = values[begin + static_cast<size_t>(row)];
+    if (v.empty()) continue;
+    out[row].narrow(0, batch.response_start[static_cast<size_t>(row)], static_cast<int64_t>(v.size()))
+        .copy_(torch::tensor(v, dtype));
+  }
+  return out;
+}
+
 }  // namespace
+
+torch::Tensor lay_out(const std::vector<std::vector<float>>& values, const PackedBatch& batch, size_t begin) {
+  return lay_out_rows(values, batch, begin, torch::kFloat32);
+}
+
+torch::Tensor lay_out(const std::vector<std::vector<double>>& values, const PackedBatch& batch, size_t begin) {
+  return lay_out_rows(values, batch, begin, torch::kFloat64);
+}
 
 void adamw_step(torch::optim::AdamW& optimizer) {
   auto dense_fp32 = [](const torch::Tensor& t) {
@@ -213,18 +234,6 @@ std::vector<std::vector<float>> Trainer::reference_logprobs(const std::vector<Sa
 }
 
 namespace {
-
-// Per-sample vectors laid onto the packed batch's response positions: [B, L] fp32.
-torch::Tensor lay_out(const std::vector<std::vector<float>>& values, const PackedBatch& batch, size_t begin) {
-  auto out = torch::zeros(batch.targets.sizes(), torch::kFloat32);
-  for (int64_t row = 0; row < out.size(0); ++row) {
-    const auto& v = values[begin + static_cast<size_t>(row)];
-    if (v.empty()) continue;
-    out[row].narrow(0, batch.response_start[static_cast<size_t>(row)], static_cast<int64_t>(v.size()))
-        .copy_(torch::tensor(v, torch::kFloat32));
-  }
-  return out;
-}
 
 // The samples' advantages for the loss: [B] when each sample has one for all its tokens, else
 // [B, L] on the packed batch's response positions (fp64).

@@ -51,6 +51,14 @@ struct OptimizerConfig {
   double min_lr_ratio = 0.0;         // floor of the decay, as a fraction of lr
 };
 
+// PPO's critic (-a PPO): the model it starts from and its optimizer's learning rate and warm-up
+// (AdamW's other settings, the schedule's decay and the gradient clip are the policy's).
+struct CriticOptions {
+  std::string model;          // a reward model or a causal LM ("": the reward model under -rt model, else -m)
+  double lr = 1e-5;           // peak learning rate (verl's critic default)
+  int64_t warmup_steps = 0;   // linear warm-up in the critic's optimizer steps
+};
+
 // A run's training settings (the train group): batch sizes in prompts per trainer, epochs, the
 // optimizer and what the trainer does with a non-finite gradient.
 struct TrainOptions {
@@ -63,6 +71,7 @@ struct TrainOptions {
   OptimizerConfig optimizer;           // AdamW and the LR schedule
   int64_t max_nonfinite_steps = 3;     // stop after this many consecutive steps with a non-finite gradient
   PreferenceLossConfig preference;     // rlcpp train-rm: the Bradley–Terry loss's options
+  CriticOptions critic;                // -a PPO: the critic
 };
 
 struct TrainerConfig {
@@ -73,6 +82,7 @@ struct TrainerConfig {
   bool filter_truncated = false;      // truncated samples leave the loss (DAPO's filter_truncated_response)
   bool fused_head = true;             // the fused loss head where the loss allows it (model/logprobs.h)
   PreferenceLossConfig preference;    // reward-model training (preference_step)
+  double value_clip = 0.5;            // a critic's value loss (value_step): the clip of V around the old V
 };
 
 // One mini-batch of an RL step, as Trainer::step takes it (every vector aligned with `samples`).
@@ -87,6 +97,16 @@ struct PolicyMiniBatch {
   // The step's forward is also the scoring pass (old_logprobs are the sampler's): it returns each
   // sample's response log-probs before the update, and the entropy over all response tokens.
   bool score = false;
+};
+
+// One mini-batch of a critic's update (PPO; the policy's mini-batch, so both train on the same
+// micro-batches): per response token, the critic's values before the step's first update and the
+// returns it regresses to (0 and unused on inserted tokens).
+struct ValueMiniBatch {
+  std::vector<Sample> samples;
+  std::vector<std::vector<float>> old_values;
+  std::vector<std::vector<double>> returns;
+  double global_tokens = 0;  // the mini-batch's trained tokens over every trainer rank (0: this one's)
 };
 
 struct TrainStepMetrics {
@@ -131,6 +151,15 @@ class Trainer {
   // The same figures for `pairs` without an update (a held-out set): no grad, eval mode; also
   // score_mean and score_std over all their scores, chosen and rejected.
   std::map<std::string, double> preference_figures(const std::vector<PreferencePair>& pairs) const;
+
+  // A critic (the model is a sequence classifier of one label, its score head the value head): per
+  // sample, the value of the state before each response token (the head at the position that
+  // predicts it), [n_samples][response length], no grad.
+  std::vector<std::vector<float>> response_values(const std::vector<Sample>& samples) const;
+  // One optimizer step of a critic on `mb`: the clipped value loss (algo/value_loss.h) over the
+  // trained tokens / mb.global_tokens, in micro-batches of train_microbatch_size samples. Metrics:
+  // vf_loss, vf_clip_frac, value_mean, return_mean, grad_norm, lr.
+  TrainStepMetrics value_step(const ValueMiniBatch& mb);
 
   // Data parallelism: called with the policy's parameters after the backward passes of a step and
   // before clipping, to sum their gradients over the trainer ranks (each rank's loss is already

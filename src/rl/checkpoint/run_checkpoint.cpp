@@ -388,6 +388,15 @@ void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::p
   copy_tokenizer_files(tokenizer_from, dir);
 }
 
+void save_critic_dir(const fs::path& dir, const Transformer& critic, torch::optim::Optimizer& optimizer,
+                     const fs::path& tokenizer_from) {
+  critic.save_pretrained(dir);
+  copy_tokenizer_files(tokenizer_from, dir);
+  fs::create_directories(dir / "trainer_state");
+  save_archive(dir / "trainer_state" / "optimizer.pt",
+               [&](torch::serialize::OutputArchive& archive) { optimizer.save(archive); });
+}
+
 fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& c, int64_t max_checkpoints) {
   const fs::path final_dir = run_dir / fmt::format("step-{}", step);
   const fs::path tmp = run_dir / fmt::format(".step-{}.tmp", step);
@@ -417,6 +426,10 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
       torch::save(generator.get_state(), rng_bytes);
       write_file_atomic(writing, rng_bytes.str());
     }
+    if (c.write_extra) {
+      writing = tmp / "critic";
+      c.write_extra(tmp);
+    }
   } catch (const std::exception& e) {
     // A failed write (a full disk, above all) leaves no partial checkpoint behind; the earlier
     // ones and `latest` are untouched.
@@ -445,8 +458,10 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
 
 fs::path save_run_checkpoint(const RunConfig& config, const fs::path& run_dir, int64_t step, const Transformer& policy,
                              torch::optim::Optimizer& optimizer, nlohmann::json state,
-                             std::function<void(const fs::path& state_dir)> write_optimizer, const NamedTensors* weights) {
+                             std::function<void(const fs::path& state_dir)> write_optimizer, const NamedTensors* weights,
+                             std::function<void(const fs::path& step_dir)> write_extra) {
   CheckpointContents contents;
+  contents.write_extra = std::move(write_extra);
   contents.weights = weights;
   contents.policy = &policy;
   contents.optimizer = &optimizer;

@@ -32,6 +32,8 @@ struct CheckpointContents {
   // Pipeline parallelism: the whole model's weights, gathered from its stages, written in place of
   // the policy's (which holds one stage; its config is the model's).
   const NamedTensors* weights = nullptr;
+  // Other parts of the step (PPO's critic/), written into its temporary directory before the rename.
+  std::function<void(const std::filesystem::path& step_dir)> write_extra;
 };
 
 // Writes `policy` as a model directory at `dir`: Hugging Face weights, or under LoRA PEFT's adapter
@@ -40,6 +42,12 @@ struct CheckpointContents {
 // With `weights`, those are written as the policy's (pipeline parallelism: see CheckpointContents).
 void save_policy_dir(const std::filesystem::path& dir, const Transformer& policy, const std::filesystem::path& tokenizer_from,
                      const std::string& base_model, bool save_merged, const NamedTensors* weights = nullptr);
+
+// -a PPO: the critic's part of a step directory, `dir` (step-N/critic): its model as a Hugging Face
+// sequence-classification directory (with the tokenizer files of `tokenizer_from`) and its AdamW
+// state in dir/trainer_state/optimizer.pt (load_checkpoint_optimizer(dir, ...) reads it back).
+void save_critic_dir(const std::filesystem::path& dir, const Transformer& critic, torch::optim::Optimizer& optimizer,
+                     const std::filesystem::path& tokenizer_from);
 
 // Writes run_dir/step-<step>, updates `latest`, prunes to `max_checkpoints` (0: keep all).
 std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,
@@ -51,7 +59,8 @@ std::filesystem::path save_run_checkpoint(const RunConfig& config, const std::fi
                                           const Transformer& policy, torch::optim::Optimizer& optimizer,
                                           nlohmann::json state,
                                           std::function<void(const std::filesystem::path& state_dir)> write_optimizer = {},
-                                          const NamedTensors* weights = nullptr);
+                                          const NamedTensors* weights = nullptr,
+                                          std::function<void(const std::filesystem::path& step_dir)> write_extra = {});
 
 // The checkpoint a run continues from, or nothing for a fresh run: --resume auto takes run_dir's
 // `latest` (nothing when there is none yet); -cp takes a step directory or a run directory's latest.

@@ -212,7 +212,48 @@ void check_files(const RunConfig& c) {
     throw_user_error("--reward-model {}: no config.json there; give a reward model's directory (rlcpp train-rm writes one)",
                      c.reward.model.path);
   }
+  if (!c.reward.judge.template_path.empty() && !fs::is_regular_file(c.reward.judge.template_path)) {
+    throw_user_error("--judge-template {}: no such file", c.reward.judge.template_path);
+  }
+  if (c.algo.uses_critic() && !fs::is_regular_file(fs::path(c.critic_model()) / "config.json")) {
+    throw_user_error("{} {}: no config.json there; the critic starts from a whole model directory (a reward model, or a "
+                     "causal LM given a fresh value head; a LoRA adapter's merged/ directory, not the adapter)",
+                     c.train.critic.model.empty() ? "the critic's model (--reward-model, else -m)" : "--critic-model",
+                     c.critic_model());
+  }
   check_eval_sets(c, true);
+}
+
+// -a PPO's settings: what a critic composes with, and critic settings given to a run without one.
+void check_critic_settings(const RunConfig& c) {
+  if (!c.algo.uses_critic()) {
+    const PpoConfig ppo;
+    const CriticOptions critic;
+    std::vector<std::string> given;
+    if (c.algo.ppo.gamma != ppo.gamma) given.push_back(fmt::format("--gamma {:g}", c.algo.ppo.gamma));
+    if (c.algo.ppo.lam != ppo.lam) given.push_back(fmt::format("--lam {:g}", c.algo.ppo.lam));
+    if (c.algo.ppo.value_clip != ppo.value_clip) given.push_back(fmt::format("--value-clip {:g}", c.algo.ppo.value_clip));
+    if (c.algo.ppo.kl_in_reward) given.push_back("--kl-in-reward");
+    if (!c.train.critic.model.empty()) given.push_back("--critic-model " + c.train.critic.model);
+    if (c.train.critic.lr != critic.lr) given.push_back(fmt::format("--critic-lr {:g}", c.train.critic.lr));
+    if (c.train.critic.warmup_steps != critic.warmup_steps) {
+      given.push_back(fmt::format("--critic-warmup-steps {}", c.train.critic.warmup_steps));
+    }
+    if (!given.empty()) {
+      throw_user_error("{}: settings of a critic, which -a {} (--advantage-estimator {}) does not train; use -a PPO or "
+                       "drop them", fmt::join(given, ", "), c.algo.name, advantage_estimators().name(c.algo.advantage.estimator));
+    }
+    return;
+  }
+  if (c.parallel.zero > 0 || c.parallel.tp > 1 || c.parallel.pp > 1) {
+    throw_user_error("-a PPO with --zero {} --train-tp {} --pp {}: the critic trains unsharded beside the policy, with plain "
+                     "data parallelism over -t trainers (its ZeRO, tensor and pipeline sharding are not built yet); drop "
+                     "those flags", c.parallel.zero, c.parallel.tp, c.parallel.pp);
+  }
+  if (c.algo.ppo.kl_in_reward && c.algo.loss.kl_coef == 0) {
+    throw_user_error("--kl-in-reward with --kl-coeff 0: the penalty is --kl-coeff x the KL; give --kl-coeff > 0 or drop "
+                     "--kl-in-reward");
+  }
 }
 
 // "-t 4" or "-t 4 / --train-tp 2 = 2 replicas", and the same of the engines.
@@ -379,11 +420,30 @@ void validate(const RunConfig& c) {
   if (c.reward.model.path.empty() && (c.reward.model.normalize || c.reward.model.clip > 0 || !c.reward.model.dtype.empty())) {
     throw_user_error("--normalize-reward, --reward-clip and --reward-model-dtype are for a reward model; give --reward-model DIR");
   }
-  if (c.reward.type == RewardType::kModel && c.algo.filter_range) {
-    throw_user_error("--filter-range with -rt model: the filter keeps groups by the share of correct answers, and a reward "
-                     "model grades none; drop --filter-range, or add a rule reward with -rt and --reward-weights");
+  if (!grades_answers(c.reward) && c.algo.filter_range) {
+    throw_user_error("--filter-range with -rt {}: the filter keeps groups by the share of correct answers, and a {} "
+                     "grades none; drop --filter-range, or add a rule reward with -rt and --reward-weights",
+                     reward_types().name(c.reward.type), c.reward.type == RewardType::kModel ? "reward model" : "judge");
+  }
+  if (c.reward.type == RewardType::kJudge && c.reward.judge.url.empty()) {
+    throw_user_error("-rt judge: the reward is an LLM judge's score; give its servers with --judge-url http://HOST:PORT[,...] "
+                     "and its prompt with --judge-template FILE");
+  }
+  {
+    const JudgeOptions judge;
+    const auto& j = c.reward.judge;
+    if (j.url.empty() && (!j.template_path.empty() || !j.model.empty() || !j.pattern.empty() || j.max_score != judge.max_score ||
+                          j.max_tokens != judge.max_tokens)) {
+      throw_user_error("--judge-template, --judge-model, --judge-pattern, --judge-max-score and --judge-max-tokens are for an "
+                       "LLM judge; give its servers with --judge-url");
+    }
+    if (!j.url.empty() && j.template_path.empty()) {
+      throw_user_error("--judge-url {}: give the judge's prompt with --judge-template FILE ({{prompt}}, {{response}} and "
+                       "{{answer}} are filled in)", j.url);
+    }
   }
   reward_weights(c.reward);  // names a malformed list or a component the run lacks
+  check_critic_settings(c);
   const bool env_reward = c.reward.type == RewardType::kEnv;
   if (env_reward && c.episode.env_cmd.empty()) {
     throw_user_error("-rt env: the reward is an external environment's; give it with --env-cmd CMD");

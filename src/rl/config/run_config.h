@@ -65,6 +65,12 @@ struct RunConfig {
   // that of a round not generated ahead (s - 1): the round ahead then starts at the versions the
   // bound allows (--stale-policy drop) or trains only its tokens from them (finish).
   int64_t staleness_floor() const { return staleness.partial_rollout ? steps_per_round() - 1 : schedule_staleness(); }
+  // -a PPO: the directory the critic starts from: --critic-model, else the reward model (--reward-model),
+  // else the policy's base (-m) with a fresh value head.
+  const std::string& critic_model() const {
+    if (!train.critic.model.empty()) return train.critic.model;
+    return reward.model.path.empty() ? model.path : reward.model.path;
+  }
 };
 
 // Raw values by setting name ("train.learning_rate"), each with where it came from for errors.

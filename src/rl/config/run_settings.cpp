@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "rl/config/run_config.h"
+#include "rl/config/setting_builders.h"
 #include "rl/config/setting_choices.h"
 #include "rl/config/setting_values.h"
 #include "util/error.h"
@@ -14,106 +15,6 @@
 namespace rlcpp {
 
 namespace {
-
-void at_least(int64_t value, int64_t min, const std::string& where) {
-  if (value < min) throw_user_error("{}: {} is below the minimum {}", where, value, min);
-}
-
-using Apply = std::function<void(RunConfig&, const Json&, const std::string&, const RawSettings&)>;
-using Get = std::function<Json(const RunConfig&)>;
-
-Setting make(std::string name, std::string flags, std::vector<std::string> aliases, std::string help, Apply apply, Get get,
-             bool may_differ, std::string converts_to = "") {
-  Setting s;
-  s.name = std::move(name);
-  s.flags = std::move(flags);
-  s.aliases = std::move(aliases);
-  s.help = std::move(help);
-  s.apply = std::move(apply);
-  s.get = std::move(get);
-  s.resume_may_differ = may_differ;
-  s.converts_to = std::move(converts_to);
-  return s;
-}
-
-template <typename Ref>
-Setting int_setting(std::string name, std::string flags, std::string help, Ref ref, int64_t min,
-                    std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
-          [ref, min](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) {
-            const int64_t x = read_int(v, where);
-            at_least(x, min, where);
-            ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(x);
-          },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
-}
-
-// A setting held in one field of RunConfig (`ref` returns it), parsed from its raw value by `read`.
-template <typename Ref, typename Read>
-Setting field_setting(std::string name, std::string flags, std::string help, Ref ref, Read read,
-                      std::vector<std::string> aliases, bool may_differ) {
-  return make(std::move(name), std::move(flags), std::move(aliases), std::move(help),
-          [ref, read](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) { ref(c) = read(v, where); },
-          [ref](const RunConfig& c) { return Json(ref(const_cast<RunConfig&>(c))); }, may_differ);
-}
-
-// The values a number setting takes: an interval, either end open.
-struct Bounds {
-  double min = -INFINITY, max = INFINITY;
-  bool min_open = false, max_open = false;
-  bool contains(double x) const { return (min_open ? x > min : x >= min) && (max_open ? x < max : x <= max); }
-  std::string text() const {
-    if (std::isinf(max)) return fmt::format("{} {}", min_open ? ">" : ">=", min);
-    return fmt::format("in {}{}, {}{}", min_open ? "(" : "[", min, max, max_open ? ")" : "]");
-  }
-};
-constexpr Bounds kAnyNumber{};
-constexpr Bounds kNonNegative{0};
-constexpr Bounds kPositive{0, INFINITY, true};
-constexpr Bounds kFraction{0, 1};  // [0, 1]
-
-template <typename Ref>
-Setting double_setting(std::string name, std::string flags, std::string help, Ref ref, Bounds bounds,
-                       std::vector<std::string> aliases = {}, bool may_differ = false) {
-  auto read = [bounds](const Json& v, const std::string& where) {
-    const double x = read_double(v, where);
-    if (!bounds.contains(x)) throw_user_error("{}: {} must be {}", where, x, bounds.text());
-    return x;
-  };
-  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read, std::move(aliases), may_differ);
-}
-
-template <typename Ref>
-Setting bool_setting(std::string name, std::string flags, std::string help, Ref ref,
-                     std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_bool, std::move(aliases), may_differ);
-}
-
-template <typename Ref>
-Setting string_setting(std::string name, std::string flags, std::string help, Ref ref,
-                       std::vector<std::string> aliases = {}, bool may_differ = false) {
-  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read_string, std::move(aliases),
-                       may_differ);
-}
-
-// A dtype by any of its names, stored as its canonical name ("" when empty: the default).
-// `allowed`: the dtypes it may take (empty: any).
-template <typename Ref>
-Setting dtype_setting(std::string name, std::string flags, std::string help, Ref ref,
-                      std::vector<torch::ScalarType> allowed = {}, bool may_differ = false) {
-  auto read = [allowed](const Json& v, const std::string& where) -> std::string {
-    const std::string text = read_string(v, where);
-    if (text.empty()) return "";
-    const auto dtype = dtypes().parse(text, where);
-    if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), dtype) == allowed.end()) {
-      std::string names;
-      for (auto a : allowed) names += (names.empty() ? "" : ", ") + dtypes().name(a);
-      throw_user_error("{}: {} is not one of {}", where, text, names);
-    }
-    return dtypes().name(dtype);
-  };
-  return field_setting(std::move(name), std::move(flags), std::move(help), ref, read, {}, may_differ);
-}
 
 // A setting given in another unit (ChatLearn counts samples, the reference counts prompts):
 // `samples` is converted with G and must agree with `prompts_name` when both are given.
@@ -134,19 +35,6 @@ Setting samples_setting(std::string name, std::string help, int64_t TrainOptions
             c.train.*prompts = value;
           },
           [prompts](const RunConfig& c) { return Json(c.train.*prompts * c.rollout.num_generations); }, false, prompts_name);
-}
-
-// A setting held in an enum field, spelled by its table; the help lists the table's names.
-template <typename E, typename Ref>
-Setting enum_setting(std::string name, std::string flags, std::string help, const EnumTable<E>& table, Ref ref,
-                     bool may_differ = false) {
-  // "help: a | b | c" and then one line per value: the table's own help.
-  return make(std::move(name), std::move(flags), {},
-              help + (help.empty() ? "" : ": ") + table.names() + "\n" + table.help_lines(),
-              [&table, ref](RunConfig& c, const Json& v, const std::string& where, const RawSettings&) {
-                ref(c) = table.parse(read_string(v, where), where);
-              },
-              [&table, ref](const RunConfig& c) { return Json(table.name(ref(const_cast<RunConfig&>(c)))); }, may_differ);
 }
 
 std::vector<Setting> make_settings() {
@@ -396,49 +284,7 @@ std::vector<Setting> make_settings() {
                              [](C& c) -> double& { return c.remote.timeout; }, kPositive, {}, true));
   s.push_back(int_setting("remote.rollout_concurrency", "--rollout-concurrency", "prompts in flight at one server",
                           [](C& c) -> int64_t& { return c.remote.concurrency; }, 1, {}, true));
-  // reward
-  s.push_back(enum_setting("reward.reward_type", "--rt,--reward-type", "the built-in grader", reward_types(),
-                           [](C& c) -> RewardType& { return c.reward.type; }));
-  s.push_back(string_setting("reward.reward_cmd", "--reward-cmd", "external reward command, added to the built-in reward",
-                             [](C& c) -> std::string& { return c.reward.cmd; }));
-  s.push_back(double_setting("reward.reward_timeout", "--reward-timeout",
-                             "seconds the external reward command has for each reply (then it is restarted)",
-                             [](C& c) -> double& { return c.reward.timeout; }, kPositive));
-  s.push_back(enum_setting("reward.code_reward", "--code-reward", "-rt code: what the tests' outcome is worth",
-                           code_reward_modes(), [](C& c) -> CodeRewardMode& { return c.reward.code.mode; }));
-  s.push_back(int_setting("reward.sandbox_workers", "--sandbox-workers",
-                          "-rt code: sandboxed programs run in parallel (0: one per core)",
-                          [](C& c) -> int64_t& { return c.reward.code.workers; }, 0, {}, true));
-  s.push_back(double_setting("reward.sandbox_time_limit", "--sandbox-time-limit",
-                             "-rt code: seconds (wall and CPU) of one program run, unless its record gives time_limit",
-                             [](C& c) -> double& { return c.reward.code.time_limit; }, kPositive));
-  s.push_back(int_setting("reward.sandbox_memory_mb", "--sandbox-memory-mb",
-                          "-rt code: address space (MB) of one program run, unless its record gives memory_limit_mb",
-                          [](C& c) -> int64_t& { return c.reward.code.memory_mb; }, 16, {}));
-  s.push_back(double_setting("reward.reward_cmd_weight", "--reward-cmd-weight", "the external reward's weight in the sum",
-                             [](C& c) -> double& { return c.reward.cmd_weight; }, kAnyNumber));
-  s.push_back(string_setting("reward.reward_model", "--reward-model",
-                             "a reward model (...ForSequenceClassification directory, as rlcpp train-rm writes): its score "
-                             "of each conversation is added as the component \"model\" (-rt model: alone)",
-                             [](C& c) -> std::string& { return c.reward.model.path; }));
-  s.push_back(dtype_setting("reward.reward_model_dtype", "--reward-model-dtype",
-                            "the reward model's weights and compute (default: --dtype)",
-                            [](C& c) -> std::string& { return c.reward.model.dtype; }));
-  s.push_back(int_setting("reward.reward_model_batch", "--reward-model-batch", "responses per forward of the reward model",
-                          [](C& c) -> int64_t& { return c.reward.model.batch; }, 1, {}, true));
-  s.push_back(bool_setting("reward.normalize_reward", "--normalize-reward",
-                           "the reward model's scores standardised with the mean and std its config.json holds (rlcpp "
-                           "train-rm writes them; OpenRLHF's --normalize_reward)",
-                           [](C& c) -> bool& { return c.reward.model.normalize; }));
-  s.push_back(double_setting("reward.reward_clip", "--reward-clip",
-                             "the reward model's scores clipped to [-x, x], after --normalize-reward (0: not clipped; "
-                             "OpenRLHF's reward_clip_range)",
-                             [](C& c) -> double& { return c.reward.model.clip; }, kNonNegative));
-  s.push_back(string_setting("reward.reward_weights", "--reward-weights",
-                             "the reward components' weights in the sum, NAME=W,... over accuracy (the -rt grader), "
-                             "external (--reward-cmd) and model (--reward-model); default 1 each (--reward-cmd-weight "
-                             "for external)",
-                             [](C& c) -> std::string& { return c.reward.weights; }));
+  add_reward_settings(s);
   // episode: multi-turn rollouts
   s.push_back(string_setting("episode.tools", "--tools",
                              "multi-turn with tools the model may call: python,calculator (built in), or a JSON file of "
@@ -547,6 +393,17 @@ std::vector<Setting> make_settings() {
                           [](C& c) -> int64_t& { return c.algo.overlong_cache; }, 0));
   s.push_back(bool_setting("algorithm.filter_truncated_response", "--filter-truncated-response",
                            "truncated responses leave the loss", [](C& c) -> bool& { return c.algo.filter_truncated; }));
+  s.push_back(double_setting("algorithm.gamma", "--gamma", "-a PPO: GAE's discount per generated token",
+                             [](C& c) -> double& { return c.algo.ppo.gamma; }, kFraction));
+  s.push_back(double_setting("algorithm.lam", "--lam", "-a PPO: GAE's lambda",
+                             [](C& c) -> double& { return c.algo.ppo.lam; }, kFraction, {"lambd"}));
+  s.push_back(double_setting("algorithm.value_clip", "--value-clip",
+                             "-a PPO: the value loss clips the critic's value to the old value ± this (0: unclipped)",
+                             [](C& c) -> double& { return c.algo.ppo.value_clip; }, kNonNegative, {"cliprange_value"}));
+  s.push_back(bool_setting("algorithm.kl_in_reward", "--kl-in-reward",
+                           "-a PPO: the KL to the reference (k1 x --kl-coeff) is a per-token reward penalty, in place of "
+                           "the loss term (the classic RLHF recipe; verl's use_kl_in_reward)",
+                           [](C& c) -> bool& { return c.algo.ppo.kl_in_reward; }, {"use_kl_in_reward"}));
   // train
   s.push_back(int_setting("train.train_batch_size", "--tbs,--train-batch-size", "prompts per step",
                           [](C& c) -> int64_t& { return c.train.train_batch_size; }, 1));
@@ -585,6 +442,15 @@ std::vector<Setting> make_settings() {
                              "rlcpp train-rm: adds coef x (chosen + rejected)^2 per pair, keeping scores centred on 0 "
                              "(TRL's center_rewards_coefficient; 0: off)",
                              [](C& c) -> double& { return c.train.preference.center_coef; }, kNonNegative));
+  s.push_back(string_setting("train.critic_model", "--critic-model",
+                             "-a PPO: the critic's starting point, a reward model or a causal LM given a fresh value head "
+                             "(default: --reward-model if given, else -m)",
+                             [](C& c) -> std::string& { return c.train.critic.model; }, {"critic_pretrain"}));
+  s.push_back(double_setting("train.critic_learning_rate", "--critic-lr", "-a PPO: the critic's AdamW learning rate",
+                             [](C& c) -> double& { return c.train.critic.lr; }, kNonNegative, {"critic_lr"}));
+  s.push_back(int_setting("train.critic_warmup_steps", "--critic-warmup-steps",
+                          "-a PPO: linear warm-up of the critic's learning rate, in its optimizer steps",
+                          [](C& c) -> int64_t& { return c.train.critic.warmup_steps; }, 0));
   s.push_back(double_setting("train.min_lr_ratio", "--min-lr-ratio", "floor of the decay, as a fraction of -lr",
                              [](C& c) -> double& { return c.train.optimizer.min_lr_ratio; }, kFraction));
   // eval

@@ -256,6 +256,7 @@ CheckpointState Leader::checkpoint_state(CheckpointState state) const {
   state.policy_version = run_.policy_version;
   state.data_cursor = run_.cursor->state();
   state.optimizer_steps = run_.trainer->n_steps();
+  if (run_.critic_trainer) state.critic_optimizer_steps = run_.critic_trainer->n_steps();
   state.in_flight_prompts = in_flight_;
   state.round.generated_groups = pending_.generated;
   state.round.kept_groups = pending_.kept;

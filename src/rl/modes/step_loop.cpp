@@ -88,8 +88,11 @@ StepLoop::StepLoop(const RunConfig& c, const Topology* topology, const SourceFac
     : c_(c), topo_(topology), leader_(topology == nullptr || topology->world->rank() == 0), run_(load_run(c, topology)) {
   if (T() > 1 && zero() == nullptr) {
     auto group = topo_->dp_group;
-    run_.trainer->set_gradient_reducer(
-        [group](const std::vector<torch::Tensor>& params) { all_reduce_gradients(*group, params, kGradientBucketBytes); });
+    auto reducer = [group](const std::vector<torch::Tensor>& params) {
+      all_reduce_gradients(*group, params, kGradientBucketBytes);
+    };
+    run_.trainer->set_gradient_reducer(reducer);
+    if (run_.critic_trainer) run_.critic_trainer->set_gradient_reducer(reducer);
   }
   source_ = make_source(run_);
   const CheckpointState& saved = run_.plan.saved;
@@ -266,7 +269,8 @@ void StepLoop::train_step(int64_t step) {
         std::erase_if(buffer_, [&](const SampleGroup& g) { return g.policy_version() < oldest; }));
   }
   const std::vector<SampleGroup> batch = take_groups(buffer_, c_.train.train_batch_size);
-  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, trainers(), relay_->relayed(step), version_before);
+  const PolicyUpdate update = update_policy(*run_.trainer, c_, batch, trainers(), relay_->relayed(step), version_before,
+                                            run_.critic_trainer.get());
   relay_->add(step, batch);
   check_nonfinite(c_.train, update, step, nonfinite_steps_);
   if (update.trained) ++run_.policy_version;

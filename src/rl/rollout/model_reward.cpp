@@ -7,6 +7,7 @@
 
 #include "model/lora.h"
 #include "model/model_options.h"
+#include "rl/rollout/judge_reward.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -109,6 +110,15 @@ RewardFunction make_run_reward(const RewardOptions& options, const std::string& 
     const auto weights = reward_weights(options);
     const auto it = weights.find("model");
     reward.add("model", std::make_shared<ModelReward>(options.model, device, dtype), it != weights.end() ? it->second : 1.0);
+  }
+  if (options.type == RewardType::kJudge && options.judge.url.empty()) {
+    throw_user_error("-rt judge: give the judge's servers with --judge-url http://HOST:PORT[,...] and its prompt with "
+                     "--judge-template FILE");
+  }
+  if (!options.judge.url.empty()) {
+    const auto weights = reward_weights(options);
+    const auto it = weights.find("judge");
+    reward.add("judge", std::make_shared<JudgeReward>(options.judge), it != weights.end() ? it->second : 1.0);
   }
   return reward;
 }

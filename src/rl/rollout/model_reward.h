@@ -38,9 +38,10 @@ class ModelReward : public RewardComponent {
   std::mutex mutex_;           // one batch through the model at a time
 };
 
-// The run's reward: make_reward_function's components (the -rt grader, the external command) and,
-// with --reward-model, the reward model's as "model", weighted by --reward-weights. `device` and
-// `dtype`: the run's (the reward model's unless --reward-model-dtype).
+// The run's reward: make_reward_function's components (the -rt grader, the external command),
+// with --reward-model the reward model's as "model" and with --judge-url the LLM judge's as "judge"
+// (rl/rollout/judge_reward.h), weighted by --reward-weights. `device` and `dtype`: the run's (the
+// reward model's unless --reward-model-dtype).
 RewardFunction make_run_reward(const RewardOptions& options, const std::string& device = "cpu",
                                const std::string& dtype = "float32");
 

@@ -18,6 +18,8 @@ namespace rlcpp {
 
 namespace {
 
+namespace fs = std::filesystem;
+
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = 1024.0 * kMiB;
 
@@ -162,6 +164,21 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
   }
   if (c.algo.loss.kl_coef != 0 && !lora) {
     est.lines.push_back({"reference model", params * frozen, fmt::format("-kl {}: a frozen copy", c.algo.loss.kl_coef)});
+  }
+  // Models beside the policy, read from their config.json when there is one (else the policy's shape).
+  auto other_model = [&](const std::string& dir) {
+    const fs::path config = fs::path(dir) / "config.json";
+    return dir != c.model.path && fs::is_regular_file(config) ? static_cast<double>(ModelConfig::load(dir).parameter_count())
+                                                              : static_cast<double>(whole.parameter_count());
+  };
+  if (c.algo.uses_critic()) {  // trained whole, unsharded; its activations come at another moment than the policy's
+    est.lines.push_back({"critic + grads + AdamW", other_model(c.critic_model()) * e * 4,
+                         fmt::format("-a PPO: the value model ({}), every weight trained", c.critic_model())});
+  }
+  if (!c.reward.model.path.empty() && !c.parallel.distributed()) {  // scores in the process that computes rewards
+    const double rm_bytes = c.reward.model.dtype.empty() ? e : dtype_bytes(c.reward.model.dtype);
+    est.lines.push_back({"reward model", other_model(c.reward.model.path) * rm_bytes,
+                         fmt::format("--reward-model {}", c.reward.model.path)});
   }
   if (!c.parallel.distributed()) {
     est.lines.push_back({"KV cache", static_cast<double>(c.rollout.engine.kv_cache_mb) * kMiB, "--kv-cache-mb"});

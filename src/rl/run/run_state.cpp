@@ -64,6 +64,7 @@ nlohmann::json to_json(const CheckpointState& s) {
   return {{"step", s.step},
           {"policy_version", s.policy_version},
           {"optimizer_steps", s.optimizer_steps},
+          {"critic_optimizer_steps", s.critic_optimizer_steps},
           {"data_cursor", s.data_cursor},
           {"rollout_buffer", to_json(s.rollout_buffer)},
           {"relay_buffer", to_json(s.relay_buffer)},
@@ -86,6 +87,7 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
     s.step = json_get<int64_t>(j, "step", where);
     s.policy_version = json_get_or<int64_t>(j, "policy_version", 0, where);
     s.optimizer_steps = json_get<int64_t>(j, "optimizer_steps", where);
+    s.critic_optimizer_steps = json_get_or<int64_t>(j, "critic_optimizer_steps", 0, where);
     s.data_cursor = j.value("data_cursor", nlohmann::json(nullptr));
     s.rollout_buffer = trainer_groups_at(j, "rollout_buffer", where);
     s.relay_buffer = trainer_groups_at(j, "relay_buffer", where);
@@ -192,6 +194,24 @@ std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional
   }
   policy->eval();
   return policy;
+}
+
+std::shared_ptr<Transformer> load_critic(const RunConfig& c, const std::optional<fs::path>& checkpoint) {
+  if (!c.algo.uses_critic()) return nullptr;
+  const fs::path dir = checkpoint ? *checkpoint / "critic" : fs::path(c.critic_model());
+  if (checkpoint && !fs::exists(dir / "config.json")) {
+    throw_user_error("{}: the checkpoint has no critic (no config.json there): it was not written by a run with a critic "
+                     "(-a PPO); resume it with the algorithm it was trained with", dir.string());
+  }
+  // A fresh value head is drawn from its own stream of the run's seed.
+  auto critic = Transformer::classifier_from_pretrained(dir, run_model_options(c, false, nullptr, {}), 1,
+                                                        c.runtime.seed ^ 0x5EED'C817'1C00'0001ULL);
+  if (critic->has_adapters()) {
+    throw_user_error("--critic-model {}: a LoRA adapter directory; the critic trains every weight, so give a whole model "
+                     "(a LoRA reward model's merged/ directory, or `rlcpp merge`)", dir.string());
+  }
+  critic->eval();
+  return critic;
 }
 
 std::shared_ptr<Transformer> load_reference(const RunConfig& c, std::shared_ptr<Communicator> tp_group,
@@ -380,11 +400,25 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
                    run.trainer->zero()->total());
     }
   }
+  run.critic = load_critic(c, run.plan.resume_from);
+  if (run.critic) {
+    run.critic_trainer = std::make_unique<Trainer>(run.critic, nullptr, critic_trainer_config(c, run.plan.total_steps));
+    if (leader) {
+      const bool fresh_head = !run.plan.resume_from && !ModelConfig::load(c.critic_model()).classifier();
+      spdlog::info("critic: {}{}, learning rate {:g}, warm-up {} steps",
+                   run.plan.resume_from ? (*run.plan.resume_from / "critic").string() : c.critic_model(),
+                   fresh_head ? " with a fresh value head" : "", c.train.critic.lr, c.train.critic.warmup_steps);
+    }
+  }
   if (run.plan.resume_from) {
     GatheredParameters whole(run.trainer->zero());  // ZeRO-3: the optimizer's parameters have their shapes
     load_checkpoint_optimizer(*run.plan.resume_from, *run.trainer, optimizer_part(c, topology, *run.policy, run.trainer->zero()));
     run.trainer->restore_steps(run.plan.saved.optimizer_steps);
     run.policy_version = run.plan.saved.policy_version;
+    if (run.critic_trainer) {
+      load_checkpoint_optimizer(*run.plan.resume_from / "critic", *run.critic_trainer);
+      run.critic_trainer->restore_steps(run.plan.saved.critic_optimizer_steps);
+    }
   }
   return run;
 }
@@ -447,8 +481,14 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
       write_optimizer_shards(state_dir, *senders, mine);
     };
   }
+  std::function<void(const fs::path&)> write_critic;
+  if (run.critic) {
+    write_critic = [&](const fs::path& step_dir) {
+      save_critic_dir(step_dir / "critic", *run.critic, run.critic_trainer->optimizer(), c.model.path);
+    };
+  }
   return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state),
-                             write_optimizer, pp ? &pipeline_weights : nullptr);
+                             write_optimizer, pp ? &pipeline_weights : nullptr, write_critic);
 }
 
 }  // namespace rlcpp

@@ -49,6 +49,7 @@ struct CheckpointState {
   int64_t step = 0;                           // the last step the checkpoint includes
   int64_t policy_version = 0;                 // optimizer updates applied to the policy so far
   int64_t optimizer_steps = 0;                // the LR schedule's position
+  int64_t critic_optimizer_steps = 0;         // -a PPO: the critic's schedule position (its model and optimizer in critic/)
   nlohmann::json data_cursor;                 // DatasetCursor::state() (null: not saved)
   TrainerGroups rollout_buffer;               // kept groups not yet trained on, of every trainer
   TrainerGroups relay_buffer;                 // groups the relay buffers hold, of every trainer (trained_step set)
@@ -87,6 +88,8 @@ struct RunState {
   std::shared_ptr<Transformer> policy;     // the checkpoint's weights when resumed
   std::shared_ptr<Transformer> reference;  // the base model, frozen; only when -kl != 0
   std::unique_ptr<Trainer> trainer;        // optimizer and LR schedule restored
+  std::shared_ptr<Transformer> critic;     // -a PPO: the value model (a one-label sequence classifier)
+  std::unique_ptr<Trainer> critic_trainer; // -a PPO: its optimizer and schedule
   PromptDataset dataset;
   std::unique_ptr<DatasetCursor> cursor;   // at the checkpoint's position (or after consumed_samples)
   int64_t policy_version = 0;
@@ -100,6 +103,9 @@ struct RunState {
 // With a pipeline `stage`, that stage of it.
 std::shared_ptr<Transformer> load_policy(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint,
                                          std::shared_ptr<Communicator> tp_group = nullptr, const PipelineStage& stage = {});
+// -a PPO: the critic of a run, from `checkpoint`'s critic/ when given, else from --critic-model (a
+// reward model as it is, a causal LM with a fresh value head); nullptr for other algorithms.
+std::shared_ptr<Transformer> load_critic(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint);
 // The frozen reference model of a run with a KL term (in --frozen-dtype); nullptr under LoRA (the
 // reference is the policy's base with the adapters off) or without KL.
 std::shared_ptr<Transformer> load_reference(const RunConfig& config, std::shared_ptr<Communicator> tp_group = nullptr,

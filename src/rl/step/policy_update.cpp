@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "rl/step/critic.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -35,12 +36,14 @@ double max_over(Communicator* trainers, double value) {
   return *std::max_element(all.begin(), all.end());
 }
 
-// Per-token means weighted by each rank's tokens; sums (losses, counts) as they are.
-const std::vector<std::string> kSummed = {"loss", "pg_loss", "n_skipped"};
+// Per-token means weighted by each rank's tokens; sums (losses, counts) as they are. A key the step
+// does not have (the critic's without one) is passed over, alike on every rank.
+const std::vector<std::string> kSummed = {"loss", "pg_loss", "n_skipped", "critic/vf_loss"};
 // Counted over the step's updates (the same on every rank), not averaged.
 const std::vector<std::string> kCounted = {"n_skipped", "nonfinite"};
 const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "entropy",
-                                              "tis_weight_mean", "tis_clip_frac", "is_masked_frac"};
+                                              "tis_weight_mean", "tis_clip_frac", "is_masked_frac",
+                                              "critic/vf_clip_frac", "critic/value_mean", "critic/return_mean"};
 
 // REINFORCE++: the step's advantages (r - group mean) whitened over the trained tokens of every
 // sample trained on, on every trainer rank. A sample with one advantage for all its tokens counts
@@ -189,12 +192,24 @@ TrainerConfig rl_trainer_config(const RunConfig& c, int64_t total_steps) {
   t.train_microbatch_size = c.train.train_microbatch_size;
   t.temperature = c.rollout.sampling.temperature > 0 ? c.rollout.sampling.temperature : 1.0;
   t.filter_truncated = c.algo.filter_truncated;
+  if (c.algo.uses_critic() && c.algo.ppo.kl_in_reward) t.loss.kl_coef = 0;  // the KL is in the token rewards instead
+  return t;
+}
+
+TrainerConfig critic_trainer_config(const RunConfig& c, int64_t total_steps) {
+  TrainerConfig t = rl_trainer_config(c, total_steps);
+  t.loss = PolicyLossConfig{};
+  t.optimizer.lr = c.train.critic.lr;
+  t.optimizer.warmup_steps = c.train.critic.warmup_steps;
+  t.value_clip = c.algo.ppo.value_clip;
   return t;
 }
 
 PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vector<SampleGroup>& groups,
                            Communicator* trainers, const std::vector<SampleGroup>& relayed,
-                           std::optional<int64_t> policy_version) {
+                           std::optional<int64_t> policy_version, Trainer* critic) {
+  RLCPP_CHECK((critic != nullptr) == c.algo.uses_critic(), "--advantage-estimator {} {} a critic",
+              advantage_estimators().name(c.algo.advantage.estimator), critic != nullptr ? "given" : "without");
   PolicyUpdate out;
   std::vector<Sample> samples;
   for (const auto* set : {&groups, &relayed}) {
@@ -233,8 +248,27 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   const auto old_logprobs = on_policy ? rollout_logprobs_of(samples) : trainer.policy_logprobs(samples, &entropy);
   const bool has_reference = c.algo.loss.kl_coef != 0;
   const auto ref_logprobs = has_reference ? trainer.reference_logprobs(samples) : std::vector<std::vector<float>>{};
-  out.logprob_seconds = seconds_since(t0);
   if (!on_policy) add_mismatch(out.metrics, samples, old_logprobs, trainers, policy_version);
+  // PPO: the critic's values before any update, GAE's advantages (whitened over the step's tokens,
+  // as verl's) and the returns the critic regresses to.
+  std::vector<std::vector<float>> old_values;
+  std::vector<std::vector<double>> returns;
+  if (critic != nullptr) {
+    old_values = critic->response_values(samples);
+    const double kl_in_reward = c.algo.ppo.kl_in_reward ? c.algo.loss.kl_coef : 0.0;
+    auto targets = critic_targets(samples, old_values, token_rewards(samples, old_logprobs, ref_logprobs, kl_in_reward),
+                                  c.algo.ppo);
+    returns = std::move(targets.returns);
+    std::vector<double> sums = {targets.metrics["critic_tokens"], targets.metrics["critic_value_sum"],
+                                targets.metrics["critic_return_sum"], targets.metrics["critic_advantage_sum"]};
+    sum_over(trainers, sums);
+    const double n = std::max(1.0, sums[0]);
+    out.metrics["critic/old_value_mean"] = sums[1] / n;
+    out.metrics["critic/gae_return_mean"] = sums[2] / n;
+    out.metrics["critic/gae_advantage_mean"] = sums[3] / n;
+    whiten_advantages(samples, c.algo.advantage.whiten_eps, trainers);
+  }
+  out.logprob_seconds = seconds_since(t0);  // the scoring passes (and the critic's values)
   t0 = Clock::now();
   // The old log-probs stay those computed above, before any update, through every epoch. The first
   // pass takes the samples in order; each later pass reshuffles them into new mini-batches, seeded by
@@ -271,6 +305,21 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
       mb.score = on_policy;
       const auto stepped = trainer.step(mb);
       for (const auto& [k, v] : stepped.values) sums[k] += v;
+      if (critic != nullptr) {  // the same samples, one optimizer step of the critic
+        ValueMiniBatch vmb;
+        for (size_t k = begin; k < end; ++k) {
+          vmb.samples.push_back(samples[order[k]]);
+          vmb.old_values.push_back(old_values[order[k]]);
+          vmb.returns.push_back(returns[order[k]]);
+        }
+        std::vector<double> tokens = {0.0};
+        for (const auto& s : vmb.samples) tokens[0] += static_cast<double>(s.trained_tokens());
+        sum_over(trainers, tokens);
+        vmb.global_tokens = std::max(1.0, tokens[0]);
+        for (const auto& [k, v] : critic->value_step(vmb).values) {
+          if (k != "n_tokens") sums["critic/" + k] += v;
+        }
+      }
       if (on_policy) add_mismatch(out.metrics, mb.samples, stepped.logprobs, trainers, policy_version);
       ++n_updates;
     }
@@ -287,14 +336,22 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   if (trainers != nullptr && trainers->size() > 1) {
     // The whole step's figures: losses summed over ranks, per-token means weighted by tokens.
     const double tokens = trainer.loss_tokens(samples);
+    auto present = [&](const std::vector<std::string>& keys) {
+      std::vector<std::string> out_keys;
+      for (const auto& k : keys) {
+        if (out.metrics.count(k) != 0) out_keys.push_back(k);
+      }
+      return out_keys;
+    };
+    const auto summed = present(kSummed), token_means = present(kTokenMeans);
     std::vector<double> values;
-    for (const auto& k : kSummed) values.push_back(out.metrics[k]);
-    for (const auto& k : kTokenMeans) values.push_back(out.metrics[k] * tokens);
+    for (const auto& k : summed) values.push_back(out.metrics[k]);
+    for (const auto& k : token_means) values.push_back(out.metrics[k] * tokens);
     values.push_back(tokens);
     sum_over(trainers, values);
     size_t i = 0;
-    for (const auto& k : kSummed) out.metrics[k] = values[i++];
-    for (const auto& k : kTokenMeans) out.metrics[k] = values[i++] / std::max(1.0, values.back());
+    for (const auto& k : summed) out.metrics[k] = values[i++];
+    for (const auto& k : token_means) out.metrics[k] = values[i++] / std::max(1.0, values.back());
   }
   return out;
 }

@@ -18,6 +18,9 @@ namespace rlcpp {
 // The trainer of an RL run: the algorithm's loss, the optimizer with its schedule spanning the
 // optimizer steps of `total_steps` RL steps, micro-batches, the sampling temperature.
 TrainerConfig rl_trainer_config(const RunConfig& config, int64_t total_steps);
+// -a PPO: the critic's trainer, as the policy's but with the critic's learning rate and warm-up
+// and the value loss's clip (its optimizer steps with the policy's, one per mini-batch).
+TrainerConfig critic_trainer_config(const RunConfig& config, int64_t total_steps);
 
 struct PolicyUpdate {
   bool trained = false;  // false: no sample with a response anywhere, nothing changed
@@ -37,9 +40,11 @@ struct PolicyUpdate {
 // `policy_version`: the version of the policy's weights now. Given, an on-policy step (see
 // on_policy_shortcut) takes the sampler's log-probs as the old ones and skips the scoring pass;
 // the entropy and the train/rollout mismatch then come from the first update's own forward.
+// `critic` (-a PPO): the samples' advantages are GAE's from its values (rl/step/critic.h), and it
+// takes an optimizer step on each of the policy's mini-batches; its figures join the metrics.
 PolicyUpdate update_policy(Trainer& trainer, const RunConfig& config, const std::vector<SampleGroup>& groups,
                            Communicator* trainers = nullptr, const std::vector<SampleGroup>& relayed = {},
-                           std::optional<int64_t> policy_version = std::nullopt);
+                           std::optional<int64_t> policy_version = std::nullopt, Trainer* critic = nullptr);
 
 // Why the on-policy shortcut (--reuse-rollout-logprobs) can never apply to this run's steps ("" when
 // it can: one epoch, one mini-batch per step, no relay, no staleness, rollout weights and KV cache

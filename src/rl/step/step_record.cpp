@@ -74,6 +74,12 @@ nlohmann::ordered_json to_json(const StepRecord& r) {
     by_versions[key.substr(prefix.size(), slash - prefix.size())][key.substr(slash + 1)] = value;
   }
   if (!by_versions.empty()) line["mismatch_by_versions"] = by_versions;
+  // PPO's critic: its updates' figures and the step's values and returns ("critic/{figure}").
+  nlohmann::ordered_json critic;
+  for (const auto& [key, value] : r.train) {
+    if (key.rfind("critic/", 0) == 0) critic[key.substr(7)] = value;
+  }
+  if (!critic.empty()) line["critic"] = critic;
   line["optimizer_steps"] = r.optimizer_steps;
   line["policy_version"] = r.policy_version;
   line["tokens_per_s"] = r.stats.len_sum / std::max(total_seconds(r), 1e-9);
@@ -93,6 +99,9 @@ std::string console_line(const StepRecord& r) {
       r.kept_groups, r.stats.mean(r.stats.len_sum), r.stats.max_len, r.stats.mean(static_cast<double>(r.stats.truncated)),
       m("loss"), m("kl"), m("entropy"), m("clip_frac_low") + m("clip_frac_high"), m("grad_norm"), m("lr"),
       r.stats.len_sum / std::max(total_seconds(r), 1e-9));
+  if (r.train.count("critic/vf_loss") != 0) {
+    text.insert(text.size() - 2, fmt::format(" vf {:.4f} vgnorm {:.3f}", m("critic/vf_loss"), m("critic/grad_norm")));
+  }
   for (const auto& [phase, seconds] : r.time) {
     if (phase != "total") text += fmt::format(" {} {:.2f}s", phase, seconds);
   }

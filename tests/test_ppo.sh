@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# PPO with a critic (-a PPO) end to end on the bundled arithmetic task:
+# - the critic's figures on every step; step-N/critic/ is transformers' Qwen2ForSequenceClassification
+#   layout (read with Python's json and the safetensors header) with the critic's AdamW state;
+# - a run resumed from step-2 ends with the straight run's policy, critic and metrics, bit for bit;
+# - -t 1 -i 1 under mpirun takes the colocated run's steps (the critic on the trainer rank), and
+#   two data-parallel trainers (-t 2 -i 2) train and save one critic;
+# - the critic from a reward model (-rt model), the KL in the reward, LoRA on the policy;
+# - bad combinations refused by name before any work.
+# Usage: test_ppo.sh RLCPP_BINARY SOURCE_DIR [MPIEXEC]
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: test_ppo.sh RLCPP_BINARY SOURCE_DIR [MPIEXEC]}")
+src=$(realpath "${2:?usage: test_ppo.sh RLCPP_BINARY SOURCE_DIR [MPIEXEC]}")
+mpiexec=${3:-mpirun}
+source "$src/tests/lib.sh"
+model="$src/models/arith-tiny" data="$src/examples/arith/train.jsonl"
+common=(-m "$model" -d "$data" -a PPO -g 2 --mnt 24 -lr 1e-4 --critic-lr 1e-3 --seed 0 -sd runs)
+ppo() {  # ppo PROJECT FLAGS...
+  local project=$1; shift
+  OMP_NUM_THREADS=1 "$rlcpp" train "${common[@]}" -tbs 4 -p "$project" "$@" > "$project.log" 2>&1 || { bad "PPO run $project:"; tail -20 "$project.log"; }
+}
+
+# 1. The critic trains beside the policy and is checkpointed whole.
+ppo straight --max-steps 4 --si 2
+python3 - runs/straight "$model" <<'PY' && ok "critic figures every step; step-N/critic/ is a sequence classifier with its optimizer" || bad "critic figures and layout"
+import json, os, struct, sys
+run, base = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+assert len(rows) == 4, len(rows)
+for r in rows:
+    for k in ("vf_loss", "vf_clip_frac", "grad_norm", "lr", "old_value_mean", "gae_return_mean", "gae_advantage_mean",
+              "value_mean", "return_mean"):
+        assert k in r["critic"], (k, sorted(r["critic"]))
+    assert r["critic"]["grad_norm"] > 0 and r["critic"]["lr"] == 1e-3, r
+losses = " ".join("%.4f" % r["critic"]["vf_loss"] for r in rows)
+print("     critic value loss by step:", losses)
+c = json.load(open(f"{run}/step-4/critic/config.json"))
+assert c["architectures"] == ["Qwen2ForSequenceClassification"] and c["id2label"] == {"0": "LABEL_0"}, c
+with open(f"{run}/step-4/critic/model.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+b = json.load(open(f"{base}/config.json"))
+assert h["score.weight"]["shape"] == [1, b["hidden_size"]] and "lm_head.weight" not in h
+assert os.path.getsize(f"{run}/step-4/critic/trainer_state/optimizer.pt") > 0
+assert os.path.exists(f"{run}/step-4/critic/tokenizer.json")
+s = json.load(open(f"{run}/step-4/trainer_state/state.json"))
+assert s["critic_optimizer_steps"] == 4 and s["optimizer_steps"] == 4, s
+PY
+
+# 2. Exact resume: 2 steps, then 2 more from step-2, against the straight run.
+ppo halves --max-steps 2 --si 2
+OMP_NUM_THREADS=1 "$rlcpp" train "${common[@]}" -tbs 4 -p resumed -cp runs/halves/step-2 --max-steps 4 --si 2 > resumed.log 2>&1 \
+  || { bad "PPO resume:"; tail -10 resumed.log; }
+if cmp -s runs/straight/step-4/model.safetensors runs/resumed/step-4/model.safetensors &&
+   cmp -s runs/straight/step-4/critic/model.safetensors runs/resumed/step-4/critic/model.safetensors &&
+   cmp -s <(metrics_of runs/straight/metrics.jsonl | tail -2) <(metrics_of runs/resumed/metrics.jsonl | tail -2); then
+  ok "resume from step-2 ends bit for bit where the straight run does (policy, critic, metrics)"
+else
+  bad "PPO resume from step-2 differs from the straight run"
+fi
+weights_moved runs/halves/step-2/critic/model.safetensors runs/straight/step-4/critic/model.safetensors \
+  && ok "the critic's weights move" || bad "the critic's weights did not move"
+
+# 3. Under mpirun: -t 1 -i 1 takes the colocated run's steps; two data-parallel trainers (-t 2 -i 2)
+#    train one critic.
+run_mpi 2 "${common[@]}" -tbs 4 -p t1i1 --max-steps 2 -t 1 -i 1 > t1i1.log 2>&1 || { bad "PPO -t 1 -i 1:"; tail -10 t1i1.log; }
+if cmp -s <(metrics_of runs/halves/metrics.jsonl) <(metrics_of runs/t1i1/metrics.jsonl); then
+  ok "PPO under -t 1 -i 1 takes the colocated run's steps"
+else
+  bad "PPO under -t 1 -i 1 differs from colocated"; diff <(metrics_of runs/halves/metrics.jsonl) <(metrics_of runs/t1i1/metrics.jsonl) | head -4
+fi
+run_mpi 4 "${common[@]}" -tbs 2 -tMbs 2 -tmbs 4 -p t2i2 --max-steps 2 -t 2 -i 2 > t2i2.log 2>&1 || { bad "PPO -t 2 -i 2:"; tail -10 t2i2.log; }
+python3 - runs/t2i2 <<'PY' && ok "PPO with two data-parallel trainers" || bad "PPO with two data-parallel trainers"
+import json, os, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+assert len(rows) == 2 and all(r["critic"]["grad_norm"] > 0 for r in rows), rows
+assert os.path.exists(f"{sys.argv[1]}/step-2/critic/trainer_state/optimizer.pt")
+PY
+
+# 4. With a reward model (the critic starts from it), the KL in the reward, LoRA on the policy.
+"$rlcpp" train-rm -m "$model" -d "$src/examples/arith/pairs.jsonl" -tbs 16 -lr 1e-3 --max-steps 2 --seed 0 -sd runs -p rm \
+  > rm.log 2>&1 || { bad "train-rm:"; tail -5 rm.log; }
+ppo with-rm --max-steps 2 -rt model --reward-model runs/rm/step-2 --kl 0.05 --kl-in-reward --lora-rank 4
+python3 - runs/with-rm with-rm.log <<'PY' && ok "PPO with -rt model, the critic from the reward model, --kl-in-reward, LoRA" || bad "PPO with a reward model"
+import json, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+assert len(rows) == 2 and all(r["critic"]["grad_norm"] > 0 for r in rows)
+# The KL is in the rewards, not the loss.
+assert all(r.get("kl", 0) == 0 for r in rows), [r.get("kl") for r in rows]
+log = open(sys.argv[2]).read()
+assert "critic: runs/rm/step-2," in log, log[-2000:]
+PY
+
+# 5. Refused by name before any work.
+expect ppo-zero 2 '-a PPO with --zero 1 .*the critic trains unsharded' -- \
+  "$rlcpp" train "${common[@]}" -tbs 4 -p r1 --zero 1 -t 2 -i 2
+expect critic-without-ppo 2 '--gamma 0.9, --critic-lr 0.001: settings of a critic, which -a GRPO' -- \
+  "$rlcpp" train -m "$model" -d "$data" --gamma 0.9 --critic-lr 1e-3
+expect kl-in-reward-without-kl 2 '--kl-in-reward with --kl-coeff 0' -- "$rlcpp" train "${common[@]}" -tbs 4 -p r2 --kl-in-reward
+expect critic-missing 2 '--critic-model .*nowhere: no config.json there' -- \
+  "$rlcpp" train "${common[@]}" -tbs 4 -p r3 --critic-model "$tmp/nowhere"
+expect resume-grpo-as-ppo 2 'algo' -- "$rlcpp" train -m "$model" -d "$data" -a GRPO -g 2 -tbs 4 --mnt 24 --seed 0 -sd runs \
+  -p r4 -cp runs/halves/step-2 --max-steps 3
+exit "$failed"
