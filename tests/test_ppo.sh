@@ -3,8 +3,9 @@
 # - the critic's figures on every step; step-N/critic/ is transformers' Qwen2ForSequenceClassification
 #   layout (read with Python's json and the safetensors header) with the critic's AdamW state;
 # - a run resumed from step-2 ends with the straight run's policy, critic and metrics, bit for bit;
-# - -t 1 -i 1 under mpirun takes the colocated run's steps (the critic on the trainer rank), and
-#   two data-parallel trainers (-t 2 -i 2) train and save one critic;
+# - -t 1 -i 1 under mpirun takes the colocated run's steps (the critic on the trainer rank), two
+#   data-parallel trainers (-t 2 -i 2) train and save one critic, and under ZeRO-3 its shards are
+#   checkpointed and resumed bit for bit;
 # - the critic from a reward model (-rt model), the KL in the reward, LoRA on the policy;
 # - bad combinations refused by name before any work.
 # Usage: test_ppo.sh RLCPP_BINARY SOURCE_DIR [MPIEXEC]
@@ -68,13 +69,32 @@ if cmp -s <(metrics_of runs/halves/metrics.jsonl) <(metrics_of runs/t1i1/metrics
 else
   bad "PPO under -t 1 -i 1 differs from colocated"; diff <(metrics_of runs/halves/metrics.jsonl) <(metrics_of runs/t1i1/metrics.jsonl) | head -4
 fi
-run_mpi 4 "${common[@]}" -tbs 2 -tMbs 2 -tmbs 4 -p t2i2 --max-steps 2 -t 2 -i 2 > t2i2.log 2>&1 || { bad "PPO -t 2 -i 2:"; tail -10 t2i2.log; }
+dp=(-tbs 2 -tMbs 2 -tmbs 4 -t 2 -i 2)
+run_mpi 4 "${common[@]}" "${dp[@]}" -p t2i2 --max-steps 2 > t2i2.log 2>&1 || { bad "PPO -t 2 -i 2:"; tail -10 t2i2.log; }
 python3 - runs/t2i2 <<'PY' && ok "PPO with two data-parallel trainers" || bad "PPO with two data-parallel trainers"
 import json, os, sys
 rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
 assert len(rows) == 2 and all(r["critic"]["grad_norm"] > 0 for r in rows), rows
 assert os.path.exists(f"{sys.argv[1]}/step-2/critic/trainer_state/optimizer.pt")
 PY
+# ZeRO-3: the critic's moments, gradients and parameters sharded like the policy's; its shards in
+# critic/trainer_state; 2 steps then 2 more from step-2 end where 4 straight steps do, and where
+# the unsharded trainers' 4 steps do (in fp64, to rounding: the sums run in another order).
+run_mpi 4 "${common[@]}" "${dp[@]}" --dtype float64 --zero 3 -p z3 --max-steps 4 --si 2 > z3.log 2>&1 \
+  || { bad "PPO --zero 3:"; tail -10 z3.log; }
+run_mpi 4 "${common[@]}" "${dp[@]}" --dtype float64 --zero 3 -p z3-resumed -cp runs/z3/step-2 --max-steps 4 --si 2 \
+  > z3r.log 2>&1 || { bad "PPO --zero 3 resume:"; tail -10 z3r.log; }
+run_mpi 4 "${common[@]}" "${dp[@]}" --dtype float64 -p dp4 --max-steps 4 --si 4 > dp4.log 2>&1 \
+  || { bad "PPO -t 2 -i 2, 4 steps:"; tail -10 dp4.log; }
+if ls runs/z3/step-2/critic/trainer_state/optimizer-shard-*.safetensors > /dev/null 2>&1 &&
+   cmp -s runs/z3/step-4/critic/model.safetensors runs/z3-resumed/step-4/critic/model.safetensors &&
+   cmp -s runs/z3/step-4/model.safetensors runs/z3-resumed/step-4/model.safetensors &&
+   weights_close runs/z3/step-4/critic/model.safetensors runs/dp4/step-4/critic/model.safetensors 1e-10 &&
+   weights_close runs/z3/step-4/model.safetensors runs/dp4/step-4/model.safetensors 1e-10; then
+  ok "PPO under ZeRO-3: the critic sharded, checkpointed in shards, resumed bit for bit, as the unsharded run"
+else
+  bad "PPO under ZeRO-3"
+fi
 
 # 4. With a reward model (the critic starts from it), the KL in the reward, LoRA on the policy.
 "$rlcpp" train-rm -m "$model" -d "$src/examples/arith/pairs.jsonl" -tbs 16 -lr 1e-3 --max-steps 2 --seed 0 -sd runs -p rm \
@@ -91,8 +111,8 @@ assert "critic: runs/rm/step-2," in log, log[-2000:]
 PY
 
 # 5. Refused by name before any work.
-expect ppo-zero 2 '-a PPO with --zero 1 .*the critic trains unsharded' -- \
-  "$rlcpp" train "${common[@]}" -tbs 4 -p r1 --zero 1 -t 2 -i 2
+expect ppo-tp 2 '-a PPO with --train-tp 2 --pp 1: the critic trains beside the policy' -- \
+  "$rlcpp" train "${common[@]}" -tbs 4 -p r1 --train-tp 2 -t 2 -i 2
 expect critic-without-ppo 2 '--gamma 0.9, --critic-lr 0.001: settings of a critic, which -a GRPO' -- \
   "$rlcpp" train -m "$model" -d "$data" --gamma 0.9 --critic-lr 1e-3
 expect kl-in-reward-without-kl 2 '--kl-in-reward with --kl-coeff 0' -- "$rlcpp" train "${common[@]}" -tbs 4 -p r2 --kl-in-reward

@@ -388,13 +388,17 @@ void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::p
   copy_tokenizer_files(tokenizer_from, dir);
 }
 
-void save_critic_dir(const fs::path& dir, const Transformer& critic, torch::optim::Optimizer& optimizer,
-                     const fs::path& tokenizer_from) {
+void save_critic_dir(const fs::path& dir, const Transformer& critic, const fs::path& tokenizer_from,
+                     torch::optim::Optimizer& optimizer, const std::function<void(const fs::path& state_dir)>& write_shards) {
   critic.save_pretrained(dir);
   copy_tokenizer_files(tokenizer_from, dir);
-  fs::create_directories(dir / "trainer_state");
-  save_archive(dir / "trainer_state" / "optimizer.pt",
-               [&](torch::serialize::OutputArchive& archive) { optimizer.save(archive); });
+  const fs::path state_dir = dir / "trainer_state";
+  fs::create_directories(state_dir);
+  if (write_shards) {
+    write_shards(state_dir);
+  } else {
+    save_archive(state_dir / "optimizer.pt", [&](torch::serialize::OutputArchive& archive) { optimizer.save(archive); });
+  }
 }
 
 fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& c, int64_t max_checkpoints) {

@@ -45,9 +45,11 @@ void save_policy_dir(const std::filesystem::path& dir, const Transformer& policy
 
 // -a PPO: the critic's part of a step directory, `dir` (step-N/critic): its model as a Hugging Face
 // sequence-classification directory (with the tokenizer files of `tokenizer_from`) and its AdamW
-// state in dir/trainer_state/optimizer.pt (load_checkpoint_optimizer(dir, ...) reads it back).
-void save_critic_dir(const std::filesystem::path& dir, const Transformer& critic, torch::optim::Optimizer& optimizer,
-                     const std::filesystem::path& tokenizer_from);
+// state in dir/trainer_state/: optimizer.pt, or under ZeRO the shards `write_shards` writes there
+// (load_checkpoint_optimizer(dir, ...) reads either back).
+void save_critic_dir(const std::filesystem::path& dir, const Transformer& critic, const std::filesystem::path& tokenizer_from,
+                     torch::optim::Optimizer& optimizer,
+                     const std::function<void(const std::filesystem::path& state_dir)>& write_shards = {});
 
 // Writes run_dir/step-<step>, updates `latest`, prunes to `max_checkpoints` (0: keep all).
 std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,

@@ -245,10 +245,10 @@ void check_critic_settings(const RunConfig& c) {
     }
     return;
   }
-  if (c.parallel.zero > 0 || c.parallel.tp > 1 || c.parallel.pp > 1) {
-    throw_user_error("-a PPO with --zero {} --train-tp {} --pp {}: the critic trains unsharded beside the policy, with plain "
-                     "data parallelism over -t trainers (its ZeRO, tensor and pipeline sharding are not built yet); drop "
-                     "those flags", c.parallel.zero, c.parallel.tp, c.parallel.pp);
+  if (c.parallel.tp > 1 || c.parallel.pp > 1) {
+    throw_user_error("-a PPO with --train-tp {} --pp {}: the critic trains beside the policy with data parallelism over -t "
+                     "trainers and ZeRO (its tensor and pipeline sharding are not built yet); drop those flags",
+                     c.parallel.tp, c.parallel.pp);
   }
   if (c.algo.ppo.kl_in_reward && c.algo.loss.kl_coef == 0) {
     throw_user_error("--kl-in-reward with --kl-coeff 0: the penalty is --kl-coeff x the KL; give --kl-coeff > 0 or drop "

@@ -228,6 +228,7 @@ void StepLoop::save_checkpoint(int64_t step) {
   trace::write();
   // ZeRO-3: trainer 0 writes the model directory whole (the others send it their shards).
   GatheredParameters whole(zero(), true, /*root=*/0);
+  GatheredParameters critic_whole(run_.critic_trainer ? run_.critic_trainer->zero() : nullptr, true, /*root=*/0);
   // With a round ahead the generators are working from an older policy, which a resumed run could
   // not reproduce: the round is collected now and saved with the checkpoint.
   if (round_ahead_ && !collected_) collect_ahead();

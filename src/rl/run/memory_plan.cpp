@@ -171,9 +171,11 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
     return dir != c.model.path && fs::is_regular_file(config) ? static_cast<double>(ModelConfig::load(dir).parameter_count())
                                                               : static_cast<double>(whole.parameter_count());
   };
-  if (c.algo.uses_critic()) {  // trained whole, unsharded; its activations come at another moment than the policy's
-    est.lines.push_back({"critic + grads + AdamW", other_model(c.critic_model()) * e * 4,
-                         fmt::format("-a PPO: the value model ({}), every weight trained", c.critic_model())});
+  if (c.algo.uses_critic()) {  // every weight trained; its activations come at another moment than the policy's
+    const double shards = c.parallel.zero > 0 ? static_cast<double>(c.parallel.replicas()) : 1.0;
+    est.lines.push_back({"critic + grads + AdamW", other_model(c.critic_model()) * e * (2 + 2 / shards),
+                         fmt::format("-a PPO: the value model ({}), every weight trained{}", c.critic_model(),
+                                     c.parallel.zero > 0 ? fmt::format(", its moments sharded by ZeRO-{}", c.parallel.zero) : "")});
   }
   if (!c.reward.model.path.empty() && !c.parallel.distributed()) {  // scores in the process that computes rewards
     const double rm_bytes = c.reward.model.dtype.empty() ? e : dtype_bytes(c.reward.model.dtype);

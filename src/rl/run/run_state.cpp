@@ -403,6 +403,9 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   run.critic = load_critic(c, run.plan.resume_from);
   if (run.critic) {
     run.critic_trainer = std::make_unique<Trainer>(run.critic, nullptr, critic_trainer_config(c, run.plan.total_steps));
+    if (c.parallel.zero > 0 && topology != nullptr) {  // sharded over the same trainers as the policy
+      run.critic_trainer->enable_zero(*topology->dp_group, static_cast<int>(c.parallel.zero), kGradientBucketBytes);
+    }
     if (leader) {
       const bool fresh_head = !run.plan.resume_from && !ModelConfig::load(c.critic_model()).classifier();
       spdlog::info("critic: {}{}, learning rate {:g}, warm-up {} steps",
@@ -416,7 +419,10 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
     run.trainer->restore_steps(run.plan.saved.optimizer_steps);
     run.policy_version = run.plan.saved.policy_version;
     if (run.critic_trainer) {
-      load_checkpoint_optimizer(*run.plan.resume_from / "critic", *run.critic_trainer);
+      ZeroOptimizer* critic_zero = run.critic_trainer->zero();
+      GatheredParameters critic_whole(critic_zero);
+      load_checkpoint_optimizer(*run.plan.resume_from / "critic", *run.critic_trainer,
+                                optimizer_part(c, topology, *run.critic, critic_zero));
       run.critic_trainer->restore_steps(run.plan.saved.critic_optimizer_steps);
     }
   }
@@ -467,8 +473,13 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
       }
     }
   }
+  // -a PPO under ZeRO: the critic's shards follow the policy's to trainer 0, over the same group.
+  ZeroOptimizer* critic_zero = run.critic_trainer ? run.critic_trainer->zero() : nullptr;
+  OptimizerShard critic_mine;
+  if (critic_zero != nullptr) critic_mine = optimizer_shard(critic_zero->state(), optimizer_part(c, t, *run.critic, critic_zero));
   if (!leader) {
     if (senders != nullptr) send_optimizer_shard(*senders, mine);
+    if (critic_zero != nullptr) send_optimizer_shard(*t->role_group, critic_mine);
     return {};
   }
   std::function<void(const fs::path&)> write_optimizer;
@@ -484,7 +495,14 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   std::function<void(const fs::path&)> write_critic;
   if (run.critic) {
     write_critic = [&](const fs::path& step_dir) {
-      save_critic_dir(step_dir / "critic", *run.critic, run.critic_trainer->optimizer(), c.model.path);
+      std::function<void(const fs::path&)> write_shards;
+      if (critic_zero != nullptr) {
+        write_shards = [&](const fs::path& state_dir) {
+          if (critic_zero->stage() == 3) critic_zero->release_all();  // written whole: the shards come next
+          write_optimizer_shards(state_dir, *t->role_group, critic_mine);
+        };
+      }
+      save_critic_dir(step_dir / "critic", *run.critic, c.model.path, run.critic_trainer->optimizer(), write_shards);
     };
   }
   return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state),

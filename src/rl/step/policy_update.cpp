@@ -36,14 +36,16 @@ double max_over(Communicator* trainers, double value) {
   return *std::max_element(all.begin(), all.end());
 }
 
-// Per-token means weighted by each rank's tokens; sums (losses, counts) as they are. A key the step
-// does not have (the critic's without one) is passed over, alike on every rank.
-const std::vector<std::string> kSummed = {"loss", "pg_loss", "n_skipped", "critic/vf_loss"};
+// Per-token means weighted by each rank's tokens; sums (losses, counts) as they are. The critic's
+// are added when there is one (decided by the run, alike on every rank: a rank with no sample has
+// none of the keys, and takes part with zeros).
+const std::vector<std::string> kSummed = {"loss", "pg_loss", "n_skipped"};
+const std::vector<std::string> kCriticSummed = {"critic/vf_loss"};
 // Counted over the step's updates (the same on every rank), not averaged.
 const std::vector<std::string> kCounted = {"n_skipped", "nonfinite"};
 const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "entropy",
-                                              "tis_weight_mean", "tis_clip_frac", "is_masked_frac",
-                                              "critic/vf_clip_frac", "critic/value_mean", "critic/return_mean"};
+                                              "tis_weight_mean", "tis_clip_frac", "is_masked_frac"};
+const std::vector<std::string> kCriticTokenMeans = {"critic/vf_clip_frac", "critic/value_mean", "critic/return_mean"};
 
 // REINFORCE++: the step's advantages (r - group mean) whitened over the trained tokens of every
 // sample trained on, on every trainer rank. A sample with one advantage for all its tokens counts
@@ -336,14 +338,11 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
   if (trainers != nullptr && trainers->size() > 1) {
     // The whole step's figures: losses summed over ranks, per-token means weighted by tokens.
     const double tokens = trainer.loss_tokens(samples);
-    auto present = [&](const std::vector<std::string>& keys) {
-      std::vector<std::string> out_keys;
-      for (const auto& k : keys) {
-        if (out.metrics.count(k) != 0) out_keys.push_back(k);
-      }
-      return out_keys;
+    auto keys = [&](std::vector<std::string> base, const std::vector<std::string>& critic_keys) {
+      if (critic != nullptr) base.insert(base.end(), critic_keys.begin(), critic_keys.end());
+      return base;
     };
-    const auto summed = present(kSummed), token_means = present(kTokenMeans);
+    const auto summed = keys(kSummed, kCriticSummed), token_means = keys(kTokenMeans, kCriticTokenMeans);
     std::vector<double> values;
     for (const auto& k : summed) values.push_back(out.metrics[k]);
     for (const auto& k : token_means) values.push_back(out.metrics[k] * tokens);
