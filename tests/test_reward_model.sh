@@ -9,6 +9,7 @@
 # - rlcpp grade -rt model scores {"messages" | "prompt", "response"} records (chosen above
 #   rejected), standardised and clipped on request;
 # - GRPO trains with -rt model, and with the model beside the rule reward (--reward-weights);
+# - train-rm and sft on two processes under mpirun take the one process's steps (and resume in one);
 # - the shortened examples/arith/reward_model.sh runs; bad input is refused by name.
 # Usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
@@ -186,18 +187,37 @@ expect pairs-malformed 2 'bad_pairs.jsonl:1: missing "rejected"' -- "$rlcpp" tra
 expect normalize-without-model 2 '--normalize-reward, --reward-clip and --reward-model-dtype are for a reward model' -- \
   "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" --normalize-reward
 
+# 6b. Data parallelism under mpirun: two processes take the one process's steps (fp64, to rounding:
+#     the gradients are summed in another order), for train-rm and sft; a run of two resumes in one.
 if command -v mpirun > /dev/null; then
-  expect train-rm-under-mpirun 2 'rlcpp train-rm runs in one process' -- env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    timeout 120 mpirun --oversubscribe -np 2 "$rlcpp" train-rm -m "$model" -d "$pairs" --max-steps 1 -sd "$tmp/runs" -p mpi
-  # sft shares the one-process refusal.
-  expect sft-under-mpirun 2 'rlcpp sft runs in one process' -- env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    timeout 120 mpirun --oversubscribe -np 2 "$rlcpp" sft -m "$model" -d "$src/examples/arith/sft.jsonl" --max-steps 1 -sd "$tmp/runs" -p mpi-sft
+  mpi2() { timeout 300 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 2 "$rlcpp" "$@"; }
+  rm_common=(-m "$model" -d "$pairs" -tbs 8 -tmbs 2 -lr 1e-3 --dtype float64 --seed 0 -sd "$tmp/runs")
+  OMP_NUM_THREADS=1 "$rlcpp" train-rm "${rm_common[@]}" -p rm-one --max-steps 3 --si 1 > "$tmp/rm-one.log" 2>&1 || bad "train-rm, one process"
+  mpi2 train-rm "${rm_common[@]}" -p rm-two --max-steps 2 --si 2 > "$tmp/rm-two.log" 2>&1 || { bad "train-rm, two processes:"; tail -5 "$tmp/rm-two.log"; }
+  OMP_NUM_THREADS=1 "$rlcpp" train-rm "${rm_common[@]}" -p rm-two-on -cp "$tmp/runs/rm-two/step-2" --max-steps 3 \
+    > "$tmp/rm-two-on.log" 2>&1 || bad "train-rm resumed in one process"
+  if weights_close "$tmp/runs/rm-two/step-2/model.safetensors" "$tmp/runs/rm-one/step-2/model.safetensors" 1e-10 &&
+     metrics_close <(head -2 "$tmp/runs/rm-one/metrics.jsonl") "$tmp/runs/rm-two/metrics.jsonl" &&
+     weights_close "$tmp/runs/rm-two-on/step-3/model.safetensors" "$tmp/runs/rm-one/step-3/model.safetensors" 1e-10 &&
+     weights_moved "$tmp/runs/rm-one/step-1/model.safetensors" "$tmp/runs/rm-one/step-3/model.safetensors"; then
+    ok "train-rm on two processes takes the one process's steps, and resumes in one"
+  else
+    bad "train-rm on two processes"
+  fi
+  sft_common=(-m "$model" -d "$src/examples/arith/sft.jsonl" -tbs 6 -tmbs 2 -lr 1e-4 --dtype float64 --seed 0 -sd "$tmp/runs" --max-steps 2)
+  OMP_NUM_THREADS=1 "$rlcpp" sft "${sft_common[@]}" -p sft-one > "$tmp/sft-one.log" 2>&1 || bad "sft, one process"
+  mpi2 sft "${sft_common[@]}" -p sft-two > "$tmp/sft-two.log" 2>&1 || { bad "sft, two processes:"; tail -5 "$tmp/sft-two.log"; }
+  weights_close "$tmp/runs/sft-two/step-2/model.safetensors" "$tmp/runs/sft-one/step-2/model.safetensors" 1e-10 &&
+    metrics_close "$tmp/runs/sft-one/metrics.jsonl" "$tmp/runs/sft-two/metrics.jsonl" \
+    && ok "sft on two processes takes the one process's steps" || bad "sft on two processes"
+  expect train-rm-tbs-below-processes 2 '-tbs 1 gives some of them no example' -- \
+    mpi2 train-rm -m "$model" -d "$pairs" -tbs 1 --max-steps 1 -sd "$tmp/runs" -p mpi-small
 fi
 
 # 7. The example, shortened.
 out=$(RM_STEPS=6 STEPS=2 EVAL_LIMIT=16 bash "$src/examples/arith/reward_model.sh" "$rlcpp" "$tmp/example" 2>&1)
-if [ $? -eq 0 ] && grep -qE '^GRPO, reward model \(-rt model\) +[0-9.]+%$' <<<"$out" &&
-   grep -qE '^PPO, reward model \(-rt model\) +[0-9.]+%$' <<<"$out" && grep -q 'held-out pair accuracy' <<<"$out"; then
+if [ $? -eq 0 ] && grep -qE '^GRPO, reward model \(-rt model\) +[0-9.]+%( [0-9.]+%)+$' <<<"$out" &&
+   grep -qE '^PPO, reward model \(-rt model\) +[0-9.]+%( [0-9.]+%)+$' <<<"$out" && grep -q 'held-out pair accuracy' <<<"$out"; then
   ok "examples/arith/reward_model.sh (shortened)"
 else
   bad "examples/arith/reward_model.sh (shortened):"; echo "$out" | tail -20

@@ -9,7 +9,8 @@
 #      GRPO with the rule reward (-rt boxed, the right answer), all with the KL penalty --kl (0.5):
 #      the reward model is imperfect, and a policy let far from the reference finds what it misses
 #      (at the preset's 0.01 it writes the carry over wrong digits).
-#   3. The policies are evaluated on the held-out prompts (test.jsonl) by the rule grader.
+#   3. The policies are evaluated on the held-out prompts (test.jsonl) by the rule grader, before
+#      training and at every third of it: a learning curve of each on the same scale.
 # Usage: examples/arith/reward_model.sh [RLCPP_BINARY] [RUNS_DIR]
 # Env: RM_STEPS (250), STEPS (60), KL (0.5), CRITIC_LR (1e-4: PPO's critic), EVAL_LIMIT (0: all 400
 # held-out prompts).
@@ -35,18 +36,22 @@ evaluate() {  # evaluate MODEL_DIR: held-out accuracy by the rule grader
     | python3 -c 'import json, sys; print("%.1f" % (100 * json.load(sys.stdin)["accuracy"]))'
 }
 echo; echo "== 2. GRPO and PPO on $here/train.jsonl ($steps steps of 16 prompts x 8 samples, --kl $kl), by reward"
-declare -A after
+si=$(( steps >= 3 ? steps / 3 : steps ))  # checkpoints for the held-out curve
+declare -A curve
+before=$(evaluate "$model")
 for run in grpo-model ppo-model grpo-boxed; do
   algo=${run%%-*} reward=${run#*-}
   flags=(-rt boxed)
   [ "$reward" = model ] && flags=(-rt model --reward-model "$rm_dir")
   [ "$algo" = ppo ] && flags+=(--critic-lr "$critic_lr")
   "$rlcpp" train -m "$model" -d "$here/train.jsonl" -a "${algo^^}" "${flags[@]}" --kl "$kl" -g 8 -tbs 16 -tMbs 16 -tmbs 128 -temp 1.0 \
-    --mnt 32 -lr 5e-5 --max-steps "$steps" --seed 0 -sd "$runs" -p "$run" --log-interval $(( steps >= 10 ? steps / 5 : 1 )) 2>&1 \
+    --mnt 32 -lr 5e-5 --max-steps "$steps" --si "$si" --seed 0 -sd "$runs" -p "$run" --log-interval $(( steps >= 10 ? steps / 5 : 1 )) 2>&1 \
     | grep -E "step [0-9]+/" | sed 's/^\[[^]]*\] //'
-  after[$run]=$(evaluate "$runs/$run/$(cat "$runs/$run/latest")")
+  curve[$run]="$before%"
+  for (( step = si; step <= steps; step += si )); do curve[$run]+=" $(evaluate "$runs/$run/step-$step")%"; done
 done
-before=$(evaluate "$model")
-echo; echo "== 3. held-out accuracy (rule grader, $( [ "$limit" -gt 0 ] && echo "$limit" || echo 400 ) prompts)"
-printf '%-34s%6s%%\n' "bundled model (before)" "$before" "GRPO, reward model (-rt model)" "${after[grpo-model]}" \
-  "PPO, reward model (-rt model)" "${after[ppo-model]}" "GRPO, rule reward (-rt boxed)" "${after[grpo-boxed]}"
+echo; echo "== 3. held-out accuracy (rule grader, $( [ "$limit" -gt 0 ] && echo "$limit" || echo 400 ) prompts) by step"
+header="step"
+for (( step = 0; step <= steps; step += si )); do header+=" $step"; done
+printf '%-34s%s\n' "" "$header" "GRPO, reward model (-rt model)" "${curve[grpo-model]}" \
+  "PPO, reward model (-rt model)" "${curve[ppo-model]}" "GRPO, rule reward (-rt boxed)" "${curve[grpo-boxed]}"

@@ -29,7 +29,8 @@ void add_sft_command(CLI::App& app) {
       std::cout << run_config_yaml(resolve_run_config(raw, /*check_files=*/false));
       return;
     }
-    run_sft(resolve_run_config(raw));
+    const RunConfig config = resolve_run_config(raw);
+    run_or_end_job([&] { run_sft(config); });
   });
 }
 

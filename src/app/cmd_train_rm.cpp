@@ -6,6 +6,7 @@
 #include "app/commands.h"
 #include "app/run_flags.h"
 #include "rl/modes/reward_model.h"
+#include "rl/modes/sft.h"
 
 namespace rlcpp {
 
@@ -37,7 +38,7 @@ void add_train_rm_command(CLI::App& app) {
       std::cout << run_config_yaml(config);
       return;
     }
-    run_reward_model_training(config);
+    run_or_end_job([&] { run_reward_model_training(config); });
   });
 }
 

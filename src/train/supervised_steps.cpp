@@ -7,7 +7,7 @@
 
 namespace rlcpp {
 
-TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch) {
+TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch, double global_tokens) {
   RLCPP_CHECK(!batch.empty(), "an SFT step without examples");
   RLCPP_CHECK(stages_ == nullptr, "SFT with pipeline parallelism");
   double total = 0;
@@ -42,7 +42,7 @@ TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch) {
       }
     }
     auto logp = policy_->token_logprobs(ids, targets, 1.0, mask, nullptr, policy_context_);
-    auto loss = -logp.sum() / std::max(1.0, total);
+    auto loss = -logp.sum() / std::max(1.0, global_tokens > 0 ? global_tokens : total);
     loss.backward();
     nll += loss.item<double>();
   }
@@ -101,11 +101,11 @@ void check_pairs(const std::vector<PreferencePair>& pairs, const ModelConfig& co
 
 }  // namespace
 
-TrainStepMetrics Trainer::preference_step(const std::vector<PreferencePair>& batch) {
+TrainStepMetrics Trainer::preference_step(const std::vector<PreferencePair>& batch, double global_pairs) {
   check_pairs(batch, policy_->config());
   RLCPP_CHECK(stages_ == nullptr, "reward-model training with pipeline parallelism");
   const double lr = begin_update();
-  const double n = static_cast<double>(batch.size());
+  const double n = global_pairs > 0 ? global_pairs : static_cast<double>(batch.size());
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   const auto n_micro = static_cast<int64_t>((batch.size() + micro - 1) / micro);
   for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);

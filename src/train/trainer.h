@@ -139,15 +139,20 @@ class Trainer {
   TrainStepMetrics step(const PolicyMiniBatch& minibatch);
 
   // One optimizer step of supervised fine-tuning on `batch`: the mean negative log-likelihood of
-  // the learned tokens of the whole batch (micro-batches normalised by the batch's token count).
-  TrainStepMetrics sft_step(const std::vector<SftSample>& batch);
+  // the learned tokens of the whole batch (micro-batches normalised by the batch's token count, or
+  // by `global_tokens` when data-parallel trainers each hold part of the batch: the loss is then
+  // this trainer's share and the gradient reducer sums the shares).
+  TrainStepMetrics sft_step(const std::vector<SftSample>& batch, double global_tokens = 0);
 
   // One optimizer step of reward-model training (the policy is a sequence classifier of one label):
   // the Bradley–Terry loss (algo/preference_loss.h) summed over the batch's pairs / their count, in
   // micro-batches of train_microbatch_size pairs (a pair's two rows in one forward). Metrics:
   // loss, accuracy (the share of pairs whose chosen scores above the rejected), chosen and
   // rejected (mean scores), margin (mean chosen − rejected), grad_norm, lr.
-  TrainStepMetrics preference_step(const std::vector<PreferencePair>& batch);
+  // With `global_pairs` (data-parallel trainers, each holding part of the batch): normalised by
+  // that count, so loss, accuracy, chosen, rejected and margin are this trainer's shares (their sums
+  // over the trainers are the whole batch's).
+  TrainStepMetrics preference_step(const std::vector<PreferencePair>& batch, double global_pairs = 0);
   // The same figures for `pairs` without an update (a held-out set): no grad, eval mode; also
   // score_mean and score_std over all their scores, chosen and rejected.
   std::map<std::string, double> preference_figures(const std::vector<PreferencePair>& pairs) const;

@@ -49,7 +49,6 @@ std::vector<PreferencePair> tokenize_pairs(const PreferenceDataset& data, const 
 }
 
 void refuse_unsupported(const RunConfig& c) {
-  refuse_several_processes("train-rm");
   if (c.model.path.empty()) throw_user_error("-m/--model is required: the base model (a causal LM) or a reward model");
   if (!fs::is_regular_file(fs::path(c.model.path) / "config.json")) {
     throw_user_error("-m/--model {}: no config.json there; give a Hugging Face model directory", c.model.path);
@@ -94,7 +93,8 @@ fs::path run_reward_model_training(const RunConfig& config) {
   // directory transformers and --reward-model load whole.
   if (c.model.lora.enabled()) c.logging.save_merged = true;
   refuse_unsupported(c);
-  RunPlan plan = plan_run(c);
+  const auto group = supervised_group(c, "train-rm");
+  RunPlan plan = shared_plan(c, group.get());
   const fs::path& run_dir = plan.run_dir;
   const auto& resume_from = plan.resume_from;
   auto tokenizer = Tokenizer::from_dir(c.model.path);
@@ -114,22 +114,30 @@ fs::path run_reward_model_training(const RunConfig& config) {
   const int64_t total_steps = plan.total_steps = run_total_steps(c, n, c.train.train_batch_size);
   TrainerConfig trainer_config;
   trainer_config.preference = c.train.preference;
-  SupervisedRun run(c, plan, model, n, trainer_config);
+  SupervisedRun run(c, plan, model, n, trainer_config, group);
   const int64_t first_step = plan.first_step();
-  spdlog::info("reward model from {} on {} ({} pairs{}): steps {}..{} of {} pairs", c.model.path, c.runtime.dataset, n,
-               held_out.empty() ? "" : fmt::format(", {} held-out sets", held_out.size()), first_step, total_steps,
-               c.train.train_batch_size);
+  if (run.leader()) {
+    spdlog::info("reward model from {} on {} ({} pairs{}): steps {}..{} of {} pairs", c.model.path, c.runtime.dataset, n,
+                 held_out.empty() ? "" : fmt::format(", {} held-out sets", held_out.size()), first_step, total_steps,
+                 c.train.train_batch_size);
+  }
   // The scores' mean and std written with each checkpoint: over the first held-out set, else over
   // (up to 512 of) the training pairs.
   const std::vector<PreferencePair> calibration =
       held_out.empty() ? std::vector<PreferencePair>(pairs.begin(), pairs.begin() + std::min<int64_t>(n, 512)) : held_out.front().second;
-  start_profile(c.logging, 0, "rlcpp train-rm");
+  start_profile(c.logging, group != nullptr ? group->rank() : 0, "rlcpp train-rm");
   for (int64_t step = first_step; step <= total_steps; ++step) {
     trace::Span step_span("step");
     const auto step_start = Clock::now();
     std::vector<PreferencePair> batch;
     for (const int64_t k : run.next_batch()) batch.push_back(pairs[static_cast<size_t>(k)]);
-    auto m = run.trainer.preference_step(batch).values;
+    // Normalised by the step's whole count: each process's figures are its shares of the step's.
+    auto m = run.trainer.preference_step(batch, static_cast<double>(c.train.train_batch_size)).values;
+    const std::vector<const char*> shared = {"loss", "accuracy", "chosen", "rejected", "margin"};
+    std::vector<double> shares;
+    for (const char* key : shared) shares.push_back(m[key]);
+    shares = run.sum(shares);
+    for (size_t k = 0; k < shared.size(); ++k) m[shared[k]] = shares[k];
     const double train_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     nlohmann::ordered_json line;
     line["step"] = step;
@@ -138,7 +146,7 @@ fs::path run_reward_model_training(const RunConfig& config) {
     line["optimizer_steps"] = run.trainer.n_steps();
     std::string eval_text;
     const bool eval_due = step == total_steps || (c.eval.interval > 0 && step % c.eval.interval == 0);
-    if (eval_due && !held_out.empty()) {
+    if (eval_due && !held_out.empty() && run.leader()) {  // no collectives: rank 0's copy of the model alone
       trace::Span eval_span("evaluate");
       for (const auto& [name, set] : held_out) {
         const auto f = run.trainer.preference_figures(set);
@@ -149,11 +157,11 @@ fs::path run_reward_model_training(const RunConfig& config) {
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     line["time"] = {{"train", train_seconds}, {"total", seconds}};
-    run.log.write(line, total_steps,
+    run.write(line, total_steps,
                   fmt::format("step {}/{} epoch {} loss {:.4f} acc {:.3f} margin {:.3f} gnorm {:.3f} lr {:.2e}{} | {:.2f}s",
                               step, total_steps, run.cursor.epoch(), m["loss"], m["accuracy"], m["margin"], m["grad_norm"],
                               m["lr"], eval_text, seconds));
-    if (checkpoint_due(c.logging, step, total_steps)) {
+    if (checkpoint_due(c.logging, step, total_steps) && run.leader()) {
       const auto figures = run.trainer.preference_figures(calibration);
       const fs::path dir = run.save(step);
       // OpenRLHF's normalisation statistics beside the model's config (rlcpp train --normalize-reward).
@@ -164,8 +172,10 @@ fs::path run_reward_model_training(const RunConfig& config) {
       write_file_atomic(config_file, model_config.dump(2) + "\n");
     }
   }
-  spdlog::info("done in {:.1f} s; run directory {}", std::chrono::duration<double>(Clock::now() - run_start).count(),
-               run_dir.string());
+  if (run.leader()) {
+    spdlog::info("done in {:.1f} s; run directory {}", std::chrono::duration<double>(Clock::now() - run_start).count(),
+                 run_dir.string());
+  }
   return run_dir;
 }
 

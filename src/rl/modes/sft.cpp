@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
+#include <thread>
 
+#include "comm/gradient_sync.h"
 #include "comm/mpi.h"
 #include "io/prompt_dataset.h"
 #include "rl/checkpoint/run_checkpoint.h"
@@ -24,15 +27,32 @@ namespace rlcpp {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-void refuse_several_processes(const std::string& command) {
-  if (launched_by_mpi() && mpi_world()->size() > 1) {
-    throw_user_error("rlcpp {} runs in one process (data, tensor and pipeline parallelism are not offered for it yet): "
-                     "start it without mpirun, or with -np 1", command);
+std::shared_ptr<Communicator> supervised_group(const RunConfig& c, const std::string& command) {
+  if (!launched_by_mpi() || mpi_world()->size() == 1) return nullptr;
+  auto world = mpi_world();
+  if (c.train.train_batch_size < world->size()) {
+    throw_user_error("rlcpp {} under mpirun with {} processes: -tbs {} gives some of them no example; each step's "
+                     "-tbs examples are dealt over the processes, so give -tbs >= {}", command, world->size(),
+                     c.train.train_batch_size, world->size());
+  }
+  return world;
+}
+
+void run_or_end_job(const std::function<void()>& fn) {
+  if (!launched_by_mpi() || mpi_world()->size() == 1) return fn();
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    auto world = mpi_world();
+    const bool user = dynamic_cast<const UserError*>(&e) != nullptr;
+    std::cerr << fmt::format("[rank {}] {}: {}\n", world->rank(), user ? "error" : "internal error", e.what()) << std::flush;
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // the launcher forwards the line before the job ends
+    world->abort(user ? 2 : 3);
   }
 }
 
 SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::shared_ptr<Transformer> model, int64_t n_examples,
-                             TrainerConfig trainer_config)
+                             TrainerConfig trainer_config, std::shared_ptr<Communicator> group)
     : trainer(model, nullptr,
               [&] {
                 trainer_config.loss.kl_coef = 0;
@@ -42,39 +62,69 @@ SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::share
                 return trainer_config;
               }()),
       cursor(n_examples, c.runtime.seed, /*shuffle=*/true),
-      log(plan.run_dir, c, plan.resume_from ? std::optional(plan.first_step() - 1) : std::nullopt),
       c_(c),
       plan_(plan),
-      model_(std::move(model)) {
+      model_(std::move(model)),
+      group_(std::move(group)) {
+  if (group_ != nullptr) {
+    auto reducer_group = group_;
+    trainer.set_gradient_reducer([reducer_group](const std::vector<torch::Tensor>& params) {
+      all_reduce_gradients(*reducer_group, params, kGradientBucketBytes);
+    });
+  }
   if (plan.resume_from) {
     load_checkpoint_optimizer(*plan.resume_from, trainer);
     trainer.restore_steps(plan.saved.optimizer_steps);
     cursor.restore(plan.saved.data_cursor);
-    spdlog::info("resuming from {} (step {})", plan.resume_from->string(), plan.saved.step);
+    if (leader()) spdlog::info("resuming from {} (step {})", plan.resume_from->string(), plan.saved.step);
   }
-  write_file_atomic(plan.run_dir / "config.yaml", run_config_yaml(c));
+  if (leader()) {
+    log_.emplace(plan.run_dir, c, plan.resume_from ? std::optional(plan.first_step() - 1) : std::nullopt);
+    write_file_atomic(plan.run_dir / "config.yaml", run_config_yaml(c));
+    if (group_ != nullptr) {
+      spdlog::info("data parallelism: {} processes, each step's {} examples dealt over them", group_->size(),
+                   c.train.train_batch_size);
+    }
+  }
 }
 
 std::vector<int64_t> SupervisedRun::next_batch() {
   std::vector<int64_t> batch;
-  for (int64_t k = 0; k < c_.train.train_batch_size; ++k) batch.push_back(cursor.next());
+  for (int64_t k = 0; k < c_.train.train_batch_size; ++k) {
+    const int64_t index = cursor.next();  // every process walks the whole order, keeping its share
+    if (group_ == nullptr || k % group_->size() == group_->rank()) batch.push_back(index);
+  }
   return batch;
 }
 
+std::vector<double> SupervisedRun::sum(std::vector<double> values) const {
+  if (group_ == nullptr || values.empty()) return values;
+  auto t = torch::tensor(values, torch::kFloat64);
+  group_->all_reduce_sum(t);
+  std::copy(t.data_ptr<double>(), t.data_ptr<double>() + t.numel(), values.begin());
+  return values;
+}
+
+void SupervisedRun::write(const nlohmann::ordered_json& line, int64_t total_steps, const std::string& console) {
+  if (log_) log_->write(line, total_steps, console);
+}
+
 fs::path SupervisedRun::save(int64_t step) {
+  if (!leader()) return {};
   trace::write();
   CheckpointState state;
   state.step = step;
   state.policy_version = trainer.n_steps();
   state.data_cursor = cursor.state();
   state.optimizer_steps = trainer.n_steps();
+  state.num_trainers = group_ != nullptr ? group_->size() : 1;
   return save_run_checkpoint(c_, plan_.run_dir, step, *model_, trainer.optimizer(), to_json(state));
 }
 
 fs::path run_sft(const RunConfig& c) {
   const auto run_start = Clock::now();
-  refuse_several_processes("sft");
-  RunPlan plan = plan_run(c);
+  const auto group = supervised_group(c, "sft");
+  RunPlan plan = shared_plan(c, group.get());
   const fs::path& run_dir = plan.run_dir;
   const auto& resume_from = plan.resume_from;
   auto tokenizer = Tokenizer::from_dir(c.model.path);
@@ -107,17 +157,27 @@ fs::path run_sft(const RunConfig& c) {
 
   const int64_t n = static_cast<int64_t>(examples.size());
   const int64_t total_steps = plan.total_steps = run_total_steps(c, n, c.train.train_batch_size);
-  SupervisedRun run(c, plan, policy, n);
+  SupervisedRun run(c, plan, policy, n, {}, group);
   const int64_t first_step = plan.first_step();
-  spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model.path, c.runtime.dataset, n, n_learned,
-               first_step, total_steps, c.train.train_batch_size);
-  start_profile(c.logging, 0, "rlcpp sft");
+  if (run.leader()) {
+    spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model.path, c.runtime.dataset, n,
+                 n_learned, first_step, total_steps, c.train.train_batch_size);
+  }
+  start_profile(c.logging, group != nullptr ? group->rank() : 0, "rlcpp sft");
   for (int64_t step = first_step; step <= total_steps; ++step) {
     trace::Span step_span("step");
     const auto step_start = Clock::now();
     std::vector<SftSample> batch;
-    for (const int64_t k : run.next_batch()) batch.push_back(examples[static_cast<size_t>(k)]);
-    auto m = run.trainer.sft_step(batch).values;
+    double tokens = 0;
+    for (const int64_t k : run.next_batch()) {
+      batch.push_back(examples[static_cast<size_t>(k)]);
+      for (size_t t = 1; t < batch.back().loss_mask.size(); ++t) tokens += batch.back().loss_mask[t];
+    }
+    const double global_tokens = run.sum({tokens})[0];  // each process's loss is its share of the step's
+    auto m = run.trainer.sft_step(batch, global_tokens).values;
+    const auto shares = run.sum({m["loss"], m["n_tokens"]});
+    m["loss"] = shares[0];
+    m["n_tokens"] = shares[1];
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     nlohmann::ordered_json line;
     line["step"] = step;
@@ -128,13 +188,15 @@ fs::path run_sft(const RunConfig& c) {
     line["lr"] = m["lr"];
     line["optimizer_steps"] = run.trainer.n_steps();
     line["time"] = {{"train", seconds}, {"total", seconds}};
-    run.log.write(line, total_steps,
+    run.write(line, total_steps,
                   fmt::format("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps,
                               run.cursor.epoch(), m["loss"], m["grad_norm"], m["lr"], seconds));
     if (checkpoint_due(c.logging, step, total_steps)) run.save(step);
   }
-  spdlog::info("done in {:.1f} s; run directory {}",
-               std::chrono::duration<double>(Clock::now() - run_start).count(), run_dir.string());
+  if (run.leader()) {
+    spdlog::info("done in {:.1f} s; run directory {}", std::chrono::duration<double>(Clock::now() - run_start).count(),
+                 run_dir.string());
+  }
   return run_dir;
 }
 

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 
+#include "comm/communicator.h"
 #include "io/prompt_dataset.h"
 #include "rl/config/run_config.h"
 #include "rl/run/run_state.h"
@@ -14,31 +17,44 @@
 
 namespace rlcpp {
 
-// The one-process trainings refuse to run as several copies under mpirun (they would write one run
-// directory over each other); `command` names the command in the error.
-void refuse_several_processes(const std::string& command);
+// The data-parallel group of `rlcpp sft` and `rlcpp train-rm` under mpirun: every process a
+// trainer, each taking its share of every step's -tbs examples (nullptr in one process). Fewer
+// examples a step than processes is a UserError naming -tbs.
+std::shared_ptr<Communicator> supervised_group(const RunConfig& config, const std::string& command);
+// Runs `fn`; under mpirun with several processes, an error on any of them is printed and ends the
+// whole job (exit 2 for a UserError), so no process is left waiting in a collective.
+void run_or_end_job(const std::function<void()>& fn);
 
-// What the one-process trainings (`rlcpp sft`, `rlcpp train-rm`) share around their steps: the
+// What the supervised trainings (`rlcpp sft`, `rlcpp train-rm`) share around their steps: the
 // trainer over `model` (no KL; the LR schedule over the plan's total steps unless set; its
 // optimizer and step count restored on resume), the shuffled cursor over `n_examples` (restored),
-// the run's config.yaml and its metrics log.
+// the run's config.yaml and its metrics log. With `group` (data parallelism), each process takes
+// its share of each step's examples and the trainer's gradients are summed over the group; rank 0
+// alone writes the log and the checkpoints.
 class SupervisedRun {
  public:
   SupervisedRun(const RunConfig& c, const RunPlan& plan, std::shared_ptr<Transformer> model, int64_t n_examples,
-                TrainerConfig trainer_config = {});
-  // The next -tbs examples' indices in the data order.
+                TrainerConfig trainer_config = {}, std::shared_ptr<Communicator> group = nullptr);
+  // This process's share of the next -tbs examples' indices in the data order (all of them alone).
   std::vector<int64_t> next_batch();
-  // Writes checkpoint step-`step` (the model, the optimizer, the cursor); returns its directory.
+  // The sum of `values` over the group (themselves alone): global counts and metric shares.
+  std::vector<double> sum(std::vector<double> values) const;
+  bool leader() const { return group_ == nullptr || group_->rank() == 0; }
+  // A metrics line (rank 0 alone writes it).
+  void write(const nlohmann::ordered_json& line, int64_t total_steps, const std::string& console);
+  // Writes checkpoint step-`step` (the model, the optimizer, the cursor) on rank 0 and returns its
+  // directory; the other ranks return an empty path.
   std::filesystem::path save(int64_t step);
 
   Trainer trainer;
   DatasetCursor cursor;
-  RunLog log;
 
  private:
   const RunConfig& c_;
   const RunPlan& plan_;
   std::shared_ptr<Transformer> model_;
+  std::shared_ptr<Communicator> group_;
+  std::optional<RunLog> log_;  // on rank 0
 };
 
 // Runs SFT: train_batch_size chats per optimizer step, train_microbatch_size per forward/backward,

@@ -155,6 +155,16 @@ RunPlan decode_plan(const std::string& bytes) {
 
 }  // namespace
 
+RunPlan shared_plan(const RunConfig& c, Communicator* group) {
+  if (group == nullptr || group->size() == 1) return plan_run(c);
+  const bool leader = group->rank() == 0;
+  RunPlan plan;
+  if (leader) plan = plan_run(c);
+  std::string bytes = leader ? encode_plan(plan) : std::string();
+  group->broadcast_bytes(bytes, 0);
+  return leader ? plan : decode_plan(bytes);
+}
+
 namespace {
 
 ModelOptions run_model_options(const RunConfig& c, bool frozen, std::shared_ptr<Communicator> tp_group,

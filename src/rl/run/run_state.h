@@ -79,6 +79,9 @@ struct RunPlan {
 // The run directory (created), and the checkpoint a run continues from (checked for settings that
 // may not change on resume). total_steps is left for the caller, which knows its dataset.
 RunPlan plan_run(const RunConfig& config);
+// plan_run on rank 0 of `group`, sent to its other ranks (each receives rank 0's plan); plan_run
+// alone without a group.
+RunPlan shared_plan(const RunConfig& config, Communicator* group);
 
 // What a trainer works with. The dataset and cursor exist only where prompts are picked (the
 // colocated run, trainer rank 0).
