@@ -6,7 +6,8 @@
 # - -t 1 -i 1 under mpirun takes the colocated run's steps (the critic on the trainer rank), two
 #   data-parallel trainers (-t 2 -i 2) train and save one critic, and under ZeRO-3 its shards are
 #   checkpointed and resumed bit for bit;
-# - the critic from a reward model (-rt model), the KL in the reward, LoRA on the policy;
+# - the critic from a reward model (-rt model), the KL in the reward, LoRA on the policy; multi-turn
+#   episodes with a tool, rollout servers, partial rollouts;
 # - bad combinations refused by name before any work.
 # Usage: test_ppo.sh RLCPP_BINARY SOURCE_DIR [MPIEXEC]
 set -uo pipefail
@@ -108,6 +109,28 @@ assert len(rows) == 2 and all(r["critic"]["grad_norm"] > 0 for r in rows)
 assert all(r.get("kl", 0) == 0 for r in rows), [r.get("kl") for r in rows]
 log = open(sys.argv[2]).read()
 assert "critic: runs/rm/step-2," in log, log[-2000:]
+PY
+
+# 4b. With the other rollout paths: multi-turn episodes with a tool (GAE passes over the inserted
+#     tokens), rollout servers (-b openai against rlcpp serve) with LoRA, and partial rollouts that
+#     take new weights mid-sequence under a staleness bound.
+pids=()
+cleanup_extra() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; }
+OMP_NUM_THREADS=1 timeout 300 "$rlcpp" train -m "$src/models/tools-tiny" -d "$src/examples/tools/train.jsonl" -a PPO -rt boxed \
+  --tools calculator --max-turns 3 -g 4 -tbs 4 -tMbs 4 -tmbs 16 -temp 1.0 --mnt 64 --seed 3 -sd runs -p tools -rsd rollouts \
+  --max-steps 2 > tools.log 2>&1 || { bad "PPO with a tool:"; tail -5 tools.log; }
+start_server serve.log --model "$model" && pids+=("$server_pid") || { bad "rlcpp serve starts"; cat serve.log; }
+ppo remote --max-steps 2 -b openai --rollout-url "$server_url" --lora-rank 4
+run_mpi 2 "${common[@]}" -tbs 4 -p partial --max-steps 3 -t 1 -i 1 -nb 1 --partial-rollout --max-staleness 1 --tis-cap 2 \
+  --lora-rank 4 > partial.log 2>&1 || { bad "PPO with partial rollouts:"; tail -10 partial.log; }
+python3 - runs rollouts/tools <<'PY' && ok "PPO with a tool (multi-turn), with rollout servers and LoRA, with partial rollouts" || bad "PPO with the other rollout paths"
+import glob, json, sys
+for run, steps in (("tools", 2), ("remote", 2), ("partial", 3)):
+    rows = [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl")]
+    assert len(rows) == steps and all(r["critic"]["grad_norm"] > 0 for r in rows), (run, rows)
+rows = [json.loads(l) for f in glob.glob(sys.argv[2] + "/**/*.jsonl", recursive=True) for l in open(f)]
+episodes = [s.get("episode") or {} for r in rows for s in (r.get("samples") or [r])]
+assert any(e.get("inserted_tokens", 0) > 0 for e in episodes), "no sample called the tool"
 PY
 
 # 5. Refused by name before any work.
