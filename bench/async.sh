@@ -2,7 +2,8 @@
 # bench/async: one workload, one trainer and one rollout worker (mpirun -np 2, -t 1 -i 1), run
 # synchronously (-nb 0), with the next round generated ahead (-nb 1), and with partial rollouts
 # (--partial-rollout: switches fixed by the schedule, every 8 engine steps, asap, and with the cache
-# recomputed). The workload has a tail of response lengths: sampled hot (-temp 1.6) on the demo's
+# recomputed), and partial rollouts with a checkpoint every step, the round ahead cut at each
+# checkpoint's version (--checkpoint-round cut) or collected whole first (collect). The workload has a tail of response lengths: sampled hot (-temp 1.6) on the demo's
 # arithmetic model, most answers end in about 20 tokens and a few run to -mnt 48.
 # Prints per mode: samples trained per second, each role's idle fraction (from the ranks' traces:
 # the trainer waiting for rollouts, the worker waiting for its round to be collected or for
@@ -25,7 +26,8 @@ args=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -a GRPO -
       -temp 1.6 --mnt "$mnt" -lr 5e-5 --max-steps "$steps" -sd "$work/runs" --si 0 -t 1 -i 1)
 modes=("sync|-nb 0" "nb1|-nb 1" "partial|-nb 1 --partial-rollout" "partial-i8|-nb 1 --partial-rollout --switch-interval 8"
        "partial-asap|-nb 1 --partial-rollout --async-switch asap"
-       "partial-recompute|-nb 1 --partial-rollout --switch-interval 8 --partial-kv recompute")
+       "partial-recompute|-nb 1 --partial-rollout --switch-interval 8 --partial-kv recompute"
+       "ckpt-cut|-nb 1 --partial-rollout --si 1" "ckpt-collect|-nb 1 --partial-rollout --si 1 --checkpoint-round collect")
 
 report() {  # NAME: figures from metrics.jsonl and the two ranks' traces
   python3 - "$1" "$work/runs/$1/metrics.jsonl" "$work/prof/$1" <<'PY'
@@ -44,7 +46,8 @@ first_step_end = min(e["ts"] + e["dur"] for e in trainer if e["name"] == "step")
 after = lambda evs: [e for e in evs if e["ts"] >= first_step_end]
 span_after = (max(e["ts"] + e["dur"] for e in trainer + worker) - first_step_end) / 1e6
 samples = sum(r.get("kept_samples", r["kept_groups"] * 8) for r in rows[1:])
-trainer_idle = total(after(trainer), "collect_rollouts") / span_after
+# (a checkpoint's wait for the round ahead: collected whole, or cut at its version)
+trainer_idle = (total(after(trainer), "collect_rollouts") + total(after(trainer), "wait_cut")) / span_after
 # The rounds that start after the first step, and the waits inside them.
 rounds = [e for e in after(worker) if e["name"] == "round"]
 inside = [e for e in worker if rounds and e["ts"] >= min(r["ts"] for r in rounds)]

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine_requests.h"
 #include "test_util.h"
 #include "trainer_logprobs.h"
 #include "text/tokenizer.h"
@@ -18,42 +19,10 @@
 #include "util/threads.h"
 
 using namespace rlcpp;
+using rlcpp::testing::expect_same;
+using rlcpp::testing::mixed_requests;
+using rlcpp::testing::small_engine;
 
-namespace {
-
-std::vector<GenerationRequest> mixed_requests(int64_t vocab, double temperature, int64_t max_new, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<GenerationRequest> requests;
-  for (int64_t len : {1, 5, 17, 33, 8}) {
-    GenerationRequest r;
-    for (int64_t k = 0; k < len; ++k) r.prompt_ids.push_back(static_cast<int32_t>(rng() % vocab));
-    r.params.temperature = temperature;
-    r.params.max_new_tokens = max_new;
-    r.n = len % 2 == 1 ? 3 : 1;  // groups and singles
-    r.seed = rng();
-    requests.push_back(r);
-  }
-  return requests;
-}
-
-void expect_same(const std::vector<GeneratedSample>& a, const std::vector<GeneratedSample>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t k = 0; k < a.size(); ++k) {
-    EXPECT_EQ(a[k].request, b[k].request) << what;
-    EXPECT_EQ(a[k].sample, b[k].sample) << what;
-    EXPECT_EQ(a[k].token_ids, b[k].token_ids) << what << " sample " << k;
-    EXPECT_EQ(a[k].finish_reason, b[k].finish_reason) << what;
-  }
-}
-
-EngineConfig small_engine(int64_t n_blocks = 256, int64_t block_size = 4) {
-  EngineConfig c;
-  c.n_blocks = n_blocks;
-  c.block_size = block_size;
-  return c;
-}
-
-}  // namespace
 
 TEST(Engine, GreedyMatchesEagerReference) {
   for (const auto& dir : rlcpp::testing::fixture_dirs()) {
@@ -267,64 +236,6 @@ TEST(Engine, StopTokensStopStringsAndVersion) {
   }
   engine.load_weights(model->named_weights(), 7);
   EXPECT_EQ(engine.generate({r})[0].policy_version, 7);
-}
-
-// Partial rollouts: weights taken between steps (Engine::set_step_hook) reach the running
-// sequences. Each token records the version that sampled it; the tokens before the switch are
-// those of a run without one; with the cache recomputed each later token's log-prob is the trainer's
-// on the new weights (1e-5), and with the cache kept it is not (the old weights' keys and values).
-TEST(Engine, WeightSwitchInTheMiddleOfSequences) {
-  for (const auto& dir : rlcpp::testing::fixture_dirs()) {
-    SCOPED_TRACE(dir.string());
-    torch::NoGradGuard no_grad;
-    auto updated = Transformer::from_pretrained(dir);
-    torch::manual_seed(5);
-    for (auto& [name, w] : updated->named_weights()) w.add_(torch::randn_like(w) * 0.05);
-    NamedTensors new_weights;
-    for (const auto& [name, w] : updated->named_weights()) new_weights.emplace_back(name, w.clone());
-    auto requests = mixed_requests(updated->config().vocab_size, 0.8, 16, 3);
-    Engine plain_engine(Transformer::from_pretrained(dir), small_engine());
-    const auto plain = plain_engine.generate(requests);
-    for (bool recompute : {false, true}) {
-      SCOPED_TRACE(recompute ? "recompute" : "keep");
-      Engine engine(Transformer::from_pretrained(dir), small_engine());
-      int64_t step = 0;
-      engine.set_step_hook(
-          [&] {
-            if (step++ == 5) {
-              engine.update_weights(new_weights);
-              engine.set_version(1);
-            }
-          },
-          recompute);
-      const auto out = engine.generate(requests);
-      ASSERT_EQ(out.size(), plain.size());
-      EXPECT_EQ(engine.last_stats().scheduler.n_recomputed > 0, recompute);
-      double worst = 0, largest = 0;
-      for (size_t k = 0; k < out.size(); ++k) {
-        const auto& s = out[k];
-        EXPECT_EQ(s.policy_version, 0);
-        ASSERT_EQ(s.version_changes.size(), 1u);
-        const auto start = static_cast<size_t>(s.version_changes[0].start);
-        EXPECT_EQ(s.version_changes[0].version, 1);
-        ASSERT_GE(start, 1u);
-        ASSERT_LT(start, s.token_ids.size());
-        EXPECT_EQ(std::vector<int32_t>(s.token_ids.begin(), s.token_ids.begin() + static_cast<long>(start)),
-                  std::vector<int32_t>(plain[k].token_ids.begin(), plain[k].token_ids.begin() + static_cast<long>(start)));
-        const auto trainer = rlcpp::testing::trainer_logprobs(
-            *updated, requests[static_cast<size_t>(s.request)].prompt_ids, s.token_ids, 0.8);
-        for (size_t t = start; t < s.token_ids.size(); ++t) {
-          const double d = std::abs(trainer[t] - s.logprobs[t]);
-          (recompute ? worst : largest) = std::max(recompute ? worst : largest, d);
-        }
-      }
-      if (recompute) {
-        EXPECT_LT(worst, 1e-5);
-      } else {
-        EXPECT_GT(largest, 1e-4);  // the kept cache is the old weights'
-      }
-    }
-  }
 }
 
 TEST(Scheduler, BlockAccountingUnderRandomLoad) {

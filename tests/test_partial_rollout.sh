@@ -4,15 +4,17 @@
 #     samples hold tokens of two versions, and their tokens are fresher on average than -nb 1's;
 #   - switch points fixed by the schedule: two runs are equal bit for bit (metrics, staleness,
 #     weights), every sync verified by hash on the worker;
-#   - kill -9 of the rollout worker, or of the trainer, after a checkpoint: --resume auto then ends
-#     with the weights and metrics of the run never killed;
+#   - a checkpoint cuts the round ahead at its version and saves it in flight (the worker's samples
+#     as far as they got); kill -9 of the rollout worker, or of the trainer, after a checkpoint:
+#     --resume auto goes on from it and ends with the weights and metrics of the run never killed;
 #   - LoRA, ZeRO-3 over two trainers, a tensor-parallel trainer (each also under --max-staleness,
 #     finishing or dropping), a tensor-parallel engine,
 #     --async-switch asap and --partial-kv recompute with two workers run (and mix versions);
 #   - --max-staleness K down to the bound of rounds not generated ahead, K = 0, 1, 2: no trained
 #     sample or token more than K versions behind; with --stale-policy drop the round ahead starts
 #     from the versions the bound allows (nothing dropped), with finish tokens over it are kept as
-#     context only (counted), and a run killed and resumed ends as the one never killed;
+#     context only (counted), and a run killed and resumed ends as the one never killed (with
+#     --checkpoint-round collect: the round ahead collected whole at a checkpoint);
 #   - the combinations partial rollouts cannot take are refused, naming the flags.
 # Usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC
 set -uo pipefail
@@ -84,6 +86,23 @@ for rank in 1 0; do
   fi
 done
 
+# The checkpoint in the middle of a round (step-3) holds the round generating ahead as the worker
+# cut it at the checkpoint's version (--checkpoint-round cut, the default): samples unfinished with
+# the tokens they had, nothing collected; the kills above resumed from it exactly.
+python3 - runs/partial/step-3/trainer_state/state.json <<'PY' && ok partial-checkpoint-holds-round-in-flight || bad partial-checkpoint-holds-round-in-flight
+import json, sys
+state = json.load(open(sys.argv[1]))
+r = state["round"]
+assert r["collected"] is None and len(r["in_flight"]) == 1, r.keys()
+cut = r["in_flight"][0]
+samples = cut["progress"]["samples"]
+going_on = [s for s in samples if not s["done"]]
+print(f"     step-3: {len(samples)} samples in flight, {len(going_on)} unfinished with "
+      f"{sum(len(s['tokens']) for s in going_on)} tokens; cut after version {cut['taken']} of {cut['switches']['cuts']}")
+assert going_on and all(s["tokens"] for s in going_on) and cut["taken"] in cut["switches"]["cuts"]
+assert len(state["in_flight_prompts"]) == 2
+PY
+
 # The bound K held: no trained sample or token more than K versions behind; under drop nothing
 # masked or dropped, under finish some tokens kept as context only.
 check_bound() {  # NAME K POLICY
@@ -126,12 +145,14 @@ run_mpi 3 "${common[@]}" -t 1 -i 2 --rollout-tp 2 -nb 1 --partial-rollout --veri
 # --max-staleness under partial rollouts: rounds of two steps (K >= 1) or of one (K >= 0).
 run_mpi 2 "${rounds[@]}" -ibs 1 -t 1 -i 1 -nb 1 --partial-rollout --max-staleness 0 -p k0-drop > k0-drop.log 2>&1 && check_bound k0-drop 0 drop \
   && ok partial-max-staleness-0 || { bad partial-max-staleness-0; tail -3 k0-drop.log; }
-finish=("${partial[@]}" --max-staleness 1 --stale-policy finish)
+# (and --checkpoint-round collect: the trainers collect the round ahead whole at a checkpoint)
+finish=("${partial[@]}" --max-staleness 1 --stale-policy finish --checkpoint-round collect)
 run_mpi 2 "${finish[@]}" -p k1-finish > k1-finish.log 2>&1 && check_bound k1-finish 1 finish \
   && ok partial-max-staleness-1-finish || { bad partial-max-staleness-1-finish; tail -3 k1-finish.log; }
 run_mpi 2 "${partial[@]}" --max-staleness 2 -p k2-drop > k2-drop.log 2>&1 && check_bound k2-drop 2 drop \
   && ok partial-max-staleness-2 || { bad partial-max-staleness-2; tail -3 k2-drop.log; }
-# The tokens kept as context are in the checkpoint's buffers: a worker killed after step-3, resumed.
+# The tokens kept as context are in the checkpoint's buffers (the round ahead collected into them):
+# a worker killed after step-3, resumed.
 kill_rank_after k1-killed 2 1 3 "${finish[@]}"
 run_mpi 2 "${finish[@]}" -p k1-killed --resume auto > k1-killed-resume.log 2>&1
 same_run k1-finish k1-killed && ok stale-finish-resume-exact || { bad stale-finish-resume-exact; tail -3 k1-killed-resume.log; }

@@ -217,6 +217,60 @@ TEST(PromptPick, SurvivesItsJsonForm) {
   EXPECT_EQ(back.id, p.id);
 }
 
+// A round cut at a checkpoint, as the checkpoint keeps it: every sample's tokens, log-probs, top
+// log-probs, text, finish, versions and pieces, and the weight switches with their cuts.
+TEST(RoundProgress, SurvivesItsJsonFormExactly) {
+  RoundProgress p;
+  p.calls_started = 2;
+  for (int k = 0; k < 3; ++k) {
+    RoundProgress::Piece piece;
+    GeneratedSample& g = piece.sample.out;
+    g.token_ids.assign(static_cast<size_t>(k), 40 + k);
+    g.logprobs.assign(static_cast<size_t>(k), -0.1f * static_cast<float>(k) - 1e-7f);
+    if (k == 2) g.top_logprobs = {{{3, -0.5f}, {4, -1.25f}}, {{5, -0.3333333f}}};
+    g.text = "t\u00e9" + std::to_string(k);
+    g.finish_reason = k == 1 ? FinishReason::kAbort : FinishReason::kStop;
+    g.policy_version = 7 + k;
+    if (k == 2) g.version_changes = {{1, 10}};
+    piece.sample.pieces = k;
+    piece.done = k != 1;
+    p.samples.push_back(piece);
+  }
+  const auto back = round_progress_from_json(nlohmann::json::parse(to_json(p).dump()), "test");
+  EXPECT_EQ(back.calls_started, 2);
+  ASSERT_EQ(back.samples.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    const auto &a = p.samples[k], &b = back.samples[k];
+    EXPECT_EQ(a.sample.out.token_ids, b.sample.out.token_ids);
+    EXPECT_EQ(a.sample.out.logprobs, b.sample.out.logprobs);
+    ASSERT_EQ(a.sample.out.top_logprobs.size(), b.sample.out.top_logprobs.size());
+    for (size_t t = 0; t < a.sample.out.top_logprobs.size(); ++t) {
+      for (size_t e = 0; e < a.sample.out.top_logprobs[t].size(); ++e) {
+        EXPECT_EQ(a.sample.out.top_logprobs[t][e].token, b.sample.out.top_logprobs[t][e].token);
+        EXPECT_EQ(a.sample.out.top_logprobs[t][e].logprob, b.sample.out.top_logprobs[t][e].logprob);
+      }
+    }
+    EXPECT_EQ(a.sample.out.text, b.sample.out.text);
+    EXPECT_EQ(a.sample.out.finish_reason, b.sample.out.finish_reason);
+    EXPECT_EQ(a.sample.out.policy_version, b.sample.out.policy_version);
+    EXPECT_EQ(a.sample.out.version_changes, b.sample.out.version_changes);
+    EXPECT_EQ(a.sample.pieces, b.sample.pieces);
+    EXPECT_EQ(a.done, b.done);
+  }
+  WeightSwitches w;
+  w.during_round = true;
+  w.start_after = 1;
+  w.at = {4, 8};
+  w.cuts = {2};
+  const auto wb = switches_from_json(nlohmann::json::parse(to_json(w).dump()));
+  EXPECT_EQ(wb.at, w.at);
+  EXPECT_EQ(wb.cuts, w.cuts);
+  EXPECT_EQ(wb.start_after, 1);
+  EXPECT_TRUE(wb.during_round);
+  EXPECT_FALSE(wb.asap);
+  EXPECT_THROW(round_progress_from_json(nlohmann::json{{"calls_started", 1}}, "test"), InternalError);
+}
+
 TEST(RelayBuffer, RelaysTheLastStepsGroupsAfterTheOffset) {
   StalenessOptions c;
   c.max_relay_episode = 2;

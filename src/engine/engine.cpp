@@ -356,6 +356,7 @@ std::vector<StepToken> GenerationLoop::step() {
       engine_.refresh_copy();
       if (engine_.recompute_on_switch_) scheduler_.drop_cache();
     }
+    if (engine_.cut_) return out;  // the caller ends the call here
   }
   ScheduledBatch batch = scheduler_.schedule();
   const auto step_start = std::chrono::steady_clock::now();
@@ -463,8 +464,15 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
   for (const auto& r : requests) loop.add(r);  // each checked (a UserError) before any step runs
   int64_t n_sequences = 0;
   for (const auto& r : requests) n_sequences += r.n;
+  cut_ = last_cut_ = false;
   while (!loop.idle()) {
     loop.step();
+    if (cut_) {  // the step hook cut the call: what is unfinished ends here, with its tokens
+      for (size_t r = 0; r < requests.size(); ++r) loop.cancel(static_cast<int64_t>(r));
+      cut_ = false;
+      last_cut_ = true;
+      break;
+    }
     progress::phase("generate", n_sequences - loop.n_unfinished(), n_sequences,
                     fmt::format("seqs {:.0f} tok/s", static_cast<double>(loop.stats().n_generated_tokens) /
                                                          std::max(loop.stats().seconds, 1e-9)));
@@ -502,7 +510,9 @@ std::vector<GeneratedSample> Engine::generate_turns(const std::vector<Generation
   int64_t n_sequences = 0;
   for (const auto& r : requests) n_sequences += r.n;
   int64_t steps = 0;
+  cut_ = last_cut_ = false;
   for (;;) {
+    RLCPP_CHECK(!cut_, "a multi-turn generation was cut: only single-turn rounds are cut at a checkpoint");
     if (loop.idle()) {
       if (waiting.empty()) break;
       steps = std::max(steps, waiting.front().due);  // nothing else to run until the next answer is due

@@ -110,6 +110,11 @@ class Engine : public RolloutBackend {
     step_hook_ = std::move(hook);
     recompute_on_switch_ = recompute;
   }
+  // Called from the step hook: the generate call stops before this step, every unfinished sample
+  // ending with FinishReason::kAbort and the tokens it has (a checkpoint cuts a partial rollout's
+  // round there; its samples go on as requests of their own). Its results then say cut().
+  void cut_generation() { cut_ = true; }
+  bool cut() const override { return last_cut_; }
   const EngineStats& last_stats() const { return stats_; }
   const EngineConfig& config() const { return config_; }
   // The model generation runs: the given one, or the engine's copy in weights_dtype.
@@ -141,6 +146,7 @@ class Engine : public RolloutBackend {
   std::function<void()> step_hook_;
   std::function<void(const std::string&)> follower_hook_;
   bool recompute_on_switch_ = false;
+  bool cut_ = false, last_cut_ = false;  // cut_generation asked for, and the last generate cut
   EngineStats stats_;
 };
 

@@ -108,3 +108,52 @@ std::vector<GeneratedSample> RolloutBackend::generate_turns(const std::vector<Ge
 }
 
 }  // namespace rlcpp
+
+namespace rlcpp {
+
+void PiecedSample::append(GeneratedSample piece) {
+  const auto before = static_cast<int64_t>(out.token_ids.size());
+  // The piece's versions per token: its first token's, then its own changes, each kept only where
+  // it differs from the version the sample's tokens so far end with.
+  auto add_version = [&](int64_t start, int64_t version) {
+    if (before + start == 0) {
+      out.policy_version = version;
+      return;
+    }
+    const int64_t current = out.version_changes.empty() ? out.policy_version : out.version_changes.back().version;
+    if (version != current) out.version_changes.push_back({before + start, version});
+  };
+  if (!piece.token_ids.empty()) {
+    add_version(0, piece.policy_version);
+    for (const auto& change : piece.version_changes) add_version(change.start, change.version);
+  } else if (before == 0 && pieces == 0) {
+    out.policy_version = piece.policy_version;
+  }
+  out.token_ids.insert(out.token_ids.end(), piece.token_ids.begin(), piece.token_ids.end());
+  if (!piece.logprobs.empty() || !out.logprobs.empty()) {  // none from a backend that gives none
+    out.logprobs.resize(static_cast<size_t>(before), 0.0F);
+    piece.logprobs.resize(piece.token_ids.size(), 0.0F);
+    out.logprobs.insert(out.logprobs.end(), piece.logprobs.begin(), piece.logprobs.end());
+  }
+  if (!piece.top_logprobs.empty() || !out.top_logprobs.empty()) {
+    out.top_logprobs.resize(static_cast<size_t>(before));
+    for (auto& top : piece.top_logprobs) out.top_logprobs.push_back(std::move(top));
+    out.top_logprobs.resize(out.token_ids.size());
+  }
+  out.text += piece.text;
+  out.finish_reason = piece.finish_reason;
+  ++pieces;
+}
+
+GenerationRequest PiecedSample::continuation(const GenerationRequest& original, int64_t limit) const {
+  GenerationRequest call;
+  call.prompt_ids = original.prompt_ids;
+  call.prompt_ids.insert(call.prompt_ids.end(), out.token_ids.begin(), out.token_ids.end());
+  call.params = original.params;
+  call.params.max_new_tokens = limit - static_cast<int64_t>(out.token_ids.size());
+  call.n = 1;
+  call.seed = sample_seed(sample_seed(original.seed, out.sample), pieces);
+  return call;
+}
+
+}  // namespace rlcpp

@@ -60,6 +60,23 @@ class RolloutBackend {
   // waiting for a turn in one generate call, turn k of sample s seeded from (seed, s, k); the
   // engine overrides it to continue sequences in place.
   virtual std::vector<GeneratedSample> generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler);
+  // Whether the last generate call was cut short (Engine::cut_generation): its samples that end
+  // with FinishReason::kAbort are to be continued (PiecedSample::continuation).
+  virtual bool cut() const { return false; }
+};
+
+// A sample generated in pieces, each a request continuing the whole sequence so far (a partial
+// rollout's chunks over rollout servers, a round cut at a checkpoint): the pieces' tokens,
+// log-probs and versions joined into one sample.
+struct PiecedSample {
+  GeneratedSample out;  // its request and sample are the caller's; policy_version -1 until a token
+  int64_t pieces = 0;   // pieces appended
+  // Appends the next piece (its versions, and any version change, kept per token).
+  void append(GeneratedSample piece);
+  // The request going on from it: `original`'s prompt with the response so far, one sample of at
+  // most `limit` response tokens in all, seeded from the original's seed, the sample and the
+  // pieces so far (the same continuation however often it is made).
+  GenerationRequest continuation(const GenerationRequest& original, int64_t limit) const;
 };
 
 // Whether a trajectory with `response` tokens so far can take `inserted` and still sample one

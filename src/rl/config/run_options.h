@@ -77,6 +77,10 @@ struct StalenessOptions {
   int64_t switch_interval = 0;
   bool switch_asap = false;
   bool recompute_kv = false;  // a sequence's cached keys and values recomputed on the new weights (else kept)
+  // Partial rollouts over rollout workers, single-turn: a checkpoint cuts the round ahead at the
+  // checkpoint's version and saves it in flight, the round going on from its sequences (true,
+  // "cut"); else the trainers collect the round whole before they save it ("collect").
+  bool cut_at_checkpoint = true;
 };
 
 // model: the model trained.

@@ -41,6 +41,14 @@ inline const EnumTable<bool>& partial_kv_modes() {
 }
 
 // What becomes of what --max-staleness no longer allows (--stale-policy).
+inline const EnumTable<bool>& checkpoint_round_modes() {
+  static const EnumTable<bool> table(
+      "checkpoint round", {{true, "cut", "the round generating ahead is cut at the checkpoint's version and saved in "
+                                         "flight; it goes on from its sequences, in the run and on resume"},
+                           {false, "collect", "the trainers wait for the round generating ahead and save it whole"}});
+  return table;
+}
+
 inline const EnumTable<bool>& stale_policies() {
   static const EnumTable<bool> table(
       "stale policy", {{false, "drop", "groups over the bound are dropped; a partial rollout's round ahead starts at "

@@ -13,8 +13,8 @@ std::string encode_control(const ControlMessage& m) {
   return pack_message({{"op", static_cast<int>(m.op)},
                        {"verify", m.verify},
                        {"picks", picks},
-                       {"switches", {{"during_round", m.switches.during_round}, {"asap", m.switches.asap},
-                                     {"start_after", m.switches.start_after}, {"at", m.switches.at}}}});
+                       {"switches", to_json(m.switches)},
+                       {"in_flight", m.in_flight}});
 }
 
 ControlMessage decode_control(const std::string& bytes) {
@@ -22,16 +22,13 @@ ControlMessage decode_control(const std::string& bytes) {
   ControlMessage m;
   try {
     const int op = j.at("op").get<int>();
-    RLCPP_CHECK(op >= static_cast<int>(ControlMessage::Op::kSync) && op <= static_cast<int>(ControlMessage::Op::kStop),
+    RLCPP_CHECK(op >= static_cast<int>(ControlMessage::Op::kSync) && op <= static_cast<int>(ControlMessage::Op::kResume),
                 "unknown control op {} from trainer rank 0", op);
     m.op = static_cast<ControlMessage::Op>(op);
     m.verify = j.at("verify").get<bool>();
     for (const auto& p : j.at("picks")) m.picks.push_back(pick_from_json(p));
-    const auto& switches = j.at("switches");
-    m.switches.during_round = switches.at("during_round").get<bool>();
-    m.switches.asap = switches.at("asap").get<bool>();
-    m.switches.start_after = switches.at("start_after").get<int64_t>();
-    m.switches.at = switches.at("at").get<std::vector<int64_t>>();
+    m.switches = switches_from_json(j.at("switches"));
+    m.in_flight = j.value("in_flight", nlohmann::json(nullptr));
   } catch (const nlohmann::json::exception& e) {
     throw InternalError(fmt::format("a malformed control message from trainer rank 0: {}", e.what()));
   }

@@ -13,24 +13,27 @@
 namespace rlcpp {
 
 // Message tags on the world communicator (the rollout channel and the weight sync use their own).
-enum ControlTag : int { kControlTag = 11, kHashTag = 12, kShareTag = 13 };
+enum ControlTag : int { kControlTag = 11, kHashTag = 12, kShareTag = 13, kInFlightTag = 14 };
 
 struct ControlMessage {
   enum class Op {
     kSync,   // receive the weights the leader is about to send (WeightSync); `verify`: send back their hash
     kRound,  // generate `picks` with the current weights (and `switches`) and deliver the round (RolloutChannel)
     kStop,   // the run is over
+    kResume, // a resumed run: go on with the round a checkpoint cut (`in_flight`, as the engine sent it) and deliver it
   };
   Op op = Op::kStop;
   bool verify = false;            // kSync
   std::vector<PromptPick> picks;  // kRound
   WeightSwitches switches;        // kRound: the versions it takes while it generates (partial rollouts)
+  nlohmann::json in_flight;       // kResume
 
-  static ControlMessage sync(bool verify) { return {Op::kSync, verify, {}, {}}; }
+  static ControlMessage sync(bool verify) { return {Op::kSync, verify, {}, {}, nullptr}; }
   static ControlMessage round(std::vector<PromptPick> picks, WeightSwitches switches = {}) {
-    return {Op::kRound, false, std::move(picks), std::move(switches)};
+    return {Op::kRound, false, std::move(picks), std::move(switches), nullptr};
   }
-  static ControlMessage stop() { return {Op::kStop, false, {}, {}}; }
+  static ControlMessage resume(nlohmann::json in_flight) { return {Op::kResume, false, {}, {}, std::move(in_flight)}; }
+  static ControlMessage stop() { return {Op::kStop, false, {}, {}, nullptr}; }
 };
 
 std::string encode_control(const ControlMessage& message);

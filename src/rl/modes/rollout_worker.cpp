@@ -10,6 +10,7 @@
 // the rest before it is delivered.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 
@@ -83,12 +84,7 @@ class WeightInbox {
     if (op == "hold") hold(m);
     else receive_now(m);
   }
-  // Every held version, oldest first: how many.
-  size_t take_held() {
-    size_t n = 0;
-    for (; !held_.empty(); ++n) take_one();
-    return n;
-  }
+  bool holding() const { return !held_.empty(); }
 
  private:
   struct Held {
@@ -152,6 +148,130 @@ class WeightInbox {
   bool tell_ = false;  // the engine's other ranks are serving: they follow what this rank does
 };
 
+// One round on the engine's first rank, fresh (kRound) or going on from where a checkpoint cut it
+// (kResume): the versions it takes (partial rollouts) and, at a checkpoint's version, the cut,
+// whose record goes to trainer 0 (the round then goes on, as a resumed run's does from it).
+class RoundRun {
+ public:
+  RoundRun(const RunConfig& c, const Topology& topo, Engine& engine, RolloutGenerator& generator, WeightInbox& inbox,
+           const ControlMessage& message)
+      : c_(c), topo_(topo), engine_(engine), generator_(generator), inbox_(inbox) {
+    if (message.op == ControlMessage::Op::kRound) {
+      switches_ = message.switches;
+      picks_ = message.picks;
+      return;
+    }
+    const nlohmann::json& j = message.in_flight;
+    try {
+      switches_ = switches_from_json(j.at("switches"));
+      for (const auto& p : j.at("picks")) picks_.push_back(pick_from_json(p));
+      taken_ = j.at("taken").get<int64_t>();
+      step_ = j.at("step").get<int64_t>();
+      const int64_t version = j.at("version").get<int64_t>();
+      RLCPP_CHECK(engine.version() == version, "a round cut at version {} resumed on an engine holding version {}",
+                  version, engine.version());
+      if (!j.at("progress").is_null()) progress_ = round_progress_from_json(j.at("progress"), "a round in flight");
+      if (!j.at("graded").is_null()) {
+        const auto& g = j.at("graded");
+        graded_.emplace();
+        for (const auto& group : g.at("kept")) graded_->kept.push_back(group_from_json(group));
+        for (const auto& group : g.at("discarded")) graded_->discarded.push_back(group_from_json(group));
+        graded_->generate_seconds = g.at("generate_seconds").get<double>();
+        graded_->reward_seconds = g.at("reward_seconds").get<double>();
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw InternalError(fmt::format("a malformed round in flight from trainer rank 0: {}", e.what()));
+    }
+  }
+
+  // The round generated and graded, with the version it ends on (every version it takes taken).
+  std::pair<RolloutRound, int64_t> run() {
+    // Versions the staleness bound wants the round to start from (their weights waited for).
+    while (!graded_ && !progress_ && taken_ < switches_.start_after) {
+      if (take()) send_cut();
+    }
+    RolloutRound round;
+    if (graded_) {
+      round = std::move(*graded_);
+    } else {
+      if (switches_.during_round) {
+        engine_.set_step_hook([&] { on_step(); }, c_.staleness.recompute_kv);
+        generator_.set_grading_hook([&] { inbox_.poll(); });
+        generator_.set_cut_hook([&](const RoundProgress& progress) { send_cut(&progress); });
+      }
+      round = generator_.generate(picks_, progress_ ? std::move(*progress_) : RoundProgress{});
+      generator_.set_grading_hook(nullptr);
+      generator_.set_cut_hook(nullptr);
+      engine_.set_step_hook(nullptr);
+    }
+    const int64_t version = engine_.version();
+    // The versions the trainers send while this round is collected: taken now (they come before
+    // the trainers collect), so the trainers never wait on a worker stuck delivering.
+    while (taken_ < switches_.versions()) {
+      if (take()) send_cut(nullptr, &round);
+    }
+    return {std::move(round), version};
+  }
+
+ private:
+  // The next version, into the engine: whether a checkpoint cuts the round there.
+  bool take() {
+    inbox_.take_one();
+    ++taken_;
+    return std::find(switches_.cuts.begin(), switches_.cuts.end(), taken_) != switches_.cuts.end();
+  }
+  // Before each engine step: the versions due (arrived, with asap), a checkpoint's cutting the call.
+  void on_step() {
+    inbox_.poll();
+    const int64_t first = switches_.start_after;
+    for (;;) {
+      const bool due = switches_.asap ? inbox_.holding()
+                                      : taken_ - first < static_cast<int64_t>(switches_.at.size()) &&
+                                            switches_.at[static_cast<size_t>(taken_ - first)] <= step_;
+      if (!due || taken_ >= switches_.versions()) break;
+      if (take()) {
+        engine_.cut_generation();  // the generator sends the cut with the round's progress
+        break;
+      }
+    }
+    ++step_;
+  }
+  // The round as it stands at a cut, to trainer 0: its progress while it generates, the graded
+  // round once generated, neither before it starts.
+  void send_cut(const RoundProgress* progress = nullptr, const RolloutRound* graded = nullptr) {
+    trace::Span span("cut");
+    nlohmann::json picks = nlohmann::json::array(), record;
+    for (const auto& p : picks_) picks.push_back(to_json(p));
+    record["switches"] = to_json(switches_);
+    record["picks"] = std::move(picks);
+    record["taken"] = taken_;
+    record["step"] = step_;
+    record["version"] = engine_.version();
+    record["progress"] = progress != nullptr ? to_json(*progress) : nlohmann::json(nullptr);
+    record["graded"] = nullptr;
+    if (graded != nullptr) {
+      nlohmann::json kept = nlohmann::json::array(), discarded = nlohmann::json::array();
+      for (const auto& g : graded->kept) kept.push_back(to_json(g));
+      for (const auto& g : graded->discarded) discarded.push_back(to_json(g));
+      record["graded"] = {{"kept", kept}, {"discarded", discarded}, {"generate_seconds", graded->generate_seconds},
+                          {"reward_seconds", graded->reward_seconds}};
+    }
+    topo_.world->send_bytes(record.dump(), 0, kInFlightTag);
+  }
+
+  const RunConfig& c_;
+  const Topology& topo_;
+  Engine& engine_;
+  RolloutGenerator& generator_;
+  WeightInbox& inbox_;
+  WeightSwitches switches_;
+  std::vector<PromptPick> picks_;
+  int64_t taken_ = 0;  // versions taken since the round started
+  int64_t step_ = 0;   // engine steps of the round (its generate calls') so far
+  std::optional<RoundProgress> progress_;  // resumed: where generation goes on
+  std::optional<RolloutRound> graded_;     // resumed: a round cut once generated
+};
+
 }  // namespace
 
 void run_rollout_worker(const RunConfig& c, const Topology& topo) {
@@ -169,7 +289,8 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
     switch (message.op) {
       case ControlMessage::Op::kStop: trace::write(); return;
       case ControlMessage::Op::kSync: inbox.receive_now(message); break;
-      case ControlMessage::Op::kRound: {
+      case ControlMessage::Op::kRound:
+      case ControlMessage::Op::kResume: {
         trace::Span span("round");
         if (!engine.leads()) {  // the engine's other ranks run its steps, and take its weights with it
           engine.set_follower_hook([&](const std::string& op) { inbox.follow(op); });
@@ -177,32 +298,7 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
           break;
         }
         inbox.set_followers_serving(true);
-        const WeightSwitches& switches = message.switches;
-        // Versions the staleness bound wants the round to start from (their weights waited for).
-        for (int64_t k = 0; k < switches.start_after; ++k) inbox.take_one();
-        size_t taken = 0;  // versions the round took since it started
-        if (switches.during_round) {
-          int64_t step = 0;
-          engine.set_step_hook(
-              [&] {
-                inbox.poll();
-                if (switches.asap) {
-                  taken += inbox.take_held();
-                } else {
-                  for (; taken < switches.at.size() && switches.at[taken] <= step; ++taken) inbox.take_one();
-                }
-                ++step;
-              },
-              c.staleness.recompute_kv);
-        }
-        if (switches.during_round) generator.set_grading_hook([&] { inbox.poll(); });
-        RolloutRound round = generator.generate(message.picks);
-        generator.set_grading_hook(nullptr);
-        engine.set_step_hook(nullptr);
-        const int64_t version = engine.version();
-        // The versions the trainers send while this round is collected: taken now (they come
-        // before the trainers collect), so the trainers never wait on a worker stuck delivering.
-        for (; taken < switches.at.size(); ++taken) inbox.take_one();
+        auto [round, version] = RoundRun(c, topo, engine, generator, inbox, message).run();
         inbox.set_followers_serving(false);
         engine.release_followers();
         channel.deliver(round, version);

@@ -156,7 +156,7 @@ int64_t StepLoop::versions_during(int64_t first, int64_t last) const {
   int64_t versions = 0;
   for (int64_t step = first; step <= last; ++step) {
     ++versions;
-    if (checkpoint_due(c_.logging, step, run_.plan.total_steps)) break;
+    if (!source_->cuts_rounds() && checkpoint_due(c_.logging, step, run_.plan.total_steps)) break;
   }
   return versions;
 }
@@ -185,6 +185,11 @@ WeightSwitches StepLoop::switches_during(int64_t first, int64_t last) const {
                                ? c_.staleness.switch_interval
                                : std::max<int64_t>(1, calls * c_.rollout.sampling.max_new_tokens / (during + 1));
   for (int64_t v = 1; v <= during; ++v) switches.at.push_back(v * interval);
+  if (source_->cuts_rounds()) {  // the checkpoints among the steps cut the round at their versions
+    for (int64_t step = first; step <= last; ++step) {
+      if (checkpoint_due(c_.logging, step, run_.plan.total_steps)) switches.cuts.push_back(step - first + 1);
+    }
+  }
   return switches;
 }
 
@@ -230,8 +235,13 @@ void StepLoop::save_checkpoint(int64_t step) {
   GatheredParameters whole(zero(), true, /*root=*/0);
   GatheredParameters critic_whole(run_.critic_trainer ? run_.critic_trainer->zero() : nullptr, true, /*root=*/0);
   // With a round ahead the generators are working from an older policy, which a resumed run could
-  // not reproduce: the round is collected now and saved with the checkpoint.
-  if (round_ahead_ && !collected_) collect_ahead();
+  // not reproduce: the round, cut at this checkpoint's version, is saved as it stands (partial
+  // rollouts over rollout workers), or else collected now and saved with the checkpoint.
+  std::vector<nlohmann::json> in_flight;
+  if (round_ahead_ && !collected_) {
+    if (source_->cuts_rounds()) in_flight = source_->take_cut();
+    else collect_ahead();
+  }
   CheckpointState state;
   state.step = step;
   state.rollout_buffer = gather(std::vector<SampleGroup>(buffer_.begin(), buffer_.end()));
@@ -239,6 +249,7 @@ void StepLoop::save_checkpoint(int64_t step) {
   state.round.end_step = round_end_;
   state.round.rounds_ahead = staleness_->rounds_ahead();
   if (collected_) state.round.collected = gather(std::vector<SampleGroup>(collected_->begin(), collected_->end()));
+  state.round.in_flight = std::move(in_flight);
   if (lead_) state = lead_->checkpoint_state(std::move(state));
   save_run(c_, run_, state);  // every trainer: parts and optimizer shards go to trainer 0
 }
@@ -306,7 +317,15 @@ fs::path StepLoop::run() {
   const bool mid_round = step <= round_end_;
   if (lead_) lead_->start();
   publish();  // the generators start from the trainers' weights (a resumed run's, too), whatever they held
-  if (!mid_round && !collected_ && step <= total_steps) {
+  const auto& in_flight = run_.plan.saved.round.in_flight;
+  if (!in_flight.empty() && source_->concurrent()) {
+    // The round a checkpoint cut goes on from where it was cut, or else its prompts go anew, ahead
+    // of the rest of the round in training.
+    round_ahead_ = true;
+    if (!source_->resume_cut(in_flight)) {
+      source_->submit(lead_ ? lead_->pick_round() : std::vector<PromptPick>{}, switches_during(step, mid_round ? round_end_ : step - 1));
+    }
+  } else if (!mid_round && !collected_ && step <= total_steps) {  // (a cut round's prompts, too, from pick_round)
     source_->submit(lead_ ? lead_->pick_round() : std::vector<PromptPick>{}, WeightSwitches{});
   }
   if (mid_round) train_round(step, round_end_);

@@ -71,6 +71,43 @@ void WorkerSource::submit(std::vector<PromptPick> picks, const WeightSwitches& s
   }
 }
 
+bool WorkerSource::cuts_rounds() const {
+  return c_.staleness.partial_rollout && c_.staleness.cut_at_checkpoint && !c_.episode.multi_turn();
+}
+
+std::vector<nlohmann::json> WorkerSource::take_cut() {
+  std::vector<nlohmann::json> in_flight;
+  if (!leader()) return in_flight;
+  trace::Span wait("wait_cut");
+  for (int e = 0; e < topo_.num_engines(); ++e) {
+    const std::string bytes = topo_.world->recv_bytes(topo_.engine_leader(e), kInFlightTag);
+    try {
+      in_flight.push_back(nlohmann::json::parse(bytes));
+    } catch (const nlohmann::json::exception& error) {
+      throw InternalError(fmt::format("a malformed round in flight from rollout engine {}: {}", e, error.what()));
+    }
+  }
+  return in_flight;
+}
+
+bool WorkerSource::resume_cut(const std::vector<nlohmann::json>& in_flight) {
+  if (static_cast<int>(in_flight.size()) != topo_.num_engines() || !cuts_rounds()) {
+    if (leader()) {
+      spdlog::warn("the checkpoint holds a round in flight on {} rollout engine(s) and this run has {}{}: its prompts are "
+                   "generated anew (nothing is lost; its samples differ from the run that was cut)",
+                   in_flight.size(), topo_.num_engines(), cuts_rounds() ? "" : " without --checkpoint-round cut");
+    }
+    return false;
+  }
+  if (!leader()) return true;
+  for (int e = 0; e < topo_.num_engines(); ++e) {
+    const int first = topo_.engine_leader(e);
+    send_control(*topo_.world, ControlMessage::resume(in_flight[static_cast<size_t>(e)]), first);
+    for (int r = 1; r < topo_.rollout_tp; ++r) send_control(*topo_.world, ControlMessage::round({}), first + r);  // they serve
+  }
+  return true;
+}
+
 RoundReceipt WorkerSource::collect(std::deque<SampleGroup>& buffer) {
   RoundReceipt receipt;
   const size_t before = buffer.size();

@@ -23,6 +23,9 @@ class WorkerSource : public RolloutSource {
   RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
   double publish(int64_t version, bool resend) override;
   bool concurrent() const override { return true; }
+  bool cuts_rounds() const override;
+  std::vector<nlohmann::json> take_cut() override;
+  bool resume_cut(const std::vector<nlohmann::json>& in_flight) override;
   int64_t round_prompts() const override { return topo_.num_engines() * c_.round_prompts(); }
   void add_figures(nlohmann::ordered_json& extra) override;
   void finish() override;

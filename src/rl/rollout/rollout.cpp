@@ -51,6 +51,68 @@ PromptPick pick_from_json(const nlohmann::json& j) {
           j.value("truncated", false)};
 }
 
+nlohmann::json to_json(const WeightSwitches& w) {
+  return {{"during_round", w.during_round}, {"asap", w.asap}, {"start_after", w.start_after}, {"at", w.at}, {"cuts", w.cuts}};
+}
+
+WeightSwitches switches_from_json(const nlohmann::json& j) {
+  WeightSwitches w;
+  w.during_round = j.at("during_round").get<bool>();
+  w.asap = j.at("asap").get<bool>();
+  w.start_after = j.at("start_after").get<int64_t>();
+  w.at = j.at("at").get<std::vector<int64_t>>();
+  w.cuts = j.value("cuts", std::vector<int64_t>{});
+  return w;
+}
+
+nlohmann::json to_json(const RoundProgress& progress) {
+  nlohmann::json samples = nlohmann::json::array();
+  for (const auto& piece : progress.samples) {
+    const GeneratedSample& g = piece.sample.out;
+    nlohmann::json changes = nlohmann::json::array(), top = nlohmann::json::array();
+    for (const auto& c : g.version_changes) changes.push_back({c.start, c.version});
+    for (const auto& row : g.top_logprobs) {
+      nlohmann::json entries = nlohmann::json::array();
+      for (const auto& t : row) entries.push_back({t.token, t.logprob});
+      top.push_back(std::move(entries));
+    }
+    samples.push_back({{"tokens", g.token_ids}, {"logprobs", g.logprobs}, {"top", top}, {"text", g.text},
+                       {"finish", static_cast<int>(g.finish_reason)}, {"version", g.policy_version},
+                       {"changes", changes}, {"pieces", piece.sample.pieces}, {"done", piece.done}});
+  }
+  return {{"calls_started", progress.calls_started}, {"samples", samples}};
+}
+
+RoundProgress round_progress_from_json(const nlohmann::json& j, const std::string& where) {
+  RoundProgress progress;
+  try {
+    progress.calls_started = j.at("calls_started").get<int64_t>();
+    for (const auto& s : j.at("samples")) {
+      RoundProgress::Piece piece;
+      GeneratedSample& g = piece.sample.out;
+      g.token_ids = s.at("tokens").get<std::vector<int32_t>>();
+      g.logprobs = s.at("logprobs").get<std::vector<float>>();
+      for (const auto& row : s.at("top")) {
+        std::vector<TokenLogprob> entries;
+        for (const auto& t : row) entries.push_back({t.at(0).get<int32_t>(), t.at(1).get<float>()});
+        g.top_logprobs.push_back(std::move(entries));
+      }
+      g.text = s.at("text").get<std::string>();
+      const int finish = s.at("finish").get<int>();
+      RLCPP_CHECK(finish >= 0 && finish <= static_cast<int>(FinishReason::kAbort), "{}: unknown finish reason {}", where, finish);
+      g.finish_reason = static_cast<FinishReason>(finish);
+      g.policy_version = s.at("version").get<int64_t>();
+      for (const auto& c : s.at("changes")) g.version_changes.push_back({c.at(0).get<int64_t>(), c.at(1).get<int64_t>()});
+      piece.sample.pieces = s.at("pieces").get<int64_t>();
+      piece.done = s.at("done").get<bool>();
+      progress.samples.push_back(std::move(piece));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InternalError(fmt::format("{}: a malformed round in flight: {}", where, e.what()));
+  }
+  return progress;
+}
+
 EngineConfig run_engine_config(const RunConfig& c) {
   EngineConfig config = c.rollout.engine;
   config.weights_dtype = dtype_or_default(c.rollout.dtype, "--rollout-dtype");
@@ -71,7 +133,7 @@ PromptOptions run_prompt_options(const RunConfig& c, const ModelConfig& model_co
 RolloutGenerator::RolloutGenerator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer,
                                    RolloutBackend* backend, const PromptDataset* dataset, DatasetCursor* cursor,
                                    const RewardFunction* reward)
-    : c_(config), backend_(backend), dataset_(dataset), cursor_(cursor), reward_(reward) {
+    : c_(config), backend_(backend), dataset_(dataset), cursor_(cursor), reward_(reward), tokenizer_(tokenizer) {
   PromptOptions prompt_options = run_prompt_options(config, model_config);
   if (config.episode.multi_turn()) {
     // The python tool's sandbox only where rollouts are generated (a picker only renders prompts).
@@ -175,7 +237,67 @@ Sample trajectory_sample(const Rolled& r, double advantage) {
 
 }  // namespace
 
-RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
+void RolloutGenerator::generate_samples(const std::vector<GenerationRequest>& requests, const std::vector<size_t>& order,
+                                        RoundProgress& progress) {
+  const size_t per_call = c_.rollout.inference_microbatch_size > 0 ? static_cast<size_t>(c_.rollout.inference_microbatch_size) : order.size();
+  const auto G = static_cast<size_t>(c_.rollout.num_generations);
+  if (progress.samples.empty()) progress.samples.resize(requests.size() * G);
+  RLCPP_CHECK(progress.samples.size() == requests.size() * G, "a round's progress holds {} samples, its prompts {}",
+              progress.samples.size(), requests.size() * G);
+  for (size_t k = 0; k < progress.samples.size(); ++k) {  // (request, sample) of the round, not of a call
+    progress.samples[k].sample.out.request = static_cast<int64_t>(k / G);
+    progress.samples[k].sample.out.sample = static_cast<int64_t>(k % G);
+  }
+  for (;;) {
+    std::vector<GenerationRequest> call;
+    std::vector<size_t> first;  // per request of the call: the sample its sample 0 is
+    // Samples a cut left unfinished go on first: a request none of whose samples holds a token
+    // anew, whole, the others each from its own sequence.
+    const size_t started = std::min(order.size(), static_cast<size_t>(progress.calls_started) * per_call);
+    for (size_t k = 0; k < started; ++k) {
+      const size_t r = order[k];
+      bool any_token = false, all_done = true;
+      for (size_t s = 0; s < G; ++s) {
+        const auto& piece = progress.samples[r * G + s];
+        any_token = any_token || !piece.sample.out.token_ids.empty();
+        all_done = all_done && piece.done;
+      }
+      if (all_done) continue;
+      if (!any_token) {
+        call.push_back(requests[r]);
+        first.push_back(r * G);
+        continue;
+      }
+      for (size_t s = 0; s < G; ++s) {
+        const auto& piece = progress.samples[r * G + s];
+        if (piece.done) continue;
+        call.push_back(piece.sample.continuation(requests[r], requests[r].params.max_new_tokens));
+        first.push_back(r * G + s);
+      }
+    }
+    if (call.empty()) {  // the next call of -imbs prompts
+      if (started == order.size()) break;
+      for (size_t k = started; k < std::min(order.size(), started + per_call); ++k) {
+        call.push_back(requests[order[k]]);
+        first.push_back(order[k] * G);
+      }
+      ++progress.calls_started;
+    }
+    auto results = backend_->generate(call);
+    const bool cut = backend_->cut();
+    for (auto& result : results) {
+      auto& piece = progress.samples[first[static_cast<size_t>(result.request)] + static_cast<size_t>(result.sample)];
+      piece.done = !(cut && result.finish_reason == FinishReason::kAbort);
+      piece.sample.append(std::move(result));
+    }
+    if (cut && cut_hook_) cut_hook_(progress);
+  }
+  for (auto& piece : progress.samples) {  // a sample of pieces: its text whole, not piece by piece
+    if (piece.sample.pieces > 1) piece.sample.out.text = tokenizer_.decode(piece.sample.out.token_ids, true);
+  }
+}
+
+RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks, RoundProgress progress) {
   RLCPP_CHECK(backend_ != nullptr && reward_ != nullptr, "generating without a rollout backend");
   RolloutRound round;
   std::vector<GenerationRequest> requests;
@@ -206,9 +328,9 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
   std::vector<std::vector<Rolled>> by_request(requests.size(), std::vector<Rolled>(static_cast<size_t>(G)));
   auto t0 = std::chrono::steady_clock::now();
   std::optional<trace::Span> span(std::in_place, "generate");
-  for (size_t begin = 0; begin < order.size(); begin += per_call) {
-    const size_t end = std::min(order.size(), begin + per_call);
-    if (agent_ != nullptr) {
+  if (agent_ != nullptr) {
+    for (size_t begin = 0; begin < order.size(); begin += per_call) {
+      const size_t end = std::min(order.size(), begin + per_call);
       std::vector<EpisodePrompt> prompts;
       for (size_t k = begin; k < end; ++k) {
         const PromptPick& pick = picks[order[k]];
@@ -226,13 +348,13 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks) {
         r.truncated = e.truncated;
         r.generated = std::move(e.sample);
       }
-      continue;
     }
-    std::vector<GenerationRequest> call;
-    for (size_t k = begin; k < end; ++k) call.push_back(requests[order[k]]);
-    for (auto& s : backend_->generate(call)) {
-      const size_t r = order[begin + static_cast<size_t>(s.request)];
-      Rolled& rolled = by_request[r][static_cast<size_t>(s.sample)];
+  } else {
+    generate_samples(requests, order, progress);
+    for (size_t k = 0; k < progress.samples.size(); ++k) {
+      const size_t r = k / static_cast<size_t>(G);
+      Rolled& rolled = by_request[r][k % static_cast<size_t>(G)];
+      GeneratedSample& s = progress.samples[k].sample.out;
       rolled.prompt_ids = requests[r].prompt_ids;
       rolled.graded = s.text;
       rolled.truncated = s.finish_reason == FinishReason::kLength;

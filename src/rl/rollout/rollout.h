@@ -89,14 +89,37 @@ struct WeightSwitches {
   // lets no token be sampled by an older one.
   int64_t start_after = 0;
   std::vector<int64_t> at;    // then (unless asap): one version before each of these engine steps of the round (from 0), ascending
+  // The checkpoints among those versions: once the round has taken the n-th (counting from 1,
+  // those before it starts included), it is cut there and its progress goes to trainer 0.
+  std::vector<int64_t> cuts;
   int64_t versions() const { return start_after + static_cast<int64_t>(at.size()); }
 };
+
+nlohmann::json to_json(const WeightSwitches& switches);
+WeightSwitches switches_from_json(const nlohmann::json& json);
 
 // `options` with the reward's check of every record (RewardFunction::check_record): a code task's
 // malformed tests stop the load naming the line (or, with skip_bad_lines, the line is skipped).
 // `reward` must outlive the load.
 DatasetOptions checked_by(const RewardFunction& reward, DatasetOptions options = {});
 PromptPick pick_from_json(const nlohmann::json& json);
+
+// A single-turn round's generation so far: each sample as far as it got. A checkpoint cuts the round a
+// rollout worker generates ahead (partial rollouts) at the checkpoint's version; the worker sends
+// this to trainer 0, which saves it, and the round goes on from it (in the run and in a resumed
+// one alike): its unfinished samples as requests continuing their own sequences.
+struct RoundProgress {
+  struct Piece {
+    PiecedSample sample;
+    bool done = false;
+  };
+  int64_t calls_started = 0;   // the round's generate calls (-imbs prompts each) begun
+  std::vector<Piece> samples;  // pick-major, -g per pick (empty: nothing begun)
+};
+
+nlohmann::json to_json(const RoundProgress& progress);
+// A malformed record is an InternalError naming `where`.
+RoundProgress round_progress_from_json(const nlohmann::json& json, const std::string& where);
 
 struct RolloutRound {
   std::vector<SampleGroup> kept, discarded;  // by the group filter (all kept without one)
@@ -124,7 +147,9 @@ class RolloutGenerator {
   // limits, and a round over given prompts with the backend's current weights (pick on one thread;
   // generate may run on another meanwhile).
   std::vector<PromptPick> pick(int64_t n_prompts);
-  RolloutRound generate(const std::vector<PromptPick>& picks);
+  RolloutRound generate(const std::vector<PromptPick>& picks) { return generate(picks, RoundProgress{}); }
+  // A round going on from `progress` (a single-turn round cut at a checkpoint).
+  RolloutRound generate(const std::vector<PromptPick>& picks, RoundProgress progress);
 
   int64_t skipped_long() const { return skipped_long_; }
   int64_t skipped_short() const { return skipped_short_; }
@@ -136,10 +161,16 @@ class RolloutGenerator {
   // Called again and again on the generating thread while a round's rewards are computed on
   // another (a rollout worker receives weights meanwhile); null: none.
   void set_grading_hook(std::function<void()> hook) { grading_hook_ = std::move(hook); }
+  // Called on the generating thread when the backend cut a call (RolloutBackend::cut), with the
+  // round's progress then; null: none.
+  void set_cut_hook(std::function<void(const RoundProgress&)> hook) { cut_hook_ = std::move(hook); }
   // Multi-turn (--tools, --env-cmd): what the episodes share; null for single-turn rollouts.
   const Agent* agent() const { return agent_.get(); }
 
  private:
+  // The single-turn samples of a round, in calls of -imbs prompts, from `progress` on.
+  void generate_samples(const std::vector<GenerationRequest>& requests, const std::vector<size_t>& order,
+                        RoundProgress& progress);
 
   const RunConfig& c_;
   RolloutBackend* backend_;
@@ -151,6 +182,8 @@ class RolloutGenerator {
   std::unique_ptr<PromptBuilder> prompts_;
   SamplingParams sampling_;
   std::function<void()> grading_hook_;
+  std::function<void(const RoundProgress&)> cut_hook_;
+  const Tokenizer& tokenizer_;
   int64_t skipped_long_ = 0, skipped_short_ = 0;
 };
 

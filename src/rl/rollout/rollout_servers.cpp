@@ -95,10 +95,7 @@ std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<Generati
   if (at.empty()) return remote_.generate(requests);
   struct Sequence {
     size_t request = 0;
-    int64_t sample = 0;
-    std::vector<int32_t> ids;  // prompt and response so far
-    GeneratedSample out;
-    int64_t chunks = 0;
+    PiecedSample piece;
     bool done = false;
   };
   std::vector<Sequence> all;
@@ -106,10 +103,8 @@ std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<Generati
     for (int64_t s = 0; s < requests[r].n; ++s) {
       Sequence q;
       q.request = r;
-      q.sample = s;
-      q.ids = requests[r].prompt_ids;
-      q.out.request = static_cast<int64_t>(r);
-      q.out.sample = s;
+      q.piece.out.request = static_cast<int64_t>(r);
+      q.piece.out.sample = s;
       all.push_back(std::move(q));
     }
   }
@@ -127,13 +122,7 @@ std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<Generati
       for (size_t k = 0; k < all.size(); ++k) {
         if (all[k].done) continue;
         const GenerationRequest& request = requests[all[k].request];
-        GenerationRequest call;
-        call.prompt_ids = all[k].ids;
-        call.params = request.params;
-        const auto response = static_cast<int64_t>(all[k].out.token_ids.size());
-        call.params.max_new_tokens = std::min(request.params.max_new_tokens, end) - response;
-        call.seed = sample_seed(sample_seed(request.seed, all[k].sample), static_cast<int64_t>(chunk));
-        calls.push_back(std::move(call));
+        calls.push_back(all[k].piece.continuation(request, std::min(request.params.max_new_tokens, end)));
         first.push_back(k);
       }
       if (calls.empty()) {  // every sample ended first: the next call, or the source, takes the rest
@@ -144,36 +133,18 @@ std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<Generati
     }
     for (auto& result : remote_.generate(calls)) {
       Sequence& q = all[first[static_cast<size_t>(result.request)] + static_cast<size_t>(result.sample)];
-      GeneratedSample& out = q.out;
-      const int64_t before = static_cast<int64_t>(out.token_ids.size());
-      if (before == 0) {
-        out.policy_version = result.policy_version;
-      } else if (!result.token_ids.empty()) {
-        const int64_t current = out.version_changes.empty() ? out.policy_version : out.version_changes.back().version;
-        if (result.policy_version != current) out.version_changes.push_back({before, result.policy_version});
-      }
-      q.ids.insert(q.ids.end(), result.token_ids.begin(), result.token_ids.end());
-      out.token_ids.insert(out.token_ids.end(), result.token_ids.begin(), result.token_ids.end());
-      result.logprobs.resize(result.token_ids.size(), 0.0F);
-      out.logprobs.insert(out.logprobs.end(), result.logprobs.begin(), result.logprobs.end());
-      if (!result.top_logprobs.empty() || !out.top_logprobs.empty()) {
-        out.top_logprobs.resize(static_cast<size_t>(before));
-        for (auto& top : result.top_logprobs) out.top_logprobs.push_back(std::move(top));
-        out.top_logprobs.resize(out.token_ids.size());
-      }
-      out.text += result.text;
-      ++q.chunks;
-      out.finish_reason = result.finish_reason;
+      const FinishReason reason = result.finish_reason;
+      q.piece.append(std::move(result));
       // Only the chunk's own length limit lets the sample go on.
-      const int64_t response = static_cast<int64_t>(out.token_ids.size());
+      const int64_t response = static_cast<int64_t>(q.piece.out.token_ids.size());
       const int64_t budget = requests[q.request].params.max_new_tokens;
-      q.done = result.finish_reason != FinishReason::kLength || response < std::min(end, budget) || response >= budget;
+      q.done = reason != FinishReason::kLength || response < std::min(end, budget) || response >= budget;
     }
   }
   std::vector<GeneratedSample> out;
   for (auto& q : all) {
-    if (q.chunks > 1) q.out.text = tokenizer_.decode(q.out.token_ids, true);  // whole, not chunk by chunk
-    out.push_back(std::move(q.out));
+    if (q.piece.pieces > 1) q.piece.out.text = tokenizer_.decode(q.piece.out.token_ids, true);  // whole, not chunk by chunk
+    out.push_back(std::move(q.piece.out));
   }
   return out;
 }

@@ -50,6 +50,16 @@ class RolloutSource {
   virtual double publish(int64_t version, bool resend) = 0;
   // Whether rounds generate while the trainers train, so that one may go ahead (-nb >= 1).
   virtual bool concurrent() const = 0;
+  // Partial rollouts: whether a checkpoint cuts the round generating ahead at the checkpoint's
+  // version (WeightSwitches::cuts) and saves it in flight (else the trainers collect it first).
+  virtual bool cuts_rounds() const { return false; }
+  // At such a checkpoint, after the policy of its version is published: the round as each engine
+  // cut it, one record per engine (on the leader; the other ranks get none).
+  virtual std::vector<nlohmann::json> take_cut() { return {}; }
+  // A resumed run, after the first publish: the round a checkpoint cut goes on from `in_flight`.
+  // False when this source cannot (another source, another number of engines): the caller then
+  // submits the round's prompts anew.
+  virtual bool resume_cut(const std::vector<nlohmann::json>& in_flight) { return false; }
   // Prompts the leader picks for one round (-ibs per engine).
   virtual int64_t round_prompts() const = 0;
   // The source's own figures on the step's metrics line (rollout_servers, weight_sync).

@@ -71,6 +71,7 @@ nlohmann::json to_json(const CheckpointState& s) {
           {"in_flight_prompts", in_flight},
           {"round", {{"end_step", r.end_step},
                      {"collected", r.collected ? to_json(*r.collected) : nlohmann::json(nullptr)},
+                     {"in_flight", r.in_flight},
                      {"rounds_ahead", r.rounds_ahead},
                      {"generated_groups", r.generated_groups},
                      {"kept_groups", r.kept_groups},
@@ -97,6 +98,7 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
       s.round.end_step = json_get_or<int64_t>(r, "end_step", 0, where);
       if (r.contains("collected") && !r.at("collected").is_null()) s.round.collected = trainer_groups_from(r.at("collected"), where);
       s.round.rounds_ahead = json_get_or<int64_t>(r, "rounds_ahead", 0, where);
+      for (const auto& e : r.value("in_flight", nlohmann::json::array())) s.round.in_flight.push_back(e);
       s.round.generated_groups = json_get_or<int64_t>(r, "generated_groups", 0, where);
       s.round.kept_groups = json_get_or<int64_t>(r, "kept_groups", 0, where);
       s.round.discarded = groups_from(r, "discarded");

@@ -38,6 +38,9 @@ struct TrainerGroups {
 struct RoundState {
   int64_t end_step = 0;                    // the last step of the round in training (> step: resume finishes it first)
   std::optional<TrainerGroups> collected;  // -nb >= 1: the round the workers were generating, collected at the checkpoint
+  // Partial rollouts (--checkpoint-round cut): that round as each rollout engine cut it at the
+  // checkpoint's version, to go on from (its prompts are also in_flight_prompts).
+  std::vector<nlohmann::json> in_flight;
   int64_t rounds_ahead = 0;                // rounds sent ahead of training (the --sync-frequency cadence)
   // Figures of collected rounds not yet on a metrics line (they go on the next step's):
   int64_t generated_groups = 0, kept_groups = 0;
