@@ -3,7 +3,8 @@
 # synchronously (-nb 0), with the next round generated ahead (-nb 1), and with partial rollouts
 # (--partial-rollout: switches fixed by the schedule, every 8 engine steps, asap, and with the cache
 # recomputed), and partial rollouts with a checkpoint every step, the round ahead cut at each
-# checkpoint's version (--checkpoint-round cut) or collected whole first (collect). The workload has a tail of response lengths: sampled hot (-temp 1.6) on the demo's
+# checkpoint's version (--checkpoint-round cut) or collected whole first (collect); the same three
+# with generation the slower role (--max-num-seqs 4: an engine with room for 4 sequences at once). The workload has a tail of response lengths: sampled hot (-temp 1.6) on the demo's
 # arithmetic model, most answers end in about 20 tokens and a few run to -mnt 48.
 # Prints per mode: samples trained per second, each role's idle fraction (from the ranks' traces:
 # the trainer waiting for rollouts, the worker waiting for its round to be collected or for
@@ -23,11 +24,14 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Rounds of 2 steps (-ibs 16 = 2 x -tbs 8), so a round ahead overlaps two steps and takes two versions.
 args=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -a GRPO -g 8 -tbs 8 -ibs 16 -tMbs 8 -tmbs 64
-      -temp 1.6 --mnt "$mnt" -lr 5e-5 --max-steps "$steps" -sd "$work/runs" --si 0 -t 1 -i 1)
+      -temp 1.6 --mnt "$mnt" -lr 5e-5 --max-steps "$steps" -sd "$work/runs" -t 1 -i 1)
 modes=("sync|-nb 0" "nb1|-nb 1" "partial|-nb 1 --partial-rollout" "partial-i8|-nb 1 --partial-rollout --switch-interval 8"
        "partial-asap|-nb 1 --partial-rollout --async-switch asap"
        "partial-recompute|-nb 1 --partial-rollout --switch-interval 8 --partial-kv recompute"
-       "ckpt-cut|-nb 1 --partial-rollout --si 1" "ckpt-collect|-nb 1 --partial-rollout --si 1 --checkpoint-round collect")
+       "ckpt-cut|-nb 1 --partial-rollout --si 1" "ckpt-collect|-nb 1 --partial-rollout --si 1 --checkpoint-round collect"
+       "slowgen-partial|-nb 1 --partial-rollout --max-num-seqs 4 --switch-interval 100"
+       "slowgen-ckpt-cut|-nb 1 --partial-rollout --max-num-seqs 4 --switch-interval 100 --si 1"
+       "slowgen-ckpt-collect|-nb 1 --partial-rollout --max-num-seqs 4 --switch-interval 100 --si 1 --checkpoint-round collect")
 
 report() {  # NAME: figures from metrics.jsonl and the two ranks' traces
   python3 - "$1" "$work/runs/$1/metrics.jsonl" "$work/prof/$1" <<'PY'
@@ -85,6 +89,7 @@ for placement in $placements; do
   echo "-- $placement: $([ $placement = shared ] && echo 'both ranks on every core, 2 threads each' || echo 'one core each, 1 thread')"
   for mode in "${modes[@]}"; do
     IFS='|' read -r name flags <<<"$mode"
+    [[ " $flags " == *" --si "* ]] || flags="$flags --si 0"  # no checkpoints unless the mode is about them
     [ -n "${MODES:-}" ] && [[ " $MODES " != *" $name "* ]] && continue
     # shellcheck disable=SC2086
     run_mode "$placement" "$placement-$name" $flags
