@@ -9,7 +9,9 @@
 # - rlcpp grade -rt model scores {"messages" | "prompt", "response"} records (chosen above
 #   rejected), standardised and clipped on request;
 # - GRPO trains with -rt model, and with the model beside the rule reward (--reward-weights);
-# - train-rm and sft on two processes under mpirun take the one process's steps (and resume in one);
+# - train-rm and sft on two processes under mpirun take the one process's steps (and resume in one),
+#   with the optimizer sharded too (-zero 2 for train-rm, resumed in one process from its shards;
+#   -zero 1 for sft; -zero 3 and -zero in one process refused);
 # - the shortened examples/arith/reward_model.sh runs; bad input is refused by name.
 # Usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
@@ -210,6 +212,26 @@ if command -v mpirun > /dev/null; then
   weights_close "$tmp/runs/sft-two/step-2/model.safetensors" "$tmp/runs/sft-one/step-2/model.safetensors" 1e-10 &&
     metrics_close "$tmp/runs/sft-one/metrics.jsonl" "$tmp/runs/sft-two/metrics.jsonl" \
     && ok "sft on two processes takes the one process's steps" || bad "sft on two processes"
+  # ZeRO over the two processes: train-rm at stage 2 (moments and gradients sharded; its checkpoint
+  # holds one optimizer shard per process) resumed in one process, sft at stage 1.
+  mpi2 train-rm "${rm_common[@]}" -zero 2 -p rm-zero2 --max-steps 2 --si 2 > "$tmp/rm-zero2.log" 2>&1 || { bad "train-rm -zero 2:"; tail -5 "$tmp/rm-zero2.log"; }
+  OMP_NUM_THREADS=1 "$rlcpp" train-rm "${rm_common[@]}" -p rm-zero2-on -cp "$tmp/runs/rm-zero2/step-2" --max-steps 3 \
+    > "$tmp/rm-zero2-on.log" 2>&1 || bad "train-rm -zero 2 resumed in one process"
+  if [ "$(ls "$tmp/runs/rm-zero2/step-2/trainer_state" | grep -c '^optimizer-shard-')" -eq 2 ] &&
+     weights_close "$tmp/runs/rm-zero2/step-2/model.safetensors" "$tmp/runs/rm-one/step-2/model.safetensors" 1e-10 &&
+     weights_close "$tmp/runs/rm-zero2-on/step-3/model.safetensors" "$tmp/runs/rm-one/step-3/model.safetensors" 1e-10; then
+    ok "train-rm -zero 2 on two processes takes the one process's steps, and resumes in one from its shards"
+  else
+    bad "train-rm -zero 2 on two processes"
+  fi
+  mpi2 sft "${sft_common[@]}" -zero 1 -p sft-zero1 > "$tmp/sft-zero1.log" 2>&1 || { bad "sft -zero 1:"; tail -5 "$tmp/sft-zero1.log"; }
+  weights_close "$tmp/runs/sft-zero1/step-2/model.safetensors" "$tmp/runs/sft-one/step-2/model.safetensors" 1e-10 &&
+    metrics_close "$tmp/runs/sft-one/metrics.jsonl" "$tmp/runs/sft-zero1/metrics.jsonl" \
+    && ok "sft -zero 1 on two processes takes the one process's steps" || bad "sft -zero 1 on two processes"
+  expect sft-zero-one-process 2 'one process has nothing to shard: leave -zero at 0' -- \
+    "$rlcpp" sft "${sft_common[@]}" -zero 1 -p zero-alone
+  expect train-rm-zero3 2 'stage 3 \(the parameters\) is not supported here yet' -- \
+    mpi2 train-rm "${rm_common[@]}" -zero 3 --max-steps 1 -p zero3
   expect train-rm-tbs-below-processes 2 '-tbs 1 gives some of them no example' -- \
     mpi2 train-rm -m "$model" -d "$pairs" -tbs 1 --max-steps 1 -sd "$tmp/runs" -p mpi-small
 fi

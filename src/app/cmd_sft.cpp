@@ -12,7 +12,7 @@ void add_sft_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("sft", "supervised fine-tuning on chat JSONL (loss on assistant turns)");
   auto flags = std::make_shared<RunFlags>();
   add_run_flags(cmd, *flags,
-                {"runtime.dataset", "runtime.num_episodes", "runtime.max_steps", "runtime.seed", "runtime.device",
+                {"runtime.dataset", "runtime.num_episodes", "parallel.zero_stage", "runtime.max_steps", "runtime.seed", "runtime.device",
                  "runtime.dtype", "runtime.resume", "runtime.checkpoint_path", "runtime.enable_resume_training",
                  "model.path", "rollout.system_prompt", "train.train_batch_size", "train.train_microbatch_size",
                  "train.learning_rate", "train.weight_decay", "train.max_grad_norm", "train.lr_schedule",
@@ -25,11 +25,15 @@ void add_sft_command(CLI::App& app) {
   cmd->callback([flags] {
     RawSettings raw = collect_run_settings(*flags);
     one_minibatch_per_step(raw, "sft");  // a step's chats, micro-batches of -tmbs chats
+    const int64_t zero = take_supervised_zero(raw);  // shards over the processes (give_supervised_zero)
     if (flags->print_config) {
-      std::cout << run_config_yaml(resolve_run_config(raw, /*check_files=*/false));
+      RunConfig config = resolve_run_config(raw, /*check_files=*/false);
+      give_supervised_zero(config, zero);
+      std::cout << run_config_yaml(config);
       return;
     }
-    const RunConfig config = resolve_run_config(raw);
+    RunConfig config = resolve_run_config(raw);
+    give_supervised_zero(config, zero);
     run_or_end_job([&] { run_sft(config); });
   });
 }

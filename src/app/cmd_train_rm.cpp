@@ -14,7 +14,7 @@ void add_train_rm_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train-rm", "train a reward model on preference pairs (Bradley-Terry)");
   auto flags = std::make_shared<RunFlags>();
   add_run_flags(cmd, *flags,
-                {"runtime.dataset", "runtime.num_episodes", "runtime.max_steps", "runtime.seed", "runtime.device",
+                {"runtime.dataset", "runtime.num_episodes", "parallel.zero_stage", "runtime.max_steps", "runtime.seed", "runtime.device",
                  "runtime.dtype", "runtime.resume", "runtime.checkpoint_path", "runtime.enable_resume_training",
                  "runtime.skip_bad_lines", "model.path", "train.train_batch_size", "train.train_microbatch_size",
                  "train.learning_rate", "train.weight_decay", "train.max_grad_norm", "train.lr_schedule",
@@ -28,12 +28,14 @@ void add_train_rm_command(CLI::App& app) {
   cmd->callback([flags] {
     RawSettings raw = collect_run_settings(*flags);
     one_minibatch_per_step(raw, "train-rm");  // a step's pairs, micro-batches of -tmbs pairs
+    const int64_t zero = take_supervised_zero(raw);  // shards over the processes (give_supervised_zero)
     // -ed may name one file: the set "eval".
     if (raw.values.contains("eval.eval_dataset") && raw.values["eval.eval_dataset"].is_string()) {
       const std::string value = raw.values["eval.eval_dataset"].get<std::string>();
       if (!value.empty() && value.front() != '{') raw.set("eval.eval_dataset", Json({{"eval", value}}).dump(), "-ed/--eval-dataset");
     }
-    const RunConfig config = resolve_run_config(raw, /*check_files=*/false);
+    RunConfig config = resolve_run_config(raw, /*check_files=*/false);
+    give_supervised_zero(config, zero);
     if (flags->print_config) {
       std::cout << run_config_yaml(config);
       return;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "util/error.h"
+
 namespace rlcpp {
 
 namespace {
@@ -59,5 +61,24 @@ void one_minibatch_per_step(RawSettings& raw, const std::string& command) {
   raw.set("train.train_minibatch_size", batch, "-tbs/--train-batch-size");
   if (!raw.values.contains("train.train_microbatch_size")) raw.set("train.train_microbatch_size", batch, "-tbs/--train-batch-size");
 }
+
+int64_t take_supervised_zero(RawSettings& raw) {
+  if (!raw.values.contains("parallel.zero_stage")) return 0;
+  const Json value = raw.values["parallel.zero_stage"];
+  raw.values.erase("parallel.zero_stage");
+  if (value.is_number_integer()) return value.get<int64_t>();
+  const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+  size_t used = 0;
+  int64_t zero = -1;
+  try {
+    zero = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw_user_error("-zero/--zero-stage: expected a whole number, got '{}'", text);
+  return zero;
+}
+
+void give_supervised_zero(RunConfig& config, int64_t zero) { config.parallel.zero = zero; }
 
 }  // namespace rlcpp

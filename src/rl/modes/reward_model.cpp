@@ -161,7 +161,9 @@ fs::path run_reward_model_training(const RunConfig& config) {
                   fmt::format("step {}/{} epoch {} loss {:.4f} acc {:.3f} margin {:.3f} gnorm {:.3f} lr {:.2e}{} | {:.2f}s",
                               step, total_steps, run.cursor.epoch(), m["loss"], m["accuracy"], m["margin"], m["grad_norm"],
                               m["lr"], eval_text, seconds));
-    if (checkpoint_due(c.logging, step, total_steps) && run.leader()) {
+    if (checkpoint_due(c.logging, step, total_steps) && !run.leader()) {
+      run.save(step);  // its shard of the optimizer, under ZeRO
+    } else if (checkpoint_due(c.logging, step, total_steps)) {
       const auto figures = run.trainer.preference_figures(calibration);
       const fs::path dir = run.save(step);
       // OpenRLHF's normalisation statistics beside the model's config (rlcpp train --normalize-reward).

@@ -18,6 +18,7 @@
 #include "text/chat_example.h"
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
+#include "train/zero.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/trace.h"
@@ -28,7 +29,17 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 std::shared_ptr<Communicator> supervised_group(const RunConfig& c, const std::string& command) {
-  if (!launched_by_mpi() || mpi_world()->size() == 1) return nullptr;
+  const bool several = launched_by_mpi() && mpi_world()->size() > 1;
+  if (c.parallel.zero != 0 && (c.parallel.zero < 1 || c.parallel.zero > 2)) {
+    throw_user_error("rlcpp {} -zero {}: ZeRO stage 1 shards the AdamW moments over the processes, 2 also the "
+                     "gradients; stage 3 (the parameters) is not supported here yet: use -zero 1 or 2, or 0",
+                     command, c.parallel.zero);
+  }
+  if (c.parallel.zero > 0 && !several) {
+    throw_user_error("rlcpp {} -zero {}: ZeRO shards over the processes of mpirun (mpirun -np N rlcpp {} ...); one "
+                     "process has nothing to shard: leave -zero at 0", command, c.parallel.zero, command);
+  }
+  if (!several) return nullptr;
   auto world = mpi_world();
   if (c.train.train_batch_size < world->size()) {
     throw_user_error("rlcpp {} under mpirun with {} processes: -tbs {} gives some of them no example; each step's "
@@ -66,14 +77,17 @@ SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::share
       plan_(plan),
       model_(std::move(model)),
       group_(std::move(group)) {
-  if (group_ != nullptr) {
+  if (group_ != nullptr && c.parallel.zero > 0) {  // the optimizer (and gradients) sharded over the group
+    trainer.enable_zero(*group_, static_cast<int>(c.parallel.zero), kGradientBucketBytes);
+  } else if (group_ != nullptr) {
     auto reducer_group = group_;
     trainer.set_gradient_reducer([reducer_group](const std::vector<torch::Tensor>& params) {
       all_reduce_gradients(*reducer_group, params, kGradientBucketBytes);
     });
   }
   if (plan.resume_from) {
-    load_checkpoint_optimizer(*plan.resume_from, trainer);
+    // Saved whole or in the shards of any number of processes and ZeRO stage: found by name.
+    load_checkpoint_optimizer(*plan.resume_from, trainer, optimizer_part());
     trainer.restore_steps(plan.saved.optimizer_steps);
     cursor.restore(plan.saved.data_cursor);
     if (leader()) spdlog::info("resuming from {} (step {})", plan.resume_from->string(), plan.saved.step);
@@ -82,8 +96,11 @@ SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::share
     log_.emplace(plan.run_dir, c, plan.resume_from ? std::optional(plan.first_step() - 1) : std::nullopt);
     write_file_atomic(plan.run_dir / "config.yaml", run_config_yaml(c));
     if (group_ != nullptr) {
-      spdlog::info("data parallelism: {} processes, each step's {} examples dealt over them", group_->size(),
-                   c.train.train_batch_size);
+      spdlog::info("data parallelism: {} processes, each step's {} examples dealt over them{}", group_->size(),
+                   c.train.train_batch_size,
+                   c.parallel.zero > 0 ? fmt::format("; ZeRO stage {}: AdamW moments{} sharded", c.parallel.zero,
+                                                     c.parallel.zero == 2 ? " and gradients" : "")
+                                       : "");
     }
   }
 }
@@ -109,8 +126,23 @@ void SupervisedRun::write(const nlohmann::ordered_json& line, int64_t total_step
   if (log_) log_->write(line, total_steps, console);
 }
 
+OptimizerPart SupervisedRun::optimizer_part() const {
+  OptimizerPart part;
+  for (const auto& [name, t] : model_->trained_weights()) part.layout.emplace_back(name, t.numel());
+  return part;
+}
+
 fs::path SupervisedRun::save(int64_t step) {
-  if (!leader()) return {};
+  // Under ZeRO each process's shard of the optimizer goes to rank 0, which writes them all.
+  ZeroOptimizer* zero = trainer.zero();
+  OptimizerShard mine;
+  if (zero != nullptr) mine = optimizer_shard(zero->state(), optimizer_part());
+  if (!leader()) {
+    if (zero != nullptr) send_optimizer_shard(*group_, mine);
+    return {};
+  }
+  std::function<void(const fs::path&)> write_shards;
+  if (zero != nullptr) write_shards = [&](const fs::path& state_dir) { write_optimizer_shards(state_dir, *group_, mine); };
   trace::write();
   CheckpointState state;
   state.step = step;
@@ -118,7 +150,7 @@ fs::path SupervisedRun::save(int64_t step) {
   state.data_cursor = cursor.state();
   state.optimizer_steps = trainer.n_steps();
   state.num_trainers = group_ != nullptr ? group_->size() : 1;
-  return save_run_checkpoint(c_, plan_.run_dir, step, *model_, trainer.optimizer(), to_json(state));
+  return save_run_checkpoint(c_, plan_.run_dir, step, *model_, trainer.optimizer(), to_json(state), write_shards);
 }
 
 fs::path run_sft(const RunConfig& c) {

@@ -10,6 +10,7 @@
 
 #include "comm/communicator.h"
 #include "io/prompt_dataset.h"
+#include "rl/checkpoint/run_checkpoint.h"
 #include "rl/config/run_config.h"
 #include "rl/run/run_state.h"
 #include "rl/step/step_record.h"
@@ -29,8 +30,9 @@ void run_or_end_job(const std::function<void()>& fn);
 // trainer over `model` (no KL; the LR schedule over the plan's total steps unless set; its
 // optimizer and step count restored on resume), the shuffled cursor over `n_examples` (restored),
 // the run's config.yaml and its metrics log. With `group` (data parallelism), each process takes
-// its share of each step's examples and the trainer's gradients are summed over the group; rank 0
-// alone writes the log and the checkpoints.
+// its share of each step's examples and the trainer's gradients are summed over the group (under
+// -zero 1 or 2 the AdamW moments, and the gradients, are sharded over it); rank 0 alone writes the
+// log and the checkpoints.
 class SupervisedRun {
  public:
   SupervisedRun(const RunConfig& c, const RunPlan& plan, std::shared_ptr<Transformer> model, int64_t n_examples,
@@ -43,13 +45,17 @@ class SupervisedRun {
   // A metrics line (rank 0 alone writes it).
   void write(const nlohmann::ordered_json& line, int64_t total_steps, const std::string& console);
   // Writes checkpoint step-`step` (the model, the optimizer, the cursor) on rank 0 and returns its
-  // directory; the other ranks return an empty path.
+  // directory; the other ranks return an empty path. Every process calls it (under ZeRO each sends
+  // rank 0 its shard of the optimizer).
   std::filesystem::path save(int64_t step);
 
   Trainer trainer;
   DatasetCursor cursor;
 
  private:
+  // The trained tensors by name and size, as the optimizer state is laid out in a checkpoint.
+  OptimizerPart optimizer_part() const;
+
   const RunConfig& c_;
   const RunPlan& plan_;
   std::shared_ptr<Transformer> model_;
