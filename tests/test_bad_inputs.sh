@@ -171,4 +171,27 @@ cp -r runs/good runs/broken && echo '{"step": ' > runs/broken/step-1/trainer_sta
 expect run corrupt-state-json 2 'broken/step-1/trainer_state/state.json' -- "$rlcpp" "${run[@]}" -d data.jsonl -m "$model" --max-steps 2 -p broken --resume auto
 cp -r runs/good runs/nostate && rm runs/nostate/step-1/model.safetensors
 expect run checkpoint-missing-weights 2 'nostate/step-1' -- "$rlcpp" "${run[@]}" -d data.jsonl -m "$model" --max-steps 2 -p nostate --resume auto
+
+# --- no silent success, and a disk that cannot take a checkpoint
+expect run resume-a-finished-run 2 'already took step 1 of its 1; resumed, it would train nothing' -- \
+  "$rlcpp" "${train[@]}" -m "$model" -p good --resume auto
+expect run learned-nothing 2 'took 1 step\(s\) and none of them changed the policy' -- \
+  "$rlcpp" "${train[@]}" -m "$model" -a DAPO --filter-range 1.5,2 --max-dynamic-rounds 0 -p nolearn
+# A run directory on a 1 MiB tmpfs (a mount namespace of its own): the checkpoint is refused before a
+# byte of it is written, naming the free and needed MiB; the run's metrics stay, no partial step.
+if unshare -rm true 2> /dev/null; then
+  mkdir -p small
+  out=$(timeout 120 unshare -rm sh -c 'mount -t tmpfs -o size=1m none small && "$@"; rc=$?; echo "left: $(ls -A small/runs/full | grep -v tfevents | tr "\n" " ")"; exit $rc' \
+        sh "$rlcpp" "${run[@]/runs/small/runs}" -d data.jsonl --max-steps 1 -m "$model" -p full 2>&1)
+  rc=$?
+  [ -n "$table" ] && printf '| run | disk-too-small-for-a-checkpoint | %s | %s |\n' "$rc" "$(grep -m1 error <<<"$out" | cut -c1-150)" >> "$table"
+  if [ $rc -eq 2 ] && grep -qE 'checkpoint step-1: .* has [0-9.]+ MiB free and the checkpoint needs about [0-9.]+ MiB' <<<"$out" &&
+     grep -qx 'left: config.yaml metrics.jsonl ' <<<"$out"; then
+    ok "run: disk-too-small-for-a-checkpoint"
+  else
+    bad "run: disk-too-small-for-a-checkpoint (rc $rc)"; echo "$out" | tail -5
+  fi
+else
+  echo "skip run: disk-too-small-for-a-checkpoint (no mount namespace here: unshare -rm)"
+fi
 exit $failed

@@ -401,9 +401,55 @@ void save_critic_dir(const fs::path& dir, const Transformer& critic, const fs::p
   }
 }
 
+namespace {
+
+// What a checkpoint takes on disk, roughly: the weights it writes (the whole model in the policy's
+// dtype; under LoRA the adapters, and the merged model with save_merged), the AdamW moments (two
+// fp32 numbers per trained element), and as much again for a critic beside them (PPO).
+struct CheckpointSize {
+  int64_t weights = 0, optimizer = 0, extra = 0;
+  int64_t total() const { return (weights + optimizer + extra) / 20 * 21 + (1 << 20); }  // 5% and 1 MiB of files over
+};
+
+CheckpointSize checkpoint_size(const CheckpointContents& c) {
+  CheckpointSize size;
+  const int64_t whole = c.policy->config().parameter_count();
+  const auto weights = c.policy->named_weights();
+  const int64_t element = weights.empty() ? 4 : static_cast<int64_t>(weights.front().second.element_size());
+  int64_t trained = whole;
+  if (c.policy->has_adapters()) {
+    trained = 0;
+    for (const auto& [name, t] : c.policy->trained_weights()) trained += t.numel();
+    size.weights = trained * 4 + (c.save_merged ? whole * element : 0);
+  } else {
+    size.weights = whole * element;
+  }
+  size.optimizer = 8 * trained;
+  if (c.write_extra) size.extra = size.weights + size.optimizer;
+  return size;
+}
+
+}  // namespace
+
 fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& c, int64_t max_checkpoints) {
   const fs::path final_dir = run_dir / fmt::format("step-{}", step);
   const fs::path tmp = run_dir / fmt::format(".step-{}.tmp", step);
+  {
+    // Refused before a byte is written when the disk cannot take it, rather than failing half-way.
+    std::error_code ec;
+    const auto space = fs::space(run_dir, ec);
+    const CheckpointSize size = checkpoint_size(c);
+    if (!ec && static_cast<int64_t>(space.available) < size.total()) {
+      const auto saved = step_dirs(run_dir);
+      const auto mib = [](auto bytes) { return static_cast<double>(bytes) / (1 << 20); };
+      throw_user_error("checkpoint step-{}: {} has {:.1f} MiB free and the checkpoint needs about {:.1f} MiB (weights "
+                       "{:.1f} MiB, optimizer state {:.1f} MiB{}); nothing was written. Free space there, or move the run "
+                       "elsewhere (-sd), then --resume auto goes on from {}", step, run_dir.string(), mib(space.available),
+                       mib(size.total()), mib(size.weights), mib(size.optimizer),
+                       size.extra > 0 ? fmt::format(", critic {:.1f} MiB", mib(size.extra)) : "",
+                       saved.empty() ? std::string("the start") : saved.back().second.filename().string());
+    }
+  }
   fs::path writing = tmp;  // what is being written, for the error
   try {
     fs::remove_all(tmp);

@@ -112,6 +112,7 @@ fs::path run_reward_model_training(const RunConfig& config) {
   }
   const int64_t n = static_cast<int64_t>(pairs.size());
   const int64_t total_steps = plan.total_steps = run_total_steps(c, n, c.train.train_batch_size);
+  check_steps_left(plan);
   TrainerConfig trainer_config;
   trainer_config.preference = c.train.preference;
   SupervisedRun run(c, plan, model, n, trainer_config, group);

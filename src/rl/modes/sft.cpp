@@ -189,6 +189,7 @@ fs::path run_sft(const RunConfig& c) {
 
   const int64_t n = static_cast<int64_t>(examples.size());
   const int64_t total_steps = plan.total_steps = run_total_steps(c, n, c.train.train_batch_size);
+  check_steps_left(plan);
   SupervisedRun run(c, plan, policy, n, {}, group);
   const int64_t first_step = plan.first_step();
   if (run.leader()) {

@@ -82,6 +82,7 @@ class StepLoop {
   int64_t round_end_ = 0;     // the last step of the round in training
   bool round_ahead_ = false;  // a round is being generated while this one trains (-nb >= 1)
   int64_t nonfinite_steps_ = 0;  // steps in a row whose updates were skipped as non-finite
+  int64_t steps_taken_ = 0, steps_learned_ = 0;  // this invocation's steps, and those that changed the policy
 };
 
 StepLoop::StepLoop(const RunConfig& c, const Topology* topology, const SourceFactory& make_source)
@@ -285,6 +286,12 @@ void StepLoop::train_step(int64_t step) {
                                             run_.critic_trainer.get());
   relay_->add(step, batch);
   check_nonfinite(c_.train, update, step, nonfinite_steps_);
+  ++steps_taken_;
+  if (update.trained) {
+    const auto nonfinite = update.metrics.find("nonfinite");
+    const double applied = update.metrics.at("optimizer_updates") - (nonfinite != update.metrics.end() ? nonfinite->second : 0.0);
+    if (applied > 0) ++steps_learned_;
+  }
   if (update.trained) ++run_.policy_version;
   // Partial rollouts: the round generating ahead takes this step's version at its next switch (one
   // each step, so a step that changed nothing sends the weights it had).
@@ -355,6 +362,13 @@ fs::path StepLoop::run() {
   source_->finish();
   if (lead_) lead_->finish(std::chrono::duration<double>(Clock::now() - run_start).count());
   trace::write();
+  if (steps_taken_ > 0 && steps_learned_ == 0) {  // no silent success: a run that learned nothing says so
+    throw_user_error("the run took {} step(s) and none of them changed the policy: no group was left to train (every "
+                     "one filtered out by --filter-range or dynamic batching, dropped by --max-staleness, or without a "
+                     "response), or every update was skipped as non-finite. Its metrics and checkpoints are in {}; "
+                     "check the reward and the filters (metrics.jsonl: kept_groups, n_skipped, nonfinite)",
+                     steps_taken_, run_.plan.run_dir.string());
+  }
   return run_.plan.run_dir;
 }
 

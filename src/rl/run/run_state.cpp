@@ -113,6 +113,13 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
   return s;
 }
 
+void check_steps_left(const RunPlan& plan) {
+  if (!plan.resume_from || plan.first_step() <= plan.total_steps) return;
+  throw_user_error("{}: the run already took step {} of its {}; resumed, it would train nothing. Raise --max-steps (or "
+                   "-e/--num-episodes) to train on from it, or start a fresh run with another -p/--project",
+                   plan.resume_from->string(), plan.saved.step, plan.total_steps);
+}
+
 int64_t run_total_steps(const RunConfig& c, int64_t n_items, int64_t items_per_step) {
   if (c.runtime.max_steps > 0) return c.runtime.max_steps;
   return std::max<int64_t>(1, n_items / std::max<int64_t>(1, items_per_step)) * c.runtime.num_episodes;
@@ -367,6 +374,7 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
     }
     run.cursor = std::make_unique<DatasetCursor>(n_records, c.runtime.seed, /*shuffle=*/true);
     run.plan.total_steps = run_total_steps(c, n_records, n_trainers * c.train.train_batch_size);
+    check_steps_left(run.plan);
     if (run.plan.resume_from) {
       run.cursor->restore(run.plan.saved.data_cursor);
     } else if (c.runtime.consumed_samples > 0) {

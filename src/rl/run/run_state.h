@@ -79,6 +79,10 @@ struct RunPlan {
   int64_t first_step() const { return resume_from ? saved.step + 1 : 1; }
 };
 
+// A resumed run with no step left to train (its checkpoint at or past total_steps) is a UserError
+// naming the checkpoint and how to train on, not a run that ends at once and exits 0.
+void check_steps_left(const RunPlan& plan);
+
 // The run directory (created), and the checkpoint a run continues from (checked for settings that
 // may not change on resume). total_steps is left for the caller, which knows its dataset.
 RunPlan plan_run(const RunConfig& config);
