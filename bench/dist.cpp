@@ -15,11 +15,13 @@
 #include "parallel/weight_sync.h"
 #include "model/transformer.h"
 #include "rl/rollout/rollout_channel.h"
+#include "util/threads.h"
 
 using namespace rlcpp;
 using namespace rlcpp::bench;
 
 int main(int argc, char** argv) {
+  rlcpp::choose_blas_core(argv);  // OpenBLAS on the CPU's own core (util/threads.h)
   std::string dtype = "bfloat16";
   int repeat = 3;
   int64_t layers = 24;

@@ -27,8 +27,11 @@ for algo in GRPO DAPO DR_GRPO RLOO REINFORCE_PPB REINFORCE_PP GSPO; do
   fi
 done
 # DAPO's default filter on the toy task: no group has a correct answer, so every round is filtered
-# out; dynamic batching tries 1 + 3 rounds and the step trains on nothing.
-if "$rlcpp" train "${base[@]}" -a DAPO --max-steps 1 -p dapo-filter > dapo-filter.log 2>&1 \
+# out; dynamic batching tries 1 + 3 rounds and the step trains on nothing. The run writes its
+# metrics and checkpoint, then exits 2 saying it learned nothing (no silent success).
+"$rlcpp" train "${base[@]}" -a DAPO --max-steps 1 -p dapo-filter > dapo-filter.log 2>&1
+code=$?
+if [ $code -eq 2 ] && grep -q 'none of them changed the policy' dapo-filter.log && [ -d runs/dapo-filter/step-1 ] \
    && grep -q '"kept_groups":0,"generated_groups":8,"sample_utilization":0.0' runs/dapo-filter/metrics.jsonl; then
   ok dapo-dynamic-filter
 else
@@ -150,16 +153,17 @@ out=$("$rlcpp" train "${toy[@]}" -sd runs -tbs 1000 --max-steps 1 -p too-big 2>&
 [ "$(ls -d runs/pruned/step-* | xargs -n1 basename | sort | tr '\n' ' ')" = "step-3 step-4 " ] && ok max-checkpoints \
   || { bad max-checkpoints; ls runs/pruned; }
 
-# A full disk while a checkpoint is written: an error naming the file, the partial checkpoint
-# removed, the earlier one intact. The disk is a tmpfs of about 1.5 checkpoints (needs root, as CI
-# runs; skipped otherwise).
+# A disk that cannot take the next checkpoint: it is refused before a byte is written, naming the
+# free and needed MiB, the earlier one intact. The disk is a tmpfs of about 1.5 checkpoints (needs
+# root, as CI runs; skipped otherwise).
 cleanup_extra() { mountpoint -q "$tmp/small" 2>/dev/null && umount "$tmp/small"; }
 mkdir -p small
 ckpt_kb=$(( $(du -sk runs/GRPO/step-2 | cut -f1) ))
 if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=$(( ckpt_kb * 3 / 2 + 64 ))k tmpfs small 2>/dev/null; then
   out=$("$rlcpp" train "${toy[@]}" -tbs 2 -sd small --max-steps 2 --si 1 -p full-disk 2>&1)
   code=$?
-  if [ $code -eq 2 ] && grep -q 'checkpoint step-2: writing .* failed' <<<"$out" && grep -q 'partial checkpoint was removed' <<<"$out" \
+  if [ $code -eq 2 ] && grep -qE 'checkpoint step-2: .* has [0-9.]+ MiB free and the checkpoint needs about' <<<"$out" \
+     && grep -q 'nothing was written' <<<"$out" \
      && [ ! -e small/full-disk/.step-2.tmp ] && [ "$(cat small/full-disk/latest)" = step-1 ] \
      && "$rlcpp" info small/full-disk/step-1 > /dev/null 2>&1; then
     ok disk-full-checkpoint

@@ -4,8 +4,10 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <torch/cuda.h>
+#include <torch/torch.h>
 #include <torch/version.h>
 
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -20,6 +22,7 @@
 #include "model/rope.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "util/threads.h"
 
 namespace rlcpp {
 
@@ -116,6 +119,27 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// The BLAS LibTorch's products run on, and the fp32 GEMM rate it reaches (1024^3, the best of 3).
+std::string blas_description() {
+  const BlasCore blas = blas_core();
+  const auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
+  double best = 1e9;
+  for (int k = 0; k < 4; ++k) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto c = torch::mm(a, b);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (k > 0) best = std::min(best, seconds);  // the first warms up
+  }
+  const double gflops = 2.0 * 1024 * 1024 * 1024 / best / 1e9;
+  std::string line = fmt::format("blas             {}, fp32 GEMM 1024^3 {:.0f} GFLOP/s",
+                                 blas.library.empty() ? "not OpenBLAS" : fmt::format("OpenBLAS core {}", blas.core), gflops);
+  if (!blas.detected.empty()) {
+    line += fmt::format(" (OpenBLAS chose its generic {} kernels for this CPU; rlcpp set OPENBLAS_CORETYPE={})",
+                        blas.detected, blas.core);
+  }
+  return line;
+}
+
 void system_info() {
   std::cout << fmt::format("cpu              {} ({} hardware threads)\n", cpu_model(), std::thread::hardware_concurrency());
   std::cout << fmt::format("kernels          {} (dispatched at run time; this CPU supports {})\n", kernels::dispatch_target(),
@@ -123,6 +147,7 @@ void system_info() {
   std::cout << fmt::format("kernel threads   {} ($RLCPP_KERNEL_THREADS)\n", ThreadPool::global().size());
   std::cout << fmt::format("libtorch         {}, {} intra-op thread(s), CUDA {}\n", TORCH_VERSION, at::get_num_threads(),
                            torch::cuda::is_available() ? fmt::format("{} device(s)", torch::cuda::device_count()) : "no");
+  std::cout << blas_description() << "\n";
   std::cout << sandbox_isolation().describe() << "\n";  // what -rt code's programs run under here
 }
 

@@ -10,8 +10,28 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace rlcpp {
+
+// LibTorch's products on the CPU run on the system BLAS, and Debian's OpenBLAS picks its kernels
+// from the CPU's model number, once, as it loads: on a CPU newer than it knows it falls back to
+// generic kernels (Prescott, without AVX) 6-9x slower, and every training product with them. So
+// at start-up rlcpp asks OpenBLAS which core it chose (openblas_get_corename, if the BLAS is
+// OpenBLAS) and, when that core lacks the vector instructions the CPU has, runs itself again with
+// OPENBLAS_CORETYPE naming the core for the CPU's features (Haswell for AVX2+FMA, SkylakeX for
+// AVX-512). A core named by the user (OPENBLAS_CORETYPE already set) is kept.
+struct BlasCore {
+  std::string library;   // "OpenBLAS", or "" when the BLAS is not OpenBLAS
+  std::string core;      // the kernels it runs
+  std::string detected;  // when rlcpp chose `core`: the generic one OpenBLAS had chosen
+};
+// The core for a CPU with these features that OpenBLAS reported as `detected`, when it is better
+// than `detected`; "" to keep it.
+std::string better_blas_core(const std::string& detected, bool avx, bool avx2_fma, bool avx512);
+// Called first thing in main: may replace the process (execv of itself) with OPENBLAS_CORETYPE set.
+void choose_blas_core(char** argv);
+BlasCore blas_core();
 
 // Sets LibTorch's intra-op threads when asked to and returns the count in effect. `requested` <= 0:
 // automatic. Also installs the block cache below (once).

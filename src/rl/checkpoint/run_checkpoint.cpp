@@ -407,8 +407,8 @@ namespace {
 // dtype; under LoRA the adapters, and the merged model with save_merged), the AdamW moments (two
 // fp32 numbers per trained element), and as much again for a critic beside them (PPO).
 struct CheckpointSize {
-  int64_t weights = 0, optimizer = 0, extra = 0;
-  int64_t total() const { return (weights + optimizer + extra) / 20 * 21 + (1 << 20); }  // 5% and 1 MiB of files over
+  int64_t weights = 0, optimizer = 0, extra = 0, files = 0;  // files: the tokenizer's and the like, copied
+  int64_t total() const { return (weights + optimizer + extra + files) / 20 * 21 + (64 << 10); }  // 5% and 64 KiB over
 };
 
 CheckpointSize checkpoint_size(const CheckpointContents& c) {
@@ -426,6 +426,13 @@ CheckpointSize checkpoint_size(const CheckpointContents& c) {
   }
   size.optimizer = 8 * trained;
   if (c.write_extra) size.extra = size.weights + size.optimizer;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(c.tokenizer_from, ec)) {  // copied beside each model directory
+    const std::string ext = entry.path().extension().string();
+    if (entry.is_regular_file(ec) && ext != ".safetensors" && ext != ".bin" && ext != ".pt") {
+      size.files += static_cast<int64_t>(entry.file_size(ec)) * (c.save_merged ? 2 : 1);
+    }
+  }
   return size;
 }
 

@@ -162,7 +162,8 @@ std::vector<Setting> make_settings() {
                            "sequences; every token records the version that sampled it",
                            [](C& c) -> bool& { return c.staleness.partial_rollout; }, {"use_partial_rollout"}, true));
   s.push_back(int_setting("staleness.switch_interval", "--switch-interval",
-                          "partial rollouts: engine steps between the versions a round takes (0: -mnt per generate call of -imbs prompts / (versions + 1))",
+                          "partial rollouts: engine steps between the versions a round takes (0: -mnt per generate call of -imbs prompts and "
+                          "per wave of --max-num-seqs sequences in it, over versions + 1)",
                           [](C& c) -> int64_t& { return c.staleness.switch_interval; }, 0, {}, true));
   s.push_back(enum_setting("staleness.async_switch", "--async-switch", "partial rollouts: when new weights are taken",
                            switch_modes(), [](C& c) -> bool& { return c.staleness.switch_asap; }, true));

@@ -179,12 +179,16 @@ WeightSwitches StepLoop::switches_during(int64_t first, int64_t last) const {
   if (!c_.staleness.stale_finish) switches.start_after = std::min(versions, stale_switch(first, last));
   const int64_t during = versions - switches.start_after;
   // By default the versions spread over the round's engine steps (rollout servers: response
-  // positions), -mnt for each generate call of -imbs prompts.
+  // positions), -mnt for each generate call of -imbs prompts, and for each wave of --max-num-seqs
+  // sequences an engine runs a call's sequences in.
   const int64_t imbs = c_.rollout.inference_microbatch_size;
   const int64_t calls = imbs > 0 ? (c_.round_prompts() + imbs - 1) / imbs : 1;
+  const int64_t call_sequences = (imbs > 0 ? std::min(imbs, c_.round_prompts()) : c_.round_prompts()) * c_.rollout.num_generations;
+  const int64_t max_seqs = c_.rollout.engine.scheduler.max_num_seqs;
+  const int64_t waves = c_.remote.enabled() || max_seqs <= 0 ? 1 : (call_sequences + max_seqs - 1) / max_seqs;
   const int64_t interval = c_.staleness.switch_interval > 0
                                ? c_.staleness.switch_interval
-                               : std::max<int64_t>(1, calls * c_.rollout.sampling.max_new_tokens / (during + 1));
+                               : std::max<int64_t>(1, calls * waves * c_.rollout.sampling.max_new_tokens / (during + 1));
   for (int64_t v = 1; v <= during; ++v) switches.at.push_back(v * interval);
   if (source_->cuts_rounds()) {  // the checkpoints among the steps cut the round at their versions
     for (int64_t step = first; step <= last; ++step) {
