@@ -29,6 +29,7 @@ modes=("sync|-nb 0" "nb1|-nb 1" "partial|-nb 1 --partial-rollout" "partial-i8|-n
        "partial-asap|-nb 1 --partial-rollout --async-switch asap"
        "partial-recompute|-nb 1 --partial-rollout --switch-interval 8 --partial-kv recompute"
        "ckpt-cut|-nb 1 --partial-rollout --si 1" "ckpt-collect|-nb 1 --partial-rollout --si 1 --checkpoint-round collect"
+       "slowgen-default|-nb 1 --partial-rollout --max-num-seqs 4"
        "slowgen-partial|-nb 1 --partial-rollout --max-num-seqs 4 --switch-interval 100"
        "slowgen-ckpt-cut|-nb 1 --partial-rollout --max-num-seqs 4 --switch-interval 100 --si 1"
        "slowgen-ckpt-collect|-nb 1 --partial-rollout --max-num-seqs 4 --switch-interval 100 --si 1 --checkpoint-round collect")
