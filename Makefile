@@ -42,11 +42,13 @@ demo-tools: deps
 	bash scripts/demo_tools.sh $(BUILD_DIR)/rlcpp
 
 # Fault injection: asynchronous runs (partial rollouts) killed with kill -9 at KILLS random moments
-# (trainer or worker), each resumed run compared bit for bit with the uninterrupted one.
+# (trainer or worker), each resumed run compared bit for bit with the uninterrupted one; then the
+# round a checkpoint cuts, killed and resumed under a tensor-parallel engine, LoRA and ZeRO-3.
 KILLS ?= 20
 faults: deps
 	$(MAKE) build
 	KILLS=$(KILLS) bash tests/faults_async.sh $(BUILD_DIR)/rlcpp
+	bash tests/faults_cut.sh $(BUILD_DIR)/rlcpp
 
 # Every side-by-side benchmark against its anchor (llama.cpp, PyTorch eager) and one table of
 # ratios (bench/all.sh; QUICK=1 for a smoke run of minutes, the full run takes hours on 2 cores).
