@@ -20,12 +20,15 @@ expect version 0 '^rlcpp [0-9]+\.[0-9]+\.[0-9]+' -- "$rlcpp" --version
 expect info 0 'head_dim 24' -- "$rlcpp" info "$fixtures/qwen3-tiny"
 expect info-params 0 'parameters +[0-9]+ on disk' -- "$rlcpp" info "$fixtures/llama-tiny"
 expect info-system 0 'kernels +[A-Z0-9_]+ \(dispatched at run time' -- "$rlcpp" info --system
-expect info-system-blas 0 'blas +OpenBLAS core [A-Za-z]+, fp32 GEMM 1024\^3 [0-9]+ GFLOP/s' -- "$rlcpp" info --system
+expect info-system-blas 0 'blas +OpenBLAS core [A-Za-z]+, fp32 GEMM 1024\^3 [0-9]+ GFLOP/s \(rlcpp.s kernels [0-9]+\)' -- "$rlcpp" info --system
 # A CPU OpenBLAS does not know (its generic Prescott kernels, stood in for by $RLCPP_BLAS_CORENAME):
 # rlcpp runs itself again with OPENBLAS_CORETYPE naming the core for the CPU's vector instructions.
-expect info-system-generic-blas 0 'OpenBLAS chose its generic Prescott kernels for this CPU; rlcpp set OPENBLAS_CORETYPE=(Haswell|SkylakeX|Sandybridge)' -- \
+expect info-system-generic-blas 0 'OpenBLAS chose its generic Prescott kernels for this CPU, rlcpp set OPENBLAS_CORETYPE=(Haswell|SkylakeX|Sandybridge)' -- \
   env RLCPP_BLAS_CORENAME=Prescott "$rlcpp" info --system
 expect user-blas-core-kept 0 'blas +OpenBLAS core Sandybridge,' -- env OPENBLAS_CORETYPE=Sandybridge "$rlcpp" info --system
+# A generic core the user names is kept, with a warning naming the core for this CPU.
+expect generic-blas-warned 0 'warning: OpenBLAS runs its Prescott kernels, without the vector instructions this CPU has.*set it to (Haswell|SkylakeX|Sandybridge)' -- \
+  env OPENBLAS_CORETYPE=Prescott "$rlcpp" info --system
 expect info-nothing 2 'error: info: give a model directory' -- "$rlcpp" info
 expect info-untied 0 'tied embeddings +no' -- "$rlcpp" info "$fixtures/llama-tiny"
 expect parity 0 'max \|logits - reference\| += [0-9.e-]+' -- "$rlcpp" parity "$fixtures/qwen2-tiny"

@@ -262,19 +262,23 @@ std::string better_blas_core(const std::string& detected, bool avx, bool avx2_fm
   return cpu == 3 ? "SkylakeX" : cpu == 2 ? "Haswell" : "Sandybridge";
 }
 
-void choose_blas_core(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's, or ours after the execv below
-  const std::string detected = openblas_corename();
-  if (detected.empty()) return;
+std::string better_blas_core_here(const std::string& detected) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  const std::string core = better_blas_core(detected, __builtin_cpu_supports("avx"),
-                                            __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), avx512);
+  return better_blas_core(detected, __builtin_cpu_supports("avx"),
+                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), avx512);
 #else
-  const std::string core;
+  return "";
 #endif
+}
+
+void choose_blas_core(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's, or ours after the execv below
+  const std::string detected = openblas_corename();
+  if (detected.empty()) return;
+  const std::string core = better_blas_core_here(detected);
   if (core.empty()) return;
   setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
   setenv("RLCPP_BLAS_DETECTED", detected.c_str(), 1);

@@ -29,6 +29,8 @@ struct BlasCore {
 // The core for a CPU with these features that OpenBLAS reported as `detected`, when it is better
 // than `detected`; "" to keep it.
 std::string better_blas_core(const std::string& detected, bool avx, bool avx2_fma, bool avx512);
+// The same for this CPU's features.
+std::string better_blas_core_here(const std::string& detected);
 // Called first thing in main: may replace the process (execv of itself) with OPENBLAS_CORETYPE set.
 void choose_blas_core(char** argv);
 BlasCore blas_core();
