@@ -9,6 +9,7 @@
 #include "rl/rollout/rollout.h"
 #include "rl/rollout/rollout_source.h"
 #include "rl/rollout/judge_reward.h"
+#include "rl/run/run_state.h"
 #include "rl/step/critic.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -269,6 +270,26 @@ TEST(RoundProgress, SurvivesItsJsonFormExactly) {
   EXPECT_TRUE(wb.during_round);
   EXPECT_FALSE(wb.asap);
   EXPECT_THROW(round_progress_from_json(nlohmann::json{{"calls_started", 1}}, "test"), InternalError);
+
+  // In a checkpoint's state.json: read back whole, and a damaged record refused naming the file.
+  nlohmann::json record = {{"switches", to_json(w)}, {"picks", nlohmann::json::array()}, {"taken", 1}, {"step", 3},
+                           {"version", 2}, {"progress", to_json(p)}, {"graded", nullptr}};
+  nlohmann::json state = {{"step", 3}, {"optimizer_steps", 3}, {"round", {{"in_flight", {record}}}}};
+  const auto saved = checkpoint_state_from_json(state, "runs/x/step-3/trainer_state/state.json");
+  ASSERT_EQ(saved.round.in_flight.size(), 1u);
+  EXPECT_EQ(saved.round.in_flight[0], record);
+  for (const char* damage : {"taken", "progress"}) {
+    auto broken = state;
+    broken["round"]["in_flight"][0][damage] = "?";
+    try {
+      checkpoint_state_from_json(broken, "runs/x/step-3/trainer_state/state.json");
+      ADD_FAILURE() << "a damaged " << damage << " was read";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("runs/x/step-3/trainer_state/state.json"), std::string::npos) << e.what();
+    }
+  }
+  state["round"]["in_flight"][0]["progress"]["samples"][0].erase("tokens");
+  EXPECT_THROW(checkpoint_state_from_json(state, "state.json"), UserError);
 }
 
 TEST(RelayBuffer, RelaysTheLastStepsGroupsAfterTheOffset) {

@@ -98,7 +98,25 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
       s.round.end_step = json_get_or<int64_t>(r, "end_step", 0, where);
       if (r.contains("collected") && !r.at("collected").is_null()) s.round.collected = trainer_groups_from(r.at("collected"), where);
       s.round.rounds_ahead = json_get_or<int64_t>(r, "rounds_ahead", 0, where);
-      for (const auto& e : r.value("in_flight", nlohmann::json::array())) s.round.in_flight.push_back(e);
+      for (const auto& e : r.value("in_flight", nlohmann::json::array())) {
+        // Checked here, so a damaged record stops the resume naming the file, not a worker later.
+        if (!e.is_object() || !e.at("taken").is_number_integer() || !e.at("step").is_number_integer() ||
+            !e.at("version").is_number_integer() || !e.at("picks").is_array() ||
+            (!e.at("progress").is_object() && !e.at("progress").is_null()) ||
+            (!e.at("graded").is_object() && !e.at("graded").is_null())) {
+          throw_user_error("{}: a malformed round in flight (round.in_flight); the checkpoint cannot be resumed", where);
+        }
+        switches_from_json(e.at("switches"));
+        for (const auto& p : e.at("picks")) pick_from_json(p);
+        if (e.at("progress").is_object()) {
+          try {
+            round_progress_from_json(e.at("progress"), where);
+          } catch (const InternalError& error) {
+            throw_user_error("{}; the checkpoint cannot be resumed", error.what());
+          }
+        }
+        s.round.in_flight.push_back(e);
+      }
       s.round.generated_groups = json_get_or<int64_t>(r, "generated_groups", 0, where);
       s.round.kept_groups = json_get_or<int64_t>(r, "kept_groups", 0, where);
       s.round.discarded = groups_from(r, "discarded");
