@@ -417,7 +417,7 @@ TEST(Serve, CompletionsAndStreamsEqualTheEngine) {
 TEST(Serve, TwoHundredConcurrentStreamsAllComplete) {
   Fixture f;
   ServeOptions options;
-  options.http_threads = 256;
+  options.max_connections = 256;
   RunningServer server(f.model, f.tokenizer, options);
   Engine engine(f.model, engine_config(), f.tokenizer);
   constexpr int kClients = 200;

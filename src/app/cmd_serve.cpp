@@ -95,8 +95,15 @@ void add_serve_command(CLI::App& app) {
                   "longer prompts are refused with 413 (0: the model's positions less one)")->capture_default_str();
   cmd->add_option("--default-max-tokens", args->options.default_max_tokens,
                   "completions without max_tokens (OpenAI's 16); chats default to the positions left")->capture_default_str();
-  cmd->add_option("--http-threads", args->options.http_threads, "connections served at once (a streaming client holds one)")
-      ->capture_default_str();
+  cmd->add_option("--max-connections", args->options.max_connections, "connections open at once, each served by its own "
+                  "thread (a streaming client holds one); more are answered 503")->capture_default_str();
+  cmd->add_option("--http-threads", args->options.max_connections, "the same as --max-connections (its old name)")->group("");
+  cmd->add_option("--request-timeout", args->options.request_timeout, "seconds a connection has to send a whole request, "
+                  "from its accept or its last answer; a slower one is closed")->capture_default_str();
+  cmd->add_option("--max-body-mb", args->options.max_body_mb, "request bodies over this many MiB are refused with 413 "
+                  "before they are read")->capture_default_str();
+  cmd->add_option("--max-request-tokens", args->options.max_request_tokens, "a request's n x (prompt + max_tokens), summed "
+                  "over its prompts, above this is refused with 413 (0: the KV cache's tokens)")->capture_default_str();
   cmd->add_option("--policy-version", args->options.policy_version, "version of the weights at start (reported with "
                                                                     "every answer; updates count on from it)")
       ->capture_default_str();

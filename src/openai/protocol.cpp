@@ -264,6 +264,15 @@ ApiRequest parse_api_request(ApiEndpoint endpoint, const std::string& text, cons
     throw bad(max_name, fmt::format("{} tokens of prompt + {} = {} exceed the model's {} positions; lower {}", prompt_tokens,
                                     p.max_new_tokens, prompt_tokens + p.max_new_tokens, positions, max_name));
   }
+  // What the request can hold of the KV cache at once: every sample's sequence at its longest.
+  int64_t request_tokens = 0;
+  for (const auto& ids : r.prompts) request_tokens += r.n * (static_cast<int64_t>(ids.size()) + p.max_new_tokens);
+  if (limits.max_request_tokens > 0 && request_tokens > limits.max_request_tokens) {
+    throw ApiError(413, fmt::format("the request asks for up to {} tokens (n {} x (prompt + {} {}) over {} prompt(s)), more than "
+                                    "this server's {} (--max-request-tokens); lower n or {}", request_tokens, r.n, max_name,
+                                    p.max_new_tokens, r.prompts.size(), limits.max_request_tokens, max_name),
+                   max_name);
+  }
   return r;
 }
 

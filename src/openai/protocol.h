@@ -62,6 +62,7 @@ struct ApiLimits {
   int64_t max_positions = 0;        // the model's: prompt + max_tokens must fit (0: unchecked)
   int64_t max_prompt_tokens = 0;    // longer prompts are refused with 413 (0: positions less one)
   int64_t default_max_tokens = 16;  // completions' OpenAI default; chat: up to the positions
+  int64_t max_request_tokens = 0;   // n x (prompt + max_tokens) over the prompts: more is 413 (0: unchecked)
   int64_t max_n = 128;
   int64_t max_logprobs = 20;
   int64_t vocab_size = 0;

@@ -17,6 +17,7 @@
 
 #include "engine/async_engine.h"
 #include "io/checkpoint.h"
+#include "openai/connections.h"
 #include "openai/protocol.h"
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
@@ -99,6 +100,8 @@ struct Server::State {
   std::mutex parse_mutex;
   ApiLimits limits;
   httplib::Server http;
+  int port = 0, listen_fd = -1;              // once bound
+  Connections* connections = nullptr;        // cpp-httplib's task queue, while listening
 
   std::mutex m;
   std::map<std::string, fs::path> adapters;  // served name -> PEFT directory
@@ -120,6 +123,7 @@ struct Server::State {
     limits.default_max_tokens = options.default_max_tokens;
     limits.vocab_size = model->config().vocab_size;
     limits.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
+    limits.max_request_tokens = options.max_request_tokens > 0 ? options.max_request_tokens : GenerationLoop(*engine).kv_blocks() * e.block_size;
     start_version = options.policy_version;
   }
 
@@ -354,13 +358,50 @@ struct Server::State {
     metric("rlcpp_requests_waiting", "gauge", "requests queued for the engine (the queue depth)", static_cast<double>(e.waiting_jobs));
     metric("rlcpp_kv_cache_usage_ratio", "gauge", "KV cache blocks in use, of all", kv);
     metric("rlcpp_policy_version", "gauge", "version of the weights new requests generate with", static_cast<double>(version()));
+    const auto c = connections->counts();
+    metric("rlcpp_connections_open", "gauge", "HTTP connections open", static_cast<double>(c.open));
+    metric("rlcpp_connections_refused_total", "counter", "connections refused past --max-connections", static_cast<double>(c.refused));
+    metric("rlcpp_connections_timed_out_total", "counter", "connections closed for sending no whole request in "
+           "--request-timeout", static_cast<double>(c.timed_out));
     return out;
   }
 
   void routes() {
-    http.new_task_queue = [n = options.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
-    http.set_payload_max_length(size_t{64} << 20);
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    http.new_task_queue = [this] {
+      connections = new Connections(options.max_connections, options.request_timeout, port, listen_fd);
+      return connections;
+    };
+    // A request reaching its handler stops its connection's --request-timeout clock; its answer,
+    // written whole (a stream's last event too), starts it again.
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      connections->handling(req.remote_addr, req.remote_port, false);
+      if (res.get_header_value("Connection") == "close") connections->close(req.remote_addr, req.remote_port);
+    });
+    const auto max_body = static_cast<size_t>(options.max_body_mb) << 20;
+    http.set_payload_max_length(max_body);
+    http.set_pre_routing_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
+      if (connections->refused(req.remote_addr, req.remote_port)) {
+        res.set_header("Connection", "close");
+        res.set_header("Retry-After", "1");
+        json_reply(res, 503, ApiError(503, fmt::format("the server has {} connections open, its most (--max-connections); "
+                                                       "try again later", options.max_connections)).body());
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      // A body's size is judged from its headers, before it is read: too long is 413 at once.
+      if (req.method == "POST") {
+        if (!req.has_header("Content-Length") && req.has_header("Transfer-Encoding")) {
+          res.set_header("Connection", "close");
+          json_reply(res, 411, ApiError(411, "send the request body with a Content-Length").body());
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
+        if (length > max_body) {
+          res.set_header("Connection", "close");
+          json_reply(res, 413, ApiError(413, fmt::format("the request body has {} bytes, more than this server's {} MiB "
+                                                         "(--max-body-mb)", length, options.max_body_mb)).body());
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
       if (options.api_key.empty() || req.path == "/health" || req.path == "/metrics") {
         return httplib::Server::HandlerResponse::Unhandled;
       }
@@ -383,13 +424,19 @@ struct Server::State {
       if (res.status == 404) json_reply(res, 404, ApiError(404, fmt::format("no route {} {}", req.method, req.path)).body());
       if (res.status == 413) json_reply(res, 413, ApiError(413, "the request body is too large").body());
     });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    auto handled = [this](httplib::Server::Handler handler) {
+      return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+        connections->handling(req.remote_addr, req.remote_port, true);
+        handler(req, res);
+      };
+    };
+    http.Post("/v1/completions", handled([this](const httplib::Request& req, httplib::Response& res) {
       submit_job(ApiEndpoint::kCompletions, req, res);
-    });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    }));
+    http.Post("/v1/chat/completions", handled([this](const httplib::Request& req, httplib::Response& res) {
       submit_job(ApiEndpoint::kChat, req, res);
-    });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    }));
+    http.Get("/v1/models", handled([this](const httplib::Request&, httplib::Response& res) {
       Json data = Json::array();
       const auto names = model_names();
       for (size_t k = 0; k < names.size(); ++k) {
@@ -398,13 +445,13 @@ struct Server::State {
                         {"max_model_len", limits.max_positions}});
       }
       json_reply(res, 200, Json({{"object", "list"}, {"data", data}}).dump());
-    });
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    }));
+    http.Get("/health", handled([this](const httplib::Request&, httplib::Response& res) {
       json_reply(res, 200, Json({{"status", "ok"}, {"policy_version", version()}}).dump());
-    });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    }));
+    http.Get("/metrics", handled([this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_text(), "text/plain; version=0.0.4");
-    });
+    }));
     auto body_of = [](const httplib::Request& req) {
       auto j = nlohmann::json::parse(req.body, nullptr, false);
       if (j.is_discarded() || !j.is_object()) throw ApiError(400, "the request body must be a JSON object");
@@ -421,7 +468,7 @@ struct Server::State {
       if (!j["policy_version"].is_number_integer()) throw ApiError(400, "policy_version: expected an integer", "policy_version");
       return j["policy_version"].get<int64_t>();
     };
-    http.Post("/update_weights_from_disk", [=, this](const httplib::Request& req, httplib::Response& res) {
+    http.Post("/update_weights_from_disk", handled([=, this](const httplib::Request& req, httplib::Response& res) {
       try {
         const auto j = body_of(req);
         WeightOp op;
@@ -433,7 +480,7 @@ struct Server::State {
       } catch (const ApiError& e) {
         json_reply(res, e.status, e.body());
       }
-    });
+    }));
     auto adapter_op = [=, this](WeightOp::Kind kind) {
       return [=, this](const httplib::Request& req, httplib::Response& res) {
         try {
@@ -456,8 +503,8 @@ struct Server::State {
         }
       };
     };
-    http.Post("/v1/load_lora_adapter", adapter_op(WeightOp::Kind::kLoadAdapter));
-    http.Post("/v1/unload_lora_adapter", adapter_op(WeightOp::Kind::kUnloadAdapter));
+    http.Post("/v1/load_lora_adapter", handled(adapter_op(WeightOp::Kind::kLoadAdapter)));
+    http.Post("/v1/unload_lora_adapter", handled(adapter_op(WeightOp::Kind::kUnloadAdapter)));
   }
 };
 
@@ -467,7 +514,10 @@ Server::Server(std::shared_ptr<Transformer> model, std::shared_ptr<const Tokeniz
     throw_user_error("--host {}: serving beyond this machine needs --api-key KEY (clients send Authorization: Bearer KEY)",
                      options.host);
   }
-  if (options.http_threads < 1) throw_user_error("--http-threads {}: at least 1", options.http_threads);
+  if (options.max_connections < 1) throw_user_error("--max-connections {}: at least 1", options.max_connections);
+  if (!(options.request_timeout > 0)) throw_user_error("--request-timeout {}: must be above 0 seconds", options.request_timeout);
+  if (options.max_body_mb < 1) throw_user_error("--max-body-mb {}: at least 1", options.max_body_mb);
+  if (options.max_request_tokens < 0) throw_user_error("--max-request-tokens {}: 0 (the KV cache's tokens) or more", options.max_request_tokens);
   s_ = std::make_unique<State>(std::move(model), std::move(tokenizer), engine, std::move(options));
   s_->routes();
 }
@@ -499,6 +549,8 @@ void Server::serve(const std::function<void(int port)>& on_listening) {
     throw_user_error("--host {} --port {}: cannot listen there (is the port in use?)", s_->options.host, port);
   }
   if (socket_fd >= 0) ::listen(socket_fd, SOMAXCONN);
+  s_->port = port;
+  s_->listen_fd = socket_fd;
   {
     std::lock_guard<std::mutex> lock(s_->m);
     if (s_->stopping) return;  // stopped before it began

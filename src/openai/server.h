@@ -29,7 +29,10 @@ struct ServeOptions {
   std::string model_name;          // the base model's name in requests and /v1/models
   int64_t max_prompt_tokens = 0;   // longer prompts get 413 (0: the model's positions less one)
   int64_t default_max_tokens = 16; // completions without max_tokens (OpenAI's 16); chat: up to the positions
-  int http_threads = 256;          // connections served at once (a streaming client holds one)
+  int max_connections = 256;       // open at once, each served by its thread; more are answered 503
+  double request_timeout = 60;     // seconds a connection has to send a whole request (from its accept or last answer)
+  int64_t max_body_mb = 64;        // longer request bodies get 413, judged from Content-Length before they are read
+  int64_t max_request_tokens = 0;  // n x (prompt + max_tokens) summed over a request's prompts (0: the KV cache's tokens)
   int64_t policy_version = 0;      // of the weights at start
 };
 
