@@ -185,7 +185,9 @@ std::vector<Json> read_jsonl(const fs::path& path) {
     ++n;
     if (text.empty()) continue;
     try {
-      lines.push_back(Json::parse(text));
+      Json line = Json::parse(text);
+      if (line.contains("status") && !line.contains("step")) continue;  // the run's status line
+      lines.push_back(std::move(line));
     } catch (const Json::exception& e) {
       throw_user_error("{}:{}: not a JSON line ({})", path.string(), n, e.what());
     }

@@ -645,7 +645,9 @@ void rewind_metrics(const fs::path& metrics_path, int64_t step) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    const bool later = !j.is_discarded() && j.contains("step") && j["step"].is_number() && j["step"].get<int64_t>() > step;
+    // The steps after `step`, and the status line of the run that ended (the run goes on).
+    const bool later = !j.is_discarded() && ((j.contains("step") && j["step"].is_number() && j["step"].get<int64_t>() > step) ||
+                                             (j.contains("status") && !j.contains("step")));
     (later ? discarded : kept) += line + "\n";
   }
   if (discarded.empty()) return;

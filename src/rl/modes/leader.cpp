@@ -268,7 +268,10 @@ CheckpointState Leader::checkpoint_state(CheckpointState state) const {
   return state;
 }
 
-void Leader::finish(double seconds) const {
+void Leader::fail(const std::string& error) { log_->fail(error); }
+
+void Leader::finish(double seconds) {
+  log_->finish();
   if (picker_->skipped_long() + picker_->skipped_short() > 0) {
     spdlog::info("prompts left out: {} over -mpt {}, {} under min_prompt_length {}", picker_->skipped_long(),
                  c_.rollout.max_prompt_tokens, picker_->skipped_short(), c_.rollout.min_prompt_length);

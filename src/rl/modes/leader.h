@@ -57,7 +57,9 @@ class Leader {
   // stands, the leader adds the rest (every trainer then calls save_run).
   CheckpointState checkpoint_state(CheckpointState state) const;
   // The closing lines.
-  void finish(double seconds) const;
+  // The run did what was asked (metrics.jsonl's status line says so), or ended with `error`.
+  void finish(double seconds);
+  void fail(const std::string& error);
 
  private:
   const RunConfig& c_;

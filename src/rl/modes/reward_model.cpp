@@ -175,6 +175,7 @@ fs::path run_reward_model_training(const RunConfig& config) {
       write_file_atomic(config_file, model_config.dump(2) + "\n");
     }
   }
+  run.finish();
   if (run.leader()) {
     spdlog::info("done in {:.1f} s; run directory {}", std::chrono::duration<double>(Clock::now() - run_start).count(),
                  run_dir.string());

@@ -226,6 +226,7 @@ fs::path run_sft(const RunConfig& c) {
                               run.cursor.epoch(), m["loss"], m["grad_norm"], m["lr"], seconds));
     if (checkpoint_due(c.logging, step, total_steps)) run.save(step);
   }
+  run.finish();
   if (run.leader()) {
     spdlog::info("done in {:.1f} s; run directory {}", std::chrono::duration<double>(Clock::now() - run_start).count(),
                  run_dir.string());

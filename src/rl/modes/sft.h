@@ -48,6 +48,10 @@ class SupervisedRun {
   // directory; the other ranks return an empty path. Every process calls it (under ZeRO each sends
   // rank 0 its shard of the optimizer).
   std::filesystem::path save(int64_t step);
+  // The run did what was asked: metrics.jsonl's status line says so (one ended by an error says that).
+  void finish() {
+    if (log_) log_->finish();
+  }
 
   Trainer trainer;
   DatasetCursor cursor;

@@ -29,6 +29,9 @@ class StepLoop {
  public:
   StepLoop(const RunConfig& c, const Topology* topology, const SourceFactory& make_source);
   fs::path run();
+  void fail(const std::string& error) {
+    if (lead_) lead_->fail(error);
+  }
 
  private:
   // Replicas, and this rank's; whether this rank picks prompts, logs and writes.
@@ -364,7 +367,6 @@ fs::path StepLoop::run() {
     if (steps > 0) rounds_since_step = 0;
   }
   source_->finish();
-  if (lead_) lead_->finish(std::chrono::duration<double>(Clock::now() - run_start).count());
   trace::write();
   if (steps_taken_ > 0 && steps_learned_ == 0) {  // no silent success: a run that learned nothing says so
     throw_user_error("the run took {} step(s) and none of them changed the policy: no group was left to train (every "
@@ -373,13 +375,20 @@ fs::path StepLoop::run() {
                      "check the reward and the filters (metrics.jsonl: kept_groups, n_skipped, nonfinite)",
                      steps_taken_, run_.plan.run_dir.string());
   }
+  if (lead_) lead_->finish(std::chrono::duration<double>(Clock::now() - run_start).count());
   return run_.plan.run_dir;
 }
 
 }  // namespace
 
 fs::path run_step_loop(const RunConfig& config, const Topology* topology, const SourceFactory& make_source) {
-  return StepLoop(config, topology, make_source).run();
+  StepLoop loop(config, topology, make_source);
+  try {
+    return loop.run();
+  } catch (const std::exception& e) {
+    loop.fail(e.what());  // metrics.jsonl's status line names the error
+    throw;
+  }
 }
 
 }  // namespace rlcpp

@@ -137,7 +137,24 @@ RunLog::RunLog(const std::filesystem::path& run_dir, const RunConfig& config, st
   if (resumed_step) events_->restart_at(*resumed_step + 1);
 }
 
-RunLog::~RunLog() = default;
+RunLog::~RunLog() {
+  if (ended_) return;
+  write_status("failed", std::uncaught_exceptions() > 0 ? "stopped by an error (the log says which)"
+                                                        : "stopped before its last step");
+}
+
+void RunLog::finish() { write_status("finished", ""); }
+
+void RunLog::fail(const std::string& error) { write_status("failed", error); }
+
+void RunLog::write_status(const char* status, const std::string& error) {
+  if (ended_) return;
+  ended_ = true;
+  nlohmann::ordered_json line{{"status", status}, {"steps", last_step_}};
+  if (!error.empty()) line["error"] = error;
+  metrics_ << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+  metrics_.flush();
+}
 
 void RunLog::write(const StepRecord& record) {
   auto line = to_json(record);
@@ -163,6 +180,7 @@ void RunLog::write(const nlohmann::ordered_json& line, int64_t total_steps, cons
   write_scalars(*events_, line);
   events_->flush();
   const int64_t step = line.at("step").get<int64_t>();
+  last_step_ = step;
   if (step % c_.logging.log_interval == 0 || step == total_steps) spdlog::info("{}", console);
   ++steps_written_;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -41,7 +41,10 @@ std::string console_line(const StepRecord& record);
 // Where a run's step records go: a line of run_dir/metrics.jsonl each, every number in it as a
 // TensorBoard scalar (run_dir/events.out.tfevents.*, tags by path: "time/train",
 // "eval/gsm8k/accuracy"), a console line every --log-interval steps and at the last step, and the
-// terminal's progress line (ETA at the pace of the steps written so far).
+// terminal's progress line (ETA at the pace of the steps written so far). metrics.jsonl ends with
+// the run's status line, {"status": "finished" | "failed", "steps": the last step written, "error"}:
+// finish() writes it for a run that did what was asked, fail() or the destructor for one ended by
+// an error (a process killed writes none; a resume moves any status line to metrics.discarded.jsonl).
 class RunLog {
  public:
   // A fresh run, or one resumed after `resumed_step` (metrics.jsonl is rewound to it, and
@@ -51,12 +54,17 @@ class RunLog {
   void write(const StepRecord& record);
   // Any other run's line (SFT): metrics.jsonl and TensorBoard; `console` at the log interval.
   void write(const nlohmann::ordered_json& line, int64_t total_steps, const std::string& console);
+  void finish();
+  void fail(const std::string& error);
 
  private:
+  void write_status(const char* status, const std::string& error);
+
   const RunConfig& c_;
   std::ofstream metrics_;
   std::unique_ptr<EventWriter> events_;
-  int64_t steps_written_ = 0;
+  int64_t steps_written_ = 0, last_step_ = 0;
+  bool ended_ = false;  // the status line is written
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   CommunicationBytes communicated_;  // this process's MPI bytes at the last line
 };
