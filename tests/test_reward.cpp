@@ -241,7 +241,27 @@ TEST(ExternalReward, HangIsKilledRestartedAndCounted) {
     EXPECT_EQ(replies[k].failed, expected[k] < 0) << k;
   }
   EXPECT_EQ(external.n_failures(), 2);
-  EXPECT_EQ(external.n_restarts(), 2);
+  EXPECT_EQ(external.n_restarts(), 4);  // each hanging request was sent twice
+}
+
+// A child that dies once (killed from outside, a passing fault) changes no reward: the request it
+// died on goes to the new child and is scored as if nothing happened.
+TEST(ExternalReward, RequestAChildDiedOnIsSentOnceMore) {
+  const auto marker = std::filesystem::temp_directory_path() / fmt::format("rlcpp-died-once-{}", ::getpid());
+  std::filesystem::remove(marker);
+  ExternalRewardConfig config;
+  config.command = fmt::format("while read l; do case \"$l\" in *third*) [ -f {0} ] || {{ touch {0}; exit 9; }};; esac; "
+                               "echo '{{\"reward\": 1}}'; done", marker.string());
+  config.failure_reward = -1.0;
+  ExternalReward external(config);
+  const auto replies = external.score(requests_of({"first", "second", "third", "fourth"}));
+  for (size_t k = 0; k < replies.size(); ++k) {
+    EXPECT_EQ(replies[k].reward, 1.0) << k;
+    EXPECT_FALSE(replies[k].failed) << k;
+  }
+  EXPECT_EQ(external.n_failures(), 0);
+  EXPECT_EQ(external.n_restarts(), 1);
+  std::filesystem::remove(marker);
 }
 
 // A hanging command's children go with it: it runs in its own process group, and the group is

@@ -52,7 +52,8 @@ std::vector<ComponentScore> ExternalReward::score(const std::vector<RewardInput>
 
 void ExternalReward::score_batch(const std::vector<ExternalRequest>& requests, size_t begin, size_t end,
                                  std::vector<ExternalReply>* replies) {
-  size_t next = begin;  // the reply awaited
+  size_t next = begin;         // the reply awaited
+  size_t retried = end;        // the request sent once more after its child died or hung on it
   while (next < end) {
     std::string pending;  // requests [next, end) serialised, written as the pipe takes them
     for (size_t k = next; k < end; ++k) {
@@ -111,7 +112,14 @@ void ExternalReward::score_batch(const std::vector<ExternalRequest>& requests, s
       }
     }
     if (!failure.empty()) {
-      // The awaited request fails; the child is restarted and the rest of the batch sent again.
+      // The child is restarted and the rest of the batch sent again. The awaited request goes to
+      // the new child once more (a child killed from outside or a passing fault changes no
+      // reward); failing again, it is the request's own doing and gets the failure reward.
+      if (retried != next) {
+        retried = next;
+        restart(failure);
+        continue;
+      }
       (*replies)[next].failed = true;
       (*replies)[next].reward = config_.failure_reward;
       ++n_failures_;

@@ -4,7 +4,9 @@
 // pipelined in batches, and reads one reply per request, in order,
 //   {"reward": 1.0, "parts": {"name": 0.5, ...}}      ("parts" optional)
 // A reply that does not come within the timeout (or a child that dies) gets the child killed and
-// restarted; that request gets the failure reward and is counted. After max_restarts restarts the
+// restarted, and the request sent to the new child once more; failing twice, it gets the failure
+// reward and is counted (a request that crashes the grader is not retried for ever, and a grader
+// killed from outside changes no reward). After max_restarts restarts the
 // run stops with the child's stderr tail in the error. A malformed reply is a counted failure once
 // the command has answered well; a malformed first reply, or a command the shell cannot run (exit
 // 126/127), is a setup error and stops the run at once.
