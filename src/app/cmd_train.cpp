@@ -120,6 +120,7 @@ void add_train_command(CLI::App& app) {
     }
     auto world = mpi_world();  // a world of one process without mpirun
     const auto [config, topology] = prepare(raw, world, !*skip_memory_check);
+    set_comm_timeout(config.parallel.comm_timeout);
     if (config.logging.debug) spdlog::set_level(spdlog::level::debug);
     if (!topology) {
       run_colocated(config);

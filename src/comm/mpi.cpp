@@ -7,7 +7,10 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <optional>
 #include <mutex>
 
@@ -53,6 +56,65 @@ struct Counters {
   }
 };
 
+// The blocking operation this process is in (MPI is funneled: one thread calls it), watched by
+// a thread of its own under --comm-timeout.
+struct Watchdog {
+  std::atomic<int64_t> since_ns{0};  // when the operation began (steady clock); 0: none
+  std::atomic<const char*> what{""};
+  std::atomic<int> peer{-1};         // the world rank waited on, or -1: every rank of a group of
+  std::atomic<int> group{0};         // this many
+  std::atomic<double> timeout{0};
+  std::once_flag started;
+};
+Watchdog& watchdog() {
+  static auto* w = new Watchdog;  // never destroyed: it watches MPI_Finalize at exit too
+  return *w;
+}
+thread_local int watch_depth = 0;
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Marks a blocking operation for the watchdog while it lasts (the outermost one, when nested).
+class Waiting {
+ public:
+  Waiting(const char* what, int peer, int group) {
+    if (watch_depth++ > 0) return;
+    auto& w = watchdog();
+    w.what = what;
+    w.peer = peer;
+    w.group = group;
+    w.since_ns = steady_ns();
+  }
+  ~Waiting() {
+    if (--watch_depth == 0) watchdog().since_ns = 0;
+  }
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+};
+
+void watch(int world_rank) {
+  auto& w = watchdog();
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    const int64_t since = w.since_ns.load();
+    const double limit = w.timeout.load();
+    if (since == 0 || limit <= 0) continue;
+    const double waited = static_cast<double>(steady_ns() - since) * 1e-9;
+    if (waited < limit) continue;
+    const int peer = w.peer.load();
+    const std::string whom = peer >= 0 ? fmt::format("rank {}", peer)
+                                       : fmt::format("the other ranks of its group of {}", w.group.load());
+    std::fprintf(stderr,
+                 "Error: rank %d waited %.0f s in MPI %s for %s (--comm-timeout %.0f): that rank is stopped, hung, lost "
+                 "or far slower; ending the job (resume it with --resume auto once the cause is fixed)\n",
+                 world_rank, waited, w.what.load(), whom.c_str(), limit);
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+}
+
 // A contiguous host tensor for MPI; `out` is copied back into the original when it is not one.
 struct HostView {
   torch::Tensor original, host;
@@ -74,6 +136,7 @@ class MpiRequest final : public CommRequest {
   void wait() override {
     if (done_) return;
     done_ = true;
+    const Waiting waiting("Waitall", -1, 0);
     check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "Waitall");
     if (into_) into_->write_back();
   }
@@ -91,10 +154,23 @@ class MpiCommunicator final : public Communicator {
     counters_->parent = std::move(parent);
     check(MPI_Comm_rank(comm_, &rank_), "Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "Comm_size");
+    // The world rank of each of this communicator's, for the watchdog's message.
+    MPI_Group group, world;
+    check(MPI_Comm_group(comm_, &group), "Comm_group");
+    check(MPI_Comm_group(MPI_COMM_WORLD, &world), "Comm_group");
+    std::vector<int> mine(static_cast<size_t>(size_));
+    for (int k = 0; k < size_; ++k) mine[static_cast<size_t>(k)] = k;
+    world_ranks_.resize(mine.size());
+    check(MPI_Group_translate_ranks(group, size_, mine.data(), world, world_ranks_.data()), "Group_translate_ranks");
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void barrier() override { check(MPI_Barrier(comm_), "Barrier"); }
+  void barrier() override {
+    const Waiting waiting("Barrier", -1, size_);
+    check(MPI_Barrier(comm_), "Barrier");
+  }
 
   void all_reduce_sum(torch::Tensor& tensor) override {
     if (tensor.scalar_type() == torch::kBFloat16 || tensor.scalar_type() == torch::kFloat16) {
@@ -107,6 +183,7 @@ class MpiCommunicator final : public Communicator {
     const auto type = mpi_type(view.host.scalar_type());
     RLCPP_CHECK(type != MPI_DATATYPE_NULL, "all_reduce of {}", c10::toString(view.host.scalar_type()));
     counters_->add(kAllReduce, view.host.nbytes());
+    const auto waiting = collective("Allreduce");
     check(MPI_Allreduce(MPI_IN_PLACE, view.host.data_ptr(), static_cast<int>(view.host.numel()), type, MPI_SUM, comm_),
           "Allreduce");
     view.write_back();
@@ -125,6 +202,7 @@ class MpiCommunicator final : public Communicator {
                 view.host.numel(), c10::toString(view.host.scalar_type()));
     void* data = view.host.data_ptr();
     counters_->add(kReduce, view.host.nbytes());
+    const auto waiting = collective("Reduce");
     check(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : data, data, static_cast<int>(view.host.numel()), type, MPI_SUM, root,
                      comm_),
           "Reduce");
@@ -140,6 +218,7 @@ class MpiCommunicator final : public Communicator {
     const auto type = mpi_type(send.scalar_type());
     RLCPP_CHECK(type != MPI_DATATYPE_NULL, "reduce_scatter of {}", c10::toString(send.scalar_type()));
     counters_->add(kReduceScatter, send.nbytes());
+    const auto waiting = collective("Reduce_scatter");
     check(MPI_Reduce_scatter_block(send.data_ptr(), view.host.data_ptr(), static_cast<int>(n), type, MPI_SUM, comm_),
           "Reduce_scatter_block");
     view.write_back();
@@ -153,6 +232,7 @@ class MpiCommunicator final : public Communicator {
     const auto send = input.device().is_cpu() && input.is_contiguous() ? input : input.contiguous().cpu();
     HostView view(output);
     counters_->add(kAllGather, send.nbytes());
+    const auto waiting = collective("Allgather");
     check(MPI_Allgather(send.data_ptr(), static_cast<int>(send.nbytes()), MPI_BYTE, view.host.data_ptr(),
                         static_cast<int>(send.nbytes()), MPI_BYTE, comm_),
           "Allgather");
@@ -167,6 +247,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast_bytes(std::string& bytes, int root) override {
     uint64_t length = bytes.size();
+    const auto waiting = collective("Bcast");
     check(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm_), "Bcast");
     bytes.resize(length);
     broadcast_raw(bytes.data(), length, root);
@@ -176,9 +257,11 @@ class MpiCommunicator final : public Communicator {
     trace::Span span("send");
     uint64_t length = bytes.size();
     counters_->add(kSend, length);
+    const auto waiting = with("Send", dest);
     check(MPI_Send(&length, 1, MPI_UINT64_T, dest, tag, comm_), "Send");
     for (uint64_t offset = 0; offset < length; offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, length - offset));
+      const auto waiting = with("Send", dest);
       check(MPI_Send(bytes.data() + offset, n, MPI_BYTE, dest, tag, comm_), "Send");
     }
   }
@@ -186,10 +269,12 @@ class MpiCommunicator final : public Communicator {
   std::string recv_bytes(int source, int tag) override {
     trace::Span span("recv");
     uint64_t length = 0;
+    const auto waiting = with("Recv", source);
     check(MPI_Recv(&length, 1, MPI_UINT64_T, source, tag, comm_, MPI_STATUS_IGNORE), "Recv");
     std::string bytes(length, '\0');
     for (uint64_t offset = 0; offset < length; offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, length - offset));
+      const auto waiting = with("Recv", source);
       check(MPI_Recv(bytes.data() + offset, n, MPI_BYTE, source, tag, comm_, MPI_STATUS_IGNORE), "Recv");
     }
     return bytes;
@@ -207,6 +292,7 @@ class MpiCommunicator final : public Communicator {
     counters_->add(kSend, host.nbytes());
     for (uint64_t offset = 0; offset < host.nbytes(); offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, host.nbytes() - offset));
+      const auto waiting = with("Send", dest);
       check(MPI_Send(p + offset, n, MPI_BYTE, dest, tag, comm_), "Send");
     }
   }
@@ -216,6 +302,7 @@ class MpiCommunicator final : public Communicator {
     auto* p = static_cast<char*>(view.host.data_ptr());
     for (uint64_t offset = 0; offset < view.host.nbytes(); offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, view.host.nbytes() - offset));
+      const auto waiting = with("Recv", source);
       check(MPI_Recv(p + offset, n, MPI_BYTE, source, tag, comm_, MPI_STATUS_IGNORE), "Recv");
     }
     view.write_back();
@@ -269,13 +356,19 @@ class MpiCommunicator final : public Communicator {
     counters_->add(kBroadcast, bytes);
     for (uint64_t offset = 0; offset < bytes; offset += kChunk) {
       const int n = static_cast<int>(std::min<uint64_t>(kChunk, bytes - offset));
+      const auto waiting = collective("Bcast");
       check(MPI_Bcast(p + offset, n, MPI_BYTE, root, comm_), "Bcast");
     }
   }
 
+  // Watching a collective over this communicator, or a transfer with its rank `peer`.
+  Waiting collective(const char* what) const { return Waiting(what, -1, size_); }
+  Waiting with(const char* what, int peer) const { return Waiting(what, world_ranks_.at(static_cast<size_t>(peer)), 0); }
+
   MPI_Comm comm_;
   std::shared_ptr<Counters> counters_;
   int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
 };
 
 // The world of a process started without a launcher: one rank, every collective is the identity.
@@ -332,6 +425,14 @@ int local_rank() {
   return 0;
 }
 
+void set_comm_timeout(double seconds) {
+  auto& w = watchdog();
+  w.timeout = seconds;
+  if (seconds <= 0 || !launched_by_mpi()) return;
+  const int rank = mpi_world()->rank();
+  std::call_once(w.started, [rank] { std::thread(watch, rank).detach(); });
+}
+
 std::shared_ptr<Communicator> mpi_world() {
   static std::once_flag once;
   static std::shared_ptr<Communicator> world;
@@ -346,6 +447,9 @@ std::shared_ptr<Communicator> mpi_world() {
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
+      int size = 0;
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      const Waiting waiting("Finalize", -1, size);  // every rank takes part: a stopped one holds the others
       if (!finalized) MPI_Finalize();
     });
     world = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, nullptr);

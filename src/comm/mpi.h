@@ -19,6 +19,13 @@ int local_rank();
 // Bytes this process has put into MPI operations since it started: mpi_world()->bytes().
 CommunicationBytes communication_bytes();
 
+// --comm-timeout: a blocking MPI operation of this process (a collective, a send, a receive, a
+// wait) that waits longer than `seconds` ends the process with exit code 3 and a line on stderr
+// naming the operation and the rank(s) it waited on, so that a stopped, hung or lost rank ends the
+// job (mpirun then stops the others) instead of leaving every other rank waiting for ever, as
+// NCCL's watchdog does for torch.distributed. 0: wait for ever. Call after mpi_world().
+void set_comm_timeout(double seconds);
+
 // Initialises MPI once (thread level: funneled) and finalises it at exit. The world communicator;
 // under no launcher, a world of one process that needs no MPI at all.
 std::shared_ptr<Communicator> mpi_world();

@@ -46,6 +46,7 @@ struct ParallelOptions {
   int64_t sync_bucket_mb = 100;        // weight-sync buckets (ChatLearn's coalesced_buffer_mb)
   SyncMode param_sync_comm_type = SyncMode::kBroadcast;  // how trainer rank 0 sends weights to the workers
   bool verify_sync = false;            // rollout workers send back a hash of the weights they applied
+  double comm_timeout = 1800;          // seconds a blocking MPI operation may wait before the job ends (0: for ever)
   std::string master_address;          // the reference's rendezvous (refused: mpirun provides it)
   int64_t master_port = 0;             // likewise
 

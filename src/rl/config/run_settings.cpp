@@ -86,6 +86,10 @@ std::vector<Setting> make_settings() {
   s.push_back(bool_setting("parallel.verify_sync", "--verify-sync",
                            "rollout workers hash the weights they applied and trainer rank 0 checks them",
                            [](C& c) -> bool& { return c.parallel.verify_sync; }, {}, true));
+  s.push_back(double_setting("parallel.comm_timeout", "--comm-timeout",
+                             "seconds a rank may wait in one MPI operation (a collective, a send, a receive) before it "
+                             "ends the job naming the rank it waited on: a stopped, hung or lost rank (0: wait for ever)",
+                             [](C& c) -> double& { return c.parallel.comm_timeout; }, kNonNegative, {}, true));
   // Not to change on resume: the optimizer state is saved per tensor-parallel part (a resume
   // re-shards it over any --pp, ZeRO stage and trainer count, by name).
   s.push_back(int_setting("parallel.tensor_parallel_size", "--tp,--train-tp,--tensor-parallel-size",

@@ -46,6 +46,7 @@ std::shared_ptr<Communicator> supervised_group(const RunConfig& c, const std::st
                      "-tbs examples are dealt over the processes, so give -tbs >= {}", command, world->size(),
                      c.train.train_batch_size, world->size());
   }
+  set_comm_timeout(c.parallel.comm_timeout);
   return world;
 }
 
