@@ -129,6 +129,14 @@ head = read_reply(sock)
 check("chunked-body-411", head.startswith(b"HTTP/1.1 411"), head[:200])
 sock.close()
 
+# A field of an unexpected JSON type: 400 naming it, not a 500 (found by the api_request fuzzer).
+for body in ({"model": "arith-tiny", "messages": [{"role": "user", "content": [{"type": 7}]}]},
+             {"model": "arith-tiny", "prompt": "x", "response_format": {"type": 1}}):
+    c = http.client.HTTPConnection(host, port, timeout=30)
+    c.request("POST", "/v1/chat/completions" if "messages" in body else "/v1/completions", json.dumps(body))
+    r = c.getresponse(); r.read(); c.close()
+    check(f"wrong-type-field-400 ({list(body)[1]})", r.status == 400, r.status)
+
 # n x (prompt + max_tokens) over --max-request-tokens 256.
 s, data = request({"model": "arith-tiny", "prompt": "What is 2 + 3?", "max_tokens": 60, "n": 8})
 err = json.loads(data).get("error", {})
@@ -158,6 +166,20 @@ for t in ts:
 check("64-concurrent-requests-all-answered", results.count(200) == 64, {s: results.count(s) for s in set(results)})
 sys.exit(status)
 PY
+
+# A second server on the port in use is refused (SO_REUSEPORT would have let it share the requests).
+port=${server_url##*:}
+expect second-server-on-the-port-refused 2 "port $port: cannot listen there" -- \
+  timeout 60 "$rlcpp" serve --model "$src/models/arith-tiny" --kv-cache-mb 16 --port "$port"
+# Limits said at the start: a soft open-files limit below --max-connections is raised; a hard one refused.
+expect open-files-limit-refused 2 "needs about 564 open files.*ulimit -Hn" -- \
+  bash -c "ulimit -n 256; exec timeout 60 \"$rlcpp\" serve --model \"$src/models/arith-tiny\" --kv-cache-mb 16 --port 0 --max-connections 500"
+(ulimit -Sn 256; exec "$rlcpp" serve --model "$src/models/arith-tiny" --kv-cache-mb 16 --port 0 --max-connections 500 > raised.log 2>&1) &
+raised=$!
+for _ in $(seq 1 300); do grep -q listening raised.log && break; sleep 0.1; done
+grep -q listening raised.log && [ "$(awk '/Max open files/ {print $4}' "/proc/$(pgrep -P $raised -f 'rlcpp serve' || echo $raised)/limits" 2>/dev/null)" -ge 564 ] \
+  && ok open-files-soft-limit-raised || { bad open-files-soft-limit-raised; tail -3 raised.log; }
+kill $raised 2>/dev/null; wait $raised 2>/dev/null
 
 kill -TERM "$server_pid"
 for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done

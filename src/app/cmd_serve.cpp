@@ -15,6 +15,7 @@
 #include "openai/server.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 namespace rlcpp {
 
@@ -33,6 +34,9 @@ std::atomic<bool> stop_requested{false};
 void on_signal(int) { stop_requested = true; }
 
 void run_serve(ServeArgs args) {
+  // Each connection holds a socket and a thread: said at the start, not at the 1,000th client.
+  const int64_t n = args.options.max_connections;
+  ensure_process_limits(n + 64, n + 64, fmt::format("rlcpp serve --max-connections {}", n));
   auto tokenizer = Tokenizer::from_dir(args.model);
   auto model = Transformer::from_pretrained(args.model, args.engine.model_options());
   model->eval();

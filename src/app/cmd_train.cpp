@@ -19,6 +19,7 @@
 #include "rl/modes/distributed.h"
 #include "rl/run/memory_plan.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 namespace rlcpp {
 
@@ -121,6 +122,10 @@ void add_train_command(CLI::App& app) {
     auto world = mpi_world();  // a world of one process without mpirun
     const auto [config, topology] = prepare(raw, world, !*skip_memory_check);
     set_comm_timeout(config.parallel.comm_timeout);
+    {  // files and threads: MPI's to each peer, the run's own files, a remote backend's connections
+      const int64_t peers = world->size(), remote = config.remote.enabled() ? 8 * config.remote.concurrency : 0;
+      ensure_process_limits(256 + 16 * peers + remote, 128 + 8 * peers + remote, "this run");
+    }
     if (config.logging.debug) spdlog::set_level(spdlog::level::debug);
     if (!topology) {
       run_colocated(config);

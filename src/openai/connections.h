@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -65,11 +66,13 @@ class Connections : public httplib::TaskQueue {
       return;
     }
     ++(over ? refusing_ : open_);
-    std::thread([this, fn = std::move(fn), mine, over] {
+    auto counted_over = std::make_shared<bool>(over);  // a refused one let in once its request is read
+    for (ino_t inode : mine) conns_.at(inode).counted_over = counted_over;
+    std::thread([this, fn = std::move(fn), mine, counted_over] {
       fn();
       std::lock_guard<std::mutex> done(m_);
       for (ino_t inode : mine) conns_.erase(inode);
-      --(over ? refusing_ : open_);
+      --(*counted_over ? refusing_ : open_);
       cv_.notify_all();
     }).detach();
   }
@@ -101,10 +104,21 @@ class Connections : public httplib::TaskQueue {
       if (c.peer_port == port && c.peer_addr == addr) cut(c);
     }
   }
+  // Whether the connection's request is answered 503. One accepted past the cap is let in when a
+  // place has come free by the time its request is read: a client's connection closing after its
+  // last answer (cpp-httplib closes every fifth) still counted when the client's next one arrived.
   bool refused(const std::string& addr, int port) {
     std::lock_guard<std::mutex> lock(m_);
-    for (const auto& [inode, c] : conns_) {
-      if (c.peer_port == port && c.peer_addr == addr) return c.refused;
+    for (auto& [inode, c] : conns_) {
+      if (c.peer_port != port || c.peer_addr != addr) continue;
+      if (c.refused && c.counted_over && *c.counted_over && open_ < static_cast<size_t>(max_open_)) {
+        c.refused = false;
+        *c.counted_over = false;
+        --refusing_;
+        ++open_;
+        --refused_;
+      }
+      return c.refused;
     }
     return false;
   }
@@ -125,6 +139,7 @@ class Connections : public httplib::TaskQueue {
     int peer_port = 0;
     std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
     bool busy = false, refused = false, cut = false;
+    std::shared_ptr<bool> counted_over;  // counted among those past the cap (else among the open ones)
   };
 
   // Sockets of connections to the server's port not in the table (normally the one just accepted).

@@ -91,6 +91,14 @@ std::vector<int32_t> token_ids(const nlohmann::json& list, const std::string& pa
   return out;
 }
 
+// Whether an object's "type" is "text" (absent: whether `absent` is): a "type" of another JSON type
+// is not (nlohmann's value() would throw a type_error, answered 500).
+bool text_type(const nlohmann::json& object, const char* absent) {
+  const auto it = object.find("type");
+  if (it == object.end()) return std::string(absent) == "text";
+  return it->is_string() && it->get<std::string>() == "text";
+}
+
 // Features of the API that rlcpp does not implement, refused unless at their neutral value.
 void refuse_unsupported(const nlohmann::json& body) {
   for (const char* name : {"frequency_penalty", "presence_penalty"}) {
@@ -109,7 +117,7 @@ void refuse_unsupported(const nlohmann::json& body) {
   if (const auto* v = field(body, "tools"); v != nullptr && !(v->is_array() && v->empty())) {
     throw bad("tools", "tool calling is not supported");
   }
-  if (const auto* v = field(body, "response_format"); v != nullptr && !(v->is_object() && v->value("type", "text") == "text")) {
+  if (const auto* v = field(body, "response_format"); v != nullptr && !(v->is_object() && text_type(*v, "text"))) {
     throw bad("response_format", "only text responses are supported");
   }
 }
@@ -121,7 +129,7 @@ std::string message_text(const nlohmann::json& content, const std::string& param
   if (!content.is_array()) throw bad(param, fmt::format("expected a string or an array of text parts, got {}", type_name(content)));
   std::string text;
   for (const auto& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+    if (!part.is_object() || !text_type(part, "") || !part.contains("text") || !part["text"].is_string()) {
       throw bad(param, "only text parts ({\"type\": \"text\", \"text\": ...}) are supported");
     }
     text += part["text"].get<std::string>();

@@ -271,6 +271,9 @@ struct Server::State {
     } catch (const ApiError& e) {
       ++failed;
       return json_reply(res, e.status, e.body());
+    } catch (const nlohmann::json::exception& e) {  // a field of a type the parser did not expect
+      ++failed;
+      return json_reply(res, 400, ApiError(400, fmt::format("a field has the wrong type: {}", e.what())).body());
     }
     job->id = random_id(endpoint == ApiEndpoint::kChat ? "chatcmpl" : "cmpl");
     job->created = unix_time();
@@ -377,6 +380,8 @@ struct Server::State {
       connections->handling(req.remote_addr, req.remote_port, false);
       if (res.get_header_value("Connection") == "close") connections->close(req.remote_addr, req.remote_port);
     });
+    // Without it a keep-alive connection's answer waited ~40 ms for the client's delayed ACK (Nagle).
+    http.set_tcp_nodelay(true);
     const auto max_body = static_cast<size_t>(options.max_body_mb) << 20;
     http.set_payload_max_length(max_body);
     http.set_pre_routing_handler([this, max_body](const httplib::Request& req, httplib::Response& res) {
@@ -537,8 +542,11 @@ void Server::serve(const std::function<void(int port)>& on_listening) {
   // overflows it and some connections stall or fail. The socket is listened on again with the
   // system's maximum once bound (Linux takes a second listen as a new backlog).
   int socket_fd = -1;
+  // SO_REUSEADDR (a restarted server binds while old connections linger) but not cpp-httplib's
+  // SO_REUSEPORT, with which a second server on a port in use started and took half its requests.
   http.set_socket_options([&socket_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     socket_fd = sock;
   });
   int port = s_->options.port;

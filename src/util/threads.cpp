@@ -1,5 +1,7 @@
 #include "util/threads.h"
 
+#include <fmt/format.h>
+
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <dlfcn.h>
@@ -19,6 +21,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "util/error.h"
 
 namespace rlcpp {
 
@@ -314,6 +318,32 @@ int64_t minor_page_faults() {
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_minflt);
+}
+
+ProcessLimits ensure_process_limits(int64_t files, int64_t threads, const std::string& what) {
+  ProcessLimits now;
+  // One limit: raised to the need (or the hard limit's "unlimited") when the soft one is lower.
+  auto ensure = [&](int resource, int64_t need, const char* flag, const char* unit) -> int64_t {
+    rlimit limit{};
+    if (::getrlimit(resource, &limit) != 0) return -1;
+    auto value = [](rlim_t v) { return v == RLIM_INFINITY ? int64_t{-1} : static_cast<int64_t>(v); };
+    const auto enough = [need](rlim_t v) { return v == RLIM_INFINITY || static_cast<int64_t>(v) >= need; };
+    if (enough(limit.rlim_cur)) return value(limit.rlim_cur);
+    if (!enough(limit.rlim_max)) {
+      throw_user_error("{} needs about {} {} at once, but this process may have at most {} (the hard limit, `ulimit -H{}`): "
+                       "raise it (`ulimit -{} {}` as root, or /etc/security/limits.conf), or ask for less",
+                       what, need, unit, value(limit.rlim_max), flag, flag, need);
+    }
+    limit.rlim_cur = static_cast<rlim_t>(need);
+    if (::setrlimit(resource, &limit) != 0) {
+      throw_user_error("{} needs about {} {} at once; this process may have {} (`ulimit -{}`) and could not raise it",
+                       what, need, unit, value(limit.rlim_cur), flag);
+    }
+    return need;
+  };
+  now.files = ensure(RLIMIT_NOFILE, files, "n", "open files");
+  now.threads = ensure(RLIMIT_NPROC, threads, "u", "threads and processes");
+  return now;
 }
 
 }  // namespace rlcpp

@@ -77,4 +77,13 @@ CpuAllocationCounts cpu_allocation_counts();
 // The process's minor page faults so far (getrusage): memory touched for the first time.
 int64_t minor_page_faults();
 
+// What a command needs of the process's limits, checked at its start rather than failing half-way:
+// `files` descriptors open at once (RLIMIT_NOFILE) and `threads` (RLIMIT_NPROC, which counts the
+// user's threads). A soft limit below the need is raised toward the hard one (as Go's runtime and
+// nginx do); a hard limit below it is a UserError naming the `ulimit` to raise and `what` needs it.
+struct ProcessLimits {
+  int64_t files = 0, threads = 0;  // after ensure_process_limits: the soft limits in effect (-1: none)
+};
+ProcessLimits ensure_process_limits(int64_t files, int64_t threads, const std::string& what);
+
 }  // namespace rlcpp
