@@ -20,6 +20,7 @@ PACKAGES=(
   iproute2 util-linux                                  # the two-host test: network namespaces and a veth pair
   time                                                 # peak RSS of runs (the memory-estimate test, bench/)
   curl                                                 # the serve tests' raw HTTP requests
+  hey                                                  # HTTP load against rlcpp serve (bench/serve_load.sh)
 )
 
 missing=()
