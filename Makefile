@@ -41,12 +41,16 @@ demo-tools: deps
 	$(MAKE) build
 	bash scripts/demo_tools.sh $(BUILD_DIR)/rlcpp
 
-# Fault injection: asynchronous runs (partial rollouts) killed with kill -9 at KILLS random moments
-# (trainer or worker), each resumed run compared bit for bit with the uninterrupted one; then the
-# round a checkpoint cuts, killed and resumed under a tensor-parallel engine, LoRA and ZeRO-3.
+# Fault injection: the matrix (tests/faults/matrix.sh: CASES seeded draws of a mode combination,
+# a victim, a moment and a fault, each ended cleanly and resumed equal to the run never faulted);
+# asynchronous runs (partial rollouts) killed with kill -9 at KILLS random moments; the round a
+# checkpoint cuts, killed and resumed under a tensor-parallel engine, LoRA and ZeRO-3.
 KILLS ?= 20
+CASES ?= 24
+SEED ?= 1
 faults: deps
 	$(MAKE) build
+	CASES=$(CASES) SEED=$(SEED) bash tests/faults/matrix.sh $(BUILD_DIR)/rlcpp
 	KILLS=$(KILLS) bash tests/faults_async.sh $(BUILD_DIR)/rlcpp
 	bash tests/faults_cut.sh $(BUILD_DIR)/rlcpp
 

@@ -28,20 +28,7 @@ fingerprint() {  # RUN: metrics (timings aside), staleness and the final weights
 run_mpi 2 "${args[@]}" -p whole > whole.log 2>&1 || { bad whole-run; tail -3 whole.log; exit 1; }
 reference=$(fingerprint whole)
 lines_of() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
-# What a stopped process was doing: the first phase whose functions are on its main thread's stack.
-phase_of() {  # PID
-  command -v gdb > /dev/null || { echo "?"; return; }
-  timeout 120 gdb -p "$1" -batch -ex "thread 1" -ex bt 2>/dev/null | grep -E '^#' | python3 -c '
-import sys
-stack = sys.stdin.read()
-phases = [("checkpoint", ["save_checkpoint", "save_run"]),
-          ("sync", ["WeightSync::sync", "receive_now", "WeightInbox::hold", "WeightInbox::take_one", "StepLoop::publish"]),
-          ("decode", ["GenerationLoop::step", "Engine::generate"]),
-          ("step", ["update_policy"]),
-          ("grading", ["RolloutGenerator::generate"]),
-          ("wait", ["collect", "recv_control", "RolloutChannel::deliver"])]
-print(next((name for name, funcs in phases if any(f in stack for f in funcs)), "other"))'
-}
+source "$here/faults/phase.sh"  # phase_of PID
 echo "$kills kills of an asynchronous run (24 steps), each once the run has written a random number of"
 echo "metrics lines and then a random 0-199 ms more (mid-step, mid-decode, mid-sync or mid-checkpoint)"
 printf '%-4s %-8s %-16s %-11s %8s %-12s %s\n' kill victim moment phase metrics checkpoint resumed

@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# The fault-injection matrix (`make faults` runs CASES=24; CTest a sample of 2). A seeded generator
+# draws each case:
+#   mode    layout: colocated (one process), -t 1 -i 1, -t 2 -i 2 (two trainers), or the remote
+#           backend (-b openai, two `rlcpp serve`); LoRA on or off; ZeRO 0-3 (two trainers);
+#           TP 1-2 (the engine's --rollout-tp 2, or the trainers' --train-tp 2); -nb 0-1; partial
+#           rollouts (with -nb 1 on rollout workers or servers; the colocated mode is on-policy)
+#   victim  a trainer rank, a rollout worker, a rollout server, or the reward process (--reward-cmd)
+#   moment  once the run has written a random number of step lines, then a random 0-399 ms more;
+#           where gdb is installed, the victim's stack says what it was doing (decode, step, sync,
+#           checkpoint, http, ...)
+#   fault   kill -9; SIGSTOP for longer than the timeouts (--comm-timeout 30 s, --rollout-timeout
+#           15 s); the disk filled under the run directory (a tmpfs, colocated runs)
+# and checks, for each:
+#   - the job ends by itself within a bounded time (no hang): non-zero, with a message naming the
+#     victim and the cause (mpirun's for a killed rank, the comm watchdog's for a stopped one,
+#     the checkpoint's for a full disk); for a rollout server or the reward process, it carries on
+#     without it (the other server; a restarted reward process) and ends 0;
+#   - nothing in the run directory is corrupt: its newest checkpoint loads (rlcpp info);
+#   - `--resume auto` ends with the metrics and final weights of the run never faulted: bit for
+#     bit where the mode promises it (every mode but the remote backend), else equal to the
+#     remote promise (figures to 1e-6 relative, weights to 1e-5: the servers batch differently).
+# Every case prints the seed and index that reproduce it (SEED=S CASE=K runs that one alone).
+# Usage: tests/faults/matrix.sh RLCPP_BINARY [MPIEXEC]     Env: CASES (24), SEED (1), CASE
+set -uo pipefail
+rlcpp=$(realpath "${1:?usage: tests/faults/matrix.sh RLCPP_BINARY [MPIEXEC]}")
+mpiexec=${2:-mpirun}
+source "$(dirname "$0")/../lib.sh"
+source "$here/faults/phase.sh"
+cases=${CASES:-24} seed=${SEED:-1} only=${CASE:-}
+src=$(cd "$here/.." && pwd)
+pids=()
+cleanup_extra() { for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done; }
+
+"$here/make_toy_task.sh" "$rlcpp" "$fixtures" > /dev/null || { bad toy-task; exit 1; }
+toy=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 --reward-cmd "python3 $here/data/digits_reward.py"
+     -ibs 2 --max-steps 9 --si 3 --comm-timeout 30 --kv-cache-mb 16)
+arith=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -g 4 -tbs 2 -tMbs 2 -tmbs 8 --mnt 16 -lr 5e-5
+       --max-steps 6 --si 2 --seed 5 -b openai --rollout-timeout 15)
+servers=(none none) url_a="" url_b=""  # the two rlcpp serve of the remote layout (started when first needed, again when killed)
+serve_two() {
+  local k i=0
+  for k in a b; do
+    if [ "${servers[$i]}" = none ] || ! kill -0 "${servers[$i]}" 2>/dev/null; then
+      start_server "server-$k.log" --model "$src/models/arith-tiny" --kv-cache-mb 64 || { bad "server-$k-starts"; return 1; }
+      pids+=("$server_pid"); servers[$i]=$server_pid; printf -v "url_$k" '%s' "$server_url"
+    fi
+    i=$((i + 1))
+  done
+}
+
+# --- a case from (SEED, K): the mode, the victim, the moment, the fault -------------------------
+draw() {  # K: sets layout lora zero tp nb partial np flags victim rank fault after extra_ms
+  RANDOM=$((seed * 1000 + $1))
+  local layouts=(colo dist dist2 remote)
+  layout=${layouts[$((RANDOM % 4))]} lora=$((RANDOM % 2)) zero=0 tp=1 nb=$((RANDOM % 2)) partial=0
+  flags=() np=1
+  case $layout in
+    colo) : $((RANDOM)) ;;  # on-policy (-nb needs rollout workers or servers); the draw keeps later ones as they were
+    dist) np=2; flags=(-t 1 -i 1 -tbs 1)
+          [ $((RANDOM % 3)) = 0 ] && { tp=2; np=3; flags=(-t 1 -i 2 --rollout-tp 2 -tbs 1); } ;;
+    dist2) np=4; flags=(-t 2 -i 2 -tbs 2); zero=$((RANDOM % 4))
+           [ "$zero" = 0 ] && [ $((RANDOM % 2)) = 1 ] && { tp=2; flags=(-t 2 -i 2 --train-tp 2 -tbs 1); } ;;
+    remote) nb=$((RANDOM % 2)) ;;
+  esac
+  [ "$zero" != 0 ] && flags+=(-zero "$zero")
+  [ "$lora" = 1 ] && flags+=(--lora-rank 4)
+  [ "$nb" = 1 ] && flags+=(-nb 1)
+  [ "$nb" = 1 ] && [ "$layout" != colo ] && [ $((RANDOM % 2)) = 1 ] && { partial=1; flags+=(--partial-rollout); }
+  # victims: a rank of mpirun (0 trainer; workers after the trainers), the trainer process, a server, the reward process
+  local victims
+  case $layout in
+    colo) victims=(trainer reward) ;;
+    dist) victims=(rank:0 rank:1 reward); [ "$tp" = 2 ] && victims+=(rank:2) ;;
+    dist2) victims=(rank:0 rank:1 rank:2 rank:3) ;;
+    remote) victims=(trainer server) ;;
+  esac
+  victim=${victims[$((RANDOM % ${#victims[@]}))]}
+  local faults=(kill9)
+  case $victim in
+    rank:*|server) faults+=(stop) ;;
+    trainer) [ "$layout" = colo ] && command -v unshare > /dev/null && faults+=(diskfull) ;;
+  esac
+  fault=${faults[$((RANDOM % ${#faults[@]}))]}
+  local steps=9; [ "$layout" = remote ] && steps=6
+  after=$((1 + RANDOM % (steps - 1))) extra_ms=$((RANDOM % 400))
+}
+mode_name() { echo "$layout lora$lora zero$zero tp$tp nb$nb${partial:+ partial$partial}"; }
+weights_file() { [ "$lora" = 1 ] && echo adapter_model.safetensors || echo model.safetensors; }
+final_step() { [ "$layout" = remote ] && echo 6 || echo 9; }
+
+# --- running a mode ------------------------------------------------------------------------------
+launch() {  # NAME [EXTRA...]: the mode's run in the background (its pid in job)
+  local name=$1; shift
+  if [ "$layout" = remote ]; then
+    timeout 300 "$rlcpp" train "${arith[@]}" "${flags[@]}" --rollout-url "$url_a,$url_b" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
+  elif [ "$np" = 1 ]; then
+    timeout 300 "$rlcpp" train "${toy[@]}" -tbs 1 "${flags[@]}" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
+  else
+    run_mpi "$np" "${toy[@]}" "${flags[@]}" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
+  fi
+  job=$!
+}
+fingerprint() {  # NAME: the metrics (timings aside) and the final weights
+  metrics_of "runs/$1/metrics.jsonl"
+  sha256sum < "runs/$1/step-$(final_step)/$(weights_file)"
+}
+# The remote promise: the same metrics to 1e-6 relative (its mismatch figures aside) and weights to 1e-5.
+same_remote() {  # A B
+  metrics_close "runs/$1/metrics.jsonl" "runs/$2/metrics.jsonl" rollout_servers mismatch_abs_max mismatch_abs_mean \
+    mismatch_kl mismatch_by_versions &&
+    weights_close "runs/$1/step-$(final_step)/$(weights_file)" "runs/$2/step-$(final_step)/$(weights_file)" 1e-5 overall > /dev/null
+}
+declare -A reference=()
+reference_of() {  # ref: the uninterrupted run of this mode (run once per mode)
+  local key
+  key=ref-$(mode_name | tr ' ' '-')
+  if [ -z "${reference[$key]:-}" ]; then
+    launch "$key"
+    wait "$job" || { bad "$key: the run never faulted fails (SEED=$seed CASE=$k)"; tail -3 "$key.log"; return 1; }
+    reference[$key]=$key
+  fi
+  ref=${reference[$key]}
+}
+victim_pid() {  # NAME: the victim's process now
+  local p
+  case $victim in
+    rank:*) rank_pid "$1" "${victim#rank:}" ;;
+    trainer) pgrep -f "^[^ ]*rlcpp train .*-p $1\$" | head -1 ;;
+    server) echo "${servers[1]}" ;;
+    reward) for p in $(pgrep -f "python3 $here/data/digits_reward.py"); do  # python3 under /bin/sh under the run's rlcpp
+              case $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null) in *rlcpp*|/bin/sh*) continue ;; esac
+              local up; up=$(ps -o ppid= -p "$(ps -o ppid= -p "$p" | tr -d ' ')" | tr -d ' ')
+              tr '\0' ' ' < "/proc/$up/cmdline" 2>/dev/null | grep -q -- "-p $1 $" && { echo "$p"; return; }
+            done ;;
+  esac
+}
+
+# --- one case ------------------------------------------------------------------------------------
+declare -A tally=()
+hangs=0 corrupt=0 silent=0 equal=0 run=0
+run_case() {  # K
+  local k=$1 name="c$1" ref pid phase="-" rc outcome resumed="-" why="" lines newest
+  draw "$k"
+  [ "$layout" = remote ] && { serve_two || return; }
+  reference_of || return
+  run=$((run + 1))
+  if [ "$fault" = diskfull ]; then
+    disk_full_case "$name"; rc=$?
+  else
+    launch "$name"
+    while kill -0 "$job" 2>/dev/null && [ "$(step_count "runs/$name/metrics.jsonl")" -lt "$after" ]; do sleep 0.005; done
+    sleep "0.$(printf '%03d' "$extra_ms")"
+    pid=$(victim_pid "$name")
+    grep -qs '"status"' "runs/$name/metrics.jsonl" && touch "$name.ended-before"
+    if [ -n "$pid" ] && kill -STOP "$pid" 2>/dev/null; then
+      phase=$(phase_of "$pid")
+      if [ "$fault" = kill9 ]; then kill -9 "$pid" 2>/dev/null; else kill -STOP "$pid"; pids+=("$pid"); fi
+    else
+      pid=""  # no such process at that moment (not started yet, or done)
+    fi
+    local deadline=$((SECONDS + 120))
+    while kill -0 "$job" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    if kill -0 "$job" 2>/dev/null; then
+      hangs=$((hangs + 1)); bad "case $k hung (SEED=$seed CASE=$k): $(mode_name), $victim $fault"
+      pkill -9 -f -- "-p $name\$"; kill -9 "$job" 2>/dev/null
+    fi
+    wait "$job"; rc=$?
+    [ "$fault" = stop ] && [ -n "$pid" ] && { kill -CONT "$pid" 2>/dev/null; [ "$victim" != server ] && kill -9 "$pid" 2>/dev/null; }
+  fi
+  # How it ended: with the victim's cause named, or carrying on without it.
+  if [ -z "$pid" ] && [ "$fault" != diskfull ]; then
+    outcome="no victim"
+    [ $rc -eq 0 ] || { outcome="FAILED"; why="no fault, exit $rc"; }
+  elif [ -f "$name.ended-before" ] && [ $rc -eq 0 ]; then
+    outcome="after its end"  # the run had written its status line: the fault came as it exited
+  elif [ "$victim" = server ] || [ "$victim" = reward ]; then
+    if [ $rc -eq 0 ]; then outcome="carried on"; else outcome="FAILED"; why="exit $rc without its $victim"; fi
+  elif [ $rc -eq 0 ]; then
+    silent=$((silent + 1)); outcome="SILENT"; why="exit 0 after the $victim was faulted"
+  else
+    outcome="ended $rc"
+    case $fault in
+      kill9) [ "$np" = 1 ] || [ "$layout" = remote ] || grep -q "rank ${victim#rank:} with PID .* exited on signal 9" "$name.log" \
+               || { outcome="FAILED"; why="no message naming rank ${victim#rank:} killed"; } ;;
+      stop) grep -Eq "waited [0-9]+ s in MPI .*--comm-timeout" "$name.log" \
+              || { outcome="FAILED"; why="no watchdog message"; } ;;
+      diskfull) grep -Eq "MiB free|No space left|disk" "$name.log" || { outcome="FAILED"; why="no message naming the disk"; } ;;
+    esac
+  fi
+  [ "$outcome" = FAILED ] && bad "case $k (SEED=$seed CASE=$k): $why"
+  lines=$(step_count "runs/$name/metrics.jsonl"); newest=$(cat "runs/$name/latest" 2>/dev/null || echo none)
+  if [ "$newest" != none ] && ! "$rlcpp" info "runs/$name/$newest" > /dev/null 2>&1; then
+    corrupt=$((corrupt + 1)); bad "case $k (SEED=$seed CASE=$k): runs/$name/$newest does not load"
+  fi
+  # The run resumed (a run that carried on is already whole: it must equal the reference as it is).
+  # (a run faulted after its last checkpoint, a rank stopped at its exit, is whole too: a resume
+  # would have nothing left to train and says so)
+  if [ "$outcome" = "carried on" ] || [ "$outcome" = "no victim" ] || [ "$outcome" = "after its end" ] ||
+     [ "$newest" = "step-$(final_step)" ]; then :; else
+    launch "$name" --resume auto; wait "$job" || { bad "case $k (SEED=$seed CASE=$k): the resume failed"; tail -3 "$name.log"; }
+  fi
+  if [ "$layout" = remote ]; then
+    same_remote "$ref" "$name" && resumed="equal (remote)" || resumed="DIFFERENT"
+  else
+    [ "$(fingerprint "$name" 2>/dev/null)" = "$(fingerprint "$ref")" ] && resumed="bitwise" || resumed="DIFFERENT"
+  fi
+  [ "$resumed" = DIFFERENT ] && bad "case $k (SEED=$seed CASE=$k): the run differs from the one never faulted" || equal=$((equal + 1))
+  printf '%-3s %-38s %-8s %-8s %-12s %-11s %5s %-8s %-12s %s\n' "$k" "$(mode_name)" "$victim" "$fault" "line $after+${extra_ms}ms" \
+    "$phase" "$lines" "$newest" "$outcome" "$resumed"
+  tally["$layout $fault"]=$(( ${tally["$layout $fault"]:-0} + 1 ))
+}
+
+# A colocated run whose disk fills: its run directory on a 64 MiB tmpfs (a private mount
+# namespace), filled up at the moment; then the filler is removed and the run directory copied out
+# for the resume.
+disk_full_case() {  # NAME
+  local name=$1
+  mkdir -p runs "$name-out"
+  unshare -rm bash -c '
+    mount -t tmpfs -o size=64m tmpfs runs || exit 99
+    "$@" > "'"$name"'.log" 2>&1 &
+    job=$!
+    lines() { local n; n=$(grep -c "\"step\":" runs/'"$name"'/metrics.jsonl 2>/dev/null); echo "${n:-0}"; }
+    while kill -0 $job 2>/dev/null && [ "$(lines)" -lt '"$after"' ]; do sleep 0.005; done
+    sleep 0.'"$(printf '%03d' "$extra_ms")"'
+    kill -0 $job 2>/dev/null && pid=$job
+    grep -qs "\"status\"" runs/'"$name"'/metrics.jsonl && touch "'"$name"'.ended-before"
+    fallocate -l $(( $(stat -f -c "%a*%S" runs) )) runs/filler 2>/dev/null || head -c 64M /dev/zero > runs/filler 2>/dev/null
+    wait $job; rc=$?
+    rm -f runs/filler
+    cp -a runs/. "'"$name"'-out"/
+    [ -n "${pid:-}" ] || exit 98
+    exit $rc' _ timeout 300 "$rlcpp" train "${toy[@]}" -tbs 1 "${flags[@]}" -sd runs -p "$name"
+  local rc=$?
+  cp -a "$name-out/." runs/ 2>/dev/null
+  [ $rc -eq 99 ] && { bad "case (SEED=$seed CASE=$k): cannot mount a tmpfs here"; return 0; }
+  if [ $rc -eq 98 ]; then pid=""; return 0; fi
+  pid=filled
+  return $rc
+}
+
+echo "fault matrix: seed $seed, $cases case(s)${only:+ (case $only only)}"
+printf '%-3s %-38s %-8s %-8s %-12s %-11s %5s %-8s %-12s %s\n' case mode victim fault moment phase steps newest ended resumed
+for k in $(seq 1 "$cases"); do
+  [ -n "$only" ] && [ "$k" != "$only" ] && continue
+  run_case "$k"
+done
+echo "cases by layout and fault: $(for key in "${!tally[@]}"; do printf '%s %s\n' "$key" "${tally[$key]}"; done | sort | paste -sd ',' | sed 's/,/, /g')"
+echo "$run case(s): $equal ended equal to the run never faulted; $hangs hang(s), $corrupt corrupt run director(ies), $silent silent success(es)"
+[ "$failed" = 0 ] && ok "fault-matrix (seed $seed)"
+exit $failed
