@@ -11,6 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <unistd.h>
 #include <optional>
 #include <mutex>
 
@@ -425,6 +429,41 @@ int local_rank() {
   return 0;
 }
 
+// A rank stopped (or hung) after the others have finalized leaves mpirun waiting for it for ever,
+// with no rank left in MPI to notice. So rank 0, once finalized, waits for the ranks on its machine
+// to exit, up to --comm-timeout, and past it exits 3 naming them (mpirun then ends them).
+static void wait_for_peers_to_exit(const std::vector<long>& peers) {
+  const double limit = watchdog().timeout.load();
+  if (limit <= 0) return;
+  const auto gone = [](long pid) {  // exited, or a zombie its parent has not reaped yet
+    if (::kill(static_cast<pid_t>(pid), 0) != 0) return true;
+    std::FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+    if (f == nullptr) return true;
+    char state = '?';
+    const int read = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+    std::fclose(f);
+    return read == 1 && (state == 'Z' || state == 'X');
+  };
+  const int64_t start = steady_ns();
+  const long host = ::gethostid();
+  while (true) {
+    std::string left;
+    for (size_t r = 1; r < peers.size() / 2; ++r) {
+      const long pid = peers[2 * r], peer_host = peers[2 * r + 1];
+      if (peer_host == host && pid != ::getpid() && !gone(pid)) left += fmt::format("{}rank {} (pid {})", left.empty() ? "" : ", ", r, pid);
+    }
+    if (left.empty()) return;
+    const double waited = static_cast<double>(steady_ns() - start) * 1e-9;
+    if (waited >= limit) {
+      std::fprintf(stderr, "Error: the job has finished, but %s did not exit in %.0f s (--comm-timeout %.0f): stopped or "
+                   "hung; ending the job\n", left.c_str(), waited, limit);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 void set_comm_timeout(double seconds) {
   auto& w = watchdog();
   w.timeout = seconds;
@@ -447,10 +486,18 @@ std::shared_ptr<Communicator> mpi_world() {
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
-      int size = 0;
+      if (finalized) return;
+      int size = 0, rank = 0;
       MPI_Comm_size(MPI_COMM_WORLD, &size);
-      const Waiting waiting("Finalize", -1, size);  // every rank takes part: a stopped one holds the others
-      if (!finalized) MPI_Finalize();
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      std::vector<long> peers(static_cast<size_t>(size) * 2);  // each rank's pid and host
+      {
+        const Waiting waiting("Finalize", -1, size);  // every rank takes part: a stopped one holds the others
+        const long mine[2] = {static_cast<long>(::getpid()), static_cast<long>(::gethostid())};
+        MPI_Allgather(mine, 2, MPI_LONG, peers.data(), 2, MPI_LONG, MPI_COMM_WORLD);
+        MPI_Finalize();
+      }
+      if (rank == 0) wait_for_peers_to_exit(peers);
     });
     world = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, nullptr);
   });

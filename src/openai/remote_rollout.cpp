@@ -192,7 +192,15 @@ struct RemoteRollout::State {
       if (r.status != 200) {
         throw_user_error("{}/v1/completions answered {}: {}", pool.url(k), r.status, reply_message(r));
       }
-      auto samples = parse_completion_samples(r.body, g.n, w.version, pool.url(k));
+      std::vector<GeneratedSample> samples;
+      try {
+        samples = parse_completion_samples(r.body, g.n, w.version, pool.url(k));
+      } catch (const UserError& e) {  // a 200 that is not an answer (a proxy's page, a broken server): set aside too
+        mark_down(k, e.what());
+        std::lock_guard<std::mutex> lock(m);
+        ++stats.retries;
+        continue;
+      }
       const bool aborted = std::any_of(samples.begin(), samples.end(),
                                        [](const GeneratedSample& x) { return x.finish_reason == FinishReason::kAbort; });
       // A server that reports another version than it was sent is behind (restarted, or updated by

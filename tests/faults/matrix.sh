@@ -10,10 +10,13 @@
 #           where gdb is installed, the victim's stack says what it was doing (decode, step, sync,
 #           checkpoint, http, ...)
 #   fault   kill -9; SIGSTOP for longer than the timeouts (--comm-timeout 30 s, --rollout-timeout
-#           15 s); the disk filled under the run directory (a tmpfs, colocated runs)
+#           15 s); the disk filled under the run directory (a tmpfs, colocated runs); a rollout
+#           server answering every request with a 500, or with a 200 that is not JSON (a proxy in
+#           front of it, tests/faults/flaky_proxy.py)
 # and checks, for each:
 #   - the job ends by itself within a bounded time (no hang): non-zero, with a message naming the
-#     victim and the cause (mpirun's for a killed rank, the comm watchdog's for a stopped one,
+#     victim and the cause (mpirun's for a killed rank, the comm watchdog's for a stopped one, or
+#     rank 0's for one stopped as the job ends,
 #     the checkpoint's for a full disk); for a rollout server or the reward process, it carries on
 #     without it (the other server; a restarted reward process) and ends 0;
 #   - nothing in the run directory is corrupt: its newest checkpoint loads (rlcpp info);
@@ -37,7 +40,7 @@ toy=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 --reward-
      -ibs 2 --max-steps 9 --si 3 --comm-timeout 30 --kv-cache-mb 16)
 arith=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -g 4 -tbs 2 -tMbs 2 -tmbs 8 --mnt 16 -lr 5e-5
        --max-steps 6 --si 2 --seed 5 -b openai --rollout-timeout 15)
-servers=(none none) url_a="" url_b=""  # the two rlcpp serve of the remote layout (started when first needed, again when killed)
+servers=(none none) url_a="" url_b="" proxy=none  # the two rlcpp serve of the remote layout (started when first needed, again when killed)
 serve_two() {
   local k i=0
   for k in a b; do
@@ -47,6 +50,12 @@ serve_two() {
     fi
     i=$((i + 1))
   done
+  # Server b is reached through a proxy that answers 500s or garbage on a signal (a fresh one a case).
+  [ "$proxy" != none ] && kill "$proxy" 2>/dev/null
+  python3 "$here/faults/flaky_proxy.py" "$url_b" > proxy.log 2>&1 &
+  proxy=$!; pids+=("$proxy")
+  for _ in $(seq 1 100); do url_proxy=$(grep -o 'http://[0-9.:]*' proxy.log); [ -n "$url_proxy" ] && return 0; sleep 0.05; done
+  bad proxy-starts; return 1
 }
 
 # --- a case from (SEED, K): the mode, the victim, the moment, the fault -------------------------
@@ -56,7 +65,7 @@ draw() {  # K: sets layout lora zero tp nb partial np flags victim rank fault af
   layout=${layouts[$((RANDOM % 4))]} lora=$((RANDOM % 2)) zero=0 tp=1 nb=$((RANDOM % 2)) partial=0
   flags=() np=1
   case $layout in
-    colo) : $((RANDOM)) ;;  # on-policy (-nb needs rollout workers or servers); the draw keeps later ones as they were
+    colo) nb=0; : $((RANDOM)) ;;  # on-policy (-nb needs rollout workers or servers); a draw kept so later ones stay
     dist) np=2; flags=(-t 1 -i 1 -tbs 1)
           [ $((RANDOM % 3)) = 0 ] && { tp=2; np=3; flags=(-t 1 -i 2 --rollout-tp 2 -tbs 1); } ;;
     dist2) np=4; flags=(-t 2 -i 2 -tbs 2); zero=$((RANDOM % 4))
@@ -78,7 +87,8 @@ draw() {  # K: sets layout lora zero tp nb partial np flags victim rank fault af
   victim=${victims[$((RANDOM % ${#victims[@]}))]}
   local faults=(kill9)
   case $victim in
-    rank:*|server) faults+=(stop) ;;
+    rank:*) faults+=(stop) ;;
+    server) faults+=(stop http500 garbage) ;;
     trainer) [ "$layout" = colo ] && command -v unshare > /dev/null && faults+=(diskfull) ;;
   esac
   fault=${faults[$((RANDOM % ${#faults[@]}))]}
@@ -93,7 +103,7 @@ final_step() { [ "$layout" = remote ] && echo 6 || echo 9; }
 launch() {  # NAME [EXTRA...]: the mode's run in the background (its pid in job)
   local name=$1; shift
   if [ "$layout" = remote ]; then
-    timeout 300 "$rlcpp" train "${arith[@]}" "${flags[@]}" --rollout-url "$url_a,$url_b" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
+    timeout 300 "$rlcpp" train "${arith[@]}" "${flags[@]}" --rollout-url "$url_a,$url_proxy" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
   elif [ "$np" = 1 ]; then
     timeout 300 "$rlcpp" train "${toy[@]}" -tbs 1 "${flags[@]}" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
   else
@@ -155,7 +165,12 @@ run_case() {  # K
     grep -qs '"status"' "runs/$name/metrics.jsonl" && touch "$name.ended-before"
     if [ -n "$pid" ] && kill -STOP "$pid" 2>/dev/null; then
       phase=$(phase_of "$pid")
-      if [ "$fault" = kill9 ]; then kill -9 "$pid" 2>/dev/null; else kill -STOP "$pid"; pids+=("$pid"); fi
+      case $fault in
+        kill9) kill -9 "$pid" 2>/dev/null ;;
+        stop) kill -STOP "$pid"; pids+=("$pid") ;;
+        http500) kill -CONT "$pid"; kill -USR1 "$proxy" ;;
+        garbage) kill -CONT "$pid"; kill -USR2 "$proxy" ;;
+      esac
     else
       pid=""  # no such process at that moment (not started yet, or done)
     fi
@@ -183,7 +198,7 @@ run_case() {  # K
     case $fault in
       kill9) [ "$np" = 1 ] || [ "$layout" = remote ] || grep -q "rank ${victim#rank:} with PID .* exited on signal 9" "$name.log" \
                || { outcome="FAILED"; why="no message naming rank ${victim#rank:} killed"; } ;;
-      stop) grep -Eq "waited [0-9]+ s in MPI .*--comm-timeout" "$name.log" \
+      stop) grep -Eq "(waited [0-9]+ s in MPI|did not exit in [0-9]+ s) .*--comm-timeout" "$name.log" \
               || { outcome="FAILED"; why="no watchdog message"; } ;;
       diskfull) grep -Eq "MiB free|No space left|disk" "$name.log" || { outcome="FAILED"; why="no message naming the disk"; } ;;
     esac
@@ -223,7 +238,7 @@ disk_full_case() {  # NAME
     job=$!
     lines() { local n; n=$(grep -c "\"step\":" runs/'"$name"'/metrics.jsonl 2>/dev/null); echo "${n:-0}"; }
     while kill -0 $job 2>/dev/null && [ "$(lines)" -lt '"$after"' ]; do sleep 0.005; done
-    sleep 0.'"$(printf '%03d' "$extra_ms")"'
+    sleep 0.0'"$((extra_ms % 10))"'  # 0-90 ms: a colocated toy step takes ~100 ms
     kill -0 $job 2>/dev/null && pid=$job
     grep -qs "\"status\"" runs/'"$name"'/metrics.jsonl && touch "'"$name"'.ended-before"
     fallocate -l $(( $(stat -f -c "%a*%S" runs) )) runs/filler 2>/dev/null || head -c 64M /dev/zero > runs/filler 2>/dev/null
