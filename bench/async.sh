@@ -38,7 +38,7 @@ report() {  # NAME: figures from metrics.jsonl and the two ranks' traces
   python3 - "$1" "$work/runs/$1/metrics.jsonl" "$work/prof/$1" <<'PY'
 import json, sys
 name, metrics, prof = sys.argv[1:4]
-rows = [json.loads(l) for l in open(metrics)]
+rows = [r for r in map(json.loads, open(metrics)) if "step" in r]
 def spans(rank):
     events = json.load(open(f"{prof}/trace.rank-{rank}.json"))["traceEvents"]
     return [e for e in events if e.get("ph") == "X"]

@@ -31,7 +31,7 @@ for name in ${MODES:-sync nb1 partial k2-drop k2-finish}; do
   python3 - "$name" "$work/runs/$name/metrics.jsonl" "$(echo "$(date +%s.%N) - $start" | bc)" <<'PY'
 import json, sys
 name, path, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-rows = [json.loads(l) for l in open(path)]
+rows = [r for r in map(json.loads, open(path)) if "step" in r]
 every = max(1, len(rows) // 8)
 curve = " ".join(f"{r['step']}:{r['reward_mean']:.2f}" for r in rows[every - 1::every])
 last5 = sum(r["reward_mean"] for r in rows[-5:]) / 5

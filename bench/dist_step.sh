@@ -15,7 +15,7 @@ args=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -a GRPO -
 report() {  # report NAME: mean seconds per step (after the first) and its split, from metrics.jsonl
   python3 - "$1" "$work/runs/$1/metrics.jsonl" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[2])][1:]
+rows = [r for r in map(json.loads, open(sys.argv[2])) if "step" in r][1:]
 mean = lambda k: sum(r["time"].get(k, 0.0) for r in rows) / len(rows)
 split = "  ".join(f"{k} {mean(k):.2f}" for k in ("generate", "reward", "wait", "logprobs", "train", "sync") if k in rows[0]["time"])
 print(f"{sys.argv[1]:22s} {mean('total'):6.2f} s/step   ({split})")

@@ -39,7 +39,7 @@ run() {  # NAME MODEL PROMPTS G MNT TMBS FLAGS...
   python3 - "$name" "$work/runs/$name/metrics.jsonl" "$rss" "$estimate" <<'PY'
 import json, sys
 name, path, rss, est = sys.argv[1], sys.argv[2], int(sys.argv[3]) / 1024**2, float(sys.argv[4])
-rows = [json.loads(l) for l in open(path)]
+rows = [r for r in map(json.loads, open(path)) if "step" in r]
 later = rows[1:] or rows
 step = sum(r["time"]["total"] for r in later) / len(later)
 print(f"{name:34s} peak RSS {rss:6.2f} GiB   estimate {est:6.2f} GiB ({100 * (est - rss) / rss:+5.1f} %)   {step:7.1f} s/step")
@@ -63,7 +63,7 @@ PY
   python3 - "$name" "$work/runs/$name/metrics.jsonl" "$rss" <<'PY'
 import json, sys
 name, path, rss = sys.argv[1], sys.argv[2], int(sys.argv[3]) / 1024**2
-rows = [json.loads(l) for l in open(path)]
+rows = [r for r in map(json.loads, open(path)) if "step" in r]
 step = sum(r["time"]["total"] for r in rows) / len(rows)
 print(f"{name:34s} peak RSS {rss:6.2f} GiB   {rows[0]['tokens']:.0f} learned tokens   {step:7.1f} s/step (sft)")
 PY

@@ -37,7 +37,7 @@ for tp in $sizes; do
   python3 - "$work" "$tp" <<'PY'
 import json, sys
 work, tp = sys.argv[1], int(sys.argv[2])
-rows = [json.loads(l) for l in open(f"{work}/runs/tp{tp}/metrics.jsonl")]
+rows = [r for r in map(json.loads, open(f"{work}/runs/tp{tp}/metrics.jsonl")) if "step" in r]
 later = rows[1:] or rows
 mean = lambda key: sum(r["time"][key] for r in later) / len(later)
 moved = sum(r.get("communication", {}).get("bytes", 0) for r in later) / len(later) / 1e6

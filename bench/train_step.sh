@@ -42,7 +42,7 @@ fi
 python3 - "$work/runs/bench/metrics.jsonl" "$(grep 'Maximum resident' "$work/log" | awk '{print $NF}' || true)" "$anchor_log" \
   "${RATIOS:-}" <<'PY'
 import json, os, re, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 later = rows[1:] or rows
 # The phases a run reports (the colocated run has no weight sync or wait; a distributed one has).
 phases = [p for p in later[0]["time"] if p != "total"]

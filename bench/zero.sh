@@ -30,7 +30,7 @@ for stage in $stages; do
   python3 - "$work" "$stage" "$trainers" "$workers" <<'PY'
 import json, sys
 work, stage, trainers, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-rows = [json.loads(l) for l in open(f"{work}/runs/zero{stage}/metrics.jsonl")]
+rows = [r for r in map(json.loads, open(f"{work}/runs/zero{stage}/metrics.jsonl")) if "step" in r]
 later = rows[1:] or rows
 step = sum(r["time"]["total"] for r in later) / len(later)
 rss = [int(open(f"{work}/rss.{r}").read().split()[-1]) / 1024 for r in range(trainers + workers)]

@@ -33,7 +33,7 @@ after=$(evaluate "$run_dir/$(cat "$run_dir/latest")"); echo "$after"
 python3 - "$before" "$after" "$run_dir/metrics.jsonl" "$(( $(date +%s) - start ))" "$run_dir" <<'PY'
 import json, sys
 before, after = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-rows = [json.loads(l) for l in open(sys.argv[3])]
+rows = [r for r in map(json.loads, open(sys.argv[3])) if "step" in r]  # the run's status line aside
 print(f"\n{'held-out (' + str(before['prompts']) + ' prompts)':28s}{'before':>10s}{'after':>10s}")
 print(f"{'accuracy':28s}{100 * before['accuracy']:9.1f}%{100 * after['accuracy']:9.1f}%")
 print(f"{'format accuracy':28s}{100 * before['format_accuracy']:9.1f}%{100 * after['format_accuracy']:9.1f}%")

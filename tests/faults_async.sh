@@ -22,12 +22,11 @@ args=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs
       -t 1 -i 1 -nb 1 --partial-rollout --switch-interval 2)
 fingerprint() {  # RUN: metrics (timings aside), staleness and the final weights
   metrics_of "runs/$1/metrics.jsonl"
-  python3 -c 'import json,sys; print([json.loads(l)["staleness"] for l in open(sys.argv[1])])' "runs/$1/metrics.jsonl"
+  python3 -c 'import json,sys; print([r["staleness"] for r in map(json.loads, open(sys.argv[1])) if "step" in r])' "runs/$1/metrics.jsonl"
   sha256sum < "runs/$1/step-24/model.safetensors"
 }
 run_mpi 2 "${args[@]}" -p whole > whole.log 2>&1 || { bad whole-run; tail -3 whole.log; exit 1; }
 reference=$(fingerprint whole)
-lines_of() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
 source "$here/faults/phase.sh"  # phase_of PID
 echo "$kills kills of an asynchronous run (24 steps), each once the run has written a random number of"
 echo "metrics lines and then a random 0-199 ms more (mid-step, mid-decode, mid-sync or mid-checkpoint)"
@@ -38,7 +37,7 @@ for k in $(seq 1 "$kills"); do
   name=k$k rank=$((RANDOM % 2)) after=$((1 + RANDOM % 23)) extra_ms=$((RANDOM % 200))
   run_mpi 2 "${args[@]}" -p "$name" > "$name.log" 2>&1 &
   job=$!
-  while kill -0 "$job" 2>/dev/null && [ "$(lines_of "runs/$name/metrics.jsonl")" -lt "$after" ]; do sleep 0.005; done
+  while kill -0 "$job" 2>/dev/null && [ "$(step_count "runs/$name/metrics.jsonl")" -lt "$after" ]; do sleep 0.005; done
   sleep "0.$(printf '%03d' "$extra_ms")"
   victim=$(rank_pid "$name" "$rank") phase=-
   if [ -n "$victim" ]; then
@@ -47,7 +46,7 @@ for k in $(seq 1 "$kills"); do
   fi
   wait $job
   rc=$?
-  lines=$( [ -f "runs/$name/metrics.jsonl" ] && wc -l < "runs/$name/metrics.jsonl" || echo 0)
+  lines=$(step_count "runs/$name/metrics.jsonl")
   newest=$(cat "runs/$name/latest" 2>/dev/null || echo none)
   what=$([ "$rank" = 0 ] && echo trainer || echo worker)
   [ -z "$victim" ] && what="none"  # no such process at that moment (not started yet, or already done)

@@ -30,7 +30,40 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # `rlcpp train` ($rlcpp) under mpirun ($mpiexec) with one LibTorch thread per process (ranks share
 # the cores; also makes runs comparable).
 run_mpi() { local np=$1; shift; timeout 300 "$mpiexec" --oversubscribe -x OMP_NUM_THREADS=1 -np "$np" "$rlcpp" train "$@"; }
-# metrics.jsonl without wall-clock and mode-specific fields, for comparing runs
+# metrics.jsonl: a line per step ({"step": N, ...}), then the run's status line: {"status":
+# "finished", "steps": N} for a run that did what was asked, {"status": "failed", "steps": N,
+# "error": "..."} for one ended by an error. A status line has no "step" key; a process killed -9
+# writes none, and --resume auto moves it (with the steps it discards) to metrics.discarded.jsonl.
+# step_lines/step_count: a file's step lines and their number (nothing, 0, when it is absent; a
+# "step" key is the only way '"step":' occurs in a JSON line). The Python checks read the steps as
+# [r for r in map(json.loads, open(path)) if "step" in r].
+step_lines() { [ -f "$1" ] && grep '"step":' "$1"; }  # FILE
+step_count() { if [ -f "$1" ]; then grep -c '"step":' "$1"; else echo 0; fi; }  # FILE
+# FILE ends with its only status line, STATUS ("finished" or "failed") after STEPS steps; a failed
+# one's error matches ERROR_REGEX (Python re, when given), a finished one has none. Says what it
+# found otherwise.
+ends_with_status() {  # FILE STATUS STEPS [ERROR_REGEX]
+  python3 - "$@" <<'PY'
+import json, re, sys
+path, status, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+pattern = sys.argv[4] if len(sys.argv) > 4 else None
+try:
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+except (OSError, ValueError) as e:
+    sys.exit(f"     {path}: {e}")
+ends = [i for i, r in enumerate(rows) if "status" in r and "step" not in r]
+last = rows[-1] if rows else None
+want_error = status == "failed"
+good = (ends == [len(rows) - 1] and last["status"] == status and last.get("steps") == steps
+        and ("error" in last) == want_error and (pattern is None or re.search(pattern, last.get("error", ""))))
+if not good:
+    print(f"     {path}: want one status line {status!r} after {steps} steps, last line: {json.dumps(last)[:200]}; "
+          f"status lines at {ends} of {len(rows)}")
+sys.exit(0 if good else 1)
+PY
+}
+# metrics.jsonl without wall-clock and mode-specific fields, for comparing runs (the status line
+# too: two equal runs, a killed and resumed one included, end with the same one)
 metrics_of() { python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     d = json.loads(l)
@@ -66,7 +99,8 @@ print(f"     max relative difference {worst:.2e} (tolerance {tol:g})")
 sys.exit(0 if worst <= tol else 1)
 PY
 }
-# metrics.jsonl of two runs equal up to the order of sums (relative 1e-9), timings aside
+# metrics.jsonl of two runs equal up to the order of sums (relative 1e-9), timings aside (their
+# status lines too: both end the same way)
 metrics_close() {  # A B [KEY...]: the keys also left out
   python3 - "$@" <<'PY'
 import json, sys

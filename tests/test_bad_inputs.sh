@@ -177,6 +177,10 @@ expect run resume-a-finished-run 2 'already took step 1 of its 1; resumed, it wo
   "$rlcpp" "${train[@]}" -m "$model" -p good --resume auto
 expect run learned-nothing 2 'took 1 step\(s\) and none of them changed the policy' -- \
   "$rlcpp" "${train[@]}" -m "$model" -a DAPO --filter-range 1.5,2 --max-dynamic-rounds 0 -p nolearn
+# ... and its metrics.jsonl says so too: its step, then a "failed" status line naming the error.
+[ "$(step_count runs/nolearn/metrics.jsonl)" -eq 1 ] \
+  && ends_with_status runs/nolearn/metrics.jsonl failed 1 'none of them changed the policy' \
+  && ok "run: learned-nothing status line" || bad "run: learned-nothing status line"
 # A run directory on a 1 MiB tmpfs (a mount namespace of its own): the checkpoint is refused before a
 # byte of it is written, naming the free and needed MiB; the run's metrics stay, no partial step.
 if unshare -rm true 2> /dev/null; then

@@ -59,13 +59,16 @@ expect bad-dataset 2 'data.jsonl:3: messages\[0\]' -- "$rlcpp" prompts --model "
 expect skip-bad 0 '1 malformed lines skipped' -- "$rlcpp" prompts --model "$model" --dataset "$tmp/data.jsonl" --skip-bad-lines
 expect generate-args 2 'exactly one of --prompt' -- "$rlcpp" generate --model "$model"
 
-# The colocated training loop end to end: steps, metrics.jsonl, a checkpoint rlcpp info accepts.
+# The colocated training loop end to end: steps, metrics.jsonl (a line per step, then the run's
+# status line), a checkpoint rlcpp info accepts.
 head -2 "$tmp/data.jsonl" > "$tmp/train.jsonl"
 expect train 0 'step 2/2 reward' -- "$rlcpp" train -m "$model" -d "$tmp/train.jsonl" -g 4 -tbs 2 -tMbs 1 -tmbs 4 \
   -mnt 6 -temp 2 --max-steps 2 -lr 1e-3 -sd "$tmp/runs" -p cli
-if [ "$(wc -l < "$tmp/runs/cli/metrics.jsonl")" -ne 2 ] || [ "$(cat "$tmp/runs/cli/latest")" != "step-2" ] \
+if [ "$(grep -c '"step":' "$tmp/runs/cli/metrics.jsonl")" -ne 2 ] || [ "$(grep -c '"status":' "$tmp/runs/cli/metrics.jsonl")" -ne 1 ] \
+   || [ "$(tail -1 "$tmp/runs/cli/metrics.jsonl")" != '{"status":"finished","steps":2}' ] || [ "$(cat "$tmp/runs/cli/latest")" != "step-2" ] \
    || [ ! -s "$tmp/runs/cli/step-2/trainer_state/optimizer.pt" ] || ! grep -q '"step": 2' "$tmp/runs/cli/step-2/trainer_state/state.json"; then
-  echo "FAIL train-outputs: expected 2 metrics lines, latest = step-2 and trainer_state/"; fail=1
+  echo "FAIL train-outputs: expected 2 step lines then {\"status\":\"finished\",\"steps\":2} in metrics.jsonl, latest = step-2 and trainer_state/"
+  tail -1 "$tmp/runs/cli/metrics.jsonl"; fail=1
 else
   echo "ok   train-outputs"
 fi

@@ -46,7 +46,7 @@ timeout 600 "$rlcpp" train "${base[@]}" --max-steps $steps -p colocated -ed "{\"
 python3 - runs/colocated <<'PY' && ok reasons-in-metrics-and-rollouts || bad reasons-in-metrics-and-rollouts
 import glob, json, sys
 run = sys.argv[1]
-lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+lines = [r for r in map(json.loads, open(run + "/metrics.jsonl")) if "step" in r]
 reasons = [d.get("reward_reasons", {}) for d in lines]
 assert len(lines) == 3 and all(sum(r.values()) == 16 for r in reasons), reasons
 verdicts = {"passed", "no_code", "syntax", "timeout", "memory", "runtime_error", "output_limit", "wrong_answer"}
@@ -69,7 +69,7 @@ PY
 
 # 3. LoRA.
 timeout 600 "$rlcpp" train "${common[@]}" -d "$data" --max-steps 2 -p lora --lora-rank 8 --lora-alpha 16 -lr 1e-3 > lora.log 2>&1 \
-  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all(sum(d["reward_reasons"].values())==16 for d in l) else 1)' runs/lora/metrics.jsonl \
+  && python3 -c 'import json,sys; l=[r for r in map(json.loads, open(sys.argv[1])) if "step" in r]; sys.exit(0 if len(l)==2 and all(sum(d["reward_reasons"].values())==16 for d in l) else 1)' runs/lora/metrics.jsonl \
   && ok lora || { bad lora; tail -5 lora.log; }
 
 # 4. MPI: one trainer, one rollout worker grading where it generates: the colocated run's steps.
@@ -85,7 +85,7 @@ fi
 start_server server.log --model "$model" || { bad server-starts; cat server.log; }
 pids+=("$server_pid")
 timeout 600 "$rlcpp" train "${base[@]}" --max-steps 2 -p remote -b openai --rollout-url "$server_url" > remote.log 2>&1 \
-  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all(sum(d["reward_reasons"].values())==16 for d in l) else 1)' runs/remote/metrics.jsonl \
+  && python3 -c 'import json,sys; l=[r for r in map(json.loads, open(sys.argv[1])) if "step" in r]; sys.exit(0 if len(l)==2 and all(sum(d["reward_reasons"].values())==16 for d in l) else 1)' runs/remote/metrics.jsonl \
   && ok remote-backend || { bad remote-backend; tail -5 remote.log; }
 
 # 6. A malformed test record: an error naming the line, or skipped with --skip-bad-lines.

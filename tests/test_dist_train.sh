@@ -42,7 +42,7 @@ check_learning() {  # NAME METRICS WORKERS MAX_STALENESS
   python3 - "$@" <<'PY'
 import json, sys
 name, path, workers, max_stale = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-lines = [json.loads(l) for l in open(path)]
+lines = [r for r in map(json.loads, open(path)) if "step" in r]
 r = [d["reward_mean"] for d in lines]
 first, last = sum(r[:5]) / 5, sum(r[-5:]) / 5
 stale = max(d["staleness"]["max"] for d in lines)
@@ -68,11 +68,11 @@ done
 # TIS (--tis-cap) weights their loss by pi_old / pi_rollout (not 1).
 run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 2 -ibs 2 -nb 1 --max-staleness 1 --tis-cap 2 --max-steps 30 --verify-sync true -p nb1 > nb1.log 2>&1 \
   && check_learning nb1 runs/nb1/metrics.jsonl 2 1 \
-  && python3 -c 'import json,sys; sys.exit(0 if any(json.loads(l)["staleness"]["max"] == 1 for l in open("runs/nb1/metrics.jsonl")) else 1)' \
+  && python3 -c 'import json,sys; sys.exit(0 if any(r["staleness"]["max"] == 1 for r in map(json.loads, open("runs/nb1/metrics.jsonl")) if "step" in r) else 1)' \
   && ok n-behind-1 || { bad n-behind-1; tail -3 nb1.log; }
 python3 - runs/nb1/metrics.jsonl <<'PY' && ok off-policy-correction || bad off-policy-correction
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 stale = [r for r in rows if r["staleness"]["max"] == 1]
 print("     stale steps", len(stale), "mismatch_abs_mean max", max(r["mismatch_abs_mean"] for r in stale),
       "tis_weight_mean range", min(r["tis_weight_mean"] for r in stale), max(r["tis_weight_mean"] for r in stale))
@@ -90,7 +90,7 @@ PY
 check_bound() {  # METRICS K
   python3 - "$1" "$2" <<'PY'
 import json, sys
-rows, k = [json.loads(l) for l in open(sys.argv[1])], int(sys.argv[2])
+rows, k = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r], int(sys.argv[2])
 seen = max(max(r["staleness"]["per_sample"]["max"], r["staleness"]["per_token"]["max"]) for r in rows)
 assert all(r["staleness"]["bound"] == k and r["staleness"]["dropped_groups"] == 0 for r in rows), rows[0]["staleness"]
 assert seen == k, f"versions behind reached {seen}, the bound is {k}"
@@ -133,7 +133,8 @@ kill_and_resume() {  # NAME ARGS...: kills rank 2 once step-8 is written, resume
   kill_rank_after "$name" 3 2 8 "${base[@]}" "$@"
   run_mpi 3 "${base[@]}" "$@" -p "$name" --resume auto > "$name-resume.log" 2>&1
   if grep -q "resuming from runs/$name/step-" "$name-resume.log" \
-     && cmp -s <(metrics_of "runs/$name-whole/metrics.jsonl") <(metrics_of "runs/$name/metrics.jsonl"); then
+     && cmp -s <(metrics_of "runs/$name-whole/metrics.jsonl") <(metrics_of "runs/$name/metrics.jsonl") \
+     && ends_with_status "runs/$name/metrics.jsonl" finished 24; then
     ok "$name-kill-then-resume-exact"
   else
     bad "$name-kill-then-resume-exact"; tail -3 "$name-resume.log"
@@ -150,7 +151,7 @@ for nb in 0 1; do
   mkdir -p "runs/mid$nb" && cp -r "runs/mid$nb-whole/step-9" "runs/mid$nb-whole/metrics.jsonl" "runs/mid$nb/" \
     && echo step-9 > "runs/mid$nb/latest"
   run_mpi 4 "${base[@]}" "${mid[@]}" -p "mid$nb" --resume auto > "mid$nb.log" 2>&1
-  staleness() { python3 -c 'import json,sys; print([json.loads(l)["staleness"] for l in open(sys.argv[1])])' "$1"; }
+  staleness() { python3 -c 'import json,sys; print([r["staleness"] for r in map(json.loads, open(sys.argv[1])) if "step" in r])' "$1"; }
   if grep -q "resuming from runs/mid$nb/step-9" "mid$nb.log" \
      && cmp -s <(metrics_of "runs/mid$nb-whole/metrics.jsonl") <(metrics_of "runs/mid$nb/metrics.jsonl") \
      && cmp -s <(staleness "runs/mid$nb-whole/metrics.jsonl") <(staleness "runs/mid$nb/metrics.jsonl"); then
@@ -163,10 +164,10 @@ done
 # -nb may change on resume, also in the middle of a round (no round is waited for that was never sent).
 mkdir -p runs/mid-other && cp -r runs/mid0-whole/step-9 runs/mid0-whole/metrics.jsonl runs/mid-other/ && echo step-9 > runs/mid-other/latest
 run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 1 -ibs 2 -nb 1 --max-steps 16 --si 3 -p mid-other --resume auto > mid-other.log 2>&1 \
-  && [ "$(wc -l < runs/mid-other/metrics.jsonl)" -eq 16 ] && ok resume-mid-round-other-nb || { bad resume-mid-round-other-nb; tail -3 mid-other.log; }
+  && [ "$(step_count runs/mid-other/metrics.jsonl)" -eq 16 ] && ends_with_status runs/mid-other/metrics.jsonl finished 16 && ok resume-mid-round-other-nb || { bad resume-mid-round-other-nb; tail -3 mid-other.log; }
 cp -r runs/crash-whole runs/regrow && rm -rf runs/regrow/step-24 && echo step-20 > runs/regrow/latest
 run_mpi 2 "${base[@]}" -t 1 -i 1 -tbs 2 -ibs 2 --max-steps 30 -p regrow --resume auto > regrow.log 2>&1 \
-  && [ "$(wc -l < runs/regrow/metrics.jsonl)" -eq 30 ] && grep -q 'resuming from runs/regrow/step-20' regrow.log \
+  && [ "$(step_count runs/regrow/metrics.jsonl)" -eq 30 ] && ends_with_status runs/regrow/metrics.jsonl finished 30 && grep -q 'resuming from runs/regrow/step-20' regrow.log \
   && ok resume-with-other-i || { bad resume-with-other-i; tail -3 regrow.log; }
 
 # Two hosts: network namespaces joined by a veth pair; mpirun in one starts the other's ranks
@@ -192,7 +193,7 @@ EOF
       $rlcpp train -m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs \
       --reward-cmd 'python3 $here/data/digits_reward.py' -t 1 -i 1 -tbs 2 --max-steps 4 --verify-sync true -p two-hosts" \
       > two-hosts.log 2>&1
-  if [ "$(wc -l < runs/two-hosts/metrics.jsonl 2>/dev/null || echo 0)" -eq 4 ] && grep -q "veth_b$$" hostb.addr; then
+  if [ "$(step_count runs/two-hosts/metrics.jsonl)" -eq 4 ] && grep -q "veth_b$$" hostb.addr; then
     ok two-hosts-over-tcp
   else
     bad two-hosts-over-tcp; tail -5 two-hosts.log

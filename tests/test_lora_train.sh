@@ -20,7 +20,7 @@ lora=(--lora-rank 8 --lora-alpha 16 -lr 2e-3)
   || { bad lora-run; tail -5 learn.log; }
 python3 - runs/learn/metrics.jsonl <<'PY' && ok lora-learns || bad lora-learns
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 rewards = [r["reward_mean"] for r in rows]
 first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
 print(f"     LoRA r=8 GRPO reward first 3 {first:.3f} -> last 3 {last:.3f}   [{' '.join(f'{x:.2f}' for x in rewards)}]")
@@ -52,12 +52,14 @@ out=$("$rlcpp" merge "$model" $step merged-out 2>&1) && bad merge-refuses-overwr
 
 # 4. Exact resume with LoRA (and dropout, and checkpointing): killed after a checkpoint, resumed, equal.
 # The first part stops after step 3 as a run killed there would (its step-3 checkpoint written); the
-# learning rate is constant, so the shorter --max-steps changes nothing before it.
+# learning rate is constant, so the shorter --max-steps changes nothing before it. The first part's
+# status line (finished after 3 steps) is set aside on resume; the file ends with the second's.
 resume=("${base[@]}" "${lora[@]}" --lora-dropout 0.05 --gradient-checkpointing --kl 0.01 --si 1 -tmbs 16)
 "$rlcpp" train "${resume[@]}" --max-steps 6 -p full > full.log 2>&1 || { bad resume-reference-run; tail -3 full.log; }
 "$rlcpp" train "${resume[@]}" --max-steps 3 -p cut > cut.log 2>&1 || { bad resume-first-part; tail -3 cut.log; }
 "$rlcpp" train "${resume[@]}" --max-steps 6 -p cut --resume auto > resumed.log 2>&1 || { bad resume-run; tail -3 resumed.log; }
 if [ "$(metrics_of runs/full/metrics.jsonl)" = "$(metrics_of runs/cut/metrics.jsonl)" ] \
+   && ends_with_status runs/cut/metrics.jsonl finished 6 && ends_with_status runs/cut/metrics.discarded.jsonl finished 3 \
    && cmp -s runs/full/step-6/adapter_model.safetensors runs/cut/step-6/adapter_model.safetensors; then
   ok lora-resume-exact
 else
@@ -76,7 +78,7 @@ mpirun=${MPIEXEC:-mpirun}
 python3 - runs/dist/metrics.jsonl runs/dist-full/metrics.jsonl <<'PY' && ok dist-sync-adapters-only || bad dist-sync-adapters-only
 import json, sys
 def sync_bytes(path):
-    rows = [json.loads(l) for l in open(path)]
+    rows = [r for r in map(json.loads, open(path)) if "step" in r]
     syncs = sum(r["weight_sync"]["syncs"] for r in rows)
     return sum(r["weight_sync"]["bytes"] for r in rows) / max(1, syncs), rows
 lora, rows = sync_bytes(sys.argv[1])
@@ -131,8 +133,8 @@ rb=("${base[@]}" "${lora[@]}" --kl 0.01 --si 2 -tmbs 16 --rollout-dtype bfloat16
   || { bad rollout-fp32-run; tail -3 rb-fp32.log; }
 python3 - runs/rb-full/metrics.jsonl runs/rb-fp32/metrics.jsonl <<'PY' && ok rollout-bf16-mismatch || bad rollout-bf16-mismatch
 import json, sys
-half = [json.loads(l) for l in open(sys.argv[1])]
-full = [json.loads(l) for l in open(sys.argv[2])]
+half = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
+full = [r for r in map(json.loads, open(sys.argv[2])) if "step" in r]
 print("     |dlogp| trainer vs engine, bf16 rollout weights: mean " + " ".join(f"{r['mismatch_abs_mean']:.2e}" for r in half)
       + "  max " + " ".join(f"{r['mismatch_abs_max']:.2e}" for r in half))
 print("     fp32 rollout weights: max " + " ".join(f"{r['mismatch_abs_max']:.1e}" for r in full))
@@ -151,7 +153,7 @@ else
 fi
 "$mpirun" --oversubscribe -np 2 "$rlcpp" train "${rb[@]}" -t 1 -i 1 --max-steps 3 --verify-sync -p rb-dist > rb-dist.log 2>&1 \
   && python3 -c 'import json,sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 sys.exit(0 if len(rows) == 3 and all(1e-5 < r["mismatch_abs_mean"] < 0.1 for r in rows) else 1)' runs/rb-dist/metrics.jsonl \
   && ok rollout-bf16-distributed || { bad rollout-bf16-distributed; tail -3 rb-dist.log; }
 expect_error bad-rollout-dtype "--rollout-dtype" "${base[@]}" --rollout-dtype float64 -p e6

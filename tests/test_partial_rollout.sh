@@ -32,7 +32,7 @@ common=("${rounds[@]}" -ibs 2)
 base=("${common[@]}" -t 1 -i 1)
 partial=("${base[@]}" -nb 1 --partial-rollout --verify-sync true)
 # metrics_of plus the staleness figures (they are the point here)
-with_staleness() { metrics_of "$1"; python3 -c 'import json,sys; print([json.loads(l)["staleness"] for l in open(sys.argv[1])])' "$1"; }
+with_staleness() { metrics_of "$1"; python3 -c 'import json,sys; print([r["staleness"] for r in map(json.loads, open(sys.argv[1])) if "step" in r])' "$1"; }
 same_run() {  # A B: metrics, staleness and final weights equal
   cmp -s <(with_staleness "runs/$1/metrics.jsonl") <(with_staleness "runs/$2/metrics.jsonl") \
     && cmp -s "runs/$1/step-12/model.safetensors" "runs/$2/step-12/model.safetensors"
@@ -53,7 +53,7 @@ same_run partial again && ok partial-reproducible || { bad partial-reproducible;
 check_mixed() {  # NAME WORKERS [BASELINE]
   python3 - "runs/$1/metrics.jsonl" "$2" "${3:+runs/$3/metrics.jsonl}" <<'PY'
 import json, sys
-rows, workers = [json.loads(l) for l in open(sys.argv[1])], int(sys.argv[2])
+rows, workers = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r], int(sys.argv[2])
 def token_mean(rows):
     return sum(r["staleness"]["per_token"]["mean"] for r in rows) / len(rows)
 mixed = [r for r in rows if r["staleness"]["per_token"]["mean"] < r["staleness"]["per_sample"]["mean"] - 1e-9]
@@ -61,7 +61,7 @@ syncs = sum(r["weight_sync"]["syncs"] for r in rows)
 verified = sum(r["weight_sync"]["verified_workers"] for r in rows)
 line = f"     {len(rows)} steps, {len(mixed)} with samples of two versions; versions behind per token {token_mean(rows):.3f}"
 if sys.argv[3]:
-    base = [json.loads(l) for l in open(sys.argv[3])]
+    base = [r for r in map(json.loads, open(sys.argv[3])) if "step" in r]
     line += f" (-nb 1 alone {token_mean(base):.3f})"
     assert token_mean(rows) < token_mean(base), "partial rollouts' tokens are not fresher"
     assert all(r["staleness"]["per_token"]["mean"] == r["staleness"]["per_sample"]["mean"] for r in base)
@@ -108,7 +108,7 @@ PY
 check_bound() {  # NAME K POLICY
   python3 - "runs/$1/metrics.jsonl" "$2" "$3" <<'PY'
 import json, sys
-rows, k, policy = [json.loads(l) for l in open(sys.argv[1])], int(sys.argv[2]), sys.argv[3]
+rows, k, policy = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r], int(sys.argv[2]), sys.argv[3]
 st = [r["staleness"] for r in rows]
 seen = max(max(s["per_sample"]["max"], s["per_token"]["max"]) for s in st)
 masked, dropped = sum(s["masked_tokens"] for s in st), sum(s["dropped_groups"] for s in st)
@@ -125,7 +125,7 @@ PY
 run_mpi 2 "${partial[@]}" --lora-rank 4 --max-staleness 1 --stale-policy finish -p lora > lora.log 2>&1 \
   && check_mixed lora 1 && check_bound lora 1 finish && ok partial-lora || { bad partial-lora; tail -3 lora.log; }
 run_mpi 2 "${partial[@]}" --async-switch asap -p asap > asap.log 2>&1 \
-  && [ "$(wc -l < runs/asap/metrics.jsonl)" -eq 12 ] && ok partial-asap || { bad partial-asap; tail -3 asap.log; }
+  && [ "$(step_count runs/asap/metrics.jsonl)" -eq 12 ] && ends_with_status runs/asap/metrics.jsonl finished 12 && ok partial-asap || { bad partial-asap; tail -3 asap.log; }
 run_mpi 3 "${common[@]}" -t 1 -i 2 -nb 1 --partial-rollout --verify-sync true --partial-kv recompute -p recompute \
   > recompute.log 2>&1 && check_mixed recompute 2 \
   && ok partial-recompute || { bad partial-recompute; tail -3 recompute.log; }

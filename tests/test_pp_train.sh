@@ -42,7 +42,7 @@ same() {  # NAME A B: fp64 weights within 1e-12 per tensor
   weights_close "$2" "$3" 1e-12 && ok "$1" || bad "$1"
 }
 verified() {  # RUN: weight syncs hash-verified by the rollout workers, summed over the steps (0: none)
-  python3 -c 'import json,sys; print(sum(json.loads(l)["weight_sync"]["verified_workers"] for l in open(sys.argv[1])))' \
+  python3 -c 'import json,sys; print(sum(r["weight_sync"]["verified_workers"] for r in map(json.loads, open(sys.argv[1])) if "step" in r))' \
     "runs/$1/metrics.jsonl" 2>/dev/null || echo 0
 }
 
@@ -73,7 +73,7 @@ run_mpi 6 "${base[@]}" "${one[@]}" -t 4 -i 2 --pp 2 -zero 1 -p dp2pp2z1 > dp2pp2
   || { bad dp2pp2-zero1-run; tail -3 dp2pp2z1.log; }
 same dp2pp2-zero1-equals-dp2 runs/dp2/step-3/model.safetensors runs/dp2pp2z1/step-3/model.safetensors
 metrics_close runs/dp2pp2/metrics.jsonl runs/dp2pp2z1/metrics.jsonl pp_bubble && ok dp2pp2-zero1-metrics || bad dp2pp2-zero1-metrics
-python3 -c 'import json,sys; sys.exit(0 if "toy" in json.loads(open(sys.argv[1]).readlines()[-1])["eval"] else 1)' \
+python3 -c 'import json,sys; sys.exit(0 if "toy" in [r for r in map(json.loads, open(sys.argv[1])) if "step" in r][-1]["eval"] else 1)' \
   runs/pp3/metrics.jsonl && ok pp3-evaluates || bad pp3-evaluates
 # Balanced by times trainer 0 measured (the split may differ from work's; the steps may not).
 grep -q -- "--pp-balance time: over 3 x 72 tokens, a decoder layer takes" pp2.log && ok pp-balance-time-measured \
@@ -97,7 +97,7 @@ for layout in "2 co-pp2 --pp 2" "4 co-pp2tp2 --pp 2 --train-tp 2"; do
   metrics_close runs/co1/metrics.jsonl "runs/$name/metrics.jsonl" pp_bubble mismatch_abs_mean mismatch_abs_max mismatch_kl \
     mismatch_by_versions && ok "$name-metrics" || bad "$name-metrics"
 done
-python3 -c 'import json,sys; sys.exit(0 if [("eval" in json.loads(l)) for l in open(sys.argv[1])] == [False, True, True] else 1)' \
+python3 -c 'import json,sys; sys.exit(0 if [("eval" in r) for r in map(json.loads, open(sys.argv[1])) if "step" in r] == [False, True, True] else 1)' \
   runs/co-pp2/metrics.jsonl && ok colocated-pp2-evaluates || bad colocated-pp2-evaluates
 # Colocated stages with LoRA (each stage's adapters in the engine's passes), checkpointed at step 2
 # and resumed from it on 2 stages: one process's adapter after 3 steps.
@@ -204,7 +204,7 @@ turns=(-m "$here/../models/tools-tiny" -d "$here/../examples/tools/train.jsonl" 
        --reuse-rollout-logprobs false)
 run_mpi 2 "${turns[@]}" -t 1 -i 1 -p turns1 > turns1.log 2>&1 || { bad turns1-run; tail -3 turns1.log; }
 run_mpi 3 "${turns[@]}" -t 2 -i 1 --pp 2 -p turns2 > turns2.log 2>&1 || { bad turns2-run; tail -3 turns2.log; }
-python3 -c 'import json,sys; sys.exit(0 if sum(json.loads(l)["tool_calls"] for l in open(sys.argv[1])) > 0 else 1)' \
+python3 -c 'import json,sys; sys.exit(0 if sum(r["tool_calls"] for r in map(json.loads, open(sys.argv[1])) if "step" in r) > 0 else 1)' \
   runs/turns2/metrics.jsonl && metrics_close runs/turns1/metrics.jsonl runs/turns2/metrics.jsonl pp_bubble \
   && ok multi-turn-pp2-equals-one-rank || bad multi-turn-pp2-equals-one-rank
 

@@ -27,7 +27,7 @@ ppo straight --max-steps 4 --si 2
 python3 - runs/straight "$model" <<'PY' && ok "critic figures every step; step-N/critic/ is a sequence classifier with its optimizer" || bad "critic figures and layout"
 import json, os, struct, sys
 run, base = sys.argv[1], sys.argv[2]
-rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+rows = [r for r in map(json.loads, open(f"{run}/metrics.jsonl")) if "step" in r]
 assert len(rows) == 4, len(rows)
 for r in rows:
     for k in ("vf_loss", "vf_clip_frac", "grad_norm", "lr", "old_value_mean", "gae_return_mean", "gae_advantage_mean",
@@ -48,13 +48,14 @@ s = json.load(open(f"{run}/step-4/trainer_state/state.json"))
 assert s["critic_optimizer_steps"] == 4 and s["optimizer_steps"] == 4, s
 PY
 
-# 2. Exact resume: 2 steps, then 2 more from step-2, against the straight run.
+# 2. Exact resume: 2 steps, then 2 more from step-2, against the straight run (its steps 3 and 4 and
+#    the status line both runs end with).
 ppo halves --max-steps 2 --si 2
 OMP_NUM_THREADS=1 "$rlcpp" train "${common[@]}" -tbs 4 -p resumed -cp runs/halves/step-2 --max-steps 4 --si 2 > resumed.log 2>&1 \
   || { bad "PPO resume:"; tail -10 resumed.log; }
 if cmp -s runs/straight/step-4/model.safetensors runs/resumed/step-4/model.safetensors &&
    cmp -s runs/straight/step-4/critic/model.safetensors runs/resumed/step-4/critic/model.safetensors &&
-   cmp -s <(metrics_of runs/straight/metrics.jsonl | tail -2) <(metrics_of runs/resumed/metrics.jsonl | tail -2); then
+   cmp -s <(metrics_of runs/straight/metrics.jsonl | tail -3) <(metrics_of runs/resumed/metrics.jsonl); then
   ok "resume from step-2 ends bit for bit where the straight run does (policy, critic, metrics)"
 else
   bad "PPO resume from step-2 differs from the straight run"
@@ -74,7 +75,7 @@ dp=(-tbs 2 -tMbs 2 -tmbs 4 -t 2 -i 2)
 run_mpi 4 "${common[@]}" "${dp[@]}" -p t2i2 --max-steps 2 > t2i2.log 2>&1 || { bad "PPO -t 2 -i 2:"; tail -10 t2i2.log; }
 python3 - runs/t2i2 <<'PY' && ok "PPO with two data-parallel trainers" || bad "PPO with two data-parallel trainers"
 import json, os, sys
-rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+rows = [r for r in map(json.loads, open(f"{sys.argv[1]}/metrics.jsonl")) if "step" in r]
 assert len(rows) == 2 and all(r["critic"]["grad_norm"] > 0 for r in rows), rows
 assert os.path.exists(f"{sys.argv[1]}/step-2/critic/trainer_state/optimizer.pt")
 PY
@@ -103,7 +104,7 @@ fi
 ppo with-rm --max-steps 2 -rt model --reward-model runs/rm/step-2 --kl 0.05 --kl-in-reward --lora-rank 4
 python3 - runs/with-rm with-rm.log <<'PY' && ok "PPO with -rt model, the critic from the reward model, --kl-in-reward, LoRA" || bad "PPO with a reward model"
 import json, sys
-rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+rows = [r for r in map(json.loads, open(f"{sys.argv[1]}/metrics.jsonl")) if "step" in r]
 assert len(rows) == 2 and all(r["critic"]["grad_norm"] > 0 for r in rows)
 # The KL is in the rewards, not the loss.
 assert all(r.get("kl", 0) == 0 for r in rows), [r.get("kl") for r in rows]
@@ -126,7 +127,7 @@ run_mpi 2 "${common[@]}" -tbs 4 -p partial --max-steps 3 -t 1 -i 1 -nb 1 --parti
 python3 - runs rollouts/tools <<'PY' && ok "PPO with a tool (multi-turn), with rollout servers and LoRA, with partial rollouts" || bad "PPO with the other rollout paths"
 import glob, json, sys
 for run, steps in (("tools", 2), ("remote", 2), ("partial", 3)):
-    rows = [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl")]
+    rows = [r for r in map(json.loads, open(f"{sys.argv[1]}/{run}/metrics.jsonl")) if "step" in r]
     assert len(rows) == steps and all(r["critic"]["grad_norm"] > 0 for r in rows), (run, rows)
 rows = [json.loads(l) for f in glob.glob(sys.argv[2] + "/**/*.jsonl", recursive=True) for l in open(f)]
 episodes = [s.get("episode") or {} for r in rows for s in (r.get("samples") or [r])]

@@ -13,7 +13,7 @@ for algo in ${PRESETS:-GRPO DAPO DR_GRPO RLOO REINFORCE_PPB GSPO}; do
     > "$tmp/$algo.log" 2>&1 || { echo "FAIL $algo: the run failed"; tail -5 "$tmp/$algo.log"; failed=1; continue; }
   python3 - "$algo" "$tmp/runs/$algo/metrics.jsonl" <<'PY' || failed=1
 import json, sys
-algo, rows = sys.argv[1], [json.loads(l) for l in open(sys.argv[2])]
+algo, rows = sys.argv[1], [r for r in map(json.loads, open(sys.argv[2])) if "step" in r]  # the status line aside
 rewards = [r["reward_mean"] for r in rows]
 first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
 curve = " ".join(f"{x:.2f}" for x in rewards)

@@ -57,7 +57,7 @@ def close(x, y):
 ma, mb = rows(a), rows(b)
 for x, y in zip(ma, mb):
     for k in x:
-        if not close(x[k], y.get(k)): print(f"     step {x['step']} {k}: {x[k]} vs {y.get(k)}"); sys.exit(1)
+        if not close(x[k], y.get(k)): print(f"     step {x.get('step', '(status line)')} {k}: {x[k]} vs {y.get(k)}"); sys.exit(1)
 sys.exit(0 if len(ma) == len(mb) and ma else 1)
 PY
   weights_close "$(last_weights "$1" "$w")" "$(last_weights "$2" "$w")" "${4:-1e-5}" overall
@@ -80,7 +80,7 @@ curl -s "$a/v1/models" | grep -q "rlcpp-policy-v$((steps - 1))" && ok adapter-se
 mixes_versions() {  # NAME
   python3 - "runs/$1/metrics.jsonl" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 st = [r["staleness"] for r in rows]
 mixed = [r["step"] for r, s in zip(rows, st) if s["per_token"]["mean"] < s["per_sample"]["mean"] - 1e-9]
 pushes = rows[-1]["rollout_servers"]["weight_pushes"]
@@ -114,7 +114,7 @@ same_run remote native && ok remote-equals-native || bad remote-equals-native
 weights_moved "$(last_weights native)" "$model/model.safetensors" && ok weights-moved || bad weights-moved
 python3 - runs/remote/metrics.jsonl <<'PY' && ok servers-used || bad servers-used
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 r = rows[-1]["rollout_servers"]
 print(f"     {r['requests']} requests, {r['weight_pushes']} weight pushes, sync {rows[-1]['time']['sync']:.2f} s at the last step")
 # 4 prompts a step; at the start and after each step but the last, both servers load the policy
@@ -126,11 +126,11 @@ ls runs/remote/rollout-weights | grep -qx "v$((steps - 1))" && [ "$(ls runs/remo
 # 3. One server killed mid-run: its requests go to the other; the run ends equal to the native one.
 "$rlcpp" train "${base[@]}" "${full[@]}" "${remote[@]}" --max-steps $steps --si 3 -p survive -rsd runs/survive/rollouts > survive.log 2>&1 &
 job=$!; pids+=("$job")
-for _ in $(seq 1 1200); do [ -f runs/survive/metrics.jsonl ] && [ "$(wc -l < runs/survive/metrics.jsonl)" -ge 2 ] && break; sleep 0.05; done
+for _ in $(seq 1 1200); do [ -f runs/survive/metrics.jsonl ] && [ "$(step_count runs/survive/metrics.jsonl)" -ge 2 ] && break; sleep 0.05; done
 kill -9 "$b_pid"
 wait $job && ok survives-killed-server || { bad survives-killed-server; tail -5 survive.log; }
 same_run survive native && ok survived-run-equals-native || bad survived-run-equals-native
-python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][-1]["rollout_servers"]; sys.exit(0 if r["server_failures"] >= 1 else 1)' \
+python3 -c 'import json,sys; r=[d for d in map(json.loads, open(sys.argv[1])) if "step" in d][-1]["rollout_servers"]; sys.exit(0 if r["server_failures"] >= 1 else 1)' \
   runs/survive/metrics.jsonl && ok server-failure-counted || bad server-failure-counted
 serve b   # a new one in its place for the rest
 remote=(-b openai --rollout-url "$a,$b")
@@ -152,7 +152,7 @@ ahead=("${base[@]}" "${full[@]}" "${remote[@]}" --max-steps $steps --si 1 -nb 1
 train "${ahead[@]}" -p ahead -rsd runs/ahead/rollouts > ahead.log 2>&1 || { bad ahead-run; tail -5 ahead.log; }
 python3 - runs/ahead/metrics.jsonl <<'PY' && ok n-behind-one-version || bad n-behind-one-version
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 stale = [r["staleness"]["max"] for r in rows]
 rewards = " ".join("%.2f" % r["reward_mean"] for r in rows)
 print(f"     staleness by step {stale}; reward {rewards}")

@@ -29,7 +29,7 @@ train_rm() {  # train_rm PROJECT [FLAGS...] (env LR: the learning rate, 1e-3)
 train_rm learn --max-steps 16 -ei 16 --lr-schedule cosine --warmup-steps 2
 python3 - "$tmp/runs/learn/metrics.jsonl" <<'PY' && ok "train-rm learns (held-out pair accuracy above)" || bad "train-rm learns"
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 acc = rows[-1]["eval"]["eval"]["accuracy"]
 print(f"     train accuracy step 1 {rows[0]['accuracy']:.3f}, last {rows[-1]['accuracy']:.3f}; held-out {acc:.3f}")
 # Chance is 0.5; the forgotten carry (half the mistakes) is learnt first, digit slips later.
@@ -70,8 +70,9 @@ rm -rf "$tmp/runs/halves/step-4"
 "$rlcpp" train-rm -m "$model" -d "$pairs" -ed "$pairs_test" -tbs 32 -lr 1e-3 --seed 0 -sd "$tmp/runs" -p resumed \
   -cp "$tmp/runs/halves/step-2" --max-steps 4 --si 2 > "$tmp/resumed.log" 2>&1 || { bad "resume:"; tail -5 "$tmp/resumed.log"; }
 if cmp -s "$tmp/runs/straight/step-4/model.safetensors" "$tmp/runs/resumed/step-4/model.safetensors" &&
-   [ "$(sed -n 4p "$tmp/runs/straight/metrics.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["loss"], r["eval"])')" = \
-     "$(tail -1 "$tmp/runs/resumed/metrics.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["loss"], r["eval"])')" ]; then
+   [ "$(step_lines "$tmp/runs/straight/metrics.jsonl" | sed -n 4p | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["loss"], r["eval"])')" = \
+     "$(step_lines "$tmp/runs/resumed/metrics.jsonl" | tail -1 | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["loss"], r["eval"])')" ] &&
+   ends_with_status "$tmp/runs/resumed/metrics.jsonl" finished 4; then
   ok "resume from step-2 ends bit for bit where the straight run does"
 else
   bad "resume from step-2 differs from the straight run"
@@ -154,7 +155,7 @@ grpo() {  # grpo PROJECT FLAGS...
 }
 if grpo grpo-rm -rt model --reward-model "$rm_dir" && python3 - "$tmp/runs/grpo-rm/metrics.jsonl" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 assert len(rows) == 2 and all(r["reward_mean"] != 0 for r in rows), rows
 PY
 then ok "GRPO with -rt model"; else bad "GRPO with -rt model:"; tail -5 "$tmp/grpo-rm.log"; fi
@@ -199,7 +200,8 @@ if command -v mpirun > /dev/null; then
   OMP_NUM_THREADS=1 "$rlcpp" train-rm "${rm_common[@]}" -p rm-two-on -cp "$tmp/runs/rm-two/step-2" --max-steps 3 \
     > "$tmp/rm-two-on.log" 2>&1 || bad "train-rm resumed in one process"
   if weights_close "$tmp/runs/rm-two/step-2/model.safetensors" "$tmp/runs/rm-one/step-2/model.safetensors" 1e-10 &&
-     metrics_close <(head -2 "$tmp/runs/rm-one/metrics.jsonl") "$tmp/runs/rm-two/metrics.jsonl" &&
+     metrics_close <(step_lines "$tmp/runs/rm-one/metrics.jsonl" | head -2) <(step_lines "$tmp/runs/rm-two/metrics.jsonl") &&
+     ends_with_status "$tmp/runs/rm-two/metrics.jsonl" finished 2 &&
      weights_close "$tmp/runs/rm-two-on/step-3/model.safetensors" "$tmp/runs/rm-one/step-3/model.safetensors" 1e-10 &&
      weights_moved "$tmp/runs/rm-one/step-1/model.safetensors" "$tmp/runs/rm-one/step-3/model.safetensors"; then
     ok "train-rm on two processes takes the one process's steps, and resumes in one"

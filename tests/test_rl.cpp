@@ -342,6 +342,17 @@ TEST(RunCheckpoint, RewindMovesLaterStepsAsideAndLosesNothing) {
   rewind_metrics(dir / "absent.jsonl", 0);  // no file: nothing to do
 }
 
+// A run that ended (its status line last) and is resumed goes on: the status line is set aside with
+// the steps after the checkpoint, and the resumed run writes its own at its end.
+TEST(RunCheckpoint, RewindSetsTheEndedRunsStatusLineAside) {
+  rlcpp::testing::TempDir dir;
+  const auto metrics = dir / "metrics.jsonl";
+  std::ofstream(metrics) << "{\"step\": 1}\n{\"step\": 2}\n{\"step\": 3}\n{\"status\": \"failed\", \"steps\": 3, \"error\": \"x\"}\n";
+  rewind_metrics(metrics, 3);  // resumed from the last step: only the status line goes
+  EXPECT_EQ(read_file(metrics), "{\"step\": 1}\n{\"step\": 2}\n{\"step\": 3}\n");
+  EXPECT_EQ(read_file(dir / "metrics.discarded.jsonl"), "{\"status\": \"failed\", \"steps\": 3, \"error\": \"x\"}\n");
+}
+
 TEST(RunCheckpoint, AFreshRunRefusesADirectoryThatHoldsARun) {
   rlcpp::testing::TempDir dir;
   RunConfig c;

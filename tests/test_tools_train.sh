@@ -22,7 +22,6 @@ data="$src/examples/tools/train.jsonl"
 test_set="$src/examples/tools/test.jsonl"
 pids=()
 cleanup_extra() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; }
-lines() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
 
 common=(-m "$model" -rt boxed --tools calculator --max-turns 3 -g 4 -temp 1.0 --mnt 64 -sd runs --seed 3
         --log-interval 100)
@@ -36,7 +35,7 @@ timeout 600 "$rlcpp" train "${base[@]}" --max-steps $steps -p colocated -ed "{\"
 python3 - runs/colocated <<'PY' && ok multi-turn-metrics-and-rollouts || bad multi-turn-metrics-and-rollouts
 import glob, json, sys
 run = sys.argv[1]
-lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+lines = [r for r in map(json.loads, open(run + "/metrics.jsonl")) if "step" in r]
 assert len(lines) == 3, len(lines)
 for d in lines:
     for key in ("turns_mean", "turns_max", "tool_calls", "tool_errors", "inserted_tokens", "tito_mismatch", "ended_by"):
@@ -65,7 +64,7 @@ PY
 
 # 2. LoRA.
 timeout 600 "$rlcpp" train "${common[@]}" -tbs 4 -tMbs 4 -tmbs 16 -d "$data" --max-steps 2 -p lora --lora-rank 8 --lora-alpha 16 -lr 1e-3 > lora.log 2>&1 \
-  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all("turns_mean" in d and d["tito_mismatch"]==0 for d in l) else 1)' runs/lora/metrics.jsonl \
+  && python3 -c 'import json,sys; l=[r for r in map(json.loads, open(sys.argv[1])) if "step" in r]; sys.exit(0 if len(l)==2 and all("turns_mean" in d and d["tito_mismatch"]==0 for d in l) else 1)' runs/lora/metrics.jsonl \
   && ok lora || { bad lora; tail -5 lora.log; }
 
 # 3. MPI: one trainer and one rollout worker running the episodes: the colocated run's steps.
@@ -78,12 +77,12 @@ else
 fi
 # ZeRO-1 over two trainers fed by two workers: the multi-turn samples (inserted runs) split over replicas.
 run_mpi 4 "${common[@]}" -d "$data" -lr 5e-5 --max-steps 2 -t 2 -i 2 -tbs 2 -tMbs 2 -tmbs 8 -zero 1 -p zero > zero.log 2>&1 \
-  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all("turns_mean" in d for d in l) else 1)' runs/zero/metrics.jsonl \
+  && python3 -c 'import json,sys; l=[r for r in map(json.loads, open(sys.argv[1])) if "step" in r]; sys.exit(0 if len(l)==2 and all("turns_mean" in d for d in l) else 1)' runs/zero/metrics.jsonl \
   && ok zero1-two-trainers || { bad zero1-two-trainers; tail -5 zero.log; }
 
 # Tensor-parallel rollout workers (two ranks hold one engine) with one round in flight (-nb 1).
 run_mpi 3 "${base[@]}" --max-steps 2 -t 1 -i 2 --rollout-tp 2 -nb 1 -p tp > tp.log 2>&1 \
-  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all(d["tito_mismatch"]==0 and "turns_mean" in d for d in l) else 1)' runs/tp/metrics.jsonl \
+  && python3 -c 'import json,sys; l=[r for r in map(json.loads, open(sys.argv[1])) if "step" in r]; sys.exit(0 if len(l)==2 and all(d["tito_mismatch"]==0 and "turns_mean" in d for d in l) else 1)' runs/tp/metrics.jsonl \
   && ok rollout-tp-and-nb || { bad rollout-tp-and-nb; tail -5 tp.log; }
 
 # Partial rollouts over episodes: a trajectory waiting for its tool is in flight like any other, and
@@ -91,26 +90,30 @@ run_mpi 3 "${base[@]}" --max-steps 2 -t 1 -i 2 --rollout-tp 2 -nb 1 -p tp > tp.l
 run_mpi 2 "${base[@]}" --max-steps 4 -t 1 -i 1 -ibs 8 -nb 1 --partial-rollout --switch-interval 4 -p partial \
   > partial.log 2>&1 && python3 - runs/partial/metrics.jsonl <<'PY' && ok partial-rollout-episodes || { bad partial-rollout-episodes; tail -5 partial.log; }
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 mixed = [r for r in rows if r["staleness"]["per_token"]["mean"] < r["staleness"]["per_sample"]["mean"] - 1e-9]
 print(f"     {len(mixed)} of {len(rows)} steps with episodes of two versions; tool calls {[round(r['tool_calls'], 2) for r in rows]}")
 assert len(rows) == 4 and mixed and all(r["tito_mismatch"] == 0 and "turns_mean" in r for r in rows)
 PY
 
-# 4. Exact resume after kill -9 mid-run.
+# 4. Exact resume after kill -9 mid-run. The killed process writes no status line: the resumed
+#    run's file ends with its only one, and metrics.discarded.jsonl (if any) holds steps alone.
 resume=("${base[@]}" --max-steps 6 --si 1)
 "$rlcpp" train "${resume[@]}" -p full > full.log 2>&1 || bad resume-reference-run
 "$rlcpp" train "${resume[@]}" -p killed > killed.log 2>&1 &
 pid=$!
-while kill -0 "$pid" 2>/dev/null && [ "$(lines runs/killed/metrics.jsonl)" -lt 3 ]; do sleep 0.01; done
+while kill -0 "$pid" 2>/dev/null && [ "$(step_count runs/killed/metrics.jsonl)" -lt 3 ]; do sleep 0.01; done
 kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-killed_at=$(lines runs/killed/metrics.jsonl)
+killed_at=$(step_count runs/killed/metrics.jsonl)
 if [ "$killed_at" -ge 6 ]; then
   bad "resume-kill: the run finished before it could be killed"
 else
+  grep -q '"status":' runs/killed/metrics.jsonl && bad "resume-kill: the killed process wrote a status line"
   "$rlcpp" train "${resume[@]}" -p killed --resume auto > resumed.log 2>&1 || { bad resume-run; tail -5 resumed.log; }
   if cmp -s runs/full/step-6/model.safetensors runs/killed/step-6/model.safetensors \
-     && [ "$(metrics_of runs/full/metrics.jsonl)" = "$(metrics_of runs/killed/metrics.jsonl)" ]; then
+     && [ "$(metrics_of runs/full/metrics.jsonl)" = "$(metrics_of runs/killed/metrics.jsonl)" ] \
+     && ends_with_status runs/killed/metrics.jsonl finished 6 \
+     && ! grep -q '"status":' runs/killed/metrics.discarded.jsonl 2>/dev/null; then
     ok "resume-exact (killed after $killed_at steps)"
   else
     bad "resume-exact (killed after $killed_at steps): weights or metrics differ"
@@ -122,7 +125,7 @@ fi
 start_server server.log --model "$model" || { bad server-starts; cat server.log; }
 pids+=("$server_pid")
 timeout 600 "$rlcpp" train "${base[@]}" --max-steps 2 -p remote -b openai --rollout-url "$server_url" > remote.log 2>&1 \
-  && python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; sys.exit(0 if len(l)==2 and all(d["tito_mismatch"]==0 and "turns_mean" in d for d in l) else 1)' runs/remote/metrics.jsonl \
+  && python3 -c 'import json,sys; l=[r for r in map(json.loads, open(sys.argv[1])) if "step" in r]; sys.exit(0 if len(l)==2 and all(d["tito_mismatch"]==0 and "turns_mean" in d for d in l) else 1)' runs/remote/metrics.jsonl \
   && ok remote-backend || { bad remote-backend; tail -5 remote.log; }
 
 # 6. An external environment: its rewards (-rt env), a first observation, a second try.
@@ -131,7 +134,7 @@ env_common=(-m "$model" -d "$data" -rt env --env-workers 2 --tools calculator --
 timeout 600 "$rlcpp" train "${env_common[@]}" --env-cmd "python3 $src/tests/data/retry_env.py" --max-steps 2 -p env -rsd runs/env/rollouts > env.log 2>&1 || { bad env-run; tail -5 env.log; }
 python3 - runs/env <<'PY' && ok environment-episodes || bad environment-episodes
 import glob, json, sys
-lines = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+lines = [r for r in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if "step" in r]
 assert len(lines) == 2 and all(d["tito_mismatch"] == 0 for d in lines), lines
 ends = set()
 for path in glob.glob(sys.argv[1] + "/rollouts/**/*.jsonl", recursive=True):

@@ -75,7 +75,7 @@ run_mpi 4 "${base[@]}" "${one[@]}" "${lora[@]}" -t 2 -i 2 -p lora1 > lora1.log 2
 run_mpi 8 "${base[@]}" "${one[@]}" "${lora[@]}" -t 4 -i 4 --train-tp 2 --rollout-tp 2 -p lora2 > lora2.log 2>&1 \
   || { bad lora-tp-run; tail -3 lora2.log; }
 same lora-tp-equals-no-tp runs/lora1/step-3/adapter_model.safetensors runs/lora2/step-3/adapter_model.safetensors
-verified=$(python3 -c 'import json,sys; print(sum(json.loads(l)["weight_sync"]["verified_workers"] for l in open(sys.argv[1])))' \
+verified=$(python3 -c 'import json,sys; print(sum(r["weight_sync"]["verified_workers"] for r in map(json.loads, open(sys.argv[1])) if "step" in r))' \
   runs/lora2/metrics.jsonl 2>/dev/null)
 [ "${verified:-0}" -ge 2 ] && grep -q "eval toy at step 2" lora2.log && ok lora-tp-verified-and-evaluated \
   || { bad lora-tp-verified-and-evaluated; echo "verified: $verified"; }

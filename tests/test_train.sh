@@ -5,8 +5,6 @@
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_train.sh RLCPP_BINARY}")
 source "$(dirname "$0")/lib.sh"
-lines() { if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi; }
-# metrics.jsonl without the wall-clock fields, for comparing runs
 
 # A random model over a byte vocabulary (toy/) and 8 prompts (data.jsonl).
 "$here/make_toy_task.sh" "$rlcpp" "$fixtures" || bad toy-task
@@ -17,7 +15,8 @@ base=(-m toy -d data.jsonl -g 4 -tbs 2 -tMbs 1 -tmbs 4 --mnt 12 -lr 3e-3 -sd run
 for algo in GRPO DAPO DR_GRPO RLOO REINFORCE_PPB REINFORCE_PP GSPO; do
   extra=(); [ "$algo" = DAPO ] && extra=(--filter-range none)  # the toy reward has no "correct" answers to filter on
   if "$rlcpp" train "${base[@]}" -a "$algo" "${extra[@]}" --max-steps 3 --si 2 -p "$algo" > "$algo.log" 2>&1 \
-     && [ "$(lines "runs/$algo/metrics.jsonl")" -eq 3 ] && [ "$(cat "runs/$algo/latest")" = step-3 ] \
+     && [ "$(step_count "runs/$algo/metrics.jsonl")" -eq 3 ] && ends_with_status "runs/$algo/metrics.jsonl" finished 3 \
+     && [ "$(cat "runs/$algo/latest")" = step-3 ] \
      && [ -d "runs/$algo/step-2/trainer_state" ] && grep -q '"optimizer_steps":6' "runs/$algo/metrics.jsonl" \
      && "$rlcpp" info "runs/$algo/step-3" | grep -q Qwen2ForCausalLM \
      && "$rlcpp" generate --model "runs/$algo/step-3" --prompt hi --mnt 2 > /dev/null 2>&1; then
@@ -28,11 +27,13 @@ for algo in GRPO DAPO DR_GRPO RLOO REINFORCE_PPB REINFORCE_PP GSPO; do
 done
 # DAPO's default filter on the toy task: no group has a correct answer, so every round is filtered
 # out; dynamic batching tries 1 + 3 rounds and the step trains on nothing. The run writes its
-# metrics and checkpoint, then exits 2 saying it learned nothing (no silent success).
+# metrics and checkpoint, then exits 2 saying it learned nothing (no silent success), which its
+# metrics.jsonl's status line says too.
 "$rlcpp" train "${base[@]}" -a DAPO --max-steps 1 -p dapo-filter > dapo-filter.log 2>&1
 code=$?
 if [ $code -eq 2 ] && grep -q 'none of them changed the policy' dapo-filter.log && [ -d runs/dapo-filter/step-1 ] \
-   && grep -q '"kept_groups":0,"generated_groups":8,"sample_utilization":0.0' runs/dapo-filter/metrics.jsonl; then
+   && grep -q '"kept_groups":0,"generated_groups":8,"sample_utilization":0.0' runs/dapo-filter/metrics.jsonl \
+   && ends_with_status runs/dapo-filter/metrics.jsonl failed 1 'none of them changed the policy'; then
   ok dapo-dynamic-filter
 else
   bad dapo-dynamic-filter; tail -3 dapo-filter.log; cat runs/dapo-filter/metrics.jsonl
@@ -46,20 +47,25 @@ grep -q 'step 1: dynamic batching kept 0 of -tbs 2 groups after --max-dynamic-ro
 
 # Exact resume: a run of 8 steps, and the same run killed (-9) after its 3rd step and resumed with
 # --resume auto, end with the same bytes of weights and the same metrics. KL (a reference model)
-# and -ibs 2×-tbs (rollouts carried over a checkpoint) are part of what must be restored.
+# and -ibs 2×-tbs (rollouts carried over a checkpoint) are part of what must be restored. The killed
+# process writes no status line: the resumed run's file ends with its only one (finished), and
+# metrics.discarded.jsonl, if the resume set steps aside, holds steps alone.
 resume=("${base[@]}" -ibs 4 --kl 0.05 --max-steps 8 --si 1)
 "$rlcpp" train "${resume[@]}" -p full > full.log 2>&1 || bad "resume-reference-run"
 "$rlcpp" train "${resume[@]}" -p killed > killed.log 2>&1 &
 pid=$!
-while kill -0 "$pid" 2>/dev/null && [ "$(lines runs/killed/metrics.jsonl)" -lt 3 ]; do sleep 0.01; done
+while kill -0 "$pid" 2>/dev/null && [ "$(step_count runs/killed/metrics.jsonl)" -lt 3 ]; do sleep 0.01; done
 kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-killed_at=$(lines runs/killed/metrics.jsonl)
+killed_at=$(step_count runs/killed/metrics.jsonl)
 if [ "$killed_at" -ge 8 ]; then
   bad "resume-kill: the run finished before it could be killed"
 else
+  grep -q '"status":' runs/killed/metrics.jsonl && bad "resume-kill: the killed process wrote a status line"
   "$rlcpp" train "${resume[@]}" -p killed --resume auto > resumed.log 2>&1 || { bad resume-run; tail -5 resumed.log; }
   if cmp -s runs/full/step-8/model.safetensors runs/killed/step-8/model.safetensors \
-     && [ "$(metrics_of runs/full/metrics.jsonl)" = "$(metrics_of runs/killed/metrics.jsonl)" ]; then
+     && [ "$(metrics_of runs/full/metrics.jsonl)" = "$(metrics_of runs/killed/metrics.jsonl)" ] \
+     && ends_with_status runs/killed/metrics.jsonl finished 8 \
+     && ! grep -q '"status":' runs/killed/metrics.discarded.jsonl 2>/dev/null; then
     ok "resume-exact (killed after $killed_at steps)"
   else
     bad "resume-exact (killed after $killed_at steps): weights or metrics differ"
@@ -68,7 +74,8 @@ else
 fi
 # Relay buffer (ChatLearn's max_relay_episode 2, relay_episode_offset 1): from step 2 on, each step
 # also trains on the groups of the 2 steps before it, with their rollout log-probs (the mismatch is
-# measured, TIS weights them). A run rolled back to its step-3 checkpoint and resumed ends equal.
+# measured, TIS weights them). A run rolled back to its step-3 checkpoint and resumed ends equal;
+# the finished run's steps 4-6 and status line are set aside, and the resumed run ends with its own.
 relay=("${base[@]}" --max-relay-episode 2 --relay-episode-offset 1 --tis-cap 2 --max-steps 6 --si 3)
 "$rlcpp" train "${relay[@]}" -p relay-full > relay-full.log 2>&1 && "$rlcpp" train "${relay[@]}" -p relay-cut > relay-cut.log 2>&1 \
   || { bad relay-run; tail -3 relay-full.log; }
@@ -76,9 +83,12 @@ rm -rf runs/relay-cut/step-6 && echo step-3 > runs/relay-cut/latest
 "$rlcpp" train "${relay[@]}" -p relay-cut --resume auto > relay-resumed.log 2>&1 || { bad relay-resume-run; tail -3 relay-resumed.log; }
 if cmp -s runs/relay-full/step-6/model.safetensors runs/relay-cut/step-6/model.safetensors \
    && [ "$(metrics_of runs/relay-full/metrics.jsonl)" = "$(metrics_of runs/relay-cut/metrics.jsonl)" ] \
+   && ends_with_status runs/relay-cut/metrics.jsonl finished 6 \
+   && [ "$(step_count runs/relay-cut/metrics.discarded.jsonl)" -eq 3 ] \
+   && ends_with_status runs/relay-cut/metrics.discarded.jsonl finished 6 \
    && python3 - runs/relay-full/metrics.jsonl <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 assert [r["relayed_groups"] for r in rows] == [0, 2, 4, 4, 4, 4], [r["relayed_groups"] for r in rows]
 assert all(r["mismatch_abs_mean"] > 1e-4 for r in rows[1:]), "relayed samples come from older policies"
 assert rows[0]["mismatch_abs_mean"] < 1e-4, "fresh samples: the sampler's own log-probs"
@@ -112,7 +122,9 @@ def flat(prefix, v, out):
         out[prefix] = v
 expected = {}
 for line in open(f"{run}/metrics.jsonl"):
-    d = json.loads(line); out = {}; flat("", d, out)
+    d = json.loads(line); out = {}
+    if "step" not in d: continue  # the run's status line: not a step's, no scalars
+    flat("", d, out)
     for tag, v in out.items(): expected[(d["step"], tag)] = v
 bad = [k for k in expected if k not in scalars or abs(scalars[k] - expected[k]) > 1e-6 * max(1.0, abs(expected[k]))]
 extra = [k for k in scalars if k not in expected]
@@ -176,7 +188,8 @@ else
 fi
 
 # SFT: the same run machinery. A run of 6 steps, and the same run rolled back to its step-3
-# checkpoint (as if it had died after step 6 but before saving it) and resumed, end equal.
+# checkpoint (as if it had died after step 6 but before saving it) and resumed, end equal; steps 4-6
+# and the first run's status line are set aside.
 for k in 1 2 3 4 5 6; do
   echo "{\"messages\": [{\"role\": \"user\", \"content\": \"$k + $k?\"}, {\"role\": \"assistant\", \"content\": \"\\\\boxed{$((k + k))}\"}]}"
 done > chats.jsonl
@@ -187,7 +200,8 @@ rm -rf runs/sft-cut/step-6 && echo step-3 > runs/sft-cut/latest
 "$rlcpp" sft "${sft[@]}" -p sft-cut --resume auto > sft-resumed.log 2>&1 || { bad sft-resume-run; tail -3 sft-resumed.log; }
 if cmp -s runs/sft-full/step-6/model.safetensors runs/sft-cut/step-6/model.safetensors \
    && [ "$(metrics_of runs/sft-full/metrics.jsonl)" = "$(metrics_of runs/sft-cut/metrics.jsonl)" ] \
-   && [ "$(lines runs/sft-cut/metrics.discarded.jsonl)" -eq 3 ] && grep -q '"tokens":' runs/sft-full/metrics.jsonl; then
+   && [ "$(step_count runs/sft-cut/metrics.discarded.jsonl)" -eq 3 ] && grep -q '"tokens":' runs/sft-full/metrics.jsonl \
+   && ends_with_status runs/sft-cut/metrics.discarded.jsonl finished 6 && ends_with_status runs/sft-cut/metrics.jsonl finished 6; then
   ok sft-resume-exact
 else
   bad sft-resume-exact; tail -3 sft-resumed.log
@@ -228,7 +242,7 @@ else
   bad run-file-print-config; cat printed.yaml | head -20
 fi
 # 8 prompts / 2 per step × 2 episodes = 8 steps; 2 mini-batches × 2 epochs = 4 updates per step.
-if "$rlcpp" train --config run.yaml > yaml.log 2>&1 && [ "$(lines runs/from-yaml/metrics.jsonl)" -eq 8 ] \
+if "$rlcpp" train --config run.yaml > yaml.log 2>&1 && [ "$(step_count runs/from-yaml/metrics.jsonl)" -eq 8 ] \
    && grep -q '"optimizer_steps":32' runs/from-yaml/metrics.jsonl && [ "$(ls -d runs/from-yaml/step-* | wc -l)" -eq 1 ]; then
   ok run-file-train
 else
@@ -259,7 +273,7 @@ python3 "$here/check_trace.py" prof/pipe/trace.rank-0.json step generate reward 
   -p learn "${reward[@]}" > learn.log 2>&1 || bad learn-run
 if python3 - runs/learn/metrics.jsonl <<'PY'
 import json, sys
-r = [json.loads(l)["reward_mean"] for l in open(sys.argv[1])]
+r = [d["reward_mean"] for d in map(json.loads, open(sys.argv[1])) if "step" in d]
 first, last = sum(r[:5]) / 5, sum(r[-5:]) / 5
 print(f"     reward: first 5 steps {first:.3f}, last 5 steps {last:.3f}")
 sys.exit(0 if len(r) == 30 and first < 0.2 and last > 0.6 else 1)

@@ -135,6 +135,7 @@ RunLog::RunLog(const std::filesystem::path& run_dir, const RunConfig& config, st
     : c_(config), metrics_(prepare_metrics_file(run_dir, config, resumed_step), std::ios::app),
       events_(std::make_unique<EventWriter>(run_dir)) {
   if (resumed_step) events_->restart_at(*resumed_step + 1);
+  last_step_ = resumed_step.value_or(0);  // a resumed run that fails before its next step says where it stood
 }
 
 RunLog::~RunLog() {
