@@ -9,7 +9,9 @@
 #   - kill -9 of a rank ends the job non-zero within seconds; --resume auto then finishes it with
 #     the same metrics as an uninterrupted run (-nb 0 and -nb 1, and from the middle of a round
 #     with two trainers), and a run resumes with another -i;
-#   - two "hosts" (network namespaces joined by a veth pair) run a short training over TCP.
+#   - two "hosts" (network namespaces joined by a veth pair) run a short training over TCP; with
+#     the link between them dropped mid-run the job ends at --comm-timeout naming the rank waited
+#     on, and resumes equal to the run on one host.
 # Usage: test_dist_train.sh RLCPP_BINARY MPIEXEC
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_dist_train.sh RLCPP_BINARY MPIEXEC}")
@@ -197,6 +199,45 @@ EOF
     ok two-hosts-over-tcp
   else
     bad two-hosts-over-tcp; tail -5 two-hosts.log
+  fi
+  # The link between the hosts dropped mid-run: the ranks' MPI waits end at --comm-timeout with an
+  # error naming the rank waited on (not a hang); with the link back, --resume auto ends with the
+  # weights and metrics of the same run on one host, never cut.
+  two_hosts() {  # NAME EXTRA...
+    local name=$1; shift
+    timeout 300 ip netns exec "$ns_a" unshare --uts sh -c "hostname hosta; exec $mpiexec --hostfile hosts -np 2 \
+        --mca plm_rsh_agent $tmp/agent.sh --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 \
+        --mca oob_tcp_if_include 10.77.0.0/24 -x OMP_NUM_THREADS=1 --wdir $tmp \
+        $rlcpp train -m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs --kv-cache-mb 16 \
+        --reward-cmd 'python3 $here/data/digits_reward.py' -t 1 -i 1 -tbs 2 --max-steps 8 --si 2 --comm-timeout 15 -p $name $*" \
+        > "$name.log" 2>&1
+  }
+  run_mpi 2 -m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 -sd runs --kv-cache-mb 16 \
+    --reward-cmd "python3 $here/data/digits_reward.py" -t 1 -i 1 -tbs 2 --max-steps 8 --si 2 -p one-host > one-host.log 2>&1 \
+    || bad one-host-run
+  two_hosts link-drop &
+  job=$!
+  while kill -0 $job 2>/dev/null && [ "$(step_count runs/link-drop/metrics.jsonl)" -lt 3 ]; do sleep 0.01; done
+  ip -n "$ns_b" link set "veth_b$$" down
+  start=$SECONDS
+  while kill -0 $job 2>/dev/null && ! grep -q "s in MPI .*--comm-timeout" link-drop.log && [ $((SECONDS - start)) -lt 90 ]; do
+    sleep 0.2
+  done
+  took=$((SECONDS - start))
+  # The link comes back for mpirun to end the other host's ranks (it reaches them over it too).
+  ip -n "$ns_b" link set "veth_b$$" up
+  wait $job; rc=$?
+  if [ $rc -ne 0 ] && [ $took -lt 120 ] && grep -Eq "waited [0-9]+ s in MPI .* for rank [01] .*--comm-timeout 15" link-drop.log; then
+    ok "link-drop-ends-the-job (exit $rc after $took s: $(grep -o 'rank [01] waited [0-9]* s in MPI [A-Za-z_]* for rank [01]' link-drop.log | head -1))"
+  else
+    bad "link-drop-ends-the-job (exit $rc after $took s)"; grep -v '^\[' link-drop.log | tail -5
+  fi
+  two_hosts link-drop --resume auto
+  if [ "$(metrics_of runs/one-host/metrics.jsonl)" = "$(metrics_of runs/link-drop/metrics.jsonl)" ] \
+     && cmp -s runs/one-host/step-8/model.safetensors runs/link-drop/step-8/model.safetensors; then
+    ok link-drop-resumed-equal
+  else
+    bad link-drop-resumed-equal; tail -3 link-drop.log
   fi
 else
   echo "skip two-hosts-over-tcp: cannot create network namespaces and a veth pair here (needs root and iproute2)"

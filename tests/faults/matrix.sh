@@ -4,7 +4,9 @@
 #   mode    layout: colocated (one process), -t 1 -i 1, -t 2 -i 2 (two trainers), or the remote
 #           backend (-b openai, two `rlcpp serve`); LoRA on or off; ZeRO 0-3 (two trainers);
 #           TP 1-2 (the engine's --rollout-tp 2, or the trainers' --train-tp 2); -nb 0-1; partial
-#           rollouts (with -nb 1 on rollout workers or servers; the colocated mode is on-policy)
+#           rollouts (with -nb 1 on rollout workers or servers; the colocated mode is on-policy);
+#           single-turn (the toy task, graded by a --reward-cmd process) or multi-turn (the bundled
+#           tool-use task: a calculator tool, up to 3 turns)
 #   victim  a trainer rank, a rollout worker, a rollout server, or the reward process (--reward-cmd)
 #   moment  once the run has written a random number of step lines, then a random 0-399 ms more;
 #           where gdb is installed, the victim's stack says what it was doing (decode, step, sync,
@@ -23,7 +25,8 @@
 #   - `--resume auto` ends with the metrics and final weights of the run never faulted: bit for
 #     bit where the mode promises it (every mode but the remote backend), else equal to the
 #     remote promise (figures to 1e-6 relative, weights to 1e-5: the servers batch differently).
-# Every case prints the seed and index that reproduce it (SEED=S CASE=K runs that one alone).
+# Every case prints the seed and index that reproduce it (SEED=S CASE=K runs that one alone;
+# CASE="K L ..." those of the first CASES).
 # Usage: tests/faults/matrix.sh RLCPP_BINARY [MPIEXEC]     Env: CASES (24), SEED (1), CASE
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: tests/faults/matrix.sh RLCPP_BINARY [MPIEXEC]}")
@@ -38,6 +41,10 @@ cleanup_extra() { for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9
 "$here/make_toy_task.sh" "$rlcpp" "$fixtures" > /dev/null || { bad toy-task; exit 1; }
 toy=(-m toy -d data.jsonl -g 8 -tMbs 1 -tmbs 8 --mnt 8 -lr 3e-3 --kl 0 --reward-cmd "python3 $here/data/digits_reward.py"
      -ibs 2 --max-steps 9 --si 3 --comm-timeout 30 --kv-cache-mb 16)
+# The multi-turn task (the remote layout's servers serve the arith model: it stays single-turn there).
+turns_task=(-m "$src/models/tools-tiny" -d "$src/examples/tools/train.jsonl" -rt boxed --tools calculator --max-turns 3
+            -g 4 -tMbs 1 -tmbs 4 --mnt 48 -temp 1.0 -lr 5e-5 --seed 3 -ibs 2 --max-steps 6 --si 2 --comm-timeout 30
+            --kv-cache-mb 32)
 arith=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -g 4 -tbs 2 -tMbs 2 -tmbs 8 --mnt 16 -lr 5e-5
        --max-steps 6 --si 2 --seed 5 -b openai --rollout-timeout 15)
 servers=(none none) url_a="" url_b="" proxy=none  # the two rlcpp serve of the remote layout (started when first needed, again when killed)
@@ -94,20 +101,28 @@ draw() {  # K: sets layout lora zero tp nb partial np flags victim rank fault af
   fault=${faults[$((RANDOM % ${#faults[@]}))]}
   local steps=9; [ "$layout" = remote ] && steps=6
   after=$((1 + RANDOM % (steps - 1))) extra_ms=$((RANDOM % 400))
+  # Multi-turn (drawn last, so the draws above stay as they were): the tool-use task, no reward process.
+  turns=0
+  if [ "$layout" != remote ] && [ $((RANDOM % 3)) = 0 ]; then
+    turns=1
+    [ "$victim" = reward ] && victim=trainer && [ "$layout" != colo ] && victim=rank:0
+    after=$((1 + after % 5))
+  fi
 }
-mode_name() { echo "$layout lora$lora zero$zero tp$tp nb$nb${partial:+ partial$partial}"; }
+mode_name() { echo "$layout lora$lora zero$zero tp$tp nb$nb${partial:+ partial$partial}$([ "${turns:-0}" = 1 ] && echo " turns")"; }
 weights_file() { [ "$lora" = 1 ] && echo adapter_model.safetensors || echo model.safetensors; }
-final_step() { [ "$layout" = remote ] && echo 6 || echo 9; }
+final_step() { [ "$layout" = remote ] || [ "$turns" = 1 ] && echo 6 || echo 9; }
 
 # --- running a mode ------------------------------------------------------------------------------
 launch() {  # NAME [EXTRA...]: the mode's run in the background (its pid in job)
   local name=$1; shift
+  local task=("${toy[@]}"); [ "$turns" = 1 ] && task=("${turns_task[@]}")
   if [ "$layout" = remote ]; then
     timeout 300 "$rlcpp" train "${arith[@]}" "${flags[@]}" --rollout-url "$url_a,$url_proxy" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
   elif [ "$np" = 1 ]; then
-    timeout 300 "$rlcpp" train "${toy[@]}" -tbs 1 "${flags[@]}" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
+    timeout 300 "$rlcpp" train "${task[@]}" -tbs 1 "${flags[@]}" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
   else
-    run_mpi "$np" "${toy[@]}" "${flags[@]}" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
+    run_mpi "$np" "${task[@]}" "${flags[@]}" -sd runs -p "$name" "$@" > "$name.log" 2>&1 &
   fi
   job=$!
 }
@@ -221,7 +236,7 @@ run_case() {  # K
     [ "$(fingerprint "$name" 2>/dev/null)" = "$(fingerprint "$ref")" ] && resumed="bitwise" || resumed="DIFFERENT"
   fi
   [ "$resumed" = DIFFERENT ] && bad "case $k (SEED=$seed CASE=$k): the run differs from the one never faulted" || equal=$((equal + 1))
-  printf '%-3s %-38s %-8s %-8s %-12s %-11s %5s %-8s %-12s %s\n' "$k" "$(mode_name)" "$victim" "$fault" "line $after+${extra_ms}ms" \
+  printf '%-3s %-44s %-8s %-8s %-12s %-11s %5s %-8s %-12s %s\n' "$k" "$(mode_name)" "$victim" "$fault" "line $after+${extra_ms}ms" \
     "$phase" "$lines" "$newest" "$outcome" "$resumed"
   tally["$layout $fault"]=$(( ${tally["$layout $fault"]:-0} + 1 ))
 }
@@ -230,7 +245,7 @@ run_case() {  # K
 # namespace), filled up at the moment; then the filler is removed and the run directory copied out
 # for the resume.
 disk_full_case() {  # NAME
-  local name=$1
+  local name=$1 task=("${toy[@]}"); [ "$turns" = 1 ] && task=("${turns_task[@]}")
   mkdir -p runs "$name-out"
   unshare -rm bash -c '
     mount -t tmpfs -o size=64m tmpfs runs || exit 99
@@ -246,7 +261,7 @@ disk_full_case() {  # NAME
     rm -f runs/filler
     cp -a runs/. "'"$name"'-out"/
     [ -n "${pid:-}" ] || exit 98
-    exit $rc' _ timeout 300 "$rlcpp" train "${toy[@]}" -tbs 1 "${flags[@]}" -sd runs -p "$name"
+    exit $rc' _ timeout 300 "$rlcpp" train "${task[@]}" -tbs 1 "${flags[@]}" -sd runs -p "$name"
   local rc=$?
   cp -a "$name-out/." runs/ 2>/dev/null
   [ $rc -eq 99 ] && { bad "case (SEED=$seed CASE=$k): cannot mount a tmpfs here"; return 0; }
@@ -256,9 +271,9 @@ disk_full_case() {  # NAME
 }
 
 echo "fault matrix: seed $seed, $cases case(s)${only:+ (case $only only)}"
-printf '%-3s %-38s %-8s %-8s %-12s %-11s %5s %-8s %-12s %s\n' case mode victim fault moment phase steps newest ended resumed
+printf '%-3s %-44s %-8s %-8s %-12s %-11s %5s %-8s %-12s %s\n' case mode victim fault moment phase steps newest ended resumed
 for k in $(seq 1 "$cases"); do
-  [ -n "$only" ] && [ "$k" != "$only" ] && continue
+  [ -n "$only" ] && [[ " $only " != *" $k "* ]] && continue
   run_case "$k"
 done
 echo "cases by layout and fault: $(for key in "${!tally[@]}"; do printf '%s %s\n' "$key" "${tally[$key]}"; done | sort | paste -sd ',' | sed 's/,/, /g')"
