@@ -105,22 +105,30 @@ class Connections : public httplib::TaskQueue {
     }
   }
   // Whether the connection's request is answered 503. One accepted past the cap is let in when a
-  // place has come free by the time its request is read: a client's connection closing after its
-  // last answer (cpp-httplib closes every fifth) still counted when the client's next one arrived.
+  // place comes free by its request's read or within a second after: a client's connection closing
+  // after its last answer (cpp-httplib closes every fifth) was still counted when its next arrived.
   bool refused(const std::string& addr, int port) {
-    std::lock_guard<std::mutex> lock(m_);
-    for (auto& [inode, c] : conns_) {
-      if (c.peer_port != port || c.peer_addr != addr) continue;
-      if (c.refused && c.counted_over && *c.counted_over && open_ < static_cast<size_t>(max_open_)) {
-        c.refused = false;
-        *c.counted_over = false;
-        --refusing_;
-        ++open_;
-        --refused_;
+    std::unique_lock<std::mutex> lock(m_);
+    auto find = [&]() -> Conn* {
+      for (auto& [inode, c] : conns_) {
+        if (c.peer_port == port && c.peer_addr == addr) return &c;
       }
-      return c.refused;
+      return nullptr;
+    };
+    Conn* c = find();
+    if (c == nullptr || !c->refused) return false;
+    // A burst just past the cap waits up to a second for a place rather than failing at once.
+    cv_.wait_for(lock, std::chrono::seconds(1), [&] { return open_ < static_cast<size_t>(max_open_) || stopping_; });
+    c = find();  // the table may have changed while waiting
+    if (c == nullptr) return true;
+    if (c->refused && c->counted_over && *c->counted_over && open_ < static_cast<size_t>(max_open_)) {
+      c->refused = false;
+      *c->counted_over = false;
+      --refusing_;
+      ++open_;
+      --refused_;
     }
-    return false;
+    return c->refused;
   }
 
   struct Counts {
