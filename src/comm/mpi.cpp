@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -429,9 +431,25 @@ int local_rank() {
   return 0;
 }
 
+// Which processes this one can see by pid: its machine's boot (gethostid is the same on cloned
+// images and on Debian's 127.0.1.1 hostnames) and its pid namespace (a container's).
+static long pid_space() {
+  std::string id;
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char text[64] = {};
+    if (std::fgets(text, sizeof(text), f) != nullptr) id = text;
+    std::fclose(f);
+  }
+  char ns[128] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  if (n > 0) id.append(ns, static_cast<size_t>(n));
+  return id.empty() ? -1 : static_cast<long>(std::hash<std::string>{}(id));
+}
+
 // A rank stopped (or hung) after the others have finalized leaves mpirun waiting for it for ever,
 // with no rank left in MPI to notice. So rank 0, once finalized, waits for the ranks on its machine
-// to exit, up to --comm-timeout, and past it exits 3 naming them (mpirun then ends them).
+// (the ranks whose pids it can see) to exit, up to --comm-timeout, and past it exits 3 naming them
+// (mpirun then ends them).
 static void wait_for_peers_to_exit(const std::vector<long>& peers) {
   const double limit = watchdog().timeout.load();
   if (limit <= 0) return;
@@ -445,7 +463,8 @@ static void wait_for_peers_to_exit(const std::vector<long>& peers) {
     return read == 1 && (state == 'Z' || state == 'X');
   };
   const int64_t start = steady_ns();
-  const long host = ::gethostid();
+  const long host = pid_space();
+  if (host == -1) return;
   while (true) {
     std::string left;
     for (size_t r = 1; r < peers.size() / 2; ++r) {
@@ -493,7 +512,7 @@ std::shared_ptr<Communicator> mpi_world() {
       std::vector<long> peers(static_cast<size_t>(size) * 2);  // each rank's pid and host
       {
         const Waiting waiting("Finalize", -1, size);  // every rank takes part: a stopped one holds the others
-        const long mine[2] = {static_cast<long>(::getpid()), static_cast<long>(::gethostid())};
+        const long mine[2] = {static_cast<long>(::getpid()), pid_space()};
         MPI_Allgather(mine, 2, MPI_LONG, peers.data(), 2, MPI_LONG, MPI_COMM_WORLD);
         MPI_Finalize();
       }
