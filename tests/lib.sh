@@ -164,3 +164,38 @@ start_server() {  # LOG ARGS...
   done
   return 1
 }
+
+# Two "hosts": network namespaces $ns_a and $ns_b (10.77.0.1 and .2) joined by a veth pair
+# (veth_a$$, veth_b$$). mpirun in the first starts the second's ranks through an "rsh" agent
+# (agent.sh) that enters that namespace; MPI moves everything over TCP. two_host_setup says whether
+# it could (root and iproute2); two_host_cleanup removes the namespaces (call it from cleanup_extra).
+# two_host_mpi NP ARGS...: `rlcpp train ARGS...` over both hosts, slots=1 each unless NP > 2.
+ns_a=rlcpp_a$$ ns_b=rlcpp_b$$
+two_host_setup() {
+  ip netns add "$ns_a" 2>/dev/null && ip netns add "$ns_b" 2>/dev/null \
+    && ip link add "veth_a$$" type veth peer name "veth_b$$" 2>/dev/null || return 1
+  ip link set "veth_a$$" netns "$ns_a" && ip link set "veth_b$$" netns "$ns_b"
+  ip -n "$ns_a" addr add 10.77.0.1/24 dev "veth_a$$" && ip -n "$ns_b" addr add 10.77.0.2/24 dev "veth_b$$"
+  for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
+  ip -n "$ns_a" link set "veth_a$$" up && ip -n "$ns_b" link set "veth_b$$" up
+  cat > "$tmp/agent.sh" <<AGENT
+#!/bin/sh
+# agent.sh HOST COMMAND...: runs COMMAND "on" HOST, i.e. in its network namespace
+host=\$1; shift
+case \$host in 10.77.0.2) exec ip netns exec $ns_b unshare --uts sh -c "hostname hostb; ip -o addr > $tmp/hostb.addr; \$*";;
+                        *) exec ip netns exec $ns_a sh -c "\$*";; esac
+AGENT
+  chmod +x "$tmp/agent.sh"
+}
+two_host_cleanup() { ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; }
+two_host_link() { ip -n "$ns_b" link set "veth_b$$" "$1"; }  # up|down
+two_host_mpi() {  # NP ARGS...
+  local np=$1 slots=1 args; shift
+  args=$(printf '%q ' "$@")
+  [ "$np" -gt 2 ] && slots=$(( (np + 1) / 2 ))
+  printf '10.77.0.1 slots=%s\n10.77.0.2 slots=%s\n' "$slots" "$slots" > "$tmp/hosts"
+  timeout 300 ip netns exec "$ns_a" unshare --uts sh -c "hostname hosta; exec $mpiexec --hostfile $tmp/hosts -np $np \
+      --mca plm_rsh_agent $tmp/agent.sh --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 \
+      --mca oob_tcp_if_include 10.77.0.0/24 -x OMP_NUM_THREADS=1 ${RLCPP_FAILPOINT:+-x RLCPP_FAILPOINT} --wdir $tmp \
+      $rlcpp train $args"
+}

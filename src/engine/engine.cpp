@@ -13,6 +13,7 @@
 #include "engine/sampler.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/progress.h"
 #include "util/threads.h"
 
@@ -364,6 +365,7 @@ std::vector<StepToken> GenerationLoop::step() {
   const int64_t faults_before = minor_page_faults();
   StepBufferScope step_buffers;  // steady-state steps reuse the buffers earlier steps freed
   RLCPP_CHECK(!batch.work.empty(), "scheduler made no progress with work left ({})", scheduler_.check_blocks());
+  if (!batch.prefill) failpoint("decode");
   const StepInputs inputs = step_inputs(batch, scheduler_);  // each sampler draws its number
   if (Communicator* followers = engine_.group()) {  // the group runs the same step
     std::string bytes = static_cast<char>(StepOp::kStep) + encode_step(inputs);

@@ -22,6 +22,7 @@
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 
 namespace rlcpp {
 
@@ -262,6 +263,7 @@ struct Server::State {
 
   void submit_job(ApiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     ++requests;
+    failpoint("http");  // a request received, not yet answered
     auto job = std::make_shared<Job>();
     try {
       ApiLimits limits_now = limits;
@@ -478,6 +480,7 @@ struct Server::State {
         const auto j = body_of(req);
         WeightOp op;
         op.kind = WeightOp::Kind::kDisk;
+        failpoint("sync");  // a weight update received, not yet applied
         op.path = string_field(j, "model_path");
         op.version = version_field(j);
         const auto [status, message] = submit_op(op);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "util/error.h"
+#include "util/failpoint.h"
 
 namespace rlcpp {
 
@@ -118,6 +119,7 @@ HttpReply ServerPool::exchange(size_t server, const std::string& method, const s
   client.set_write_timeout(t);
   httplib::Headers headers;
   if (!options_.api_key.empty()) headers.emplace("Authorization", "Bearer " + options_.api_key);
+  failpoint("http");  // the client side of a request (the trainer of the remote backend)
   auto result = method == "GET" ? client.Get(path.c_str(), headers) : client.Post(path.c_str(), headers, body, "application/json");
   HttpReply r;
   if (!result) {

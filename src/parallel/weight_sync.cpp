@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/trace.h"
 
 namespace rlcpp {
@@ -100,6 +101,7 @@ SyncStats WeightSync::sync(const NamedTensors& tensors, int64_t version,
       }
     }
     exchange(bytes, kTagBucket);
+    failpoint("sync");
     stats.bytes += bytes.size();
     ++stats.buckets;
     if (sender || !apply) continue;

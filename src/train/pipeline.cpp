@@ -10,6 +10,7 @@
 
 #include "model/transformer.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 
 namespace rlcpp {
 
@@ -210,6 +211,7 @@ StageTimes run_stage(Communicator* group, const StageWork& work, bool backward, 
       inputs.pop_front();
       if (i + 1 < passes.size()) next = post(passes[i + 1]);
       wait(current);
+      failpoint("backward");
       if (last) {
         output.backward();
       } else {

@@ -19,6 +19,7 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/file.h"
 #include "util/json.h"
 
@@ -462,6 +463,7 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
     fs::remove_all(tmp);
     writing = tmp / (c.policy->has_adapters() ? kAdapterWeightsFile : "model.safetensors");
     save_policy_dir(tmp, *c.policy, c.tokenizer_from, c.base_model, c.save_merged, c.weights);
+    failpoint("checkpoint");  // the weights written, the optimizer state not yet
     const fs::path state_dir = tmp / "trainer_state";
     fs::create_directories(state_dir);
     writing = state_dir / "state.json";
