@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -183,7 +184,22 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
                          fmt::format("--reward-model {}", c.reward.model.path)});
   }
   if (!c.parallel.distributed()) {
-    est.lines.push_back({"KV cache", static_cast<double>(c.rollout.engine.kv_cache_mb) * kMiB, "--kv-cache-mb"});
+    // A KV block's pages become resident when first written (engine/kv_cache.cpp): the budget, or
+    // what a round's sequences fill if less (a prompt's blocks shared by its G samples).
+    const double budget = static_cast<double>(c.rollout.engine.kv_cache_mb) * kMiB;
+    const double kv_dtype = c.rollout.dtype.empty() ? e : dtype_bytes(c.rollout.dtype);
+    const double block = static_cast<double>(c.rollout.engine.block_size);
+    auto blocks = [&](double tokens) { return std::ceil(tokens / block) * block; };
+    const double prompts = static_cast<double>(c.round_prompts());
+    const double seqs = std::min(prompts * static_cast<double>(c.rollout.num_generations),
+                                 static_cast<double>(c.rollout.engine.scheduler.max_num_seqs));
+    const double filled = (prompts * blocks(static_cast<double>(prompt_tokens)) +
+                           seqs * blocks(static_cast<double>(c.rollout.sampling.max_new_tokens) + block)) *
+                          2 * layers * kv * kv_dtype;
+    est.lines.push_back({"KV cache", std::min(budget, filled),
+                         filled < budget ? fmt::format("what a round's {:.0f} sequences fill, of --kv-cache-mb {}", seqs,
+                                                       c.rollout.engine.kv_cache_mb)
+                                         : std::string("--kv-cache-mb")});
     if (!c.rollout.dtype.empty() && c.rollout.dtype != c.runtime.dtype) {
       est.lines.push_back({"rollout weights", params * dtype_bytes(c.rollout.dtype),
                            fmt::format("--rollout-dtype {}: the engine's own copy", c.rollout.dtype)});
