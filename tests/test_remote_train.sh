@@ -2,7 +2,8 @@
 # `rlcpp train -b openai` against two `rlcpp serve` processes on the bundled demo: the servers'
 # samples are the built-in engine's (same seeds, same weights after every push), so the run equals
 # the native one step for step (metrics and weights), with full weights and with LoRA; it survives
-# one server killed mid-run (the requests go to the other, the run still equal); a trainer killed
+# one server killed mid-run (the requests go to the other, the run still equal); a LoRA run on
+# servers that earlier runs updated gets the run's model back into them first; a trainer killed
 # with kill -9 resumes exactly; -nb 1 overlaps generation with training one version behind and
 # learns, and with --partial-rollout the servers take each version in the middle of the round's
 # sequences, reproducibly (under LoRA too, killed and resumed exactly); bad flags and unreachable
@@ -63,8 +64,8 @@ PY
   weights_close "$(last_weights "$1" "$w")" "$(last_weights "$2" "$w")" "${4:-1e-5}" overall
 }
 
-# 1. LoRA (first: the servers still serve -m's weights, which adapters go over): the servers load
-# each version's adapter; equal to the native LoRA run.
+# 1. LoRA: the servers load each version's adapter; equal to the native LoRA run (and again below,
+# on servers that full runs have updated).
 lora=(--lora-rank 8 --lora-alpha 16 -lr 2e-3)
 train "${base[@]}" "${lora[@]}" --max-steps $steps -p lora-native -rsd runs/lora-native/rollouts > lora-native.log 2>&1 || { bad lora-native-run; tail -3 lora-native.log; }
 train "${base[@]}" "${lora[@]}" "${remote[@]}" --max-steps $steps -p lora-remote -rsd runs/lora-remote/rollouts > lora-remote.log 2>&1 \
@@ -134,6 +135,14 @@ python3 -c 'import json,sys; r=[d for d in map(json.loads, open(sys.argv[1])) if
   runs/survive/metrics.jsonl && ok server-failure-counted || bad server-failure-counted
 serve b   # a new one in its place for the rest
 remote=(-b openai --rollout-url "$a,$b")
+
+# A LoRA run on servers full runs have updated (a holds the last one's weights, b is new): the
+# server that says so gets the run's model back first; equal to the native LoRA run.
+train "${base[@]}" "${lora[@]}" "${remote[@]}" --max-steps $steps -p lora-after-full -rsd runs/lora-after-full/rollouts \
+  > lora-after-full.log 2>&1 || { bad lora-after-full-run; tail -5 lora-after-full.log; }
+grep -q "serves policy version [0-9]* (weights pushed since it started): loading this run's model" lora-after-full.log \
+  && same_run lora-after-full lora-native adapter_model.safetensors 1e-4 && ok lora-after-full-runs-equals-native \
+  || bad lora-after-full-runs-equals-native
 
 # 4. The trainer killed (kill -9) after its step-2 checkpoint, then resumed: equal to the native run.
 "$rlcpp" train "${base[@]}" "${full[@]}" "${remote[@]}" --max-steps $steps --si 1 -p resumed -rsd runs/resumed/rollouts > killed.log 2>&1 &

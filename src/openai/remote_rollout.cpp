@@ -90,6 +90,35 @@ struct RemoteRollout::State {
     throw_user_error("{}{}: answered {}: {}{}", pool.url(k), path, r.status, reply_message(r), hint);
   }
 
+  // A server that reports a policy version other than 0 (rlcpp serve does, on /health; vLLM and
+  // SGLang say none) holds weights some run pushed since it started: it loads the run's starting
+  // model again, as version 0. False when it did not answer (then set aside).
+  bool restore_start(size_t k) {
+    if (options.start_dir.empty()) return true;
+    const HttpReply health = pool.exchange(k, "GET", "/health", "", 30);
+    if (health.status < 0 || health.status >= 500) {
+      mark_down(k, reply_message(health));
+      return false;
+    }
+    const Json j = Json::parse(health.body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("policy_version") || !j["policy_version"].is_number_integer() ||
+        j["policy_version"].get<int64_t>() == 0) {
+      return true;
+    }
+    spdlog::info("{} serves policy version {} (weights pushed since it started): loading this run's model {} back into it",
+             pool.url(k), j["policy_version"].get<int64_t>(), options.start_dir.string());
+    const Json body = {{"model_path", fs::absolute(options.start_dir).string()}, {"policy_version", 0}};
+    const HttpReply r = pool.exchange(k, "POST", update_path(false, true), body.dump(), options.request_timeout_s);
+    if (r.status < 0 || r.status >= 500) {
+      mark_down(k, reply_message(r));
+      return false;
+    }
+    if (r.status != 200) refuse(k, update_path(false, true), r);
+    std::lock_guard<std::mutex> lock(m);
+    ++stats.pushes;
+    return true;
+  }
+
   // Brings server k to `w` (under its sync_mutex). False when it did not answer (then set aside).
   bool sync_server(size_t k, const RemoteWeights& w) {
     Server& s = *servers[k];
@@ -116,6 +145,9 @@ struct RemoteRollout::State {
         }
       }
       s.base_model = name;
+      // The starting weights (no directory) are the model each server started with, and an
+      // adapter goes on its base: a server an earlier run updated gets the run's model back.
+      if ((w.dir.empty() || w.adapter) && !restore_start(k)) return false;
     }
     std::string loaded_adapter;
     if (!w.dir.empty()) {

@@ -34,6 +34,9 @@ struct RemoteRolloutOptions {
   double unavailable_timeout_s = 300;  // generate fails once no server has answered for this long
   int64_t max_requests_per_server = 32;  // prompts (each with its n samples) in flight at one server
   std::string adapter_name = "rlcpp-policy";  // adapters are served as NAME-v<version>
+  // The model the run starts from: loaded back into a server that says it was updated since it
+  // started (an earlier run's weights) before it serves the starting weights or an adapter.
+  std::filesystem::path start_dir;
 };
 
 // A run's choice of rollout backend and its servers (the remote group; RemoteRolloutOptions is

@@ -32,6 +32,7 @@ RolloutServers::RolloutServers(const RemoteOptions& remote, std::string base_mod
   options.request_timeout_s = remote.timeout;
   options.unavailable_timeout_s = remote.timeout;  // every server down that long: the run stops, naming them
   options.max_requests_per_server = remote.concurrency;
+  options.start_dir = base_model_;
   remote_ = std::make_unique<RemoteRollout>(options);
   weights_dir_ = remote.weights_dir.empty() ? run_dir / "rollout-weights" : fs::path(remote.weights_dir);
   std::error_code ec;
