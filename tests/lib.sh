@@ -112,7 +112,14 @@ def close(a, b):
     if isinstance(a, (int, float)) and isinstance(b, (int, float)): return abs(a - b) <= 1e-9 * max(abs(a), abs(b)) + 1e-12
     return a == b
 a, b = rows(sys.argv[1]), rows(sys.argv[2])
-sys.exit(0 if len(a) == len(b) and a and all(close(x, y) for x, y in zip(a, b)) else 1)
+if len(a) != len(b) or not a:
+    print(f"     {len(a)} metrics lines against {len(b)}"); sys.exit(1)
+for x, y in zip(a, b):
+    keys = [k for k in sorted(x.keys() | y.keys()) if not close(x.get(k), y.get(k))]
+    if keys:
+        k = keys[0]
+        print(f"     step {x.get('step', x.get('status'))}: {', '.join(keys[:6])} differ (first: {x.get(k)!r} against {y.get(k)!r})")
+        sys.exit(1)
 PY
 }
 # The weights moved: a run that trained nothing would pass every comparison.
@@ -122,7 +129,7 @@ weights_moved() { [ -f "$1" ] && [ -f "$2" ] && ! weights_close "$1" "$2" 1e-6 >
 rank_pid() {  # NAME RANK: the process of world rank RANK of `run_mpi NP ARGS... -p NAME`, if running
   local pid
   for pid in $(pgrep -f "rlcpp train .*-p $1\$"); do
-    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+    if tr "\0" "\n" 2>/dev/null < "/proc/$pid/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
       echo "$pid"
       return
     fi

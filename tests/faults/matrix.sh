@@ -34,9 +34,10 @@
 #     remote promise (figures to 1e-9 relative, the mismatch figures aside; weights to 1e-5:
 #     the servers batch differently).
 # Every case prints the seed and index that reproduce it (SEED=S CASE=K runs that one alone;
-# CASE="K L ..." those of the first CASES; DRY=1 prints the cases drawn and runs none). Where
+# CASE="K L ..." those of the first CASES; DRY=1 prints the cases drawn and runs none; MOMENT=NAME:HIT
+# puts the drawn cases' fault at that failpoint instead). Where
 # network namespaces cannot be made (not root), the two-host cases are skipped, saying so.
-# Usage: tests/faults/matrix.sh RLCPP_BINARY [MPIEXEC]     Env: CASES (24), SEED (1), CASE, DRY
+# Usage: tests/faults/matrix.sh RLCPP_BINARY [MPIEXEC]     Env: CASES (24), SEED (1), CASE, DRY, MOMENT
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: tests/faults/matrix.sh RLCPP_BINARY [MPIEXEC]}")
 mpiexec=${2:-mpirun}
@@ -135,16 +136,18 @@ draw() {  # K: sets layout lora zero tp nb partial turns np flags victim fault p
   esac
   point=${points[$((RANDOM % ${#points[@]}))]}
   # HIT within what a run passes: a backward and a weight sync or more a step, a checkpoint every
-  # third (every second in 6 steps), some 8 decode steps a step, 2 requests a step to a server.
+  # third (every second in 6 steps), some 3-8 decode steps a step, 2 requests a step to a server.
   local steps=9; [ "$layout" = remote ] || [ "$turns" = 1 ] && steps=6
   case $point in
     any) hit=0 ;;
-    decode) hit=$((1 + RANDOM % (5 * steps))) ;;
+    decode) hit=$((1 + RANDOM % (3 * steps))) ;;
     backward|sync) hit=$((1 + RANDOM % (steps - 1))) ;;
     checkpoint) hit=$((1 + RANDOM % 3)) ;;
     http) hit=$((1 + RANDOM % (2 * steps - 2))) ;;
   esac
   after=$((1 + RANDOM % (steps - 1))) extra_ms=$((RANDOM % 400))
+  [ -n "${MOMENT:-}" ] && { point=${MOMENT%%:*}; hit=${MOMENT#*:}; [ "$point" = any ] && hit=0; }
+  return 0
 }
 failpoint_spec() {  # the victim's RLCPP_FAILPOINT (none for a random moment)
   [ "$point" = any ] && return
@@ -204,9 +207,9 @@ victim_pid() {  # NAME: the victim's process now
     trainer) pgrep -f "^[^ ]*rlcpp train .*-p $1\$" | head -1 ;;
     server) echo "${servers[1]}" ;;
     reward) for p in $(pgrep -f "python3 $here/data/digits_reward.py"); do  # python3 under /bin/sh under the run's rlcpp
-              case $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null) in *rlcpp*|/bin/sh*) continue ;; esac
-              local up; up=$(ps -o ppid= -p "$(ps -o ppid= -p "$p" | tr -d ' ')" | tr -d ' ')
-              tr '\0' ' ' < "/proc/$up/cmdline" 2>/dev/null | grep -q -- "-p $1 $" && { echo "$p"; return; }
+              case $(tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline") in *rlcpp*|/bin/sh*|"") continue ;; esac
+              local up; up=$(ps -o ppid= -p "$(ps -o ppid= -p "$p" | tr -d ' ')" 2>/dev/null | tr -d ' ')
+              [ -n "$up" ] && tr '\0' ' ' 2>/dev/null < "/proc/$up/cmdline" | grep -q -- "-p $1 $" && { echo "$p"; return; }
             done ;;
   esac
 }
