@@ -97,7 +97,10 @@ expect_error alpha-without-rank "--lora-alpha" "${base[@]}" --lora-alpha 16 -p e
 expect_error frozen-without-frozen "--frozen-dtype" "${base[@]}" --kl 0 --frozen-dtype bf16 -p e2
 expect_error bad-target "q_proj, k_proj" "${base[@]}" --lora-rank 4 --lora-target-modules qkv -p e3
 expect_error save-merged-without-lora "--save-merged" "${base[@]}" --save-merged -p e5
-expect_error memory-refused "--gradient-checkpointing" "${base[@]}" --kv-cache-mb 100000000 -p e4
+# Activations of 8 sequences of 200,000 tokens: refused before anything runs, with the fixes named.
+expect_error memory-refused "--gradient-checkpointing" -m "$model" -d "$data" -g 8 -tbs 8 -tMbs 8 --mnt 200000 -sd runs -p e4
+# A KV budget past what the system will map: the KV cache's own error, naming the flag.
+expect_error kv-cache-too-large "lower --kv-cache-mb" "${base[@]}" --kv-cache-mb 100000000 -p e6
 "$rlcpp" train "${base[@]}" "${lora[@]}" --frozen-dtype bf16 --dry-run > dry.log 2>&1 \
   && grep -q "base weights (frozen)" dry.log && grep -q "total" dry.log && [ ! -d runs/learn-dry ] \
   && grep -q "tokens ([0-9]*: the dataset's longest prompt)" dry.log \
