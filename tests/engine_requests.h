@@ -8,9 +8,27 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/engine.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 namespace rlcpp::testing {
+
+// A byte-level tokenizer over ids 0..255, one token per byte (for the stop-string checks).
+inline std::shared_ptr<Tokenizer> byte_tokenizer() {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string s;
+    utf8_append(byte_to_char()[b], &s);
+    vocab[s] = b;
+  }
+  nlohmann::json tj = {{"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", false}}},
+                       {"decoder", {{"type", "ByteLevel"}}},
+                       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  return std::make_shared<Tokenizer>(tj.dump(), "", "bytes");
+}
 
 inline std::vector<GenerationRequest> mixed_requests(int64_t vocab, double temperature, int64_t max_new, uint64_t seed) {
   std::mt19937_64 rng(seed);

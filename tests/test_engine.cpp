@@ -195,17 +195,7 @@ TEST(Engine, GenerationStaysWithinMaxPositionEmbeddings) {
 
 TEST(Engine, StopTokensStopStringsAndVersion) {
   auto model = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"));
-  // A byte-level tokenizer over ids 0..255 (one token per byte) for the stop-string check.
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) {
-    std::string s;
-    utf8_append(byte_to_char()[b], &s);
-    vocab[s] = b;
-  }
-  nlohmann::json tj = {{"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", false}}},
-                       {"decoder", {{"type", "ByteLevel"}}},
-                       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  auto tokenizer = std::make_shared<Tokenizer>(tj.dump(), "", "bytes");
+  auto tokenizer = rlcpp::testing::byte_tokenizer();  // one token per byte, for the stop-string check
   Engine engine(model, small_engine(), tokenizer);
   GenerationRequest r;
   r.prompt_ids = {65, 66, 67};

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "engine/engine.h"
+#include "engine/stop_strings.h"
 #include "engine_requests.h"
 #include "test_util.h"
 #include "trainer_logprobs.h"
@@ -204,4 +205,45 @@ TEST(PiecedSample, JoinsTokensVersionsAndLogprobs) {
   bare.append(c);
   EXPECT_TRUE(bare.out.logprobs.empty());
   EXPECT_EQ(bare.out.token_ids.size(), 2u);
+}
+
+// A stop string across two pieces, which neither piece's engine saw: the joined sample ends at the
+// token completing it, as an uncut generation would (tokens, log-probs and version changes after
+// it dropped, finish kStop, the text cut before it); without one the text is the whole response.
+TEST(PiecedSample, StopStringAcrossPieces) {
+  const auto tokenizer = rlcpp::testing::byte_tokenizer();
+  auto bytes = [](const std::string& text) { return std::vector<int32_t>(text.begin(), text.end()); };
+  PiecedSample p;
+  GeneratedSample a;
+  a.token_ids = bytes("x = 4 </an");
+  a.logprobs.assign(a.token_ids.size(), -1.0F);
+  a.policy_version = 1;
+  a.finish_reason = FinishReason::kAbort;
+  a.text = "x = 4 </an";
+  p.append(a);
+  GeneratedSample b;
+  b.token_ids = bytes("swer> and more");
+  b.logprobs.assign(b.token_ids.size(), -2.0F);
+  b.policy_version = 2;
+  b.version_changes = {{8, 3}};  // past the stop string: dropped with its tokens
+  b.finish_reason = FinishReason::kLength;
+  b.text = "swer> and more";
+  p.append(b);
+  ASSERT_EQ(p.out.version_changes, (std::vector<VersionChange>{{10, 2}, {18, 3}}));
+  GeneratedSample unsettled = p.out;
+  EXPECT_FALSE(settle_stop_strings(unsettled, *tokenizer, {"<tool>"}));
+  EXPECT_EQ(unsettled.text, "x = 4 </answer> and more");  // whole, not piece by piece
+  EXPECT_EQ(unsettled.token_ids.size(), 24u);
+  EXPECT_TRUE(settle_stop_strings(p.out, *tokenizer, {"</answer>", "more"}));
+  EXPECT_EQ(p.out.token_ids, bytes("x = 4 </answer>"));
+  EXPECT_EQ(p.out.logprobs.size(), 15u);
+  EXPECT_FLOAT_EQ(p.out.logprobs.back(), -2.0F);
+  EXPECT_EQ(p.out.version_changes, (std::vector<VersionChange>{{10, 2}}));
+  EXPECT_EQ(p.out.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(p.out.text, "x = 4 ");
+  // Settled again (another piece's join), it stays as it is.
+  GeneratedSample again = p.out;
+  EXPECT_TRUE(settle_stop_strings(again, *tokenizer, {"</answer>", "more"}));
+  EXPECT_EQ(again.token_ids, p.out.token_ids);
+  EXPECT_EQ(again.text, p.out.text);
 }

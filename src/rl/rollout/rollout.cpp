@@ -7,6 +7,7 @@
 
 #include "algo/advantages.h"
 #include "algo/dapo.h"
+#include "engine/stop_strings.h"
 #include "reward/external.h"
 #include "rl/rollout/agent_loop.h"
 #include "sandbox/sandbox_pool.h"
@@ -286,14 +287,16 @@ void RolloutGenerator::generate_samples(const std::vector<GenerationRequest>& re
     auto results = backend_->generate(call);
     const bool cut = backend_->cut();
     for (auto& result : results) {
-      auto& piece = progress.samples[first[static_cast<size_t>(result.request)] + static_cast<size_t>(result.sample)];
+      const size_t k = first[static_cast<size_t>(result.request)] + static_cast<size_t>(result.sample);
+      auto& piece = progress.samples[k];
       piece.done = !(cut && result.finish_reason == FinishReason::kAbort);
       piece.sample.append(std::move(result));
+      // A stop string across the pieces ends the sample there (its text whole, not piece by piece).
+      if (piece.sample.pieces > 1 && settle_stop_strings(piece.sample.out, tokenizer_, requests[k / G].params.stop_strings)) {
+        piece.done = true;
+      }
     }
     if (cut && cut_hook_) cut_hook_(progress);
-  }
-  for (auto& piece : progress.samples) {  // a sample of pieces: its text whole, not piece by piece
-    if (piece.sample.pieces > 1) piece.sample.out.text = tokenizer_.decode(piece.sample.out.token_ids, true);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "engine/stop_strings.h"
 #include "openai/server_pool.h"
 #include "rl/checkpoint/run_checkpoint.h"
 #include "rl/rollout/model_reward.h"
@@ -136,17 +137,18 @@ std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<Generati
       Sequence& q = all[first[static_cast<size_t>(result.request)] + static_cast<size_t>(result.sample)];
       const FinishReason reason = result.finish_reason;
       q.piece.append(std::move(result));
-      // Only the chunk's own length limit lets the sample go on.
+      // Only the chunk's own length limit lets the sample go on, and no stop string across the
+      // chunks (which also makes its text whole, not chunk by chunk).
       const int64_t response = static_cast<int64_t>(q.piece.out.token_ids.size());
       const int64_t budget = requests[q.request].params.max_new_tokens;
       q.done = reason != FinishReason::kLength || response < std::min(end, budget) || response >= budget;
+      if (q.piece.pieces > 1 && settle_stop_strings(q.piece.out, tokenizer_, requests[q.request].params.stop_strings)) {
+        q.done = true;
+      }
     }
   }
   std::vector<GeneratedSample> out;
-  for (auto& q : all) {
-    if (q.piece.pieces > 1) q.piece.out.text = tokenizer_.decode(q.piece.out.token_ids, true);  // whole, not chunk by chunk
-    out.push_back(std::move(q.piece.out));
-  }
+  for (auto& q : all) out.push_back(std::move(q.piece.out));
   return out;
 }
 
