@@ -11,7 +11,8 @@
 # - GRPO trains with -rt model, and with the model beside the rule reward (--reward-weights);
 # - train-rm and sft on two processes under mpirun take the one process's steps (and resume in one),
 #   with the optimizer sharded too (-zero 2 for train-rm, resumed in one process from its shards;
-#   -zero 1 for sft; -zero 3 and -zero in one process refused);
+#   -zero 1 for sft, -zero 2 for sft with LoRA (resumed in one process); -zero 3 and -zero in one
+#   process refused);
 # - the shortened examples/arith/reward_model.sh runs; bad input is refused by name.
 # Usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
@@ -230,6 +231,22 @@ if command -v mpirun > /dev/null; then
   weights_close "$tmp/runs/sft-zero1/step-2/model.safetensors" "$tmp/runs/sft-one/step-2/model.safetensors" 1e-10 &&
     metrics_close "$tmp/runs/sft-one/metrics.jsonl" "$tmp/runs/sft-zero1/metrics.jsonl" \
     && ok "sft -zero 1 on two processes takes the one process's steps" || bad "sft -zero 1 on two processes"
+  # LoRA under ZeRO-2 (the adapters' moments and gradients sharded): the one process's steps, and
+  # resumed in one process from its two optimizer shards.
+  sft_lora=(-m "$model" -d "$src/examples/arith/sft.jsonl" -tbs 6 -tmbs 2 -lr 1e-4 --dtype float64 --seed 0 -sd "$tmp/runs" --lora-rank 4)
+  OMP_NUM_THREADS=1 "$rlcpp" sft "${sft_lora[@]}" --max-steps 3 --si 1 -p sft-lora-one > "$tmp/sft-lora-one.log" 2>&1 || bad "sft LoRA, one process"
+  mpi2 sft "${sft_lora[@]}" -zero 2 --max-steps 2 --si 2 -p sft-lora-zero2 > "$tmp/sft-lora-zero2.log" 2>&1 \
+    || { bad "sft LoRA -zero 2:"; tail -5 "$tmp/sft-lora-zero2.log"; }
+  OMP_NUM_THREADS=1 "$rlcpp" sft "${sft_lora[@]}" --max-steps 3 -p sft-lora-zero2-on -cp "$tmp/runs/sft-lora-zero2/step-2" \
+    > "$tmp/sft-lora-zero2-on.log" 2>&1 || bad "sft LoRA -zero 2 resumed in one process"
+  if [ "$(ls "$tmp/runs/sft-lora-zero2/step-2/trainer_state" | grep -c '^optimizer-shard-')" -eq 2 ] &&
+     weights_close "$tmp/runs/sft-lora-zero2/step-2/adapter_model.safetensors" "$tmp/runs/sft-lora-one/step-2/adapter_model.safetensors" 1e-10 &&
+     weights_close "$tmp/runs/sft-lora-zero2-on/step-3/adapter_model.safetensors" "$tmp/runs/sft-lora-one/step-3/adapter_model.safetensors" 1e-10 &&
+     weights_moved "$tmp/runs/sft-lora-one/step-1/adapter_model.safetensors" "$tmp/runs/sft-lora-one/step-3/adapter_model.safetensors"; then
+    ok "sft LoRA -zero 2 on two processes takes the one process's steps, and resumes in one from its shards"
+  else
+    bad "sft LoRA -zero 2 on two processes"
+  fi
   expect sft-zero-one-process 2 'one process has nothing to shard: leave -zero at 0' -- \
     "$rlcpp" sft "${sft_common[@]}" -zero 1 -p zero-alone
   expect train-rm-zero3 2 'stage 3 \(the parameters\) is not supported here yet' -- \
