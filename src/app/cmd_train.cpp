@@ -83,6 +83,7 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
   // always enough with every core busy (dist_train's error-aborts-job lost the line once in CI).
   std::this_thread::sleep_for(std::chrono::seconds(2));
   world.abort(user ? 2 : 3);
+  std::_Exit(user ? 2 : 3);  // an abort does not return; should one, the process ends all the same
 }
 
 }  // namespace
