@@ -16,7 +16,7 @@
 #           the optimizer state not), mid-weight sync (a bucket received; a server's weight update),
 #           mid-HTTP request (a server's request received; the trainer's about to be sent), its
 #           HIT-th time there; the victim stops itself there and the fault follows. Or "any": once
-#           the run has written a random number of step lines, then a random 0-399 ms more (where
+#           the run has written a random number of step lines, then a random 0-99 ms more (where
 #           gdb is installed, the victim's stack then says what it was doing)
 #   fault   kill -9; SIGSTOP for longer than the timeouts (--comm-timeout 30 s, --rollout-timeout
 #           15 s); the disk filled under the run directory (a tmpfs, colocated runs); a rollout
@@ -145,7 +145,9 @@ draw() {  # K: sets layout lora zero tp nb partial turns np flags victim fault p
     checkpoint) hit=$((1 + RANDOM % 3)) ;;
     http) hit=$((1 + RANDOM % (2 * steps - 2))) ;;
   esac
-  after=$((1 + RANDOM % (steps - 1))) extra_ms=$((RANDOM % 400))
+  # (0-99 ms: a toy step takes ~100 ms, and a whole colocated run about a second; 0-399 ms let
+  # most "any" moments of the reward process fall after the run's end)
+  after=$((1 + RANDOM % (steps - 1))) extra_ms=$((RANDOM % 100))
   [ -n "${MOMENT:-}" ] && { point=${MOMENT%%:*}; hit=${MOMENT#*:}; [ "$point" = any ] && hit=0; }
   return 0
 }
