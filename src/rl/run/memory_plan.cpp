@@ -302,7 +302,10 @@ void check_run_memory(const RunConfig& c, const MemoryEstimate& est, double avai
   if (c.model.frozen_dtype.empty() && (c.model.lora.enabled() || c.algo.loss.kl_coef != 0)) {
     fixes.push_back("--frozen-dtype bfloat16 (frozen weights in half the memory)");
   }
-  if (c.rollout.engine.kv_cache_mb > 256 && !c.parallel.distributed()) fixes.push_back("--kv-cache-mb 256");
+  // The KV line counts what a round fills, up to the budget: a lower budget helps only past 256 MiB of it.
+  for (const auto& line : est.lines) {
+    if (line.what == "KV cache" && line.bytes > 256 * kMiB) fixes.push_back("--kv-cache-mb 256");
+  }
   std::string list;
   for (const auto& f : fixes) list += "\n  " + f;
   throw_user_error("this run needs about {} but the machine has {} available:\n{}Settings that lower it:{}\n(--dry-run "
