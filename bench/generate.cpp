@@ -6,6 +6,8 @@
 // prefill of N tokens, tg<N> N decode steps of one sequence from an empty cache, par<S>x<N> S
 // sequences decoding together for N steps; medians of --reps runs, as JSON with --json (see
 // bench/llamacpp.sh, which runs both programs and prints the ratios).
+//   --mismatch N: instead, how far the engine's log-probs on --rollout-dtype weights are from the
+// fp32 model's (what a trainer computes): N sampled sequences, the |dlogp| of every token.
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -96,7 +98,7 @@ int main(int argc, char** argv) {
   int64_t pp = 256, tg = 64, par_steps = 32, reps = 3;
   std::vector<int64_t> par = {8, 32, 64};
   app.add_option("--model", model_dir, "a Hugging Face model directory instead of random weights of --shape");
-  app.add_option("--rollout-dtype", rollout_dtype, "the engine's weights: float32, bfloat16 or float16 (rlcpp train's flag)");
+  app.add_option("--rollout-dtype", rollout_dtype, "the engine's weights: " + rollout_dtypes().names(", ") + " (rlcpp train's flag)");
   app.add_option("--kv-cache-dtype", kv_dtype, "the engine's KV cache dtype");
   app.add_flag("--llama-workload", llama_workload, "llama.cpp's anchor workload: pp, tg and par (see the top of this file)");
   app.add_option("--pp", pp, "prompt tokens of the prefill measurement")->capture_default_str();
@@ -105,6 +107,10 @@ int main(int argc, char** argv) {
   app.add_option("--par-steps", par_steps, "decode steps of the parallel measurements")->capture_default_str();
   app.add_option("--reps", reps, "runs of each measurement (the median is reported)")->capture_default_str();
   app.add_option("--json", json_path, "also write the llama-workload figures here");
+  int64_t mismatch = 0;
+  app.add_option("--mismatch", mismatch,
+                 "instead: N sampled sequences (temperature 1) of --new-tokens on the rollout weights, each token's "
+                 "log-prob scored again by the fp32 model as a trainer does; prints the |dlogp| distribution");
   EngineConfig engine_config;
   bool no_chunked = false;
   app.add_option("--max-num-seqs", engine_config.scheduler.max_num_seqs, "sequences running at once")->capture_default_str();
@@ -132,9 +138,36 @@ int main(int argc, char** argv) {
   model->eval();
   engine_config.scheduler.chunked_prefill = !no_chunked;
   engine_config.kv_cache_mb = 2048;
-  engine_config.weights_dtype = dtype_or_default(rollout_dtype, "--rollout-dtype");
+  engine_config.weights_dtype = rollout_dtype_or_default(rollout_dtype, "--rollout-dtype");
   engine_config.kv_dtype = dtype_or_default(kv_dtype, "--kv-cache-dtype");
   Engine engine(model, engine_config);
+  if (mismatch > 0) {
+    const auto samples = engine.generate(requests_of(mismatch, 1, prompt_len, new_tokens, config.vocab_size, 7));
+    const auto requests = requests_of(mismatch, 1, prompt_len, new_tokens, config.vocab_size, 7);
+    std::vector<double> diffs;
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      std::vector<int64_t> ids(requests[i].prompt_ids.begin(), requests[i].prompt_ids.end());
+      ids.insert(ids.end(), samples[i].token_ids.begin(), samples[i].token_ids.end());
+      const auto n = static_cast<int64_t>(ids.size());
+      auto input = torch::tensor(ids).narrow(0, 0, n - 1).unsqueeze(0);
+      auto targets = torch::tensor(ids).narrow(0, 1, n - 1).clone();
+      targets.narrow(0, 0, prompt_len - 1).fill_(-100);
+      const auto logp = model->token_logprobs(input, targets.unsqueeze(0), 1.0).squeeze(0);
+      for (size_t t = 0; t < samples[i].logprobs.size(); ++t) {
+        const double trainer = logp[prompt_len - 1 + static_cast<int64_t>(t)].item<double>();
+        diffs.push_back(std::abs(trainer - samples[i].logprobs[t]));
+      }
+    }
+    std::sort(diffs.begin(), diffs.end());
+    double sum = 0;
+    for (double d : diffs) sum += d;
+    auto at = [&](double q) { return diffs[std::min(diffs.size() - 1, static_cast<size_t>(q * diffs.size()))]; };
+    std::printf("rollout %-8s |dlogp| vs the fp32 model over %zu tokens: mean %.2e  p50 %.2e  p90 %.2e  p99 %.2e  max %.2e\n",
+                rollout_dtype.empty() ? "float32" : rollout_dtype.c_str(), diffs.size(), sum / diffs.size(), at(0.5),
+                at(0.9), at(0.99), diffs.back());
+    return 0;
+  }
   if (llama_workload) {
     run(engine, requests_of(1, 1, 16, 2, config.vocab_size, 0));  // warm-up, and the rollout copy made
     nlohmann::json results = {{"rollout_dtype", rollout_dtype.empty() ? "float32" : rollout_dtype},

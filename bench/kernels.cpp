@@ -3,7 +3,7 @@
 //   bench_kernels [--rows 1,2,4,8,16,32,64] [--reps N]
 //   bench_kernels --peak     the machine's two ceilings only (bench/all.sh prints them)
 // Prints, per shape and row count, ms per product and GB/s of weights read, for LibTorch fp32
-// (BLAS, as the engine ran before) and the kernels with fp32, bf16 and fp16 weights. --peak prints
+// (BLAS, as the engine ran before) and the kernels with fp32, bf16, fp16, int8 and fp8 weights. --peak prints
 // the memory read bandwidth and the fp32 FMA peak: GFLOP/s of independent vector FMAs on every
 // kernel thread, compiled for each SIMD target and chosen at run time (Highway), as the kernels are.
 #include <torch/torch.h>
@@ -13,6 +13,7 @@
 
 #include "bench_util.h"
 #include "kernels/matmul.h"
+#include "kernels/quantize.h"
 #include "kernels/softmax.h"
 #include "util/thread_pool.h"
 #include "util/threads.h"
@@ -137,25 +138,36 @@ int main(int argc, char** argv) {
                              Shape{"lm_head [151936x896]", 151936, 896}}) {
     auto w = torch::randn({shape.out, shape.in}) * 0.02;
     auto wb = w.to(torch::kBFloat16), wh = w.to(torch::kFloat16);
-    std::printf("%s\n  %4s  %22s  %22s  %22s  %22s\n", shape.name, "rows", "LibTorch fp32", "kernel fp32", "kernel bf16",
-                "kernel fp16");
+    auto scales = torch::empty({shape.out});
+    auto w8 = torch::empty({shape.out, shape.in}, torch::kChar), wf8 = torch::empty({shape.out, shape.in}, torch::kByte);
+    auto s8 = scales.clone(), sf8 = scales.clone();
+    kernels::quantize_rows(w.data_ptr<float>(), shape.out, shape.in, kernels::WeightType::i8, w8.data_ptr(),
+                           s8.data_ptr<float>());
+    kernels::quantize_rows(w.data_ptr<float>(), shape.out, shape.in, kernels::WeightType::fp8, wf8.data_ptr(),
+                           sf8.data_ptr<float>());
+    std::printf("%s\n  %4s  %22s  %22s  %22s  %22s  %22s  %22s\n", shape.name, "rows", "LibTorch fp32", "kernel fp32",
+                "kernel bf16", "kernel fp16", "kernel int8", "kernel fp8");
     for (int64_t n : rows) {
       auto x = torch::randn({n, shape.in});
       auto y = torch::empty({n, shape.out});
       const double torch_s = best_seconds(reps, [&] { y = torch::matmul(x, w.t()); });
-      auto kernel = [&](const torch::Tensor& wt, kernels::WeightType type) {
+      auto kernel = [&](const torch::Tensor& wt, kernels::WeightType type, const torch::Tensor& sc = {}) {
+        const kernels::StoredWeight stored{wt.data_ptr(), type, sc.defined() ? sc.data_ptr<float>() : nullptr};
         return best_seconds(reps, [&] {
-          kernels::matmul_nt(x.data_ptr<float>(), n, shape.in, wt.data_ptr(), type, shape.out, nullptr, y.data_ptr<float>());
+          kernels::matmul_nt(x.data_ptr<float>(), n, shape.in, stored, shape.out, nullptr, y.data_ptr<float>());
         });
       };
       const double f32 = kernel(w, kernels::WeightType::f32), bf16 = kernel(wb, kernels::WeightType::bf16),
-                   f16 = kernel(wh, kernels::WeightType::f16);
+                   f16 = kernel(wh, kernels::WeightType::f16), i8 = kernel(w8, kernels::WeightType::i8, s8),
+                   fp8 = kernel(wf8, kernels::WeightType::fp8, sf8);
       auto cell = [&](double s, double bytes_per) {
         return fmt::format("{:7.3f} ms {:5.1f} GB/s", s * 1e3, shape.out * shape.in * bytes_per / s / 1e9);
       };
-      std::printf("  %4ld  %22s  %22s  %22s  %22s   (kernel fp32 x%.2f, bf16 x%.2f vs LibTorch)\n", static_cast<long>(n),
-                  cell(torch_s, 4).c_str(), cell(f32, 4).c_str(), cell(bf16, 2).c_str(), cell(f16, 2).c_str(), torch_s / f32,
-                  torch_s / bf16);
+      std::printf("  %4ld  %22s  %22s  %22s  %22s  %22s  %22s   (kernel fp32 x%.2f, bf16 x%.2f, int8 x%.2f, fp8 x%.2f vs "
+                  "LibTorch; int8 x%.2f, fp8 x%.2f vs bf16)\n",
+                  static_cast<long>(n), cell(torch_s, 4).c_str(), cell(f32, 4).c_str(), cell(bf16, 2).c_str(),
+                  cell(f16, 2).c_str(), cell(i8, 1).c_str(), cell(fp8, 1).c_str(), torch_s / f32, torch_s / bf16,
+                  torch_s / i8, torch_s / fp8, bf16 / i8, bf16 / fp8);
     }
   }
   return 0;

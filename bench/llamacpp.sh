@@ -14,7 +14,8 @@
 # Measured, each the median of REPS runs: pp<N> one prefill of N tokens; tg<N> N decode steps of
 # one sequence from an empty cache; par<S>x<N> S sequences decoding together. llama.cpp runs with
 # F32 KV cache and flash attention off, on f32 weights and on f16 weights; rlcpp with an fp32 KV
-# cache on fp32 weights and on bf16 rollout weights (--rollout-dtype bfloat16). rlcpp's decode
+# cache on fp32 weights and on bf16, int8 and fp8 rollout weights (--rollout-dtype; 8-bit with a
+# scale per output channel). rlcpp's decode
 # steps include sampling from the full vocabulary; llama.cpp's bare llama_decode calls do not.
 # Also printed: the machine's memory read bandwidth and the fraction batch-1 decode reaches.
 set -euo pipefail
@@ -62,6 +63,8 @@ llama f32
 rlcpp float32
 llama f16
 rlcpp bfloat16
+rlcpp int8
+rlcpp fp8
 bandwidth=$(RLCPP_KERNEL_THREADS=$THREADS "$BUILD/bench/bench_kernels" --peak --reps 3 |
   sed -n 's/^memory read bandwidth: \([0-9.]*\) GB\/s.*/\1/p')
 
@@ -72,14 +75,19 @@ def load(name):
     with open(f"{work}/{name}.json") as f:
         return {t["name"]: t["median"] for t in json.load(f)["tests"]}
 ll32, ll16, rl32, rl16 = load("llama-f32"), load("llama-f16"), load("rlcpp-float32"), load("rlcpp-bfloat16")
+rl8, rlf8 = load("rlcpp-int8"), load("rlcpp-fp8")
 print()
 print(f"{'tokens/s (median)':<14} {'llama f32':>10} {'llama f16':>10} {'rlcpp f32':>10} {'rlcpp bf16':>11}"
-      f" {'f32/llama f32':>14} {'bf16/llama f32':>15} {'bf16/llama f16':>15}")
+      f" {'rlcpp int8':>11} {'rlcpp fp8':>10} {'f32/llama f32':>14} {'bf16/llama f32':>15} {'bf16/llama f16':>15}"
+      f" {'int8/llama f32':>15} {'fp8/llama f32':>14} {'int8/bf16':>10} {'fp8/bf16':>9}")
 names = [n for n in ll32 if n in rl32]
 for name in names:
     print(f"{name:<14} {ll32[name]:10.2f} {ll16.get(name, 0):10.2f} {rl32[name]:10.2f} {rl16.get(name, 0):11.2f}"
+          f" {rl8.get(name, 0):11.2f} {rlf8.get(name, 0):10.2f}"
           f" {rl32[name] / ll32[name]:13.2f}x {rl16.get(name, 0) / ll32[name]:14.2f}x"
-          f" {rl16.get(name, 0) / max(ll16.get(name, 0), 1e-9):14.2f}x")
+          f" {rl16.get(name, 0) / max(ll16.get(name, 0), 1e-9):14.2f}x"
+          f" {rl8.get(name, 0) / ll32[name]:14.2f}x {rlf8.get(name, 0) / ll32[name]:13.2f}x"
+          f" {rl8.get(name, 0) / max(rl16.get(name, 0), 1e-9):9.2f}x {rlf8.get(name, 0) / max(rl16.get(name, 0), 1e-9):8.2f}x")
 if ratios:  # bench/all.sh's rows: benchmark, measure, anchor, rlcpp, anchor figure, unit
     with open(ratios, "a") as f:
         for name in names:
@@ -87,12 +95,17 @@ if ratios:  # bench/all.sh's rows: benchmark, measure, anchor, rlcpp, anchor fig
         for name in names:
             if name in rl16 and name in ll16:
                 f.write(f"engine vs llama.cpp\t{name}, bf16 weights\tllama.cpp f16\t{rl16[name]}\t{ll16[name]}\ttokens/s\n")
+        for label, figures in [("int8", rl8), ("fp8", rlf8)]:
+            for name in names:
+                if name in figures:
+                    f.write(f"engine vs llama.cpp\t{name}, {label} weights\tllama.cpp f32\t{figures[name]}\t{ll32[name]}\ttokens/s\n")
 # Every weight is read once per batch-1 token (the tied embedding as the head).
 params = 151936 * 896 + layers * (896 * (896 + 2 * 128) + (896 + 2 * 128) + 896 * 896 + 3 * 896 * 4864 + 2 * 896) + 896
 tg = next((n for n in rl32 if n.startswith("tg")), None)
 if bandwidth > 0 and tg:
     print(f"\nmemory read bandwidth {bandwidth:.1f} GB/s; batch-1 decode reads the weights at:")
-    for label, tps, size in [("rlcpp f32", rl32[tg], 4), ("rlcpp bf16", rl16[tg], 2),
+    for label, tps, size in [("rlcpp f32", rl32[tg], 4), ("rlcpp bf16", rl16[tg], 2), ("rlcpp int8", rl8[tg], 1),
+                             ("rlcpp fp8", rlf8[tg], 1),
                              ("llama f32", ll32[tg], 4), ("llama f16", ll16[tg], 2)]:
         gbs = tps * params * size / 1e9
         print(f"  {label:<11} {gbs:6.1f} GB/s  ({gbs / bandwidth:.0%} of the read bandwidth)")

@@ -115,7 +115,7 @@ expect dataset prompt-beyond-positions-error 2 'd7.jsonl:1: the prompt is [0-9]+
   "$rlcpp" "${run[@]}" --max-steps 1 -m short -d d7.jsonl -p d7e --overflow error
 expect dataset prompt-beyond-mpt-generate 2 'd7.jsonl:1: .*over the limit of 100 \(-mpt 100\)' -- \
   "$rlcpp" generate --model "$model" -d d7.jsonl -mpt 100 --overflow error --mnt 2
-expect settings generate-rollout-dtype-fp64 2 '--rollout-dtype float64: .*float32, bfloat16 or float16' -- \
+expect settings generate-rollout-dtype-fp64 2 '--rollout-dtype: unknown rollout dtype "float64" \(use float32, bfloat16, float16, int8, fp8\)' -- \
   "$rlcpp" generate --model "$model" --prompt hi --mnt 2 --rollout-dtype float64
 expect settings eval-kv-cache-dtype-fp64 2 '--kv-cache-dtype float64: .*float32, bfloat16 or float16' -- \
   "$rlcpp" eval --model "$model" -d data.jsonl --kv-cache-dtype float64

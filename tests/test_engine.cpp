@@ -458,17 +458,20 @@ std::shared_ptr<Transformer> rounded_copy(const Transformer& source, torch::Scal
 
 }  // namespace
 
-TEST(Engine, HalfPrecisionRolloutWeightsFollowTheModel) {
+// Half-precision and 8-bit copies (int8 as kChar, fp8 e4m3 as kByte codes, with row scales).
+TEST(Engine, NarrowRolloutWeightsFollowTheModel) {
   for (const auto& dir : rlcpp::testing::fixture_dirs()) {
     SCOPED_TRACE(dir.string());
     auto model = Transformer::from_pretrained(dir);
     auto requests = mixed_requests(model->config().vocab_size, 0.0, 10, 3);
-    for (auto dtype : {torch::kBFloat16, torch::kFloat16}) {
+    for (auto dtype : {torch::kBFloat16, torch::kFloat16, torch::kChar, torch::kByte}) {
+      SCOPED_TRACE(c10::toString(dtype));
       EngineConfig config = small_engine();
       config.weights_dtype = dtype;
       Engine engine(model, config);
       auto first = engine.generate(requests);
       expect_same(first, generate_eager(*rounded_copy(*model, dtype), requests, nullptr), "rounded weights");
+      EXPECT_EQ(engine.generating_model().model->embed_tokens->weight.scalar_type(), dtype);  // stored as asked
       // The copy is refreshed after an in-place update of the model (as an optimizer step does)...
       {
         torch::NoGradGuard no_grad;

@@ -7,7 +7,9 @@
 
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/half.h"
 #include "kernels/matmul.h"
+#include "kernels/quantize.h"
 #include "kernels/softmax.h"
 #include "model/kernel_linear.h"
 #include "model/rope.h"
@@ -43,7 +45,7 @@ double relative_error(const torch::Tensor& y, const torch::Tensor& ref, const to
 torch::Tensor run_kernel(const torch::Tensor& x, const torch::Tensor& w, kernels::WeightType type,
                          const torch::Tensor& bias, ThreadPool* pool = nullptr) {
   auto y = torch::empty({x.size(0), w.size(0)}, torch::kFloat32);
-  kernels::matmul_nt(x.data_ptr<float>(), x.size(0), x.size(1), w.data_ptr(), type, w.size(0),
+  kernels::matmul_nt(x.data_ptr<float>(), x.size(0), x.size(1), {w.data_ptr(), type}, w.size(0),
                      bias.defined() ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), pool);
   return y;
 }
@@ -126,6 +128,144 @@ TEST(Kernels, HalfPrecisionSpecialValuesConvertExactly) {
     auto w = w32.to(torch::kFloat16).contiguous();
     auto y = run_kernel(x, w, kernels::WeightType::f16, {});
     EXPECT_TRUE(torch::equal(y.view({-1}), w.to(torch::kFloat32).view({-1}))) << kernels::target_name(target);
+  }
+}
+
+namespace {
+
+// Weights w32 [out, in] as 8-bit codes and row scales (kernels/quantize.h), and the fp32 weights
+// they stand for.
+struct Quantized {
+  torch::Tensor codes, scales, dequantized;
+};
+
+Quantized quantize(const torch::Tensor& w32, kernels::WeightType type) {
+  Quantized q;
+  q.codes = torch::empty(w32.sizes(), type == kernels::WeightType::i8 ? torch::kChar : torch::kByte);
+  q.scales = torch::empty({w32.size(0)});
+  q.dequantized = torch::empty(w32.sizes());
+  kernels::quantize_rows(w32.data_ptr<float>(), w32.size(0), w32.size(1), type, q.codes.data_ptr(),
+                         q.scales.data_ptr<float>());
+  kernels::dequantize_rows(q.codes.data_ptr(), q.scales.data_ptr<float>(), w32.size(0), w32.size(1), type,
+                           q.dequantized.data_ptr<float>());
+  return q;
+}
+
+torch::Tensor run_eight_bit(const torch::Tensor& x, const Quantized& q, kernels::WeightType type, ThreadPool* pool) {
+  auto y = torch::empty({x.size(0), q.codes.size(0)}, torch::kFloat32);
+  kernels::matmul_nt(x.data_ptr<float>(), x.size(0), x.size(1), {q.codes.data_ptr(), type, q.scales.data_ptr<float>()},
+                     q.codes.size(0), nullptr, y.data_ptr<float>(), pool);
+  return y;
+}
+
+}  // namespace
+
+// Every e4m3 code decodes to its value and encodes back to itself; any float encodes to the
+// nearest code (the largest finite, 448, past it). The NaN codes 0x7f/0xff are never written.
+TEST(Kernels, Fp8E4m3CodesRoundTripAndFloatsRoundToTheNearest) {
+  std::vector<float> values;
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<uint8_t>(c);
+    if ((c & 0x7f) == 0x7f) continue;
+    const float v = kernels::fp8_e4m3_to_float(code);
+    values.push_back(v);
+    EXPECT_EQ(kernels::float_to_fp8_e4m3(v), c == 0x80 ? 0x80 : c) << "code " << c << " value " << v;
+  }
+  // Hand-checked points: the largest normal, the smallest normal and subnormal, one and a half.
+  EXPECT_EQ(kernels::fp8_e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(kernels::fp8_e4m3_to_float(0x08), 1.0f / 64);
+  EXPECT_EQ(kernels::fp8_e4m3_to_float(0x01), 1.0f / 512);
+  EXPECT_EQ(kernels::fp8_e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(kernels::fp8_e4m3_to_float(0xbc), -1.5f);
+  EXPECT_EQ(kernels::float_to_fp8_e4m3(1000.0f), 0x7e);
+  EXPECT_EQ(kernels::float_to_fp8_e4m3(-1000.0f), 0xfe);
+  EXPECT_EQ(kernels::float_to_fp8_e4m3(std::nanf("")), 0x7f);
+  // Ties go to the even code: 1 + 1/16 is halfway between 1 (0x38) and 1.125 (0x39).
+  EXPECT_EQ(kernels::float_to_fp8_e4m3(1.0625f), 0x38);
+  EXPECT_EQ(kernels::float_to_fp8_e4m3(1.1875f), 0x3a);
+  torch::manual_seed(4);
+  const auto samples = torch::cat({torch::randn({20000}) * 40, torch::randn({5000}) * 0.01, torch::rand({2000}) * 900 - 450});
+  for (int64_t i = 0; i < samples.size(0); ++i) {
+    const float v = std::clamp(samples[i].item<float>(), -448.0f, 448.0f);
+    const float got = kernels::fp8_e4m3_to_float(kernels::float_to_fp8_e4m3(v));
+    float best = std::numeric_limits<float>::infinity();
+    for (float c : values) best = std::min(best, std::fabs(c - v));
+    ASSERT_EQ(std::fabs(got - v), best) << "value " << v << " encoded as " << got;
+  }
+}
+
+// A row's scale is its largest |w| over 127 (int8) or 448 (fp8), worked by hand.
+TEST(Kernels, EightBitRowsTakeTheirScaleFromTheLargestWeight) {
+  auto w = torch::tensor({1.0f, -0.6f, 0.3f, 0.0f, 0.0f, 0.0f, 0.0f, -2.54f, 0.013f}).view({3, 3});
+  auto i8 = quantize(w, kernels::WeightType::i8);
+  EXPECT_FLOAT_EQ(i8.scales[0].item<float>(), 1.0f / 127);
+  EXPECT_FLOAT_EQ(i8.scales[1].item<float>(), 0.0f);  // a row of zeros
+  EXPECT_FLOAT_EQ(i8.scales[2].item<float>(), 0.02f);
+  EXPECT_TRUE(torch::equal(i8.codes, torch::tensor({127, -76, 38, 0, 0, 0, 0, -127, 1}, torch::kChar).view({3, 3})))
+      << i8.codes;  // -0.6·127 = -76.2; 0.3·127 = 38.1; 0.013/0.02 = 0.65
+  auto f8 = quantize(w, kernels::WeightType::fp8);
+  EXPECT_FLOAT_EQ(f8.scales[0].item<float>(), 1.0f / 448);
+  // 448 → 0x7e; -268.8 → -256 (-1.05·2^8 rounds to -1.0·2^8) → 0xf8; 134.4 → 128 → 0x70.
+  EXPECT_EQ(f8.codes[0][0].item<uint8_t>(), 0x7e);
+  EXPECT_EQ(f8.codes[0][1].item<uint8_t>(), 0xf8);
+  EXPECT_EQ(f8.codes[0][2].item<uint8_t>(), 0x70);
+  EXPECT_FLOAT_EQ(f8.dequantized[0][2].item<float>(), 128.0f / 448);
+}
+
+// y = x · Wᵀ with W in 8 bits: the kernels (widening in registers on every target, dot-product and
+// outer-product tiles, scalar tails) equal the product with the dequantized weights in fp32
+// arithmetic, and stay within the quantization's error of the fp32 weights.
+TEST(Kernels, EightBitMatmulMatchesItsDequantizedWeightsOnEveryTarget) {
+  RestoreTargets restore;
+  torch::manual_seed(5);
+  ThreadPool pool(3);
+  for (int64_t target : kernels::supported_target_bits()) {
+    kernels::restrict_targets_for_test(target);
+    for (auto type : {kernels::WeightType::i8, kernels::WeightType::fp8}) {
+      for (int64_t n : {1, 3, 8, 9, 33, 70}) {
+        for (auto [in, out] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {64, 67}, {131, 259}, {896, 130}}) {
+          SCOPED_TRACE(kernels::target_name(target) + " type " + std::to_string(static_cast<int>(type)) + " n " +
+                       std::to_string(n) + " in " + std::to_string(in) + " out " + std::to_string(out));
+          auto x = torch::randn({n, in});
+          auto w32 = torch::randn({out, in}) * 0.05;
+          const auto q = quantize(w32, type);
+          auto y = run_eight_bit(x, q, type, &pool);
+          auto ref = torch::matmul(x.to(torch::kFloat64), q.dequantized.to(torch::kFloat64).t());
+          EXPECT_LT(relative_error(y, ref, x, q.dequantized, {}), 1e-5);
+          auto ref32 = torch::matmul(x.to(torch::kFloat64), w32.to(torch::kFloat64).t());
+          EXPECT_LT(relative_error(y, ref32, x, w32, {}), type == kernels::WeightType::i8 ? 0.05 : 0.08);
+        }
+      }
+    }
+  }
+}
+
+// Each of the 254 finite e4m3 codes, widened by the vector loads (16 in a row, the dot and the
+// outer-product tiles) and by the scalar tail (rows of 1), gives exactly its value; the NaN codes
+// read as ±480.
+TEST(Kernels, EveryFp8CodeWidensExactlyOnEveryTarget) {
+  RestoreTargets restore;
+  auto codes = torch::arange(256, torch::kInt32).to(torch::kByte);
+  std::vector<float> expect;
+  for (int c = 0; c < 256; ++c) {
+    expect.push_back((c & 0x7f) == 0x7f ? ((c & 0x80) ? -480.0f : 480.0f) : kernels::fp8_e4m3_to_float(static_cast<uint8_t>(c)));
+  }
+  const auto want = torch::tensor(expect);
+  for (int64_t target : kernels::supported_target_bits()) {
+    kernels::restrict_targets_for_test(target);
+    for (int64_t in : {1, 16}) {
+      Quantized q;
+      q.codes = codes.view({256, 1}).expand({256, in}).contiguous();
+      q.scales = torch::ones({256});
+      for (int64_t n : {1, 9}) {
+        auto x = torch::zeros({n, in});
+        x.select(1, in - 1).fill_(1.0f);
+        auto y = run_eight_bit(x, q, kernels::WeightType::fp8, nullptr);
+        for (int64_t j = 0; j < n; ++j) {
+          EXPECT_TRUE(torch::equal(y[j], want)) << kernels::target_name(target) << " in " << in << " n " << n;
+        }
+      }
+    }
   }
 }
 

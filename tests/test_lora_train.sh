@@ -145,6 +145,22 @@ ok = len(half) == 4 and len(full) == 4
 ok = ok and all(1e-5 < r["mismatch_abs_mean"] < 0.1 for r in half) and all(r["mismatch_abs_max"] < 1e-4 for r in full)
 sys.exit(0 if ok else 1)
 PY
+# 8-bit rollout weights (int8, fp8 e4m3, a scale per output channel): the copy quantized again
+# after each step, adapters merged in; its mismatch is the quantization's, above bf16's rounding.
+for d in int8 fp8; do
+  "$rlcpp" train "${base[@]}" "${lora[@]}" --kl 0.01 --si 2 -tmbs 16 --rollout-dtype $d "${chunks[@]}" --max-steps 2 \
+    -p r8-$d > r8-$d.log 2>&1 || { bad rollout-$d-run; tail -3 r8-$d.log; continue; }
+  python3 - runs/r8-$d/metrics.jsonl runs/rb-full/metrics.jsonl $d <<'PY' && ok rollout-$d-mismatch || bad rollout-$d-mismatch
+import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
+half = [r for r in map(json.loads, open(sys.argv[2])) if "step" in r][:2]
+mean = lambda rs: sum(r["mismatch_abs_mean"] for r in rs) / max(1, len(rs))
+print(f"     |dlogp| trainer vs engine, {sys.argv[3]} rollout weights: mean " + " ".join(f"{r['mismatch_abs_mean']:.2e}" for r in rows)
+      + "  max " + " ".join(f"{r['mismatch_abs_max']:.2e}" for r in rows) + f"  (bf16's mean {mean(half):.2e})")
+ok = len(rows) == 2 and all(1e-4 < r["mismatch_abs_mean"] < 0.5 for r in rows) and mean(rows) > mean(half)
+sys.exit(0 if ok else 1)
+PY
+done
 "$rlcpp" train "${rb[@]}" --max-steps 2 -p rb-cut > rb-cut.log 2>&1 \
   && "$rlcpp" train "${rb[@]}" --max-steps 4 -p rb-cut --resume auto > rb-resumed.log 2>&1 \
   || { bad rollout-bf16-resume-run; tail -3 rb-cut.log rb-resumed.log; }

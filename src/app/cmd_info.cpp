@@ -140,7 +140,7 @@ std::string blas_description() {
   torch::Tensor c = torch::empty({1024, 1024});
   const double blas_rate = gemm_rate([&] { torch::mm_out(c, a, b); });
   const double own_rate = gemm_rate([&] {
-    kernels::matmul_nt(a.data_ptr<float>(), 1024, 1024, b.data_ptr<float>(), kernels::WeightType::f32, 1024, nullptr,
+    kernels::matmul_nt(a.data_ptr<float>(), 1024, 1024, {b.data_ptr<float>(), kernels::WeightType::f32}, 1024, nullptr,
                        c.data_ptr<float>(), &ThreadPool::global());
   });
   std::string line = fmt::format("blas             {}, fp32 GEMM 1024^3 {:.0f} GFLOP/s (rlcpp's kernels {:.0f})",

@@ -34,7 +34,7 @@ struct EngineFlags {
   ModelOptions model_options() const { return model_options_from_flags(dtype, device); }
   EngineConfig engine_config() const {
     EngineConfig out = engine;
-    out.weights_dtype = dtype_or_default(rollout_dtype, "--rollout-dtype");
+    out.weights_dtype = rollout_dtype_or_default(rollout_dtype, "--rollout-dtype");
     out.kv_dtype = dtype_or_default(kv_cache_dtype, "--kv-cache-dtype");
     return out;
   }

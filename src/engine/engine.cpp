@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "engine/model_runner.h"
+#include "model/kernel_linear.h"  // eight_bit
 #include "model/logprobs.h"
 #include "engine/sampler.h"
 #include "text/tokenizer.h"
@@ -150,12 +151,16 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
   const auto& mc = model_->config();
   const ModelOptions& source = model_->options();
   const auto stored = config_.weights_dtype;
-  for (auto [dtype, flag] : {std::pair{stored, "--rollout-dtype"}, std::pair{config_.kv_dtype, "--kv-cache-dtype"}}) {
-    if (dtype != torch::ScalarType::Undefined && dtype != torch::kFloat32 && dtype != torch::kBFloat16 &&
-        dtype != torch::kFloat16) {
-      throw_user_error("{} {}: the engine's weights and KV cache may be float32, bfloat16 or float16", flag,
-                       dtypes().name(dtype));
-    }
+  auto floating = [](torch::ScalarType t) {
+    return t == torch::ScalarType::Undefined || t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16;
+  };
+  if (!floating(stored) && !eight_bit(stored)) {
+    throw_user_error("--rollout-dtype {}: the engine's weights may be {}", rollout_dtypes().name(stored),
+                     rollout_dtypes().names(", "));
+  }
+  if (!floating(config_.kv_dtype)) {
+    throw_user_error("--kv-cache-dtype {}: the engine's KV cache may be float32, bfloat16 or float16",
+                     dtypes().name(config_.kv_dtype));
   }
   if (stored != torch::ScalarType::Undefined && stored != source.dtype) {
     ModelOptions options;
@@ -163,8 +168,13 @@ Engine::Engine(std::shared_ptr<Transformer> model, EngineConfig config, std::sha
     options.tp_group = source.tp_group;  // the copy holds the same part as the model
     options.stage = source.stage;
     const bool half = stored == torch::kBFloat16 || stored == torch::kFloat16;
-    if (half && source.device.is_cpu()) {
-      options.dtype = torch::kFloat32;  // stored half, computed in fp32 by the kernels
+    if ((half || eight_bit(stored)) && source.device.is_cpu()) {
+      options.dtype = torch::kFloat32;  // stored half or 8-bit, computed in fp32 by the kernels
+      options.frozen_dtype = stored;
+    } else if (eight_bit(stored)) {
+      // Stored in 8 bits with row scales (refresh_copy quantizes); on other devices each product
+      // dequantizes its weight into the model's dtype.
+      options.dtype = source.dtype;
       options.frozen_dtype = stored;
     } else {
       options.dtype = stored;
@@ -202,12 +212,7 @@ void Engine::refresh_copy() {
   const int64_t signature = weights_signature(*model_);
   if (signature == copied_signature_ && context_.adapters == copied_adapters_) return;
   torch::NoGradGuard no_grad;
-  auto params = copy_->named_parameters();
-  auto copy_in = [&](const std::string& name, const torch::Tensor& w) {
-    auto* p = params.find(name);
-    RLCPP_CHECK(p != nullptr, "the engine's weight copy has no \"{}\"", name);
-    p->copy_(w);
-  };
+  auto copy_in = [&](const std::string& name, const torch::Tensor& w) { copy_->write_weight(name, w); };
   if (context_.adapters) {
     model_->for_each_merged_weight(copy_in);
   } else {

@@ -175,7 +175,9 @@ torch::Tensor ModelRunner::run(const StepInputs& batch) {
   const auto dtype = logprob_dtype(model_.options().dtype);
   torch::Tensor logits;
   if (stage.last()) {  // the same projection and dtype as the trainer's log-prob head (logprobs.cpp)
-    logits = linear_no_grad(hidden.index_select(0, longs(last_rows, {rows})), model_.stored_output_weight()).to(dtype);
+    logits = linear_no_grad(hidden.index_select(0, longs(last_rows, {rows})), model_.stored_output_weight(), {},
+                            model_.stored_output_scale())
+                 .to(dtype);
     if (stage.whole()) return logits;
     logits = logits.cpu();
   } else {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "util/error.h"
 #include "util/thread_pool.h"
 
 #include "kernels/targets.h"
@@ -143,6 +144,8 @@ void PagedAttentionUnits(const float* q, const PagedQueries& queries, const Page
     case WeightType::f16:
       attend_units<hwy::float16_t>(q, queries, kv, n_heads, n_kv_heads, dim, scale, out, first, stride);
       break;
+    case WeightType::i8:
+    case WeightType::fp8: break;  // a KV cache is never 8-bit: paged_attention refuses it
   }
 }
 
@@ -157,6 +160,7 @@ HWY_EXPORT(PagedAttentionUnits);
 void paged_attention(const float* q, const PagedQueries& queries, const PagedKv& kv, int64_t n_heads,
                      int64_t n_kv_heads, int64_t head_dim, float scale, float* out, ThreadPool* pool) {
   if (queries.n_tokens <= 0) return;
+  RLCPP_CHECK(kv.type != WeightType::i8 && kv.type != WeightType::fp8, "paged_attention: an 8-bit KV cache");
   if (pool == nullptr) pool = &ThreadPool::global();
   const int64_t n_units = queries.n_tokens * n_kv_heads;
   const int64_t parts = std::min<int64_t>(pool->size(), n_units);

@@ -1,7 +1,8 @@
-// Scalar half-precision conversion for the kernels' remainder loops (Highway 1.0 has bf16's only).
+// Scalar half-precision and fp8 conversion for the kernels' remainder loops (Highway 1.0 has bf16's only).
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 namespace rlcpp::kernels {
@@ -29,5 +30,18 @@ inline float f16_bits_to_float(uint16_t h) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
+
+// fp8 e4m3 (OCP's E4M3FN: bias 7, subnormals, no infinities) to float, exactly. The kernels carry
+// no NaN: 0x7f and 0xff, its NaN codes, read as ±480 here as in the vector loads; quantizing
+// never writes them (kernels/quantize.h).
+inline float fp8_e4m3_to_float(uint8_t b) {
+  const uint32_t e = (b >> 3) & 0xf, m = b & 0x7;
+  // e = 0: m · 2^-9; else (8 + m) · 2^(e - 10). Both exact in float.
+  const float magnitude = e == 0 ? static_cast<float>(m) * (1.0f / 512) : static_cast<float>(8 + m) * std::ldexp(1.0f, static_cast<int>(e) - 10);
+  return (b & 0x80) != 0 ? -magnitude : magnitude;
+}
+
+// What the kernels' widening loads of fp8 give: the value / 256 (the row scale takes it back).
+constexpr float kFp8Widened = 1.0f / 256;
 
 }  // namespace rlcpp::kernels

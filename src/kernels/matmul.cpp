@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "util/error.h"
 #include "util/thread_pool.h"
 
 #include "kernels/targets.h"
@@ -41,11 +42,21 @@ constexpr int64_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 
 // --- Up to kDotRows input rows: dot products along `in`, every weight read once for all rows. ---
 
+// What the widened elements of an 8-bit weight row are multiplied by: its scale (fp8's widening
+// gives the value / 256). 1 for the float types, which have no scales.
+template <class TW>
+HWY_INLINE float row_scale(const float* scales, int64_t r) {
+  if constexpr (std::is_same_v<TW, uint8_t>) return scales[r] * (1.0f / kFp8Widened);
+  if constexpr (std::is_same_v<TW, int8_t>) return scales[r];
+  return 1.0f;
+}
+
 // y[j, r] = x[j] · w[r] (+ bias[r]) for RW weight rows and RX input rows: each weight vector is
-// loaded once for the RX rows, each input vector once for the RW rows.
+// loaded once for the RX rows, each input vector once for the RW rows. scales: the rows' (8-bit
+// types), applied to each sum.
 template <int RW, int RX, class TW>
-HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_RESTRICT w, const float* bias,
-                         float* HWY_RESTRICT y, int64_t ldy) {
+HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_RESTRICT w, const float* scales,
+                         const float* bias, float* HWY_RESTRICT y, int64_t ldy) {
   const hn::ScalableTag<float> df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   hn::Vec<decltype(df)> acc[RW][RX];
@@ -55,6 +66,17 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_
   // that is the next rows', which the next tile reads).
   constexpr int64_t ahead = RLCPP_PREFETCH_BYTES / sizeof(TW);
   int64_t k = 0;
+#if RLCPP_KERNELS_FP8_PAIRS
+  if constexpr (std::is_same_v<TW, uint8_t> && RX == 1) {  // batch-1 decode: two vectors of fp8 a step
+    for (; k + 2 * lanes <= in; k += 2 * lanes) {
+      hn::Vec<decltype(df)> lo[RW], hi[RW];
+      for (int r = 0; r < RW; ++r) hwy::Prefetch(w + r * in + k + ahead);
+      for (int r = 0; r < RW; ++r) load2_as_float(df, w + r * in + k, lo[r], hi[r]);
+      const auto x0 = hn::LoadU(df, x + k), x1 = hn::LoadU(df, x + k + lanes);
+      for (int r = 0; r < RW; ++r) acc[r][0] = hn::MulAdd(hi[r], x1, hn::MulAdd(lo[r], x0, acc[r][0]));
+    }
+  }
+#endif
   for (; k + lanes <= in; k += lanes) {
     hn::Vec<decltype(df)> wv[RW];
     for (int r = 0; r < RW; ++r) hwy::Prefetch(w + r * in + k + ahead);
@@ -68,6 +90,7 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_
     for (int j = 0; j < RX; ++j) {
       float s = hn::GetLane(hn::SumOfLanes(df, acc[r][j]));
       for (int64_t t = k; t < in; ++t) s += scalar_of(w[r * in + t]) * x[j * in + t];
+      s *= row_scale<TW>(scales, r);
       y[j * ldy + r] = bias != nullptr ? s + bias[r] : s;
     }
   }
@@ -76,26 +99,30 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_
 // Weight rows [r0, r1) against all RX input rows, in tiles of as many weight rows as the
 // accumulators allow (at most 4: one row's stream each), the last rows one at a time.
 template <int RX, class TW>
-void dot_rows(const float* x, int64_t in, const TW* w, int64_t r0, int64_t r1, const float* bias, float* y,
-              int64_t out) {
+void dot_rows(const float* x, int64_t in, const TW* w, const float* scales, int64_t r0, int64_t r1,
+              const float* bias, float* y, int64_t out) {
   constexpr int RW = std::max(1, std::min(4, kAccumulators / RX));
   int64_t r = r0;
-  for (; r + RW <= r1; r += RW) dot_tile<RW, RX>(x, in, w + r * in, bias ? bias + r : nullptr, y + r, out);
-  for (; r < r1; ++r) dot_tile<1, RX>(x, in, w + r * in, bias ? bias + r : nullptr, y + r, out);
+  for (; r + RW <= r1; r += RW) {
+    dot_tile<RW, RX>(x, in, w + r * in, scales ? scales + r : nullptr, bias ? bias + r : nullptr, y + r, out);
+  }
+  for (; r < r1; ++r) {
+    dot_tile<1, RX>(x, in, w + r * in, scales ? scales + r : nullptr, bias ? bias + r : nullptr, y + r, out);
+  }
 }
 
 template <class TW>
-void dot_range(const float* x, int64_t n, int64_t in, const TW* w, int64_t r0, int64_t r1, const float* bias,
-               float* y, int64_t out) {
+void dot_range(const float* x, int64_t n, int64_t in, const TW* w, const float* scales, int64_t r0, int64_t r1,
+               const float* bias, float* y, int64_t out) {
   switch (n) {
-    case 1: dot_rows<1>(x, in, w, r0, r1, bias, y, out); break;
-    case 2: dot_rows<2>(x, in, w, r0, r1, bias, y, out); break;
-    case 3: dot_rows<3>(x, in, w, r0, r1, bias, y, out); break;
-    case 4: dot_rows<4>(x, in, w, r0, r1, bias, y, out); break;
-    case 5: dot_rows<5>(x, in, w, r0, r1, bias, y, out); break;
-    case 6: dot_rows<6>(x, in, w, r0, r1, bias, y, out); break;
-    case 7: dot_rows<7>(x, in, w, r0, r1, bias, y, out); break;
-    default: dot_rows<8>(x, in, w, r0, r1, bias, y, out); break;
+    case 1: dot_rows<1>(x, in, w, scales, r0, r1, bias, y, out); break;
+    case 2: dot_rows<2>(x, in, w, scales, r0, r1, bias, y, out); break;
+    case 3: dot_rows<3>(x, in, w, scales, r0, r1, bias, y, out); break;
+    case 4: dot_rows<4>(x, in, w, scales, r0, r1, bias, y, out); break;
+    case 5: dot_rows<5>(x, in, w, scales, r0, r1, bias, y, out); break;
+    case 6: dot_rows<6>(x, in, w, scales, r0, r1, bias, y, out); break;
+    case 7: dot_rows<7>(x, in, w, scales, r0, r1, bias, y, out); break;
+    default: dot_rows<8>(x, in, w, scales, r0, r1, bias, y, out); break;
   }
 }
 
@@ -196,12 +223,12 @@ void outer_any(int vectors, const float* xt, int64_t ldx, int64_t n, int64_t in,
   }
 }
 
-// Weight rows [r0, r1) against the transposed input. fp32 weights are read in place; half ones are
-// widened a block of rows at a time into a thread-local fp32 buffer first (they are then read
-// once per vectors of input rows from cache, and widened once).
+// Weight rows [r0, r1) against the transposed input. fp32 weights are read in place; narrower ones
+// are widened (and scaled) a block of rows at a time into a thread-local fp32 buffer first (they
+// are then read once per vectors of input rows from cache, and widened once).
 template <class TW>
-void outer_range(const float* xt, int64_t ldx, int64_t n, int64_t in, const TW* w, int64_t r0, int64_t r1,
-                 const float* bias, float* y, int64_t out) {
+void outer_range(const float* xt, int64_t ldx, int64_t n, int64_t in, const TW* w, const float* scales, int64_t r0,
+                 int64_t r1, const float* bias, float* y, int64_t out) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
   const int vectors = static_cast<int>(std::min<int64_t>((n + lanes - 1) / lanes, kMaxVectors));
   const float* b = bias != nullptr ? bias + r0 : nullptr;
@@ -218,8 +245,15 @@ void outer_range(const float* xt, int64_t ldx, int64_t n, int64_t in, const TW* 
         const TW* src = w + (r + i) * in;
         float* dst = wide.data() + i * in;
         int64_t k = 0;
-        for (; k + lanes <= in; k += lanes) hn::StoreU(load_as_float(df, src + k), df, dst + k);
-        for (; k < in; ++k) dst[k] = scalar_of(src[k]);
+        if constexpr (std::is_same_v<TW, int8_t> || std::is_same_v<TW, uint8_t>) {
+          const float scale = row_scale<TW>(scales, r + i);
+          const auto sv = hn::Set(df, scale);
+          for (; k + lanes <= in; k += lanes) hn::StoreU(hn::Mul(load_as_float(df, src + k), sv), df, dst + k);
+          for (; k < in; ++k) dst[k] = scalar_of(src[k]) * scale;
+        } else {
+          for (; k + lanes <= in; k += lanes) hn::StoreU(load_as_float(df, src + k), df, dst + k);
+          for (; k < in; ++k) dst[k] = scalar_of(src[k]);
+        }
       }
       outer_any(vectors, xt, ldx, n, in, wide.data(), in, rows, false, b ? b + (r - r0) : nullptr, y + r, out);
     }
@@ -227,26 +261,32 @@ void outer_range(const float* xt, int64_t ldx, int64_t n, int64_t in, const TW* 
 }
 
 template <class TW>
-void rows_range(const float* x, const float* xt, int64_t ldx, int64_t n, int64_t in, const TW* w, int64_t r0,
-                int64_t r1, const float* bias, float* y, int64_t out) {
+void rows_range(const float* x, const float* xt, int64_t ldx, int64_t n, int64_t in, const TW* w, const float* scales,
+                int64_t r0, int64_t r1, const float* bias, float* y, int64_t out) {
   if (xt == nullptr) {
-    dot_range(x, n, in, w, r0, r1, bias, y, out);
+    dot_range(x, n, in, w, scales, r0, r1, bias, y, out);
   } else {
-    outer_range(xt, ldx, n, in, w, r0, r1, bias, y, out);
+    outer_range(xt, ldx, n, in, w, scales, r0, r1, bias, y, out);
   }
 }
 
 void MatmulRows(const float* x, const float* xt, int64_t ldx, int64_t n, int64_t in, const void* w, int type,
-                int64_t r0, int64_t r1, const float* bias, float* y, int64_t out) {
+                const float* scales, int64_t r0, int64_t r1, const float* bias, float* y, int64_t out) {
   switch (static_cast<WeightType>(type)) {
     case WeightType::f32:
-      rows_range(x, xt, ldx, n, in, static_cast<const float*>(w), r0, r1, bias, y, out);
+      rows_range(x, xt, ldx, n, in, static_cast<const float*>(w), nullptr, r0, r1, bias, y, out);
       break;
     case WeightType::bf16:
-      rows_range(x, xt, ldx, n, in, static_cast<const hwy::bfloat16_t*>(w), r0, r1, bias, y, out);
+      rows_range(x, xt, ldx, n, in, static_cast<const hwy::bfloat16_t*>(w), nullptr, r0, r1, bias, y, out);
       break;
     case WeightType::f16:
-      rows_range(x, xt, ldx, n, in, static_cast<const hwy::float16_t*>(w), r0, r1, bias, y, out);
+      rows_range(x, xt, ldx, n, in, static_cast<const hwy::float16_t*>(w), nullptr, r0, r1, bias, y, out);
+      break;
+    case WeightType::i8:
+      rows_range(x, xt, ldx, n, in, static_cast<const int8_t*>(w), scales, r0, r1, bias, y, out);
+      break;
+    case WeightType::fp8:
+      rows_range(x, xt, ldx, n, in, static_cast<const uint8_t*>(w), scales, r0, r1, bias, y, out);
       break;
   }
 }
@@ -282,18 +322,20 @@ void transpose_rows(const float* x, int64_t n, int64_t in, float* xt, int64_t ld
 
 }  // namespace
 
-void matmul_nt(const float* x, int64_t n, int64_t in, const void* w, WeightType type, int64_t out,
-               const float* bias, float* y, ThreadPool* pool) {
+void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t out, const float* bias, float* y,
+               ThreadPool* pool) {
   if (n <= 0 || out <= 0) return;
+  const bool eight_bit = w.type == WeightType::i8 || w.type == WeightType::fp8;
+  RLCPP_CHECK(eight_bit == (w.scales != nullptr), "matmul_nt: 8-bit weights need their row scales, and only they have them");
   if (pool == nullptr) pool = &ThreadPool::global();
   // Dispatch chooses its target on the first call: make that call here, not racing in the workers.
   (void)HWY_DYNAMIC_DISPATCH(ThisTarget)();
-  const int t = static_cast<int>(type);
+  const int t = static_cast<int>(w.type);
   if (n <= kDotRows) {
     // Ranges of whole 4-row tiles, and at least 64 weight rows a thread (tiny layers stay on one).
     pool->parallel_for(
         out, [&](int64_t r0, int64_t r1) {
-          HWY_DYNAMIC_DISPATCH(MatmulRows)(x, nullptr, 0, n, in, w, t, r0, r1, bias, y, out);
+          HWY_DYNAMIC_DISPATCH(MatmulRows)(x, nullptr, 0, n, in, w.data, t, w.scales, r0, r1, bias, y, out);
         }, 4, 64);
     return;
   }
@@ -308,7 +350,7 @@ void matmul_nt(const float* x, int64_t n, int64_t in, const void* w, WeightType 
   // Whole tiles of every width (6, 8, 12 and 24 rows) per range.
   pool->parallel_for(
       out, [&](int64_t r0, int64_t r1) {
-        HWY_DYNAMIC_DISPATCH(MatmulRows)(x, xt, ldx, n, in, w, t, r0, r1, bias, y, out);
+        HWY_DYNAMIC_DISPATCH(MatmulRows)(x, xt, ldx, n, in, w.data, t, w.scales, r0, r1, bias, y, out);
       }, 24, 48);
 }
 

@@ -1,5 +1,6 @@
-// Small-batch matrix products for generation on CPU: y = x · Wᵀ (+ b) with W stored in fp32, bf16
-// or fp16 and every product and sum in fp32. One source (Google Highway) compiled for each SIMD
+// Small-batch matrix products for generation on CPU: y = x · Wᵀ (+ b) with W stored in fp32, bf16,
+// fp16, int8 or fp8 (e4m3; both 8-bit types with a scale per output row: kernels/quantize.h) and
+// every product and sum in fp32: narrow weights are widened in registers as they are read. One source (Google Highway) compiled for each SIMD
 // target; the fastest one this CPU supports is picked at run time, so one binary runs well on
 // AVX2, AVX-512 and NEON machines. The output rows are split over the kernel thread pool.
 //
@@ -20,15 +21,25 @@ class ThreadPool;
 
 namespace rlcpp::kernels {
 
-enum class WeightType { f32, bf16, f16 };
+// i8: int8 codes, w[r, k] = scale[r] · q[r, k]; fp8: fp8 e4m3 codes (bias 7, no infinities; the
+// code 0x7f, e4m3's NaN, reads as 480), w[r, k] = scale[r] · e4m3(q[r, k]).
+enum class WeightType { f32, bf16, f16, i8, fp8 };
+
+// A weight matrix [out, in] as stored: its elements, their type, and for i8 and fp8 the scale of
+// each output row (null for the others).
+struct StoredWeight {
+  const void* data = nullptr;
+  WeightType type = WeightType::f32;
+  const float* scales = nullptr;
+};
 
 // The most rows of x the dot-product tiles take; more go to the outer-product tiles.
 constexpr int64_t kDotRows = 8;
 
 // y[n, out] = x[n, in] · w[out, in]ᵀ + bias[out] (bias may be null). x, w and y are dense
-// row-major; w holds `type` elements. pool: ThreadPool::global() when null.
-void matmul_nt(const float* x, int64_t n, int64_t in, const void* w, WeightType type, int64_t out,
-               const float* bias, float* y, ThreadPool* pool = nullptr);
+// row-major. pool: ThreadPool::global() when null.
+void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t out, const float* bias, float* y,
+               ThreadPool* pool = nullptr);
 
 // The SIMD target the dispatcher picks on this CPU ("AVX3", "AVX2", "NEON", ...), and every
 // target this binary carries that the CPU supports, best first.

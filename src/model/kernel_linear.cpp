@@ -8,6 +8,8 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
+#include "kernels/quantize.h"
+#include "util/error.h"
 
 namespace rlcpp {
 
@@ -30,7 +32,49 @@ KernelScope::~KernelScope() { in_scope = previous_; }
 
 bool kernels_active() { return in_scope && kernels_enabled(); }
 
-torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+bool eight_bit(torch::ScalarType dtype) { return dtype == torch::kChar || dtype == torch::kByte; }
+
+namespace {
+
+kernels::WeightType eight_bit_type(torch::ScalarType dtype) {
+  RLCPP_CHECK(eight_bit(dtype), "an 8-bit weight stored as {}", c10::toString(dtype));
+  return dtype == torch::kChar ? kernels::WeightType::i8 : kernels::WeightType::fp8;
+}
+
+}  // namespace
+
+void quantize_weight(const torch::Tensor& w, torch::Tensor& q, torch::Tensor& scale) {
+  RLCPP_CHECK(w.dim() == 2 && q.sizes() == w.sizes() && scale.dim() == 1 && scale.size(0) == w.size(0) &&
+                  scale.scalar_type() == torch::kFloat32,
+              "quantizing a weight {} into codes {} and scales {} ({})", w.sizes(), q.sizes(), scale.sizes(),
+              c10::toString(scale.scalar_type()));
+  torch::NoGradGuard no_grad;
+  const auto source = w.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  const bool here = q.device().is_cpu() && q.is_contiguous() && scale.device().is_cpu() && scale.is_contiguous();
+  auto codes = here ? q : torch::empty(q.sizes(), q.options().device(torch::kCPU));
+  auto scales = here ? scale : torch::empty(scale.sizes(), scale.options().device(torch::kCPU));
+  kernels::quantize_rows(source.data_ptr<float>(), w.size(0), w.size(1), eight_bit_type(q.scalar_type()),
+                         codes.data_ptr(), scales.data_ptr<float>());
+  if (!here) {
+    q.copy_(codes);
+    scale.copy_(scales);
+  }
+}
+
+torch::Tensor dequantize_weight(const torch::Tensor& q, const torch::Tensor& scale) {
+  RLCPP_CHECK(q.dim() >= 1 && scale.sizes() == q.sizes().slice(0, q.dim() - 1), "codes {} with scales {}", q.sizes(),
+              scale.sizes());
+  const auto codes = q.to(torch::kCPU).contiguous();
+  const auto scales = scale.to(torch::kCPU, torch::kFloat32).contiguous();
+  auto out = torch::empty(q.sizes(), torch::TensorOptions().dtype(torch::kFloat32));
+  const int64_t in = q.size(-1);
+  kernels::dequantize_rows(codes.data_ptr(), scales.data_ptr<float>(), in == 0 ? 0 : q.numel() / in, in,
+                           eight_bit_type(q.scalar_type()), out.data_ptr<float>());
+  return out.to(q.device());
+}
+
+torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                            const torch::Tensor& scale) {
   if (!kernels_active()) return {};
   const bool needs_graph = x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad());
   if (torch::GradMode::is_enabled() && needs_graph) return {};
@@ -40,21 +84,30 @@ torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight,
   const int64_t in = weight.size(1), out = weight.size(0);
   if (x.dim() == 0 || x.size(-1) != in) return {};
   const int64_t rows = x.numel() / in;
-  if (rows == 0 || rows > kKernelMaxRows || !weight.is_contiguous()) return {};
-  kernels::WeightType type;
+  const bool narrow = eight_bit(weight.scalar_type());
+  if (rows == 0 || (rows > kKernelMaxRows && !narrow) || !weight.is_contiguous()) return {};
+  kernels::StoredWeight stored{weight.data_ptr()};
   switch (weight.scalar_type()) {
-    case torch::kFloat32: type = kernels::WeightType::f32; break;
-    case torch::kBFloat16: type = kernels::WeightType::bf16; break;
-    case torch::kFloat16: type = kernels::WeightType::f16; break;
+    case torch::kFloat32: stored.type = kernels::WeightType::f32; break;
+    case torch::kBFloat16: stored.type = kernels::WeightType::bf16; break;
+    case torch::kFloat16: stored.type = kernels::WeightType::f16; break;
+    case torch::kChar:
+    case torch::kByte: stored.type = eight_bit_type(weight.scalar_type()); break;
     default: return {};
+  }
+  if (narrow) {
+    RLCPP_CHECK(scale.defined() && scale.scalar_type() == torch::kFloat32 && scale.is_contiguous() &&
+                    scale.device().is_cpu() && scale.numel() == out,
+                "an 8-bit weight {} needs its {} fp32 row scales", weight.sizes(), out);
+    stored.scales = scale.data_ptr<float>();
   }
   const auto xc = x.contiguous();
   const auto b = bias.defined() ? bias.to(torch::kFloat32).contiguous() : torch::Tensor();
   auto sizes = x.sizes().vec();
   sizes.back() = out;
   auto y = torch::empty(sizes, x.options());
-  kernels::matmul_nt(xc.data_ptr<float>(), rows, in, weight.data_ptr(), type, out,
-                     b.defined() ? b.data_ptr<float>() : nullptr, y.data_ptr<float>());
+  kernels::matmul_nt(xc.data_ptr<float>(), rows, in, stored, out, b.defined() ? b.data_ptr<float>() : nullptr,
+                     y.data_ptr<float>());
   return y;
 }
 
@@ -157,9 +210,11 @@ torch::Tensor kernel_rope(const torch::Tensor& x, const torch::Tensor& cos, cons
   return RopeFunction::apply(x, cos, sin);
 }
 
-torch::Tensor linear_no_grad(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  if (auto y = kernel_linear(x, weight, bias); y.defined()) return y;
+torch::Tensor linear_no_grad(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                             const torch::Tensor& scale) {
+  if (auto y = kernel_linear(x, weight, bias, scale); y.defined()) return y;
   const auto dtype = x.scalar_type();
+  if (eight_bit(weight.scalar_type())) return linear_no_grad(x, dequantize_weight(weight, scale).to(dtype), bias);
   return torch::nn::functional::linear(x, weight.scalar_type() == dtype ? weight : weight.to(dtype),
                                        !bias.defined() || bias.scalar_type() == dtype ? bias : bias.to(dtype));
 }

@@ -33,10 +33,21 @@ bool kernels_active();
 // Not disabled by $RLCPP_KERNELS=0 (which keeps everything on LibTorch, for A/B benchmarks).
 bool kernels_enabled();
 
+// 8-bit weights (the rollout engine's copy under --rollout-dtype int8|fp8, kernels/quantize.h): a
+// weight [out, in] of codes, int8 (kChar) or fp8 e4m3 bits (kByte: LibTorch 1.13 has no fp8), and
+// its scales [out] in fp32. Such a weight is only ever read through these functions.
+bool eight_bit(torch::ScalarType dtype);
+// Writes w's codes into q (kChar or kByte, w's shape) and its row scales into scale ([out], fp32).
+void quantize_weight(const torch::Tensor& w, torch::Tensor& q, torch::Tensor& scale);
+// The fp32 weight [out, in] (or rows [..., in] with their scales [...]) an 8-bit one stands for.
+torch::Tensor dequantize_weight(const torch::Tensor& q, const torch::Tensor& scale);
+
 // x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x of at most
-// kKernelMaxRows rows, weight [out, in] in fp32, bf16 or fp16. Undefined when they do not, or
-// when $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
-torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
+// kKernelMaxRows rows (any number for 8-bit weights, which LibTorch cannot read), weight [out, in]
+// in fp32, bf16, fp16 or 8 bits with its `scale`. Undefined when they do not, or when
+// $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
+torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {},
+                            const torch::Tensor& scale = {});
 
 // The fused element-wise kernels, multi-threaded on the kernels' pool, wherever every tensor is on
 // the CPU in fp32 and $RLCPP_KERNELS is not 0: the engine's steps, and training and scoring too
@@ -48,7 +59,9 @@ torch::Tensor kernel_silu_mul(const torch::Tensor& gate, const torch::Tensor& up
 // x [T, H, D] (tokens, heads, head_dim), cos/sin [T, D].
 torch::Tensor kernel_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-// kernel_linear, else LibTorch's product with the weight (and bias) converted to x's dtype.
-torch::Tensor linear_no_grad(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
+// kernel_linear, else LibTorch's product with the weight (and bias) converted to x's dtype (an
+// 8-bit one dequantized with `scale`).
+torch::Tensor linear_no_grad(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {},
+                             const torch::Tensor& scale = {});
 
 }  // namespace rlcpp

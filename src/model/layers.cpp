@@ -48,8 +48,10 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x, const ForwardContext& 
   const auto dtype = x.scalar_type();
   // Row-parallel: the bias joins after the sum over the group.
   const torch::Tensor& b = reduce_over != nullptr ? torch::Tensor() : bias;
-  torch::Tensor y = kernel_linear(x, weight, b);  // generation's small batches on CPU
+  torch::Tensor y = kernel_linear(x, weight, b, weight_scale);  // generation's small batches on CPU
   if (y.defined()) {
+  } else if (weight_scale.defined()) {
+    y = linear_no_grad(x, weight, b, weight_scale);
   } else if (weight.scalar_type() != dtype && !weight.requires_grad() && (!b.defined() || !b.requires_grad())) {
     y = StoredWeightLinear::apply(x, weight, b.defined() ? c10::optional<torch::Tensor>(b) : c10::nullopt);
   } else {

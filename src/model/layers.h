@@ -45,7 +45,8 @@ class RMSNormImpl : public torch::nn::Module {
 
 // A linear layer y = x W^T + b, optionally with a LoRA adapter (see lora.h). The adapter's tensors
 // are not registered parameters: the module's parameters stay exactly the Hugging Face weights.
-// A weight stored in another dtype than x's (a frozen half-precision base) is converted as it runs.
+// A weight stored in another dtype than x's (a frozen half-precision base) is converted as it runs;
+// one in 8 bits (the rollout engine's copy) is read with its row scales (model/kernel_linear.h).
 // Row-parallel (tensor parallelism: `reduce_over` set), the partial products of this rank's input
 // columns are summed over the group before the bias is added.
 class LinearImpl : public torch::nn::Module {
@@ -60,6 +61,7 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor merged_weight(torch::ScalarType dtype) const;
 
   torch::Tensor weight, bias;      // bias undefined when absent
+  torch::Tensor weight_scale;      // an 8-bit weight's row scales [out] (the buffer "weight_scale"); else undefined
   torch::Tensor lora_A, lora_B;    // [r, in], [out, r]; undefined without an adapter
   double lora_scaling = 0, lora_dropout = 0;
   const TensorParallel* reduce_over = nullptr;  // row-parallel: sum over this group, then the bias

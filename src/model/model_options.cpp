@@ -19,6 +19,25 @@ torch::ScalarType dtype_or_default(const std::string& text, const std::string& f
   return text.empty() ? torch::ScalarType::Undefined : dtypes().parse(text, flag);
 }
 
+const EnumTable<torch::ScalarType>& rollout_dtypes() {
+  static const EnumTable<torch::ScalarType> table(
+      "rollout dtype",
+      {{torch::kFloat32, "float32", "32-bit float", {"fp32", "float"}},
+       {torch::kBFloat16, "bfloat16", "bfloat16, computed in fp32 on the CPU", {"bf16"}},
+       {torch::kFloat16, "float16", "IEEE half, computed in fp32 on the CPU", {"fp16", "half"}},
+       {torch::kChar, "int8", "int8 with a scale per output channel, computed in fp32", {"i8"}},
+       {torch::kByte, "fp8", "fp8 e4m3 with a scale per output channel, computed in fp32", {"fp8_e4m3", "e4m3"}}});
+  return table;
+}
+
+torch::ScalarType rollout_dtype_or_default(const std::string& text, const std::string& flag) {
+  return text.empty() ? torch::ScalarType::Undefined : rollout_dtypes().parse(text, flag);
+}
+
+int64_t rollout_dtype_bytes(const std::string& name) {
+  return static_cast<int64_t>(c10::elementSize(rollout_dtypes().parse(name, "--rollout-dtype")));
+}
+
 ModelOptions model_options_from_flags(const std::string& dtype, const std::string& device) {
   ModelOptions options;
   options.dtype = dtypes().parse(dtype, "--dtype");

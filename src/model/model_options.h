@@ -44,6 +44,13 @@ struct ModelOptions {
 const EnumTable<torch::ScalarType>& dtypes();
 // A dtype flag's value; Undefined for "" (the flag's default). A bad name is a UserError naming `flag`.
 torch::ScalarType dtype_or_default(const std::string& text, const std::string& flag);
+// What the rollout engine's weights may be stored in (--rollout-dtype): float32, bfloat16,
+// float16, and int8 and fp8 (e4m3), 8-bit with a scale per output channel, held in LibTorch as
+// kChar and kByte codes (model/kernel_linear.h).
+const EnumTable<torch::ScalarType>& rollout_dtypes();
+torch::ScalarType rollout_dtype_or_default(const std::string& text, const std::string& flag);
+// Bytes per element of a rollout_dtypes() name.
+int64_t rollout_dtype_bytes(const std::string& name);
 // ModelOptions from the --dtype and --device flags; bad values are UserErrors naming the flag.
 ModelOptions model_options_from_flags(const std::string& dtype, const std::string& device);
 

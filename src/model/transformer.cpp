@@ -149,10 +149,21 @@ torch::Tensor Transformer::hidden_states_packed(const torch::Tensor& ids, const 
   return stage.last() ? model->norm->forward(h) : h;
 }
 
+torch::Tensor Transformer::embedding_rows(const torch::Tensor& ids) {
+  const auto& weight = model->embed_tokens->weight;
+  const auto buffers = model->embed_tokens->named_buffers(/*recurse=*/false);
+  const auto* scale = buffers.find("weight_scale");
+  if (scale == nullptr) return model->embed_tokens->forward(ids);
+  const auto flat = ids.reshape({-1});
+  auto sizes = ids.sizes().vec();
+  sizes.push_back(weight.size(1));
+  return dequantize_weight(weight.index_select(0, flat), scale->index_select(0, flat)).view(sizes);
+}
+
 torch::Tensor Transformer::embed(const torch::Tensor& ids) {
   const auto& weight = model->embed_tokens->weight;
   const bool into_grad = torch::GradMode::is_enabled() && weight.requires_grad();
-  if (!tp_) return into_grad ? EmbeddingIntoGrad::apply(weight, ids, c10::nullopt) : model->embed_tokens->forward(ids);
+  if (!tp_) return into_grad ? EmbeddingIntoGrad::apply(weight, ids, c10::nullopt) : embedding_rows(ids);
   // Vocabulary-parallel: each rank looks up the tokens it holds (zeros for the others) and the
   // rows are summed over the group.
   auto local = ids - tp_->shape().vocab_begin;
@@ -162,7 +173,7 @@ torch::Tensor Transformer::embed(const torch::Tensor& ids) {
   if (into_grad) {
     rows = EmbeddingIntoGrad::apply(weight, local, c10::optional<torch::Tensor>(held));
   } else {
-    rows = model->embed_tokens->forward(local);
+    rows = embedding_rows(local);
     rows.mul_(held.unsqueeze(-1).to(rows.scalar_type()));
   }
   return tp_->reduce(rows);
@@ -177,7 +188,22 @@ torch::Tensor Transformer::scores(const torch::Tensor& input_ids, const torch::T
   return score->forward(last, context).to(compute_dtype(options_.dtype));
 }
 
-torch::Tensor Transformer::output_weight() const { return as_dtype(stored_output_weight(), options_.dtype); }
+torch::Tensor Transformer::output_weight() const {
+  const auto stored = stored_output_weight();
+  if (eight_bit(stored.scalar_type())) return as_dtype(dequantize_weight(stored, stored_output_scale()), options_.dtype);
+  return as_dtype(stored, options_.dtype);
+}
+
+torch::Tensor Transformer::stored_output_scale() const {
+  stored_output_weight();  // the checks: a causal LM's last stage
+  return weight_scale(lm_head ? "lm_head.weight" : "model.embed_tokens.weight");
+}
+
+torch::Tensor Transformer::weight_scale(const std::string& name) const {
+  const auto buffers = named_buffers();
+  const auto* scale = buffers.find(name + "_scale");
+  return scale != nullptr ? *scale : torch::Tensor();
+}
 
 torch::Tensor Transformer::stored_output_weight() const {
   if (config_.classifier()) {

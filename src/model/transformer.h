@@ -146,8 +146,13 @@ class Transformer : public torch::nn::Module {
 
   // The output projection [V, H] in the compute dtype: lm_head, or the embedding when tied.
   torch::Tensor output_weight() const;
-  // The same as stored (a frozen half-precision copy is not converted): for linear_no_grad.
+  // The same as stored (a frozen half-precision copy is not converted): for linear_no_grad, with
+  // stored_output_scale (an 8-bit copy's row scales; else undefined).
   torch::Tensor stored_output_weight() const;
+  torch::Tensor stored_output_scale() const;
+  // The row scales of the 8-bit weight `name` (ModelOptions::frozen_dtype int8 or fp8: the rollout
+  // engine's copy, model/kernel_linear.h); undefined for a weight stored otherwise.
+  torch::Tensor weight_scale(const std::string& name) const;
 
   // LoRA (see lora.h). add_adapters puts fresh adapters on the linear layers `config` names and
   // freezes every base weight; A is drawn from `seed`.
@@ -178,6 +183,9 @@ class Transformer : public torch::nn::Module {
   // Copies some of the weights in (a weight-sync bucket); returns the names it set. A pipeline
   // stage passes over the weights of the other stages.
   std::set<std::string> update_weights(const NamedTensors& tensors, const std::string& source);
+  // Copies this rank's part of weight `name` in (cast to its dtype; an 8-bit one quantized with
+  // its row scales).
+  void write_weight(const std::string& name, const torch::Tensor& local);
   // Whether the whole model's weight `name` is on this pipeline stage (ModelOptions::stage; every
   // weight on a whole model, and every name the model does not know, so it can be refused).
   bool holds_weight(const std::string& name) const;
@@ -199,8 +207,13 @@ class Transformer : public torch::nn::Module {
   Linear score;    // a classifier's head [num_labels, H] (Hugging Face's `score`); null for a causal LM
 
  private:
-  // Stores the frozen weights in options_.frozen_dtype (after loading).
+  // Stores the frozen weights in options_.frozen_dtype (after loading); 8-bit ones with a
+  // "weight_scale" buffer beside each weight.
   void store_frozen_weights();
+  // param.copy_(local), or an 8-bit param quantized with its scales (weight_scale(name)).
+  void assign(const std::string& name, torch::Tensor& param, const torch::Tensor& local) const;
+  // The embedding's rows of `ids` (an 8-bit embedding's dequantized).
+  torch::Tensor embedding_rows(const torch::Tensor& ids);
   // Under LoRA: every base weight frozen, a classifier's score head excepted (PEFT's modules_to_save).
   void freeze_all_but_head();
   // Every tensor a weight-sync or checkpoint names (parameters, then adapters), with its name.

@@ -24,6 +24,20 @@ namespace rlcpp {
 void Transformer::store_frozen_weights() {
   // Before loading: the weights are replaced, not converted (nothing is allocated at full size).
   torch::NoGradGuard no_grad;
+  if (eight_bit(options_.frozen_dtype)) {
+    RLCPP_CHECK(!config_.classifier(), "8-bit weights for a classifier ({})", config_.architecture);
+    for (const auto& item : named_modules(/*name_prefix=*/"", /*include_self=*/false)) {  // in the constructor
+      auto own = item.value()->named_parameters(/*recurse=*/false);
+      auto* p = own.find("weight");
+      if (p == nullptr || p->dim() != 2) continue;
+      p->set_requires_grad(false);
+      p->set_data(torch::empty(p->sizes(), p->options().dtype(options_.frozen_dtype)));
+      auto scale = item.value()->register_buffer("weight_scale", torch::zeros({p->size(0)}, p->options().dtype(torch::kFloat32)));
+      if (auto* linear = dynamic_cast<LinearImpl*>(item.value().get())) linear->weight_scale = scale;
+    }
+    for (auto& p : parameters()) p.set_requires_grad(false);
+    return;
+  }
   for (auto& item : named_parameters()) {
     auto& p = item.value();
     p.set_requires_grad(false);

@@ -98,10 +98,28 @@ std::set<std::string> Transformer::update_weights(const NamedTensors& tensors, c
       throw_user_error("{}: unexpected weight \"{}\" ({} has no such parameter)", source, name,
                        config_.model_type);
     }
-    param->copy_(local_part(name, tensor, *param, source));
+    assign(name, *param, local_part(name, tensor, *param, source));
     loaded.insert(name);
   }
   return loaded;
+}
+
+void Transformer::assign(const std::string& name, torch::Tensor& param, const torch::Tensor& local) const {
+  if (!eight_bit(param.scalar_type())) {
+    param.copy_(local);
+    return;
+  }
+  auto scale = weight_scale(name);
+  RLCPP_CHECK(scale.defined(), "the 8-bit weight \"{}\" has no row scales", name);
+  quantize_weight(local, param, scale);
+}
+
+void Transformer::write_weight(const std::string& name, const torch::Tensor& local) {
+  torch::NoGradGuard no_grad;
+  auto params = named_parameters();
+  auto* param = params.find(name);
+  RLCPP_CHECK(param != nullptr, "no weight \"{}\" to write", name);
+  assign(name, *param, local);
 }
 
 bool Transformer::holds_weight(const std::string& name) const {

@@ -225,16 +225,18 @@ std::vector<Setting> make_settings() {
   // rollout
   s.push_back(int_setting("rollout.kv_cache_mb", "--kv-cache-mb", "KV cache budget (MiB)",
                           [](C& c) -> int64_t& { return c.rollout.engine.kv_cache_mb; }, 1, {}, true));
-  const std::vector<torch::ScalarType> rollout_dtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
+  const std::vector<torch::ScalarType> kv_dtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
   s.push_back(dtype_setting("rollout.dtype", "--rollout-dtype",
-                            "dtype of the weights the engine generates with: float32, bfloat16 or float16 (default: "
-                            "--dtype). Another than --dtype: the engine keeps its own copy, refreshed after each "
-                            "update (half precision on the CPU is computed in fp32 by the kernels)",
-                            [](C& c) -> std::string& { return c.rollout.dtype; }, rollout_dtypes, true));
+                            "dtype of the weights the engine generates with: " + rlcpp::rollout_dtypes().names(", ") +
+                                " (default: --dtype). Another than --dtype: the engine keeps its own copy, refreshed "
+                                "after each update (half precision and 8 bits, with a scale per output channel, are "
+                                "computed in fp32 by the CPU kernels); --tis-cap and --is-mask-high correct the "
+                                "rollout/trainer mismatch this makes",
+                            [](C& c) -> std::string& { return c.rollout.dtype; }, {}, true, rlcpp::rollout_dtypes()));
   s.push_back(dtype_setting("rollout.kv_cache_dtype", "--kv-cache-dtype",
                             "dtype of the engine's KV cache: float32, bfloat16 or float16 (default: the engine's "
                             "compute dtype)",
-                            [](C& c) -> std::string& { return c.rollout.kv_cache_dtype; }, rollout_dtypes, true));
+                            [](C& c) -> std::string& { return c.rollout.kv_cache_dtype; }, kv_dtypes, true));
   s.push_back(int_setting("rollout.max_num_seqs", "--max-num-seqs", "sequences the engine runs at once (vLLM's max_num_seqs)",
                           [](C& c) -> int64_t& { return c.rollout.engine.scheduler.max_num_seqs; }, 1, {}, true));
   s.push_back(int_setting("rollout.max_num_batched_tokens", "--max-num-batched-tokens",

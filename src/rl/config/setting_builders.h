@@ -101,21 +101,22 @@ Setting string_setting(std::string name, std::string flags, std::string help, Re
                        may_differ);
 }
 
-// A dtype by any of its names, stored as its canonical name ("" when empty: the default).
-// `allowed`: the dtypes it may take (empty: any).
+// A dtype by any of its names in `table`, stored as its canonical name ("" when empty: the
+// default). `allowed`: the dtypes it may take (empty: any of the table's).
 template <typename Ref>
 Setting dtype_setting(std::string name, std::string flags, std::string help, Ref ref,
-                      std::vector<torch::ScalarType> allowed = {}, bool may_differ = false) {
-  auto read = [allowed](const Json& v, const std::string& where) -> std::string {
+                      std::vector<torch::ScalarType> allowed = {}, bool may_differ = false,
+                      const EnumTable<torch::ScalarType>& table = dtypes()) {
+  auto read = [allowed, &table](const Json& v, const std::string& where) -> std::string {
     const std::string text = read_string(v, where);
     if (text.empty()) return "";
-    const auto dtype = dtypes().parse(text, where);
+    const auto dtype = table.parse(text, where);
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), dtype) == allowed.end()) {
       std::string names;
-      for (auto a : allowed) names += (names.empty() ? "" : ", ") + dtypes().name(a);
+      for (auto a : allowed) names += (names.empty() ? "" : ", ") + table.name(a);
       throw_user_error("{}: {} is not one of {}", where, text, names);
     }
-    return dtypes().name(dtype);
+    return table.name(dtype);
   };
   return field_setting(std::move(name), std::move(flags), std::move(help), ref, read, {}, may_differ);
 }

@@ -116,7 +116,7 @@ RoundProgress round_progress_from_json(const nlohmann::json& j, const std::strin
 
 EngineConfig run_engine_config(const RunConfig& c) {
   EngineConfig config = c.rollout.engine;
-  config.weights_dtype = dtype_or_default(c.rollout.dtype, "--rollout-dtype");
+  config.weights_dtype = rollout_dtype_or_default(c.rollout.dtype, "--rollout-dtype");
   config.kv_dtype = dtype_or_default(c.rollout.kv_cache_dtype, "--kv-cache-dtype");
   return config;
 }

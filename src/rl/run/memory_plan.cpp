@@ -187,7 +187,18 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
     // A KV block's pages become resident when first written (engine/kv_cache.cpp): the budget, or
     // what a round's sequences fill if less (a prompt's blocks shared by its G samples).
     const double budget = static_cast<double>(c.rollout.engine.kv_cache_mb) * kMiB;
-    const double kv_dtype = c.rollout.dtype.empty() ? e : dtype_bytes(c.rollout.dtype);
+    // The KV cache's dtype: --kv-cache-dtype, else the engine's compute dtype (its copy's: fp32 on
+    // the CPU for half and 8-bit rollout weights, which the kernels compute in fp32).
+    const bool copy = !c.rollout.dtype.empty() && c.rollout.dtype != c.runtime.dtype;
+    const bool cpu = c.runtime.device.rfind("cpu", 0) == 0, eight = copy && rollout_dtype_bytes(c.rollout.dtype) == 1;
+    double kv_dtype = e;
+    if (!c.rollout.kv_cache_dtype.empty()) {
+      kv_dtype = dtype_bytes(c.rollout.kv_cache_dtype);
+    } else if (copy && cpu) {
+      kv_dtype = 4;
+    } else if (copy && !eight) {
+      kv_dtype = static_cast<double>(rollout_dtype_bytes(c.rollout.dtype));
+    }
     const double block = static_cast<double>(c.rollout.engine.block_size);
     auto blocks = [&](double tokens) { return std::ceil(tokens / block) * block; };
     const double prompts = static_cast<double>(c.round_prompts());
@@ -201,7 +212,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
                                                        c.rollout.engine.kv_cache_mb)
                                          : std::string("--kv-cache-mb")});
     if (!c.rollout.dtype.empty() && c.rollout.dtype != c.runtime.dtype) {
-      est.lines.push_back({"rollout weights", params * dtype_bytes(c.rollout.dtype),
+      est.lines.push_back({"rollout weights", params * static_cast<double>(rollout_dtype_bytes(c.rollout.dtype)),
                            fmt::format("--rollout-dtype {}: the engine's own copy", c.rollout.dtype)});
     }
   }
