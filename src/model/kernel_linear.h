@@ -43,9 +43,9 @@ void quantize_weight(const torch::Tensor& w, torch::Tensor& q, torch::Tensor& sc
 torch::Tensor dequantize_weight(const torch::Tensor& q, const torch::Tensor& scale);
 
 // x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x of at most
-// kKernelMaxRows rows (any number for 8-bit weights, which LibTorch cannot read), weight [out, in]
-// in fp32, bf16, fp16 or 8 bits with its `scale`. Undefined when they do not, or when
-// $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
+// kKernelMaxRows rows, weight [out, in] in fp32, bf16, fp16 or 8 bits with its `scale`. Undefined
+// when they do not (a longer prefill dequantizes an 8-bit weight for BLAS, as linear_no_grad does),
+// or when $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
 torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {},
                             const torch::Tensor& scale = {});
 
