@@ -161,6 +161,23 @@ ok = len(rows) == 2 and all(1e-4 < r["mismatch_abs_mean"] < 0.5 for r in rows) a
 sys.exit(0 if ok else 1)
 PY
 done
+# int8 with a resume (the copy made again from the checkpoint's weights: the same rollouts) and with
+# distributed workers (their copies quantized again after each sync).
+r8=("${base[@]}" "${lora[@]}" --kl 0.01 --si 1 -tmbs 16 --rollout-dtype int8 "${chunks[@]}")
+"$rlcpp" train "${r8[@]}" --max-steps 1 -p r8-cut > r8-cut.log 2>&1 \
+  && "$rlcpp" train "${r8[@]}" --max-steps 2 -p r8-cut --resume auto > r8-resumed.log 2>&1 \
+  && "$rlcpp" train "${r8[@]}" --max-steps 2 -p r8-whole > r8-whole.log 2>&1 || { bad rollout-int8-resume-run; tail -3 r8-*.log; }
+if [ "$(metrics_of runs/r8-whole/metrics.jsonl)" = "$(metrics_of runs/r8-cut/metrics.jsonl)" ] \
+   && cmp -s runs/r8-whole/step-2/adapter_model.safetensors runs/r8-cut/step-2/adapter_model.safetensors; then
+  ok rollout-int8-resume-exact
+else
+  bad rollout-int8-resume-exact; diff <(metrics_of runs/r8-whole/metrics.jsonl) <(metrics_of runs/r8-cut/metrics.jsonl) | head -4
+fi
+"$mpirun" --oversubscribe -np 2 "$rlcpp" train "${r8[@]}" -t 1 -i 1 --max-steps 2 --verify-sync -p r8-dist > r8-dist.log 2>&1 \
+  && python3 -c 'import json,sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
+sys.exit(0 if len(rows) == 2 and all(1e-4 < r["mismatch_abs_mean"] < 0.5 for r in rows) else 1)' runs/r8-dist/metrics.jsonl \
+  && ok rollout-int8-distributed || { bad rollout-int8-distributed; tail -3 r8-dist.log; }
 "$rlcpp" train "${rb[@]}" --max-steps 2 -p rb-cut > rb-cut.log 2>&1 \
   && "$rlcpp" train "${rb[@]}" --max-steps 4 -p rb-cut --resume auto > rb-resumed.log 2>&1 \
   || { bad rollout-bf16-resume-run; tail -3 rb-cut.log rb-resumed.log; }

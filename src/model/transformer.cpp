@@ -200,6 +200,8 @@ torch::Tensor Transformer::stored_output_scale() const {
 }
 
 torch::Tensor Transformer::weight_scale(const std::string& name) const {
+  // Every decode step asks for the head's: only an 8-bit model looks through its buffers.
+  if (!eight_bit(options_.frozen_dtype)) return {};
   const auto buffers = named_buffers();
   const auto* scale = buffers.find(name + "_scale");
   return scale != nullptr ? *scale : torch::Tensor();
