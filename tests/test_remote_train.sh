@@ -6,8 +6,9 @@
 # servers that earlier runs updated gets the run's model back into them first; a trainer killed
 # with kill -9 resumes exactly; -nb 1 overlaps generation with training one version behind and
 # learns, and with --partial-rollout the servers take each version in the middle of the round's
-# sequences, reproducibly (under LoRA too, killed and resumed exactly); bad flags and unreachable
-# servers are errors naming them.
+# sequences, reproducibly (under LoRA too, killed and resumed exactly), and a checkpoint saves the
+# round they generate ahead cut at its version, from which a resumed run goes on bit for bit; bad
+# flags and unreachable servers are errors naming them.
 # Usage: test_remote_train.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_remote_train.sh RLCPP_BINARY SOURCE_DIR}")
@@ -193,6 +194,44 @@ done
 mixes_versions partial && ok partial-over-servers-mixes-versions || bad partial-over-servers-mixes-versions
 mixes_versions partial-imbs && ok partial-over-servers-imbs || bad partial-over-servers-imbs
 same_run partial-again partial && ok partial-over-servers-reproducible || bad partial-over-servers-reproducible
+
+# 5c. A checkpoint cuts the round ahead at its version (--checkpoint-round cut): the servers' round
+# is saved in flight as it stands (its samples part-way through their second call at 12 tokens), or
+# generated already when it ended before its switch point (--switch-interval 60, past the round's
+# 48 positions); killed in the middle of a later checkpoint and resumed, each run equals the one
+# left alone, its samples and weights bit for bit.
+in_flight() {  # NAME STEP: what the step's checkpoint holds of the round ahead
+  python3 - "runs/$1/step-$2/trainer_state/state.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["round"]
+assert r["collected"] is None and len(r["in_flight"]) == 1, r
+x = r["in_flight"][0]
+if x["graded"] is not None:
+    print(f"graded {len(x['graded']['kept']) + len(x['graded']['discarded'])} groups")
+else:
+    print(f"{x['source']} at {x['step']} of {x['call_end']}, calls {x['progress']['calls_started']}, tokens "
+          f"{sorted({len(s['tokens']) for s in x['progress']['samples'] if not s['done']})} unfinished")
+PY
+}
+[ "$(in_flight partial-imbs 2)" = "servers at 36 of 48, calls 2, tokens [12] unfinished" ] \
+  && ok servers-cut-round-in-flight || { bad servers-cut-round-in-flight; in_flight partial-imbs 2; }
+train "${partial[@]}" -imbs 2 --switch-interval 60 -p partial-late -rsd runs/partial-late/rollouts > partial-late.log 2>&1 \
+  || { bad partial-late-run; tail -5 partial-late.log; }
+[ "$(in_flight partial-late 2)" = "graded 4 groups" ] && ok servers-cut-after-round-generated \
+  || { bad servers-cut-after-round-generated; in_flight partial-late 2; }
+for name in partial-imbs partial-late; do
+  interval=$([ $name = partial-imbs ] && echo 36 || echo 60)
+  RLCPP_FAILPOINT=checkpoint:4 "$rlcpp" train "${partial[@]}" -imbs 2 --switch-interval $interval -p "$name-killed" \
+    -rsd "runs/$name-killed/rollouts" > "$name-killed.log" 2>&1 &
+  job=$!; pids+=("$job")
+  for _ in $(seq 1 1200); do [ "$(awk '{print $3}' /proc/$job/stat 2>/dev/null)" = T ] && break; sleep 0.05; done
+  kill -9 $job; wait $job 2>/dev/null
+  train "${partial[@]}" -imbs 2 --switch-interval $interval -p "$name-killed" -rsd "runs/$name-killed/rollouts" --resume auto \
+    > "$name-resumed.log" 2>&1 || { bad "$name-resumed-run"; tail -5 "$name-resumed.log"; }
+  grep -q "resuming from runs/$name-killed/step-3" "$name-resumed.log" && same_run "$name-killed" "$name" \
+    && cmp -s "$(last_weights "$name")" "$(last_weights "$name-killed")" && ok "$name-killed-mid-checkpoint-resumes-exactly" \
+    || bad "$name-killed-mid-checkpoint-resumes-exactly"
+done
 
 # 6. Bad flags and unreachable servers: errors naming them, not hangs.
 expect_error() {  # NAME TEXT ARGS...

@@ -292,6 +292,48 @@ TEST(RoundProgress, SurvivesItsJsonFormExactly) {
   EXPECT_THROW(checkpoint_state_from_json(state, "state.json"), UserError);
 }
 
+TEST(RoundInFlight, SurvivesItsJsonFormWithEitherSourceAndAGradedRound) {
+  RoundInFlight r;
+  r.source = "servers";
+  r.picks = {PromptPick{{1, 2, 3}, "2+2", "4", 7, 99, 12}};
+  r.switches.during_round = true;
+  r.switches.at = {36};
+  r.switches.cuts = {1};
+  r.taken = 1;
+  r.step = 36;
+  r.call_end = 48;
+  r.version = 5;
+  r.graded.emplace();
+  r.graded->kept = {group(3, 2)};
+  r.graded->discarded = {group(4, 2, 1)};
+  r.graded->generate_seconds = 0.5;
+  const RoundInFlight back = round_in_flight_from_json(nlohmann::json::parse(to_json(r).dump()), "test");
+  EXPECT_EQ(back.source, "servers");
+  ASSERT_EQ(back.picks.size(), 1u);
+  EXPECT_EQ(back.picks[0].ids, r.picks[0].ids);
+  EXPECT_EQ(back.picks[0].id, 12);
+  EXPECT_EQ(back.switches.at, r.switches.at);
+  EXPECT_EQ(back.switches.cuts, r.switches.cuts);
+  EXPECT_EQ(back.taken, 1);
+  EXPECT_EQ(back.step, 36);
+  EXPECT_EQ(back.call_end, 48);
+  EXPECT_EQ(back.version, 5);
+  EXPECT_FALSE(back.progress.has_value());
+  ASSERT_TRUE(back.graded.has_value());
+  ASSERT_EQ(back.graded->kept.size(), 1u);
+  ASSERT_EQ(back.graded->discarded.size(), 1u);
+  expect_same(back.graded->kept[0], r.graded->kept[0]);
+  expect_same(back.graded->discarded[0], r.graded->discarded[0]);
+  EXPECT_EQ(back.graded->generate_seconds, 0.5);
+  // A record from before rollout servers cut rounds is a rollout worker's.
+  auto old = to_json(r);
+  old.erase("source");
+  old.erase("call_end");
+  EXPECT_EQ(round_in_flight_from_json(old, "test").source, "engine");
+  old["source"] = "elsewhere";
+  EXPECT_THROW(round_in_flight_from_json(old, "test"), InternalError);
+}
+
 TEST(RelayBuffer, RelaysTheLastStepsGroupsAfterTheOffset) {
   StalenessOptions c;
   c.max_relay_episode = 2;

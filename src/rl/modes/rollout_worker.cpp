@@ -161,27 +161,16 @@ class RoundRun {
       picks_ = message.picks;
       return;
     }
-    const nlohmann::json& j = message.in_flight;
-    try {
-      switches_ = switches_from_json(j.at("switches"));
-      for (const auto& p : j.at("picks")) picks_.push_back(pick_from_json(p));
-      taken_ = j.at("taken").get<int64_t>();
-      step_ = j.at("step").get<int64_t>();
-      const int64_t version = j.at("version").get<int64_t>();
-      RLCPP_CHECK(engine.version() == version, "a round cut at version {} resumed on an engine holding version {}",
-                  version, engine.version());
-      if (!j.at("progress").is_null()) progress_ = round_progress_from_json(j.at("progress"), "a round in flight");
-      if (!j.at("graded").is_null()) {
-        const auto& g = j.at("graded");
-        graded_.emplace();
-        for (const auto& group : g.at("kept")) graded_->kept.push_back(group_from_json(group));
-        for (const auto& group : g.at("discarded")) graded_->discarded.push_back(group_from_json(group));
-        graded_->generate_seconds = g.at("generate_seconds").get<double>();
-        graded_->reward_seconds = g.at("reward_seconds").get<double>();
-      }
-    } catch (const nlohmann::json::exception& e) {
-      throw InternalError(fmt::format("a malformed round in flight from trainer rank 0: {}", e.what()));
-    }
+    RoundInFlight r = round_in_flight_from_json(message.in_flight, "a round in flight from trainer rank 0");
+    RLCPP_CHECK(r.source == "engine", "a round the {} cut resumed on a rollout worker", r.source);
+    RLCPP_CHECK(engine.version() == r.version, "a round cut at version {} resumed on an engine holding version {}",
+                r.version, engine.version());
+    switches_ = std::move(r.switches);
+    picks_ = std::move(r.picks);
+    taken_ = r.taken;
+    step_ = r.step;
+    progress_ = std::move(r.progress);
+    graded_ = std::move(r.graded);
   }
 
   // The round generated and graded, with the version it ends on (every version it takes taken).
@@ -240,23 +229,15 @@ class RoundRun {
   // round once generated, neither before it starts.
   void send_cut(const RoundProgress* progress = nullptr, const RolloutRound* graded = nullptr) {
     trace::Span span("cut");
-    nlohmann::json picks = nlohmann::json::array(), record;
-    for (const auto& p : picks_) picks.push_back(to_json(p));
-    record["switches"] = to_json(switches_);
-    record["picks"] = std::move(picks);
-    record["taken"] = taken_;
-    record["step"] = step_;
-    record["version"] = engine_.version();
-    record["progress"] = progress != nullptr ? to_json(*progress) : nlohmann::json(nullptr);
-    record["graded"] = nullptr;
-    if (graded != nullptr) {
-      nlohmann::json kept = nlohmann::json::array(), discarded = nlohmann::json::array();
-      for (const auto& g : graded->kept) kept.push_back(to_json(g));
-      for (const auto& g : graded->discarded) discarded.push_back(to_json(g));
-      record["graded"] = {{"kept", kept}, {"discarded", discarded}, {"generate_seconds", graded->generate_seconds},
-                          {"reward_seconds", graded->reward_seconds}};
-    }
-    topo_.world->send_bytes(record.dump(), 0, kInFlightTag);
+    RoundInFlight record;
+    record.picks = picks_;
+    record.switches = switches_;
+    record.taken = taken_;
+    record.step = step_;
+    record.version = engine_.version();
+    if (progress != nullptr) record.progress = *progress;
+    if (graded != nullptr) record.graded = *graded;
+    topo_.world->send_bytes(to_json(record).dump(), 0, kInFlightTag);
   }
 
   const RunConfig& c_;

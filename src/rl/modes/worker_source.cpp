@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "rl/modes/control.h"
 #include "util/error.h"
 #include "util/trace.h"
@@ -91,11 +93,14 @@ std::vector<nlohmann::json> WorkerSource::take_cut() {
 }
 
 bool WorkerSource::resume_cut(const std::vector<nlohmann::json>& in_flight) {
-  if (static_cast<int>(in_flight.size()) != topo_.num_engines() || !cuts_rounds()) {
+  const bool servers = std::any_of(in_flight.begin(), in_flight.end(),
+                                   [](const nlohmann::json& r) { return r.value("source", "engine") != "engine"; });
+  if (servers || static_cast<int>(in_flight.size()) != topo_.num_engines() || !cuts_rounds()) {
     if (leader()) {
-      spdlog::warn("the checkpoint holds a round in flight on {} rollout engine(s) and this run has {}{}: its prompts are "
-                   "generated anew (nothing is lost; its samples differ from the run that was cut)",
-                   in_flight.size(), topo_.num_engines(), cuts_rounds() ? "" : " without --checkpoint-round cut");
+      spdlog::warn("the checkpoint holds a round in flight on {} rollout {}(s) and this run has {} rollout engine(s){}: "
+                   "its prompts are generated anew (nothing is lost; its samples differ from the run that was cut)",
+                   in_flight.size(), servers ? "server" : "engine", topo_.num_engines(),
+                   cuts_rounds() ? "" : " without --checkpoint-round cut");
     }
     return false;
   }

@@ -114,6 +114,48 @@ RoundProgress round_progress_from_json(const nlohmann::json& j, const std::strin
   return progress;
 }
 
+nlohmann::json to_json(const RoundInFlight& r) {
+  nlohmann::json picks = nlohmann::json::array();
+  for (const auto& p : r.picks) picks.push_back(to_json(p));
+  nlohmann::json graded = nullptr;
+  if (r.graded) {
+    nlohmann::json kept = nlohmann::json::array(), discarded = nlohmann::json::array();
+    for (const auto& g : r.graded->kept) kept.push_back(to_json(g));
+    for (const auto& g : r.graded->discarded) discarded.push_back(to_json(g));
+    graded = {{"kept", kept}, {"discarded", discarded}, {"generate_seconds", r.graded->generate_seconds},
+              {"reward_seconds", r.graded->reward_seconds}};
+  }
+  return {{"source", r.source}, {"switches", to_json(r.switches)}, {"picks", std::move(picks)}, {"taken", r.taken},
+          {"step", r.step}, {"call_end", r.call_end}, {"version", r.version},
+          {"progress", r.progress ? to_json(*r.progress) : nlohmann::json(nullptr)}, {"graded", std::move(graded)}};
+}
+
+RoundInFlight round_in_flight_from_json(const nlohmann::json& j, const std::string& where) {
+  RoundInFlight r;
+  try {
+    r.source = j.value("source", std::string("engine"));  // (checkpoints from before rollout servers cut rounds)
+    if (r.source != "engine" && r.source != "servers") throw InternalError(fmt::format("{}: a round in flight from \"{}\"", where, r.source));
+    r.switches = switches_from_json(j.at("switches"));
+    for (const auto& p : j.at("picks")) r.picks.push_back(pick_from_json(p));
+    r.taken = j.at("taken").get<int64_t>();
+    r.step = j.at("step").get<int64_t>();
+    r.call_end = j.value("call_end", int64_t{0});
+    r.version = j.at("version").get<int64_t>();
+    if (!j.at("progress").is_null()) r.progress = round_progress_from_json(j.at("progress"), where);
+    const auto& g = j.at("graded");
+    if (!g.is_null()) {
+      r.graded.emplace();
+      for (const auto& group : g.at("kept")) r.graded->kept.push_back(group_from_json(group));
+      for (const auto& group : g.at("discarded")) r.graded->discarded.push_back(group_from_json(group));
+      r.graded->generate_seconds = g.at("generate_seconds").get<double>();
+      r.graded->reward_seconds = g.at("reward_seconds").get<double>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InternalError(fmt::format("{}: a malformed round in flight: {}", where, e.what()));
+  }
+  return r;
+}
+
 EngineConfig run_engine_config(const RunConfig& c) {
   EngineConfig config = c.rollout.engine;
   config.weights_dtype = rollout_dtype_or_default(c.rollout.dtype, "--rollout-dtype");

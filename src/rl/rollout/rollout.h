@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,28 @@ struct RolloutRound {
   std::vector<SampleGroup> kept, discarded;  // by the group filter (all kept without one)
   double generate_seconds = 0, reward_seconds = 0;
 };
+
+// A round ahead as a checkpoint cut it at the checkpoint's version (partial rollouts,
+// --checkpoint-round cut): saved in flight by trainer 0, and gone on from in the run and in a
+// resumed one alike, by the generator that cut it (a rollout worker's engine, or the servers).
+struct RoundInFlight {
+  // Where it was generated: "engine" (`step` counts the round's engine steps) or "servers"
+  // (`step` counts response positions, ChunkedRollout's).
+  std::string source = "engine";
+  std::vector<PromptPick> picks;
+  WeightSwitches switches;
+  int64_t taken = 0;     // versions taken since the round started
+  int64_t step = 0;      // where its switch schedule stands
+  int64_t call_end = 0;  // servers: the response position the current generate call ends at
+  int64_t version = 0;   // the version the generator holds at the cut
+  // Its samples so far while it generates; the graded round once generated; neither before it starts.
+  std::optional<RoundProgress> progress;
+  std::optional<RolloutRound> graded;
+};
+
+nlohmann::json to_json(const RoundInFlight& round);
+// A malformed record is an InternalError naming `where`.
+RoundInFlight round_in_flight_from_json(const nlohmann::json& json, const std::string& where);
 
 // How a run turns dataset records into prompt ids: its system prompt, length limit and overflow
 // policy (the rollout generator and the memory preflight read prompts the same way).

@@ -5,13 +5,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
 #include <sstream>
 
-#include "engine/stop_strings.h"
 #include "openai/server_pool.h"
 #include "rl/checkpoint/run_checkpoint.h"
 #include "rl/rollout/model_reward.h"
@@ -87,76 +87,71 @@ double RolloutServers::apply(int64_t version) {
 }
 
 std::vector<GeneratedSample> ChunkedRollout::generate(const std::vector<GenerationRequest>& requests) {
-  if (at_.empty()) return remote_.generate(requests);
+  cut_ = false;
   int64_t span = 0;  // the positions this call covers
   for (const auto& r : requests) span = std::max(span, r.params.max_new_tokens);
-  for (; !at_.empty() && at_.front() <= offset_; at_.pop_front()) next_version_();  // passed by earlier calls
-  std::vector<int64_t> at;  // this call's switch points, in its own response positions
-  for (; !at_.empty() && at_.front() < offset_ + span; at_.pop_front()) at.push_back(at_.front() - offset_);
-  offset_ += span;
-  if (at.empty()) return remote_.generate(requests);
-  struct Sequence {
-    size_t request = 0;
-    PiecedSample piece;
-    bool done = false;
-  };
-  std::vector<Sequence> all;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    for (int64_t s = 0; s < requests[r].n; ++s) {
-      Sequence q;
-      q.request = r;
-      q.piece.out.request = static_cast<int64_t>(r);
-      q.piece.out.sample = s;
-      all.push_back(std::move(q));
+  // A call continuing the samples a switch point stopped asks each for the rest of the call's
+  // positions; any other call starts where the last one ended.
+  const bool continues = position_ < call_end_ && std::all_of(requests.begin(), requests.end(), [&](const auto& r) {
+                           return r.params.max_new_tokens == call_end_ - position_;
+                         });
+  if (!continues) {
+    for (; !at_.empty() && at_.front() <= call_end_; at_.pop_front()) {  // passed by earlier calls
+      if (!next_version_()) continue;
+      at_.pop_front();
+      cut_ = true;  // a checkpoint's version: the call ends before it starts
+      std::vector<GeneratedSample> none;
+      for (size_t r = 0; r < requests.size(); ++r) {
+        for (int64_t s = 0; s < requests[r].n; ++s) {
+          GeneratedSample g;
+          g.request = static_cast<int64_t>(r);
+          g.sample = s;
+          g.finish_reason = FinishReason::kAbort;
+          g.policy_version = remote_.weights().version;
+          none.push_back(std::move(g));
+        }
+      }
+      return none;
+    }
+    position_ = call_end_;
+    call_end_ = position_ + span;
+  }
+  const int64_t end = at_.empty() || at_.front() >= call_end_ ? call_end_ : at_.front();  // where this call stops
+  if (end == call_end_) {
+    position_ = call_end_;
+    return remote_.generate(requests);
+  }
+  std::vector<GenerationRequest> calls = requests;
+  for (auto& call : calls) call.params.max_new_tokens = std::min(call.params.max_new_tokens, end - position_);
+  auto results = remote_.generate(calls);
+  for (auto& result : results) {
+    // Only the stop's own length limit lets a sample go on (the generator settles stop strings
+    // across the pieces, which also makes its text whole, not piece by piece).
+    const int64_t response = static_cast<int64_t>(result.token_ids.size());
+    if (result.finish_reason == FinishReason::kLength && response >= end - position_ &&
+        response < requests[static_cast<size_t>(result.request)].params.max_new_tokens) {
+      result.finish_reason = FinishReason::kAbort;
+      cut_ = true;
     }
   }
-  for (size_t chunk = 0; chunk <= at.size(); ++chunk) {
-    const int64_t end = chunk < at.size() ? at[chunk] : INT64_MAX;  // the chunk's last response position
-    std::vector<GenerationRequest> calls;
-    std::vector<size_t> first;  // per call: the sequence of its first sample
-    if (chunk == 0) {  // the prompts' n samples in one request each, as without chunks
-      for (size_t r = 0, k = 0; r < requests.size(); k += static_cast<size_t>(requests[r].n), ++r) {
-        calls.push_back(requests[r]);
-        calls.back().params.max_new_tokens = std::min(requests[r].params.max_new_tokens, end);
-        first.push_back(k);
-      }
-    } else {
-      for (size_t k = 0; k < all.size(); ++k) {
-        if (all[k].done) continue;
-        const GenerationRequest& request = requests[all[k].request];
-        calls.push_back(all[k].piece.continuation(request, std::min(request.params.max_new_tokens, end)));
-        first.push_back(k);
-      }
-      if (calls.empty()) {  // every sample ended first: the next call, or the source, takes the rest
-        for (size_t k = at.size(); k-- > chunk - 1;) at_.push_front(offset_ - span + at[k]);
-        break;
-      }
-      next_version_();
-    }
-    for (auto& result : remote_.generate(calls)) {
-      Sequence& q = all[first[static_cast<size_t>(result.request)] + static_cast<size_t>(result.sample)];
-      const FinishReason reason = result.finish_reason;
-      q.piece.append(std::move(result));
-      // Only the chunk's own length limit lets the sample go on, and no stop string across the
-      // chunks (which also makes its text whole, not chunk by chunk).
-      const int64_t response = static_cast<int64_t>(q.piece.out.token_ids.size());
-      const int64_t budget = requests[q.request].params.max_new_tokens;
-      q.done = reason != FinishReason::kLength || response < std::min(end, budget) || response >= budget;
-      if (q.piece.pieces > 1 && settle_stop_strings(q.piece.out, tokenizer_, requests[q.request].params.stop_strings)) {
-        q.done = true;
-      }
-    }
+  if (cut_) {  // samples go on from the switch point, on the next version
+    position_ = end;
+    at_.pop_front();
+    next_version_();
+  } else {
+    position_ = call_end_;  // the switch point is taken before the next call
   }
-  std::vector<GeneratedSample> out;
-  for (auto& q : all) out.push_back(std::move(q.piece.out));
-  return out;
+  return results;
 }
 
 ServerSource::ServerSource(const RunConfig& c, const fs::path& run_dir, std::shared_ptr<Transformer> policy,
                            const Tokenizer& tokenizer)
     : c_(c), policy_(std::move(policy)), servers_(c.remote, c.model.path, run_dir), reward_(make_run_reward(c.reward, c.runtime.device, c.runtime.dtype)),
-      chunked_(servers_.backend(), tokenizer) {
+      chunked_(servers_.backend()) {
   generator_ = std::make_unique<RolloutGenerator>(c, policy_->config(), tokenizer, &chunked_, nullptr, nullptr, &reward_);
+  generator_->set_cut_hook([this](const RoundProgress& progress) {
+    if (cut_due_) keep_cut(&progress);
+  });
 }
 
 ServerSource::~ServerSource() {
@@ -167,7 +162,11 @@ ServerSource::~ServerSource() {
   written_cv_.notify_all();
 }
 
-void ServerSource::take_next_version() {
+bool ServerSource::cuts_rounds() const {
+  return c_.staleness.partial_rollout && c_.staleness.cut_at_checkpoint && !c_.episode.multi_turn();
+}
+
+bool ServerSource::take_next_version() {
   int64_t version = 0;
   {
     trace::Span wait("switch_wait");
@@ -178,8 +177,29 @@ void ServerSource::take_next_version() {
     written_.pop_front();
   }
   servers_.apply(version);
-  std::lock_guard<std::mutex> lock(m_);
-  applied_ = version;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    applied_ = version;
+  }
+  const auto& cuts = round_.switches.cuts;
+  ++round_.taken;
+  cut_due_ = std::find(cuts.begin(), cuts.end(), round_.taken) != cuts.end();
+  return cut_due_;
+}
+
+void ServerSource::keep_cut(const RoundProgress* progress) {
+  trace::Span span("cut");
+  cut_due_ = false;
+  RoundInFlight cut = round_;
+  cut.step = chunked_.position();
+  cut.call_end = chunked_.call_end();
+  cut.version = servers_.version();
+  if (progress != nullptr) cut.progress = *progress;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    cut_ = std::move(cut);
+  }
+  cut_cv_.notify_all();
 }
 
 double ServerSource::apply_latest() {
@@ -196,11 +216,90 @@ void ServerSource::submit(std::vector<PromptPick> picks, const WeightSwitches& s
     apply_latest();  // what the round before did not take
     partial_in_flight_ = true;
   }
-  in_flight_.push_back(std::async(std::launch::async, [this, picks = std::move(picks), switches] {
-    for (int64_t k = 0; k < switches.start_after; ++k) take_next_version();
-    chunked_.set_switches(switches.at, [this] { take_next_version(); });
-    return generator_->generate(picks);
+  RoundInFlight round;
+  round.source = "servers";
+  round.picks = std::move(picks);
+  round.switches = switches;
+  start_round(std::move(round));
+}
+
+void ServerSource::start_round(RoundInFlight round) {
+  RLCPP_CHECK(in_flight_.empty(), "a round submitted to the rollout servers while another generates");
+  std::optional<RoundProgress> progress = std::move(round.progress);
+  round_ = std::move(round);
+  cut_due_ = false;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    cut_.reset();
+    round_ended_ = false;
+  }
+  in_flight_.push_back(std::async(std::launch::async, [this, progress = std::move(progress)]() mutable {
+    struct Ended {  // however the thread ends, a checkpoint waiting for a cut hears it
+      ServerSource& source;
+      ~Ended() {
+        {
+          std::lock_guard<std::mutex> lock(source.m_);
+          source.round_ended_ = true;
+        }
+        source.cut_cv_.notify_all();
+      }
+    } ended{*this};
+    const WeightSwitches& w = round_.switches;
+    const int64_t passed = std::clamp<int64_t>(round_.taken - w.start_after, 0, static_cast<int64_t>(w.at.size()));
+    chunked_.set_switches(std::vector<int64_t>(w.at.begin() + passed, w.at.end()), [this] { return take_next_version(); },
+                          round_.step, round_.call_end);
+    while (round_.taken < w.start_after) {
+      if (take_next_version()) keep_cut(nullptr);
+    }
+    RolloutRound generated = generator_->generate(round_.picks, progress ? std::move(*progress) : RoundProgress{});
+    // Checkpoints whose versions the round did not reach save it generated.
+    if (std::any_of(w.cuts.begin(), w.cuts.end(), [&](int64_t cut) { return cut > round_.taken; })) round_.graded = generated;
+    return generated;
   }));
+}
+
+std::vector<nlohmann::json> ServerSource::take_cut() {
+  trace::Span wait("wait_cut");
+  std::unique_lock<std::mutex> lock(m_);
+  cut_cv_.wait(lock, [&] { return cut_.has_value() || round_ended_; });
+  if (cut_) {
+    RoundInFlight cut = std::move(*cut_);
+    cut_.reset();
+    return {to_json(cut)};
+  }
+  if (round_.graded) {  // the thread has ended: its round is the source's to read
+    RoundInFlight done = round_;
+    done.progress.reset();
+    done.version = published_;  // the checkpoint's (the servers take it before the next round)
+    return {to_json(done)};
+  }
+  lock.unlock();
+  RLCPP_CHECK(!in_flight_.empty(), "a checkpoint cutting a round the rollout servers do not generate");
+  in_flight_.back().get();  // the round's error, thrown before the checkpoint is written
+  throw InternalError("a round on the rollout servers ended without reaching its checkpoint's version");
+}
+
+bool ServerSource::resume_cut(const std::vector<nlohmann::json>& in_flight) {
+  const std::string source = in_flight.size() == 1 ? in_flight[0].value("source", "engine") : "engine";
+  if (source != "servers" || !cuts_rounds()) {
+    spdlog::warn("the checkpoint holds a round in flight on {} rollout {}(s) and this run has the rollout servers{}: its "
+                 "prompts are generated anew (nothing is lost; its samples differ from the run that was cut)",
+                 in_flight.size(), source == "servers" ? "server" : "engine",
+                 cuts_rounds() ? "" : " without --checkpoint-round cut");
+    return false;
+  }
+  RoundInFlight round = round_in_flight_from_json(in_flight[0], "the checkpoint's round in flight");
+  if (round.graded) {
+    std::promise<RolloutRound> done;
+    done.set_value(std::move(*round.graded));
+    in_flight_.push_back(done.get_future());
+    return true;
+  }
+  RLCPP_CHECK(servers_.version() == round.version, "a round cut at version {} resumed on servers holding version {}",
+              round.version, servers_.version());
+  partial_in_flight_ = true;
+  start_round(std::move(round));
+  return true;
 }
 
 RoundReceipt ServerSource::collect(std::deque<SampleGroup>& buffer) {

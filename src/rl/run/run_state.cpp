@@ -100,20 +100,11 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
       s.round.rounds_ahead = json_get_or<int64_t>(r, "rounds_ahead", 0, where);
       for (const auto& e : r.value("in_flight", nlohmann::json::array())) {
         // Checked here, so a damaged record stops the resume naming the file, not a worker later.
-        if (!e.is_object() || !e.at("taken").is_number_integer() || !e.at("step").is_number_integer() ||
-            !e.at("version").is_number_integer() || !e.at("picks").is_array() ||
-            (!e.at("progress").is_object() && !e.at("progress").is_null()) ||
-            (!e.at("graded").is_object() && !e.at("graded").is_null())) {
-          throw_user_error("{}: a malformed round in flight (round.in_flight); the checkpoint cannot be resumed", where);
-        }
-        switches_from_json(e.at("switches"));
-        for (const auto& p : e.at("picks")) pick_from_json(p);
-        if (e.at("progress").is_object()) {
-          try {
-            round_progress_from_json(e.at("progress"), where);
-          } catch (const InternalError& error) {
-            throw_user_error("{}; the checkpoint cannot be resumed", error.what());
-          }
+        try {
+          if (!e.is_object()) throw InternalError(fmt::format("{}: a round in flight that is not an object", where));
+          round_in_flight_from_json(e, where);
+        } catch (const InternalError& error) {
+          throw_user_error("{} (round.in_flight); the checkpoint cannot be resumed", error.what());
         }
         s.round.in_flight.push_back(e);
       }
