@@ -11,7 +11,8 @@
 # - GRPO trains with -rt model, and with the model beside the rule reward (--reward-weights);
 # - train-rm and sft on two processes under mpirun take the one process's steps (and resume in one),
 #   with the optimizer sharded too (-zero 2 for train-rm, resumed in one process from its shards;
-#   -zero 1 for sft, -zero 2 for sft with LoRA (resumed in one process); -zero 3 and -zero in one
+#   -zero 1 for sft, -zero 2 for sft with LoRA (resumed in one process), -zero 3 for both (train-rm
+#   scoring its held-out pairs on rank 0, resumed in one process); -zero above 3 and -zero in one
 #   process refused);
 # - the shortened examples/arith/reward_model.sh runs; bad input is refused by name.
 # Usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR
@@ -249,8 +250,32 @@ if command -v mpirun > /dev/null; then
   fi
   expect sft-zero-one-process 2 'one process has nothing to shard: leave -zero at 0' -- \
     "$rlcpp" sft "${sft_common[@]}" -zero 1 -p zero-alone
-  expect train-rm-zero3 2 'stage 3 \(the parameters\) is not supported here yet' -- \
-    mpi2 train-rm "${rm_common[@]}" -zero 3 --max-steps 1 -p zero3
+  # ZeRO-3 (the weights sharded too): train-rm, whose rank 0 gathers the model to score the
+  # held-out pairs each step and calibrate the checkpoint's mean and std, and sft; each takes the
+  # one process's steps, and the train-rm run resumes in one process from its shards.
+  rm_eval=(-ed "$pairs_test" -ei 1)
+  OMP_NUM_THREADS=1 "$rlcpp" train-rm "${rm_common[@]}" "${rm_eval[@]}" -p rm-eval-one --max-steps 3 --si 1 > "$tmp/rm-eval-one.log" 2>&1 \
+    || bad "train-rm with held-out pairs, one process"
+  mpi2 train-rm "${rm_common[@]}" "${rm_eval[@]}" -zero 3 -p rm-zero3 --max-steps 2 --si 2 > "$tmp/rm-zero3.log" 2>&1 \
+    || { bad "train-rm -zero 3:"; tail -5 "$tmp/rm-zero3.log"; }
+  OMP_NUM_THREADS=1 "$rlcpp" train-rm "${rm_common[@]}" "${rm_eval[@]}" -p rm-zero3-on -cp "$tmp/runs/rm-zero3/step-2" --max-steps 3 \
+    > "$tmp/rm-zero3-on.log" 2>&1 || bad "train-rm -zero 3 resumed in one process"
+  calibrated() { python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print("%.10f %.10f" % (c["mean"], c["std"]))' "$1"; }
+  if [ "$(ls "$tmp/runs/rm-zero3/step-2/trainer_state" | grep -c '^optimizer-shard-')" -eq 2 ] &&
+     weights_close "$tmp/runs/rm-zero3/step-2/model.safetensors" "$tmp/runs/rm-eval-one/step-2/model.safetensors" 1e-10 &&
+     metrics_close <(step_lines "$tmp/runs/rm-eval-one/metrics.jsonl" | head -2) <(step_lines "$tmp/runs/rm-zero3/metrics.jsonl") &&
+     [ "$(step_lines "$tmp/runs/rm-zero3/metrics.jsonl" | grep -c '"eval"')" -eq 2 ] &&
+     [ "$(calibrated "$tmp/runs/rm-zero3/step-2/config.json")" = "$(calibrated "$tmp/runs/rm-eval-one/step-2/config.json")" ] &&
+     weights_close "$tmp/runs/rm-zero3-on/step-3/model.safetensors" "$tmp/runs/rm-eval-one/step-3/model.safetensors" 1e-10; then
+    ok "train-rm -zero 3 on two processes takes the one process's steps and held-out figures, and resumes in one from its shards"
+  else
+    bad "train-rm -zero 3 on two processes"
+  fi
+  mpi2 sft "${sft_common[@]}" -zero 3 -p sft-zero3 > "$tmp/sft-zero3.log" 2>&1 || { bad "sft -zero 3:"; tail -5 "$tmp/sft-zero3.log"; }
+  weights_close "$tmp/runs/sft-zero3/step-2/model.safetensors" "$tmp/runs/sft-one/step-2/model.safetensors" 1e-10 &&
+    metrics_close "$tmp/runs/sft-one/metrics.jsonl" "$tmp/runs/sft-zero3/metrics.jsonl" \
+    && ok "sft -zero 3 on two processes takes the one process's steps" || bad "sft -zero 3 on two processes"
+  expect train-rm-zero4 2 'give 0 to 3' -- mpi2 train-rm "${rm_common[@]}" -zero 4 --max-steps 1 -p zero4
   expect train-rm-tbs-below-processes 2 '-tbs 1 gives some of them no example' -- \
     mpi2 train-rm -m "$model" -d "$pairs" -tbs 1 --max-steps 1 -sd "$tmp/runs" -p mpi-small
 fi

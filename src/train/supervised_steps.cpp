@@ -128,11 +128,13 @@ std::map<std::string, double> Trainer::preference_figures(const std::vector<Pref
   check_pairs(pairs, policy_->config());
   torch::NoGradGuard no_grad;
   policy_->eval();
+  ForwardContext context = policy_context_;
+  if (sharded_parameters()) context.holder = nullptr;  // gathered whole by the caller: no layer is gathered
   const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   PairSums sums;
   for (size_t begin = 0; begin < pairs.size(); begin += micro) {
     const size_t end = std::min(pairs.size(), begin + micro);
-    const auto [chosen, rejected] = pair_scores(*policy_, pairs, begin, end, policy_context_);
+    const auto [chosen, rejected] = pair_scores(*policy_, pairs, begin, end, context);
     sums.add(bradley_terry_loss(chosen, rejected, pair_margins(pairs, begin, end, chosen), config_.preference).sum(), chosen,
              rejected);
   }

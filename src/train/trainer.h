@@ -154,7 +154,8 @@ class Trainer {
   // over the trainers are the whole batch's).
   TrainStepMetrics preference_step(const std::vector<PreferencePair>& batch, double global_pairs = 0);
   // The same figures for `pairs` without an update (a held-out set): no grad, eval mode; also
-  // score_mean and score_std over all their scores, chosen and rejected.
+  // score_mean and score_std over all their scores, chosen and rejected. No collective: under
+  // ZeRO-3 the caller holds the parameters whole (GatheredParameters), on this trainer at least.
   std::map<std::string, double> preference_figures(const std::vector<PreferencePair>& pairs) const;
 
   // A critic (the model is a sequence classifier of one label, its score head the value head): per

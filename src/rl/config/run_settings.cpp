@@ -104,7 +104,7 @@ std::vector<Setting> make_settings() {
                            stage_balances(), [](C& c) -> StageBalance& { return c.parallel.pp_balance; }, true));
   s.push_back(int_setting("parallel.zero_stage", "--zero,--zero-stage",
                           "ZeRO over the data-parallel trainers: 1 shards the AdamW moments, 2 also the gradients, 3 also the "
-                          "weights (train: -t T -i I; sft and train-rm: 1-2 under mpirun -np N)",
+                          "weights (train: -t T -i I; sft and train-rm: under mpirun -np N)",
                           [](C& c) -> int64_t& { return c.parallel.zero; }, 0, {}, true));
   // ColossalChat's plugin_config dict (rl_example.py): its keys map onto the settings above.
   s.push_back(make(

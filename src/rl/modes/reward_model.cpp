@@ -5,6 +5,7 @@
 #include <torch/utils.h>
 
 #include <chrono>
+#include <optional>
 
 #include "io/prompt_dataset.h"
 #include "model/lora.h"
@@ -12,6 +13,7 @@
 #include "rl/modes/sft.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
+#include "train/zero.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/json.h"
@@ -147,7 +149,10 @@ fs::path run_reward_model_training(const RunConfig& config) {
     line["optimizer_steps"] = run.trainer.n_steps();
     std::string eval_text;
     const bool eval_due = step == total_steps || (c.eval.interval > 0 && step % c.eval.interval == 0);
-    if (eval_due && !held_out.empty() && run.leader()) {  // no collectives: rank 0's copy of the model alone
+    // Rank 0 scores the held-out sets on its copy of the model (under ZeRO-3 gathered to it whole).
+    std::optional<GatheredParameters> whole;
+    whole.emplace(run.trainer.zero(), eval_due && !held_out.empty(), /*root=*/0);
+    if (eval_due && !held_out.empty() && run.leader()) {
       trace::Span eval_span("evaluate");
       for (const auto& [name, set] : held_out) {
         const auto f = run.trainer.preference_figures(set);
@@ -162,10 +167,15 @@ fs::path run_reward_model_training(const RunConfig& config) {
                   fmt::format("step {}/{} epoch {} loss {:.4f} acc {:.3f} margin {:.3f} gnorm {:.3f} lr {:.2e}{} | {:.2f}s",
                               step, total_steps, run.cursor.epoch(), m["loss"], m["accuracy"], m["margin"], m["grad_norm"],
                               m["lr"], eval_text, seconds));
+    whole.reset();
     if (checkpoint_due(c.logging, step, total_steps) && !run.leader()) {
+      { GatheredParameters calibrated(run.trainer.zero(), true, /*root=*/0); }  // rank 0's calibration below
       run.save(step);  // its shard of the optimizer, under ZeRO
     } else if (checkpoint_due(c.logging, step, total_steps)) {
-      const auto figures = run.trainer.preference_figures(calibration);
+      const auto figures = [&] {
+        GatheredParameters calibrated(run.trainer.zero(), true, /*root=*/0);
+        return run.trainer.preference_figures(calibration);
+      }();
       const fs::path dir = run.save(step);
       // OpenRLHF's normalisation statistics beside the model's config (rlcpp train --normalize-reward).
       const fs::path config_file = (c.model.lora.enabled() ? dir / "merged" : dir) / "config.json";

@@ -30,10 +30,9 @@ using Clock = std::chrono::steady_clock;
 
 std::shared_ptr<Communicator> supervised_group(const RunConfig& c, const std::string& command) {
   const bool several = launched_by_mpi() && mpi_world()->size() > 1;
-  if (c.parallel.zero != 0 && (c.parallel.zero < 1 || c.parallel.zero > 2)) {
+  if (c.parallel.zero < 0 || c.parallel.zero > 3) {
     throw_user_error("rlcpp {} -zero {}: ZeRO stage 1 shards the AdamW moments over the processes, 2 also the "
-                     "gradients; stage 3 (the parameters) is not supported here yet: use -zero 1 or 2, or 0",
-                     command, c.parallel.zero);
+                     "gradients, 3 also the parameters; give 0 to 3", command, c.parallel.zero);
   }
   if (c.parallel.zero > 0 && !several) {
     throw_user_error("rlcpp {} -zero {}: ZeRO shards over the processes of mpirun (mpirun -np N rlcpp {} ...); one "
@@ -88,6 +87,7 @@ SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::share
   }
   if (plan.resume_from) {
     // Saved whole or in the shards of any number of processes and ZeRO stage: found by name.
+    GatheredParameters whole(trainer.zero());  // ZeRO-3: the optimizer's parameters have their shapes
     load_checkpoint_optimizer(*plan.resume_from, trainer, optimizer_part());
     trainer.restore_steps(plan.saved.optimizer_steps);
     cursor.restore(plan.saved.data_cursor);
@@ -100,7 +100,9 @@ SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::share
       spdlog::info("data parallelism: {} processes, each step's {} examples dealt over them{}", group_->size(),
                    c.train.train_batch_size,
                    c.parallel.zero > 0 ? fmt::format("; ZeRO stage {}: AdamW moments{} sharded", c.parallel.zero,
-                                                     c.parallel.zero == 2 ? " and gradients" : "")
+                                                     c.parallel.zero == 3   ? ", gradients and parameters"
+                                                     : c.parallel.zero == 2 ? " and gradients"
+                                                                            : "")
                                        : "");
     }
   }
@@ -127,15 +129,13 @@ void SupervisedRun::write(const nlohmann::ordered_json& line, int64_t total_step
   if (log_) log_->write(line, total_steps, console);
 }
 
-OptimizerPart SupervisedRun::optimizer_part() const {
-  OptimizerPart part;
-  for (const auto& [name, t] : model_->trained_weights()) part.layout.emplace_back(name, t.numel());
-  return part;
-}
+OptimizerPart SupervisedRun::optimizer_part() { return rlcpp::optimizer_part(c_, nullptr, *model_, trainer.zero()); }
 
 fs::path SupervisedRun::save(int64_t step) {
-  // Under ZeRO each process's shard of the optimizer goes to rank 0, which writes them all.
+  // Under ZeRO each process's shard of the optimizer goes to rank 0, which writes them all; at
+  // stage 3 rank 0 first gathers the parameters whole for the model directory.
   ZeroOptimizer* zero = trainer.zero();
+  GatheredParameters whole(zero, true, /*root=*/0);
   OptimizerShard mine;
   if (zero != nullptr) mine = optimizer_shard(zero->state(), optimizer_part());
   if (!leader()) {
@@ -143,7 +143,12 @@ fs::path SupervisedRun::save(int64_t step) {
     return {};
   }
   std::function<void(const fs::path&)> write_shards;
-  if (zero != nullptr) write_shards = [&](const fs::path& state_dir) { write_optimizer_shards(state_dir, *group_, mine); };
+  if (zero != nullptr) {
+    write_shards = [&](const fs::path& state_dir) {
+      if (zero->stage() == 3) zero->release_all();  // the model directory is written: the shards come next
+      write_optimizer_shards(state_dir, *group_, mine);
+    };
+  }
   trace::write();
   CheckpointState state;
   state.step = step;

@@ -30,8 +30,9 @@ void run_or_end_job(const std::function<void()>& fn);
 // trainer over `model` (no KL; the LR schedule over the plan's total steps unless set; its
 // optimizer and step count restored on resume), the shuffled cursor over `n_examples` (restored),
 // the run's config.yaml and its metrics log. With `group` (data parallelism), each process takes
-// its share of each step's examples and the trainer's gradients are summed over the group (under
-// -zero 1 or 2 the AdamW moments, and the gradients, are sharded over it); rank 0 alone writes the
+// its share of each step's examples and the trainer's gradients are summed over the group (-zero
+// 1 shards the AdamW moments over it, 2 the gradients too, 3 the parameters too: they are then
+// whole on rank 0 only inside a GatheredParameters scope, train/zero.h); rank 0 alone writes the
 // log and the checkpoints.
 class SupervisedRun {
  public:
@@ -58,7 +59,7 @@ class SupervisedRun {
 
  private:
   // The trained tensors by name and size, as the optimizer state is laid out in a checkpoint.
-  OptimizerPart optimizer_part() const;
+  OptimizerPart optimizer_part();
 
   const RunConfig& c_;
   const RunPlan& plan_;

@@ -305,9 +305,6 @@ void send_stage_weights(const Topology& t, const Transformer& policy) {
   }
 }
 
-namespace {
-
-// This trainer's part of the model as its optimizer state is laid out (rl/checkpoint/run_checkpoint.h).
 OptimizerPart optimizer_part(const RunConfig& c, const Topology* t, const Transformer& policy, ZeroOptimizer* zero) {
   OptimizerPart part;
   part.tp_size = static_cast<int>(c.parallel.tp);
@@ -326,6 +323,8 @@ OptimizerPart optimizer_part(const RunConfig& c, const Topology* t, const Transf
   }
   return part;
 }
+
+namespace {
 
 // This trainer's pipeline stage: balanced by work per token, or by the costs trainer 0 measures
 // (--pp-balance time) and sends every trainer, so all split the model alike.

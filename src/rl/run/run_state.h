@@ -138,6 +138,14 @@ torch::Tensor receive_stage_weight(const Topology& topology, const StageLayout& 
 // On every rank of the first replica's stages after the first: the layout, then each weight.
 void send_stage_weights(const Topology& topology, const Transformer& policy);
 
+struct OptimizerPart;  // rl/checkpoint/run_checkpoint.h
+
+// This trainer's part of `policy` as its optimizer state is laid out in a checkpoint
+// (rl/checkpoint/run_checkpoint.h): its tensors by name and size (under ZeRO-3 the whole sizes),
+// with its tensor-parallel rank and pipeline stage (`topology` null: one process, or data
+// parallelism alone).
+OptimizerPart optimizer_part(const RunConfig& config, const Topology* topology, const Transformer& policy, ZeroOptimizer* zero);
+
 // The engine of a trainer's own policy (the colocated mode's, or the first replica's for
 // evaluation): run_engine_config, run by every rank of the replica together under pipeline
 // parallelism (EngineConfig::group, pipeline).
