@@ -5,7 +5,8 @@
 # - a run resumed from step-2 ends with the straight run's policy, critic and metrics, bit for bit;
 # - -t 1 -i 1 under mpirun takes the colocated run's steps (the critic on the trainer rank), two
 #   data-parallel trainers (-t 2 -i 2) train and save one critic, and under ZeRO-3 its shards are
-#   checkpointed and resumed bit for bit;
+#   checkpointed and resumed bit for bit; under --train-tp 2 the critic is split as the policy is,
+#   checkpointed whole with its optimizer in shards, resumed bit for bit, and equals one trainer;
 # - the critic from a reward model (-rt model), the KL in the reward, LoRA on the policy; multi-turn
 #   episodes with a tool, rollout servers, partial rollouts;
 # - bad combinations refused by name before any work.
@@ -98,6 +99,25 @@ else
   bad "PPO under ZeRO-3"
 fi
 
+# Tensor parallelism: the critic's layers split over the two ranks of one replica as the policy's
+# (its value head whole on both); 2 steps then 2 more from step-2 (its optimizer in one shard per
+# rank) end where 4 straight steps do, and where one trainer's 4 steps do (fp64, to rounding).
+tp=(-tbs 4 -tMbs 4 -tmbs 4 -i 2 --dtype float64 --max-steps 4 --si 2)
+run_mpi 4 "${common[@]}" "${tp[@]}" -t 2 --train-tp 2 -p tp2 > tp2.log 2>&1 || { bad "PPO --train-tp 2:"; tail -10 tp2.log; }
+run_mpi 4 "${common[@]}" "${tp[@]}" -t 2 --train-tp 2 -p tp2-resumed -cp runs/tp2/step-2 > tp2r.log 2>&1 \
+  || { bad "PPO --train-tp 2 resume:"; tail -10 tp2r.log; }
+run_mpi 3 "${common[@]}" "${tp[@]}" -t 1 -p tp1 > tp1.log 2>&1 || { bad "PPO -t 1 -i 2:"; tail -10 tp1.log; }
+if ls runs/tp2/step-2/critic/trainer_state/optimizer-shard-*.safetensors > /dev/null 2>&1 &&
+   cmp -s runs/tp2/step-4/critic/model.safetensors runs/tp2-resumed/step-4/critic/model.safetensors &&
+   cmp -s runs/tp2/step-4/model.safetensors runs/tp2-resumed/step-4/model.safetensors &&
+   weights_close runs/tp2/step-4/critic/model.safetensors runs/tp1/step-4/critic/model.safetensors 1e-10 &&
+   weights_close runs/tp2/step-4/model.safetensors runs/tp1/step-4/model.safetensors 1e-10 &&
+   weights_moved runs/tp2/step-2/critic/model.safetensors runs/tp2/step-4/critic/model.safetensors; then
+  ok "PPO under --train-tp 2: the critic split, checkpointed whole with its optimizer in shards, resumed bit for bit, as one trainer"
+else
+  bad "PPO under --train-tp 2"
+fi
+
 # 4. With a reward model (the critic starts from it), the KL in the reward, LoRA on the policy.
 "$rlcpp" train-rm -m "$model" -d "$src/examples/arith/pairs.jsonl" -tbs 16 -lr 1e-3 --max-steps 2 --seed 0 -sd runs -p rm \
   > rm.log 2>&1 || { bad "train-rm:"; tail -5 rm.log; }
@@ -135,8 +155,8 @@ assert any(e.get("inserted_tokens", 0) > 0 for e in episodes), "no sample called
 PY
 
 # 5. Refused by name before any work.
-expect ppo-tp 2 '-a PPO with --train-tp 2 --pp 1: the critic trains beside the policy' -- \
-  "$rlcpp" train "${common[@]}" -tbs 4 -p r1 --train-tp 2 -t 2 -i 2
+expect ppo-pp 2 '-a PPO with --pp 2: the critic trains beside the policy' -- \
+  "$rlcpp" train "${common[@]}" -tbs 4 -p r1 --pp 2 -t 2 -i 2
 expect critic-without-ppo 2 '--gamma 0.9, --critic-lr 0.001: settings of a critic, which -a GRPO' -- \
   "$rlcpp" train -m "$model" -d "$data" --gamma 0.9 --critic-lr 1e-3
 expect kl-in-reward-without-kl 2 '--kl-in-reward with --kl-coeff 0' -- "$rlcpp" train "${common[@]}" -tbs 4 -p r2 --kl-in-reward

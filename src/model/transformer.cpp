@@ -55,9 +55,9 @@ Transformer::Transformer(ModelConfig config, ModelOptions options)
                   stage.layer_begin < layer_end && layer_end <= config_.num_hidden_layers,
               "pipeline stage {} of {} holding layers [{}, {}) of a model of {}", stage.index, stage.count,
               stage.layer_begin, layer_end, config_.num_hidden_layers);
-  if (config_.classifier() && (tp_ || !stage.whole())) {
-    throw_user_error("{} is a sequence classifier ({}): it runs in one process, without --train-tp or --pp",
-                     config_.model_type, config_.architecture);
+  if (config_.classifier() && !stage.whole()) {  // (under tensor parallelism its score head is whole on every rank)
+    throw_user_error("{} is a sequence classifier ({}): it runs without --pp (pipeline stages)", config_.model_type,
+                     config_.architecture);
   }
   model = register_module("model", std::make_shared<DecoderImpl>(config_, tp_.get(), stage));
   if (config_.classifier()) {

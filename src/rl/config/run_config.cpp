@@ -245,10 +245,9 @@ void check_critic_settings(const RunConfig& c) {
     }
     return;
   }
-  if (c.parallel.tp > 1 || c.parallel.pp > 1) {
-    throw_user_error("-a PPO with --train-tp {} --pp {}: the critic trains beside the policy with data parallelism over -t "
-                     "trainers and ZeRO (its tensor and pipeline sharding are not built yet); drop those flags",
-                     c.parallel.tp, c.parallel.pp);
+  if (c.parallel.pp > 1) {
+    throw_user_error("-a PPO with --pp {}: the critic trains beside the policy with data and tensor parallelism and ZeRO "
+                     "(its pipeline stages are not built yet); drop --pp", c.parallel.pp);
   }
   if (c.algo.ppo.kl_in_reward && c.algo.loss.kl_coef == 0) {
     throw_user_error("--kl-in-reward with --kl-coeff 0: the penalty is --kl-coeff x the KL; give --kl-coeff > 0 or drop "
@@ -600,7 +599,8 @@ const nlohmann::ordered_json* recorded_value(const nlohmann::ordered_json& recor
 }  // namespace
 
 std::vector<std::string> incompatible_settings(const nlohmann::ordered_json& recorded, const RunConfig& config) {
-  const auto now = run_config_json(config), defaults = run_config_json(RunConfig{});
+  const RunConfig default_config;
+  const auto now = run_config_json(config), defaults = run_config_json(default_config);
   std::vector<std::string> out;
   for (const auto& setting : run_settings()) {
     if (setting.resume_may_differ || !setting.converts_to.empty()) continue;

@@ -224,7 +224,8 @@ std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional
   return policy;
 }
 
-std::shared_ptr<Transformer> load_critic(const RunConfig& c, const std::optional<fs::path>& checkpoint) {
+std::shared_ptr<Transformer> load_critic(const RunConfig& c, const std::optional<fs::path>& checkpoint,
+                                         std::shared_ptr<Communicator> tp_group) {
   if (!c.algo.uses_critic()) return nullptr;
   const fs::path dir = checkpoint ? *checkpoint / "critic" : fs::path(c.critic_model());
   if (checkpoint && !fs::exists(dir / "config.json")) {
@@ -232,7 +233,7 @@ std::shared_ptr<Transformer> load_critic(const RunConfig& c, const std::optional
                      "(-a PPO); resume it with the algorithm it was trained with", dir.string());
   }
   // A fresh value head is drawn from its own stream of the run's seed.
-  auto critic = Transformer::classifier_from_pretrained(dir, run_model_options(c, false, nullptr, {}), 1,
+  auto critic = Transformer::classifier_from_pretrained(dir, run_model_options(c, false, std::move(tp_group), {}), 1,
                                                         c.runtime.seed ^ 0x5EED'C817'1C00'0001ULL);
   if (critic->has_adapters()) {
     throw_user_error("--critic-model {}: a LoRA adapter directory; the critic trains every weight, so give a whole model "
@@ -428,7 +429,7 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
                    run.trainer->zero()->total());
     }
   }
-  run.critic = load_critic(c, run.plan.resume_from);
+  run.critic = load_critic(c, run.plan.resume_from, tp_group);
   if (run.critic) {
     run.critic_trainer = std::make_unique<Trainer>(run.critic, nullptr, critic_trainer_config(c, run.plan.total_steps));
     if (c.parallel.zero > 0 && topology != nullptr) {  // sharded over the same trainers as the policy
@@ -468,19 +469,24 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   // else from the first replica's ranks (each the whole state of its part: its stage's
   // tensor-parallel part); one process alone writes optimizer.pt. Each shard names its tensors,
   // so a resume may take them at another --pp, ZeRO stage or trainer count.
+  // The critic's (-a PPO) go the same way, after the policy's.
   Communicator* senders = zero != nullptr ? t->role_group.get() : t != nullptr && first_replica ? t->replica_group.get() : nullptr;
+  auto shard_of = [&](Trainer& trainer, const Transformer& model) {
+    OptimizerPart part = optimizer_part(c, t, model, trainer.zero());
+    if (trainer.zero() != nullptr) return optimizer_shard(trainer.zero()->state(), std::move(part));
+    // The whole state of this rank's part, flattened a piece at a time as it goes.
+    auto* optimizer = &trainer.optimizer();
+    const auto params = optimizer->param_groups().at(0).params();
+    return OptimizerShard{0, flat_numel(params), std::move(part),
+                          [optimizer, params](int64_t a, int64_t b) { return flat_adamw_state(*optimizer, params, a, b); }};
+  };
   OptimizerShard mine;
-  if (senders != nullptr) {
-    OptimizerPart part = optimizer_part(c, t, *run.policy, zero);
-    if (zero != nullptr) {
-      mine = optimizer_shard(zero->state(), std::move(part));
-    } else {  // the whole state of this rank's part, flattened a piece at a time as it goes
-      auto& optimizer = run.trainer->optimizer();
-      const auto params = optimizer.param_groups().at(0).params();
-      mine = {0, flat_numel(params), std::move(part),
-              [&optimizer, params](int64_t a, int64_t b) { return flat_adamw_state(optimizer, params, a, b); }};
-    }
-  }
+  if (senders != nullptr) mine = shard_of(*run.trainer, *run.policy);
+  // -a PPO: the critic's optimizer shards (under ZeRO or tensor parallelism) after the policy's, over the same group.
+  ZeroOptimizer* critic_zero = run.critic_trainer ? run.critic_trainer->zero() : nullptr;
+  Communicator* critic_senders = run.critic && (critic_zero != nullptr || tp) ? senders : nullptr;
+  OptimizerShard critic_mine;
+  if (critic_senders != nullptr) critic_mine = shard_of(*run.critic_trainer, *run.critic);
   // Tensor parallelism: the first replica's parts whole on trainer 0, for the model directory.
   // Pipeline parallelism: its stages' weights, whole, streamed to trainer 0 stage by stage.
   WholeModel whole(*run.policy, 0, tp && first_replica && !pp);
@@ -501,13 +507,12 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
       }
     }
   }
-  // -a PPO under ZeRO: the critic's shards follow the policy's to trainer 0, over the same group.
-  ZeroOptimizer* critic_zero = run.critic_trainer ? run.critic_trainer->zero() : nullptr;
-  OptimizerShard critic_mine;
-  if (critic_zero != nullptr) critic_mine = optimizer_shard(critic_zero->state(), optimizer_part(c, t, *run.critic, critic_zero));
+  // -a PPO: the critic whole on trainer 0 under tensor parallelism.
+  std::optional<WholeModel> critic_whole;
+  if (run.critic) critic_whole.emplace(*run.critic, 0, tp && first_replica);
   if (!leader) {
     if (senders != nullptr) send_optimizer_shard(*senders, mine);
-    if (critic_zero != nullptr) send_optimizer_shard(*t->role_group, critic_mine);
+    if (critic_senders != nullptr) send_optimizer_shard(*critic_senders, critic_mine);
     return {};
   }
   std::function<void(const fs::path&)> write_optimizer;
@@ -524,10 +529,11 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   if (run.critic) {
     write_critic = [&](const fs::path& step_dir) {
       std::function<void(const fs::path&)> write_shards;
-      if (critic_zero != nullptr) {
+      if (critic_senders != nullptr) {
         write_shards = [&](const fs::path& state_dir) {
-          if (critic_zero->stage() == 3) critic_zero->release_all();  // written whole: the shards come next
-          write_optimizer_shards(state_dir, *t->role_group, critic_mine);
+          run.critic->release_whole();  // written whole: the shards come next
+          if (critic_zero != nullptr && critic_zero->stage() == 3) critic_zero->release_all();
+          write_optimizer_shards(state_dir, *critic_senders, critic_mine);
         };
       }
       save_critic_dir(step_dir / "critic", *run.critic, c.model.path, run.critic_trainer->optimizer(), write_shards);

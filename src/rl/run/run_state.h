@@ -114,8 +114,10 @@ struct RunState {
 std::shared_ptr<Transformer> load_policy(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint,
                                          std::shared_ptr<Communicator> tp_group = nullptr, const PipelineStage& stage = {});
 // -a PPO: the critic of a run, from `checkpoint`'s critic/ when given, else from --critic-model (a
-// reward model as it is, a causal LM with a fresh value head); nullptr for other algorithms.
-std::shared_ptr<Transformer> load_critic(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint);
+// reward model as it is, a causal LM with a fresh value head); nullptr for other algorithms. Its
+// layers are split over `tp_group` as the policy's are (the value head whole on every rank).
+std::shared_ptr<Transformer> load_critic(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint,
+                                         std::shared_ptr<Communicator> tp_group = nullptr);
 // The frozen reference model of a run with a KL term (in --frozen-dtype); nullptr under LoRA (the
 // reference is the policy's base with the adapters off) or without KL.
 std::shared_ptr<Transformer> load_reference(const RunConfig& config, std::shared_ptr<Communicator> tp_group = nullptr,
