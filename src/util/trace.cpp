@@ -77,7 +77,13 @@ void write() {
     }
   }
   std::filesystem::create_directories(r.file.parent_path());
-  write_file_atomic(r.file, nlohmann::json({{"traceEvents", events}, {"displayTimeUnit", "ms"}}).dump() + "\n");
+  // The origin on the steady clock (CLOCK_MONOTONIC), so that other tools' timestamps (perf record
+  // -k CLOCK_MONOTONIC) can be placed in the spans.
+  const auto origin_us = std::chrono::duration_cast<std::chrono::microseconds>(r.origin.time_since_epoch()).count();
+  write_file_atomic(r.file, nlohmann::json({{"traceEvents", events}, {"displayTimeUnit", "ms"},
+                                            {"otherData", {{"steady_clock_origin_us", origin_us}}}})
+                                    .dump() +
+                                "\n");
 }
 
 }  // namespace rlcpp::trace
