@@ -549,8 +549,8 @@ TEST(ThreadPool, NestedCallsRunSeriallyOnTheWorker) {
 }
 
 // The CPU block cache (util/threads.h): a freed large block serves the next tensor that fits it
-// (and holds what that tensor writes), one more than an eighth smaller gets its own, and small
-// tensors bypass the cache.
+// (and holds what that tensor writes), one more than an eighth smaller takes the block's head, and
+// small tensors bypass the cache.
 TEST(CpuBlockCache, ReusesAFreedBlockForTheNextTensorThatFits) {
   install_cpu_block_cache();
   auto a = torch::empty({1 << 20});  // 4 MiB
@@ -564,11 +564,35 @@ TEST(CpuBlockCache, ReusesAFreedBlockForTheNextTensorThatFits) {
   b.fill_(1.0f);
   EXPECT_EQ(b.sum().item<double>(), static_cast<double>((1 << 20) - 1000));
   b = torch::Tensor();
-  auto c = torch::empty({1 << 19});  // half the size: a block of its own (the unused one may be
-  EXPECT_NE(c.data_ptr(), p);         // returned to the kernel, when it is over a quarter of the peak)
+  auto c = torch::empty({1 << 19});  // half the size: the block's head, its tail left unused
+  EXPECT_EQ(c.data_ptr(), p);
   const size_t after = cpu_block_cache_bytes();
-  EXPECT_LE(after, before + (size_t{4} << 20));
+  EXPECT_EQ(after, before + (size_t{2} << 20));
   auto small = torch::empty({1000});
   small = torch::Tensor();
   EXPECT_EQ(cpu_block_cache_bytes(), after);
+}
+
+// A tensor with no unused block within an eighth of its size takes the head of a larger one (no new
+// memory), and a freed block merges with its unused neighbours, so a later tensor as large as
+// both takes them whole.
+TEST(CpuBlockCache, CarvesALargerBlockAndMergesFreedNeighbours) {
+  install_cpu_block_cache();
+  const int64_t whole = (10 << 20) + 1024;  // 40 MiB + 4 KiB of floats
+  auto big = torch::empty({whole});
+  void* p = big.data_ptr();
+  big = torch::Tensor();
+  auto fresh = cpu_allocation_counts().fresh;
+  auto head = torch::empty({6 << 20});  // 24 MiB: the head of that block
+  EXPECT_EQ(cpu_allocation_counts().fresh, fresh);
+  EXPECT_EQ(head.data_ptr(), p);
+  head.fill_(3.0f);
+  EXPECT_EQ(head.sum().item<double>(), 3.0 * (6 << 20));
+  head = torch::Tensor();  // merges with the tail left unused
+  fresh = cpu_allocation_counts().fresh;
+  auto again = torch::empty({whole});
+  EXPECT_EQ(cpu_allocation_counts().fresh, fresh);
+  EXPECT_EQ(again.data_ptr(), p);
+  again.fill_(1.0f);
+  EXPECT_EQ(again.sum().item<double>(), static_cast<double>(whole));
 }

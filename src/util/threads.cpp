@@ -84,35 +84,52 @@ class BlockCache final : public c10::Allocator {
   }
 
   // The smallest unused block of at least *size bytes and at most an eighth more (*size becomes
-  // its size). Else nullptr, and the caller maps a new block after unmapping `evicted`: the longest
-  // unused blocks, until what stays unused is within a quarter of the most ever live, so the cache
-  // holds at most that above the program's own peak.
+  // its size); else the head of the smallest larger one, its tail staying unused (a tensor a
+  // little larger than the one freed last step, a batch some tokens longer, takes memory already
+  // mapped rather than new pages the kernel must zero, a tenth of a 0.5B train phase). Else
+  // nullptr, and the caller maps a new block after unmapping `evicted`: the longest unused
+  // blocks, until what stays unused is within a quarter of the most ever live, so the cache holds
+  // at most that above the program's own peak.
   void* take(std::size_t* size, std::vector<std::pair<void*, std::size_t>>* evicted) const {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = by_size_.lower_bound(*size);
-    if (it != by_size_.end() && it->first <= *size + *size / 8) {
-      const Unused block = *it->second;
-      lru_.erase(it->second);
-      by_size_.erase(it);
-      cached_ -= block.size;
-      *size = block.size;
-      add_live(block.size);
+    if (it != by_size_.end()) {
+      const Unused block = remove_unused(it->second);
+      if (block.size > *size + *size / 8) {
+        add_unused(static_cast<char*>(block.p) + *size, block.size - *size);
+      } else {
+        *size = block.size;
+      }
+      add_live(*size);
       return block.p;
     }
     add_live(*size);
     while (!lru_.empty() && cached_ > peak_live_ / 4) {
-      const Unused oldest = lru_.front();
-      for (auto e = by_size_.lower_bound(oldest.size); e != by_size_.end(); ++e) {
-        if (e->second == lru_.begin()) {
-          by_size_.erase(e);
-          break;
-        }
-      }
-      lru_.pop_front();
-      cached_ -= oldest.size;
+      const Unused oldest = remove_unused(lru_.begin());
       evicted->emplace_back(oldest.p, oldest.size);
     }
     return nullptr;
+  }
+
+  // An unused block into the lists (the most recently used), and out of them.
+  void add_unused(void* p, std::size_t size) const {
+    lru_.push_back({p, size});
+    by_size_.emplace(size, std::prev(lru_.end()));
+    by_address_.emplace(static_cast<char*>(p), std::prev(lru_.end()));
+    cached_ += size;
+  }
+  Unused remove_unused(Lru::iterator at) const {
+    const Unused block = *at;
+    for (auto e = by_size_.lower_bound(block.size); e != by_size_.end(); ++e) {
+      if (e->second == at) {
+        by_size_.erase(e);
+        break;
+      }
+    }
+    by_address_.erase(static_cast<char*>(block.p));
+    lru_.erase(at);
+    cached_ -= block.size;
+    return block;
   }
 
   void add_live(std::size_t size) const {
@@ -126,14 +143,25 @@ class BlockCache final : public c10::Allocator {
     delete block;
   }
 
+  // A freed block joins the unused ones, merged with an unused neighbour on either side (a tail
+  // carved off, or a mapping the kernel placed beside it): a later, larger tensor finds it whole.
   void keep(void* p, std::size_t size) const {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       live_ -= size;
+      auto after = by_address_.find(static_cast<char*>(p) + size);
+      if (after != by_address_.end()) size += remove_unused(after->second).size;
+      auto before = by_address_.lower_bound(static_cast<char*>(p));
+      if (before != by_address_.begin()) {
+        --before;
+        if (before->first + before->second->size == static_cast<char*>(p)) {
+          const Unused left = remove_unused(before->second);
+          p = left.p;
+          size += left.size;
+        }
+      }
       if (cached_ + size <= limit_) {
-        lru_.push_back({p, size});
-        by_size_.emplace(size, std::prev(lru_.end()));
-        cached_ += size;
+        add_unused(p, size);
         return;
       }
     }
@@ -192,6 +220,7 @@ class BlockCache final : public c10::Allocator {
   mutable std::mutex mutex_;
   mutable Lru lru_;
   mutable std::multimap<std::size_t, Lru::iterator> by_size_;  // the same blocks by size
+  mutable std::map<char*, Lru::iterator> by_address_;          // and by address
   mutable std::size_t cached_ = 0, live_ = 0, peak_live_ = 0;
 };
 
