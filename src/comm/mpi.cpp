@@ -276,6 +276,7 @@ class MpiCommunicator final : public Communicator {
     trace::Span span("recv");
     uint64_t length = 0;
     const auto waiting = with("Recv", source);
+    await_message(source, tag);
     check(MPI_Recv(&length, 1, MPI_UINT64_T, source, tag, comm_, MPI_STATUS_IGNORE), "Recv");
     std::string bytes(length, '\0');
     for (uint64_t offset = 0; offset < length; offset += kChunk) {
@@ -284,6 +285,20 @@ class MpiCommunicator final : public Communicator {
       check(MPI_Recv(bytes.data() + offset, n, MPI_BYTE, source, tag, comm_, MPI_STATUS_IGNORE), "Recv");
     }
     return bytes;
+  }
+
+  // Until a message from `source` with `tag` has arrived, probing with pauses that grow to 1 ms
+  // rather than spinning in MPI_Recv: the long waits of a run (a rollout worker's for its next
+  // round, the trainer's for rollouts) then leave the core to the ranks that work, where roles share
+  // cores (OpenMPI's blocking receive polls at full speed, even oversubscribed). A message is taken
+  // at most 1 ms late.
+  void await_message(int source, int tag) {
+    int flag = 0;
+    for (int64_t pause_us = 20;; pause_us = std::min<int64_t>(pause_us * 2, 1000)) {
+      check(MPI_Iprobe(source, tag, comm_, &flag, MPI_STATUS_IGNORE), "Iprobe");
+      if (flag != 0) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+    }
   }
 
   bool probe(int source, int tag) override {
