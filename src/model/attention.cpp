@@ -11,6 +11,8 @@
 #include "util/error.h"
 #include "util/torch_format.h"
 
+#include <fmt/ranges.h>
+
 namespace rlcpp {
 
 namespace {
@@ -60,8 +62,8 @@ std::pair<torch::Tensor, kernels::CausalRows> raw_scores(const torch::Tensor& qb
   c.block = rows;
   c.first = start;
   c.per_batch = qb.size(1) * qb.size(2);
-  c.key_mask = key_mask.data_ptr<bool>();
-  c.mask_stride = key_mask.size(1);
+  c.key_mask = key_mask.data_ptr<bool>();  // (a view of the row's keys from the block's sequence on)
+  c.mask_stride = key_mask.stride(0);
   c.scale = static_cast<float>(scale);
   return {scores, c};
 }
@@ -110,26 +112,48 @@ void block_score_grad(const torch::Tensor& probs, torch::Tensor& dp, const torch
   dp5.sub_(delta).mul_(probs.view(dp5.sizes())).mul_(scale);
 }
 
+// One block of query rows [start, start + rows) of the sequence that begins at `first`: it reads
+// the keys [first, start + rows).
+struct QueryBlock {
+  int64_t first, start, rows;
+  int64_t keys() const { return start + rows - first; }
+};
+
+// Blocks of at most `block` rows, none across a sequence's end (`sequences`: AttentionMask's).
+std::vector<QueryBlock> query_blocks(const std::vector<int64_t>& sequences, int64_t length, int64_t block) {
+  const std::vector<int64_t> bounds = sequences.empty() ? std::vector<int64_t>{0, length} : sequences;
+  std::vector<QueryBlock> out;
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    for (int64_t start = bounds[s]; start < bounds[s + 1]; start += block) {
+      out.push_back({bounds[s], start, std::min(block, bounds[s + 1] - start)});
+    }
+  }
+  return out;
+}
+
 class BlockedAttention : public torch::autograd::Function<BlockedAttention> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& key_mask, double scale, int64_t block) {
+                               const torch::Tensor& v, const torch::Tensor& key_mask,
+                               const std::vector<int64_t>& sequences, double scale, int64_t block) {
     const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), dim = q.size(3);
     const int64_t kv_heads = k.size(1), group = heads / kv_heads;
     const auto acc = logprob_dtype(q.scalar_type());
     auto qg = q.contiguous().view({batch, kv_heads, group, length, dim});
     auto out = torch::empty({batch, kv_heads, group, length, dim}, q.options());
     auto lse = torch::empty({batch, kv_heads, group, length}, q.options().dtype(acc));
-    for (int64_t start = 0; start < length; start += block) {
-      const int64_t rows = std::min(block, length - start), end = start + rows;
-      auto qb = qg.narrow(3, start, rows).reshape({batch, kv_heads, group * rows, dim});
-      auto [probs, row_lse] = block_softmax(qb, k.narrow(2, 0, end), key_mask, start, rows, scale, acc);
-      out.narrow(3, start, rows).copy_(torch::matmul(probs, v.narrow(2, 0, end)).view({batch, kv_heads, group, rows, dim}));
-      lse.narrow(3, start, rows).copy_(row_lse);
+    for (const QueryBlock& b : query_blocks(sequences, length, block)) {
+      auto qb = qg.narrow(3, b.start, b.rows).reshape({batch, kv_heads, group * b.rows, dim});
+      auto [probs, row_lse] = block_softmax(qb, k.narrow(2, b.first, b.keys()), key_mask.narrow(1, b.first, b.keys()),
+                                            b.start - b.first, b.rows, scale, acc);
+      out.narrow(3, b.start, b.rows)
+          .copy_(torch::matmul(probs, v.narrow(2, b.first, b.keys())).view({batch, kv_heads, group, b.rows, dim}));
+      lse.narrow(3, b.start, b.rows).copy_(row_lse);
     }
     ctx->save_for_backward({q, k, v, key_mask, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["block"] = block;
+    ctx->saved_data["sequences"] = sequences;
     return out.view({batch, heads, length, dim});
   }
 
@@ -140,6 +164,7 @@ class BlockedAttention : public torch::autograd::Function<BlockedAttention> {
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &key_mask = saved[3], &out = saved[4], &lse = saved[5];
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t block = ctx->saved_data["block"].toInt();
+    const std::vector<int64_t> sequences = ctx->saved_data["sequences"].toIntVector();
     const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), dim = q.size(3);
     const int64_t kv_heads = k.size(1), group = heads / kv_heads;
     const auto dtype = q.scalar_type(), acc = lse.scalar_type();
@@ -149,33 +174,39 @@ class BlockedAttention : public torch::autograd::Function<BlockedAttention> {
     auto dq = torch::empty_like(qg);
     auto dk = torch::zeros(k.sizes(), k.options().dtype(acc));
     auto dv = torch::zeros(v.sizes(), v.options().dtype(acc));
-    for (int64_t start = 0; start < length; start += block) {
-      const int64_t rows = std::min(block, length - start), end = start + rows;
-      auto qb = qg.narrow(3, start, rows).reshape({batch, kv_heads, group * rows, dim});
-      auto kb = k.narrow(2, 0, end), vb = v.narrow(2, 0, end);
-      auto probs = block_probs(qb, kb, key_mask, start, rows, scale, lse.narrow(3, start, rows));
-      auto dob = dout.narrow(3, start, rows).reshape({batch, kv_heads, group * rows, dim});
-      dv.narrow(2, 0, end).add_(torch::matmul(probs.to(dtype).transpose(-1, -2), dob).to(acc));
+    for (const QueryBlock& b : query_blocks(sequences, length, block)) {
+      auto qb = qg.narrow(3, b.start, b.rows).reshape({batch, kv_heads, group * b.rows, dim});
+      auto kb = k.narrow(2, b.first, b.keys()), vb = v.narrow(2, b.first, b.keys());
+      auto probs = block_probs(qb, kb, key_mask.narrow(1, b.first, b.keys()), b.start - b.first, b.rows, scale,
+                               lse.narrow(3, b.start, b.rows));
+      auto dob = dout.narrow(3, b.start, b.rows).reshape({batch, kv_heads, group * b.rows, dim});
+      dv.narrow(2, b.first, b.keys()).add_(torch::matmul(probs.to(dtype).transpose(-1, -2), dob).to(acc));
       auto dp = torch::matmul(dob, vb.transpose(-1, -2)).to(acc).contiguous();
-      block_score_grad(probs, dp, delta.narrow(3, start, rows), scale);
+      block_score_grad(probs, dp, delta.narrow(3, b.start, b.rows), scale);
       auto ds = dp.to(dtype);
-      dq.narrow(3, start, rows).copy_(torch::matmul(ds, kb).view({batch, kv_heads, group, rows, dim}));
-      dk.narrow(2, 0, end).add_(torch::matmul(ds.transpose(-1, -2), qb).to(acc));
+      dq.narrow(3, b.start, b.rows).copy_(torch::matmul(ds, kb).view({batch, kv_heads, group, b.rows, dim}));
+      dk.narrow(2, b.first, b.keys()).add_(torch::matmul(ds.transpose(-1, -2), qb).to(acc));
     }
     return {dq.view({batch, heads, length, dim}), dk.to(dtype), dv.to(dtype), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
-void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                  const torch::Tensor& key_mask) {
+void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const AttentionMask& mask) {
   RLCPP_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
                   q.size(2) == k.size(2) && q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "attention: q {} must be [B, Hq, T, D] and k, v {} / {} [B, Hkv, T, D] with Hkv dividing Hq", q.sizes(),
               k.sizes(), v.sizes());
+  const auto& key_mask = mask.keys;
   RLCPP_CHECK(key_mask.scalar_type() == torch::kBool && key_mask.dim() == 2 && key_mask.size(0) == q.size(0) &&
                   key_mask.size(1) == q.size(2),
               "attention: key_mask {} must be bool [B, T] for q {}", key_mask.sizes(), q.sizes());
+  if (!mask.packed()) return;
+  const auto& s = mask.sequences;
+  bool rising = s.size() >= 2 && s.front() == 0 && s.back() == q.size(2);
+  for (size_t i = 1; i < s.size(); ++i) rising = rising && s[i] > s[i - 1];
+  RLCPP_CHECK(q.size(0) == 1 && rising, "attention: a packed row's sequence starts {} for q {} (one row; rising from 0 to T)",
+              s, q.sizes());
 }
 
 }  // namespace
@@ -187,24 +218,46 @@ int64_t attention_block_rows(int64_t batch, int64_t heads, int64_t length) {
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& key_mask, double scale, int64_t block_rows) {
-  check_shapes(q, k, v, key_mask);
+                               const AttentionMask& mask, double scale, int64_t block_rows) {
+  check_shapes(q, k, v, mask);
   RLCPP_CHECK(block_rows >= 0, "attention: block_rows must be >= 0, got {}", block_rows);
   if (block_rows == 0) block_rows = attention_block_rows(q.size(0), q.size(1), q.size(2));
-  return BlockedAttention::apply(q, k.contiguous(), v.contiguous(), key_mask.contiguous(), scale, block_rows);
+  return BlockedAttention::apply(q, k.contiguous(), v.contiguous(), mask.keys.contiguous(), mask.sequences, scale,
+                                 block_rows);
 }
 
 torch::Tensor causal_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                         const torch::Tensor& key_mask, double scale) {
-  check_shapes(q, k, v, key_mask);
+                                         const AttentionMask& mask, double scale) {
+  check_shapes(q, k, v, mask);
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), dim = q.size(3), kv_heads = k.size(1);
   const int64_t group = heads / kv_heads;
   auto qg = q.reshape({batch, kv_heads, group * length, dim});
   auto scores = (torch::matmul(qg, k.transpose(-1, -2)) * scale).view({batch, kv_heads, group, length, length});
-  scores = scores.masked_fill(allowed_keys(key_mask, 0, length).logical_not(), -std::numeric_limits<double>::infinity());
+  auto allowed = allowed_keys(mask.keys, 0, length);
+  if (mask.packed()) {  // and of the query's own sequence
+    auto sequence = torch::zeros({length}, torch::kInt64);
+    for (size_t s = 1; s + 1 < mask.sequences.size(); ++s) sequence.narrow(0, mask.sequences[s], length - mask.sequences[s]).add_(1);
+    sequence = sequence.to(q.device());
+    allowed = allowed.logical_and(sequence.unsqueeze(1).eq(sequence.unsqueeze(0)));
+  }
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
   auto probs = torch::softmax(scores, -1, logprob_dtype(q.scalar_type())).to(q.scalar_type());
   auto out = torch::matmul(probs.view({batch, kv_heads, group * length, length}), v);
   return out.view({batch, heads, length, dim});
+}
+
+std::vector<int64_t> packed_sequences(const torch::Tensor& numbers) {
+  RLCPP_CHECK(numbers.dim() == 1, "packed sequence numbers {} must be [T]", numbers.sizes());
+  const auto row = numbers.to(torch::kCPU).to(torch::kInt64).contiguous();
+  const int64_t* n = row.data_ptr<int64_t>();
+  const int64_t length = row.numel();
+  if (length == 0 || row.max().item<int64_t>() <= 1) return {};  // a plain mask (1 = token)
+  std::vector<int64_t> starts;
+  for (int64_t t = 0; t < length; ++t) {
+    if (t == 0 || n[t] != n[t - 1]) starts.push_back(t);
+  }
+  starts.push_back(length);
+  return starts;
 }
 
 }  // namespace rlcpp

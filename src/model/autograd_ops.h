@@ -19,14 +19,15 @@ namespace rlcpp {
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, torch::TensorList params,
                                DecoderLayerImpl* layer, const torch::Tensor& cos, const torch::Tensor& sin,
-                               const torch::Tensor& mask, ParameterHolder* holder, bool adapters, const Transformer* model) {
+                               const AttentionMask& mask, ParameterHolder* holder, bool adapters, const Transformer* model) {
     ctx->save_for_backward({x});
     ctx->saved_data["holder"] = reinterpret_cast<int64_t>(holder);
     ctx->saved_data["adapters"] = adapters;
     ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
-    ctx->saved_data["mask"] = mask;
+    ctx->saved_data["mask"] = mask.keys;
+    ctx->saved_data["sequences"] = mask.sequences;
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["x_grad"] = x.requires_grad();
     ctx->saved_data["n_params"] = static_cast<int64_t>(params.size());
@@ -62,7 +63,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     {
       torch::AutoGradMode grad(true);
       out = layer->forward(input, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(),
-                           ctx->saved_data["mask"].toTensor(), ForwardContext{ctx->saved_data["adapters"].toBool(), holder, {}});
+                           AttentionMask(ctx->saved_data["mask"].toTensor(), ctx->saved_data["sequences"].toIntVector()),
+                           ForwardContext{ctx->saved_data["adapters"].toBool(), holder, {}});
     }
     {
       std::lock_guard<std::mutex> lock(generator.mutex());

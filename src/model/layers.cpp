@@ -118,7 +118,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const TensorParallel* tp)
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos, const torch::Tensor& sin,
-                                     const torch::Tensor& mask, const ForwardContext& context) {
+                                     const AttentionMask& mask, const ForwardContext& context) {
   const auto x = tp_ ? tp_->enter(input) : input;
   const int64_t batch = x.size(0), length = x.size(1);
   auto q = q_proj->forward(x, context).view({batch, length, n_heads_, head_dim_});
@@ -185,7 +185,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const TensorParallel* t
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                        const torch::Tensor& mask, const ForwardContext& context) {
+                                        const AttentionMask& mask, const ForwardContext& context) {
   auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, context);
   return h + mlp->forward(post_attention_layernorm->forward(h), context);
 }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/attention.h"
 #include "model/attention_backend.h"
 #include "model/logprobs.h"
 #include "model/model_config.h"
@@ -76,10 +77,10 @@ using Linear = std::shared_ptr<LinearImpl>;
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, const TensorParallel* tp);
-  // x [B, T, H]; cos/sin [B, T, D]; mask [B, T] bool, false at padded keys (causality is added by
+  // x [B, T, H]; cos/sin [B, T, D]; mask: padded keys and packed sequences (causality is added by
   // causal_attention, model/attention.h). Returns [B, T, H].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, const ForwardContext& context);
+                        const AttentionMask& mask, const ForwardContext& context);
   // Packed tokens x [T, H] of several sequences; cos/sin [T, D]; keys and values through `backend`.
   torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                int64_t layer, AttentionBackend& backend, const ForwardContext& context);
@@ -106,7 +107,7 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, const TensorParallel* tp);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, const ForwardContext& context);
+                        const AttentionMask& mask, const ForwardContext& context);
   torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                int64_t layer, AttentionBackend& backend, const ForwardContext& context);
   std::shared_ptr<AttentionImpl> self_attn;

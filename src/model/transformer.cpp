@@ -25,6 +25,16 @@ torch::Tensor positions_from_mask(const torch::Tensor& attention_mask) {
   return (attention_mask.to(torch::kInt64).cumsum(1) - 1).clamp_min(0);
 }
 
+torch::Tensor packed_positions(const std::vector<int64_t>& sequences) {
+  RLCPP_CHECK(sequences.size() >= 2, "packed positions of {} sequence bounds", sequences.size());
+  auto positions = torch::empty({sequences.back()}, torch::kInt64);
+  auto* p = positions.data_ptr<int64_t>();
+  for (size_t s = 0; s + 1 < sequences.size(); ++s) {
+    for (int64_t t = sequences[s]; t < sequences[s + 1]; ++t) p[t] = t - sequences[s];
+  }
+  return positions;
+}
+
 std::pair<torch::Tensor, torch::Tensor> left_padded(const std::vector<const std::vector<int32_t>*>& rows) {
   size_t length = 0;
   for (const auto* row : rows) length = std::max(length, row->size());
@@ -96,18 +106,24 @@ torch::Tensor Transformer::hidden_states(const torch::Tensor& input_ids, const t
   const int64_t batch = input_ids.size(0), length = input_ids.size(1);
   auto ids = input_ids.to(options_.device);
   torch::Tensor positions;
+  std::vector<int64_t> sequences;  // a packed row's
   if (attention_mask.defined()) {
     RLCPP_CHECK(attention_mask.sizes() == input_ids.sizes(), "attention_mask {} must match input_ids {}",
                 attention_mask.sizes(), input_ids.sizes());
-    positions = positions_from_mask(attention_mask.to(options_.device));
+    if (batch == 1) sequences = packed_sequences(attention_mask[0]);
+    positions = sequences.empty() ? positions_from_mask(attention_mask.to(options_.device))
+                                  : packed_positions(sequences).to(options_.device).unsqueeze(0);
   } else {
     positions = torch::arange(length, ids.options().dtype(torch::kInt64)).unsqueeze(0).expand({batch, length});
   }
   auto [cos, sin] = rope_.cos_sin(positions, options_.dtype);
-  // Which keys are real tokens, [B, T]; attention adds causality (model/attention.h).
-  auto mask = attention_mask.defined()
-                  ? attention_mask.to(options_.device).to(torch::kBool)
-                  : torch::ones({batch, length}, torch::TensorOptions().dtype(torch::kBool).device(options_.device));
+  // Which keys are real tokens, [B, T], and a packed row's sequences; attention adds causality
+  // (model/attention.h).
+  const AttentionMask mask(
+      attention_mask.defined()
+          ? attention_mask.to(options_.device).ne(0)
+          : torch::ones({batch, length}, torch::TensorOptions().dtype(torch::kBool).device(options_.device)),
+      std::move(sequences));
   const PipelineStage& stage = options_.stage;
   RLCPP_CHECK(stage.first() || context.stage_input.defined(), "pipeline stage {} run without its input", stage.index);
   auto h = stage.first() ? as_dtype(embed(ids), options_.dtype) : context.stage_input;

@@ -101,7 +101,9 @@ class Transformer : public torch::nn::Module {
   // that does not, each layer's gradients go to it as soon as backward has finished the layer.
 
   // Final hidden states (after the last norm) [B, T, H]. attention_mask [B, T] (1 = token, 0 = pad,
-  // left padding) may be undefined (no padding); positions then come from the mask. A pipeline
+  // left padding) may be undefined (no padding); positions then come from the mask. A packed row
+  // (B = 1) of several sequences numbers them in its mask instead: 1, 2, ... (0 = pad), each a run
+  // that starts at position 0 and reads only its own keys (model/attention.h). A pipeline
   // stage before the last returns its layers' output instead (no norm), and a stage after the
   // first starts from context.stage_input rather than the embedding (it still takes the ids and
   // the mask, for positions and padding). Every other forward is of the whole model or the last stage.
@@ -262,5 +264,7 @@ std::pair<torch::Tensor, torch::Tensor> left_padded(const std::vector<const std:
 
 // positions [B, T] from a left-padded attention mask: 0 at the first real token of each row.
 torch::Tensor positions_from_mask(const torch::Tensor& attention_mask);
+// positions [T] of a packed row (AttentionMask::sequences): 0 at each sequence's first token.
+torch::Tensor packed_positions(const std::vector<int64_t>& sequences);
 
 }  // namespace rlcpp
