@@ -187,14 +187,17 @@ TEST(Trainer, SftStepIsTheMaskedNllAndExactUnderMicrobatching) {
     }
   }
   std::vector<std::vector<torch::Tensor>> results;
-  for (int64_t micro : {1, 2, 3}) {
+  // Micro-batches of 1 to 3 examples, right-padded or padding-free, and by a budget of 9 tokens.
+  for (int64_t layout = 0; layout < 8; ++layout) {
     auto model = Transformer::from_pretrained(rlcpp::testing::fixture("llama-tiny"), options);
     TrainerConfig config;
-    config.train_microbatch_size = micro;
+    config.train_microbatch_size = layout % 3 + 1;
+    config.padding_free = layout % 2 == 0;
+    config.max_tokens_per_micro_batch = layout >= 6 ? 9 : 0;
     config.optimizer.lr = 1e-2;
     Trainer trainer(model, nullptr, config);
     const auto m = trainer.sft_step(batch).values;
-    EXPECT_NEAR(m.at("loss"), nll / count, 1e-9) << "micro-batch " << micro;
+    EXPECT_NEAR(m.at("loss"), nll / count, 1e-9) << "layout " << layout;
     EXPECT_EQ(m.at("n_tokens"), count);
     results.push_back(weights_of(*model));
   }

@@ -15,7 +15,7 @@ void add_sft_command(CLI::App& app) {
                 {"runtime.dataset", "runtime.num_episodes", "parallel.zero_stage", "runtime.max_steps", "runtime.seed", "runtime.device",
                  "runtime.dtype", "runtime.resume", "runtime.checkpoint_path", "runtime.enable_resume_training",
                  "model.path", "rollout.system_prompt", "train.train_batch_size", "train.train_microbatch_size",
-                 "train.learning_rate", "train.weight_decay", "train.max_grad_norm", "train.lr_schedule",
+                 "train.max_tokens_per_micro_batch", "train.padding_free", "train.learning_rate", "train.weight_decay", "train.max_grad_norm", "train.lr_schedule",
                  "train.warmup_steps", "train.min_lr_ratio", "logging.project", "logging.save_dir",
                  "logging.save_interval", "logging.max_checkpoints", "logging.log_interval",
                  // LoRA, activation checkpointing and a half-precision frozen base, as in `train`

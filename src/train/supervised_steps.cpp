@@ -2,6 +2,7 @@
 // Bradley–Terry loss over preference pairs); the policy-gradient step is trainer.cpp's.
 #include <cmath>
 
+#include "train/sample.h"
 #include "train/trainer.h"
 #include "util/error.h"
 
@@ -18,27 +19,36 @@ TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch, double g
   }
   const double lr = begin_update();
   TrainStepMetrics metrics;
-  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
-  double nll = 0;
-  const auto n_micro = static_cast<int64_t>((batch.size() + micro - 1) / micro);
+  // Micro-batches as the policy's steps form them (micro_batches; an example's length is its ids').
+  std::vector<Sample> lengths;
+  for (const auto& s : batch) lengths.push_back(model_sample({s.ids.front()}, std::vector<int32_t>(s.ids.size() - 1, 0), 0.0));
+  const auto micros = micro_batches_of(lengths);
+  const auto n_micro = static_cast<int64_t>(micros.size());
   for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
-  for (size_t begin = 0; begin < batch.size(); begin += micro) {
-    const size_t end = std::min(batch.size(), begin + micro);
-    int64_t length = 0;
-    for (size_t k = begin; k < end; ++k) length = std::max<int64_t>(length, static_cast<int64_t>(batch[k].ids.size()));
+  double nll = 0;
+  for (const auto& [begin, end] : micros) {
+    // Right-padded rows [B, L], or padding-free one row [1, T] numbering the examples (PackedBatch).
+    int64_t length = 0, total_ids = 0;
+    for (size_t k = begin; k < end; ++k) {
+      length = std::max<int64_t>(length, static_cast<int64_t>(batch[k].ids.size()));
+      total_ids += static_cast<int64_t>(batch[k].ids.size());
+    }
     const int64_t rows = static_cast<int64_t>(end - begin);
-    auto ids = torch::zeros({rows, length}, torch::kInt64);
-    auto mask = torch::zeros({rows, length}, torch::kInt64);
-    auto targets = torch::full({rows, length}, -1, torch::kInt64);
-    auto ids_a = ids.accessor<int64_t, 2>();
-    auto mask_a = mask.accessor<int64_t, 2>();
-    auto targets_a = targets.accessor<int64_t, 2>();
+    const std::vector<int64_t> shape = config_.padding_free ? std::vector<int64_t>{1, total_ids} : std::vector<int64_t>{rows, length};
+    auto ids = torch::zeros(shape, torch::kInt64);
+    auto mask = torch::zeros(shape, torch::kInt64);
+    auto targets = torch::full(shape, -1, torch::kInt64);
+    auto* ids_p = ids.data_ptr<int64_t>();
+    auto* mask_p = mask.data_ptr<int64_t>();
+    auto* targets_p = targets.data_ptr<int64_t>();
+    int64_t at = 0;
     for (int64_t row = 0; row < rows; ++row) {
       const auto& s = batch[begin + static_cast<size_t>(row)];
-      for (size_t t = 0; t < s.ids.size(); ++t) {
-        ids_a[row][static_cast<int64_t>(t)] = s.ids[t];
-        mask_a[row][static_cast<int64_t>(t)] = 1;
-        if (t > 0 && s.loss_mask[t]) targets_a[row][static_cast<int64_t>(t) - 1] = s.ids[t];  // t-1 predicts t
+      if (!config_.padding_free) at = row * length;
+      for (size_t t = 0; t < s.ids.size(); ++t, ++at) {
+        ids_p[at] = s.ids[t];
+        mask_p[at] = config_.padding_free ? row + 1 : 1;
+        if (t > 0 && s.loss_mask[t]) targets_p[at - 1] = s.ids[t];  // t-1 predicts t
       }
     }
     auto logp = policy_->token_logprobs(ids, targets, 1.0, mask, nullptr, policy_context_);

@@ -16,32 +16,40 @@
 
 namespace rlcpp {
 
-PackedBatch pack_samples(const std::vector<Sample>& samples, size_t begin, size_t end) {
+PackedBatch pack_samples(const std::vector<Sample>& samples, size_t begin, size_t end, bool padding_free) {
   RLCPP_CHECK(begin < end && end <= samples.size(), "pack [{}, {}) of {} samples", begin, end, samples.size());
-  int64_t length = 0;
+  int64_t length = 0, total = 0;
   for (size_t k = begin; k < end; ++k) {
     const auto& s = samples[k];
     RLCPP_CHECK(!s.prompt_ids.empty(), "sample {} has an empty prompt", k);
-    length = std::max<int64_t>(length, static_cast<int64_t>(s.prompt_ids.size() + s.response_ids.size()));
+    const auto n = static_cast<int64_t>(s.prompt_ids.size() + s.response_ids.size());
+    length = std::max(length, n);
+    total += n;
   }
   const int64_t b = static_cast<int64_t>(end - begin);
   PackedBatch p;
-  p.ids = torch::zeros({b, length}, torch::kInt64);
-  p.attention_mask = torch::zeros({b, length}, torch::kInt64);
   p.targets = torch::full({b, length}, -1, torch::kInt64);
   p.response_mask = torch::zeros({b, length}, torch::kFloat32);
-  auto ids = p.ids.accessor<int64_t, 2>();
-  auto mask = p.attention_mask.accessor<int64_t, 2>();
+  const std::vector<int64_t> input_shape = padding_free ? std::vector<int64_t>{1, total} : std::vector<int64_t>{b, length};
+  p.ids = torch::zeros(input_shape, torch::kInt64);
+  p.attention_mask = torch::zeros(input_shape, torch::kInt64);
+  if (padding_free) p.slots = torch::empty({total}, torch::kInt64);
+  auto* ids = p.ids.data_ptr<int64_t>();
+  auto* mask = p.attention_mask.data_ptr<int64_t>();
+  auto* slots = padding_free ? p.slots.data_ptr<int64_t>() : nullptr;
   auto targets = p.targets.accessor<int64_t, 2>();
   auto response = p.response_mask.accessor<float, 2>();
+  int64_t at = 0;  // the next input position
   for (int64_t row = 0; row < b; ++row) {
     const size_t k = begin + static_cast<size_t>(row);
     const auto& s = samples[k];
     const int64_t n_prompt = static_cast<int64_t>(s.prompt_ids.size());
     const int64_t n_total = n_prompt + static_cast<int64_t>(s.response_ids.size());
-    for (int64_t t = 0; t < n_total; ++t) {
-      ids[row][t] = t < n_prompt ? s.prompt_ids[static_cast<size_t>(t)] : s.response_ids[static_cast<size_t>(t - n_prompt)];
-      mask[row][t] = 1;
+    if (!padding_free) at = row * length;
+    for (int64_t t = 0; t < n_total; ++t, ++at) {
+      ids[at] = t < n_prompt ? s.prompt_ids[static_cast<size_t>(t)] : s.response_ids[static_cast<size_t>(t - n_prompt)];
+      mask[at] = padding_free ? row + 1 : 1;  // padding-free: the sample's number
+      if (slots != nullptr) slots[at] = row * length + t;
     }
     // Position t predicts token t + 1: response token j is predicted at n_prompt - 1 + j.
     const auto loss_mask = s.loss_mask();
@@ -53,7 +61,38 @@ PackedBatch pack_samples(const std::vector<Sample>& samples, size_t begin, size_
     }
     p.response_start.push_back(n_prompt - 1);
   }
+  p.input_targets = padding_free ? p.targets.reshape({-1}).index_select(0, p.slots).view(input_shape) : p.targets;
   return p;
+}
+
+torch::Tensor PackedBatch::per_sample(const torch::Tensor& values) const {
+  if (!padding_free()) return values.view(targets.sizes());
+  const auto flat = values.reshape({-1});
+  RLCPP_CHECK(flat.size(0) == slots.size(0), "{} values for a padding-free row of {} tokens", flat.size(0), slots.size(0));
+  return torch::zeros({targets.numel()}, values.options()).index_copy(0, slots.to(values.device()), flat).view(targets.sizes());
+}
+
+std::vector<std::pair<size_t, size_t>> micro_batches(const std::vector<Sample>& samples, int64_t max_samples,
+                                                     int64_t max_tokens, bool padding_free) {
+  RLCPP_CHECK(max_samples >= 1 || max_tokens > 0, "micro-batches of {} samples", max_samples);
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0;
+  int64_t total = 0, longest = 0;
+  for (size_t k = 0; k < samples.size(); ++k) {
+    const auto n = static_cast<int64_t>(samples[k].prompt_ids.size() + samples[k].response_ids.size());
+    const auto count = static_cast<int64_t>(k - begin) + 1;
+    const int64_t tokens = padding_free ? total + n : count * std::max(longest, n);
+    const bool full = max_tokens > 0 ? tokens > max_tokens : count > max_samples;
+    if (k > begin && full) {
+      out.emplace_back(begin, k);
+      begin = k;
+      total = longest = 0;
+    }
+    total += n;
+    longest = std::max(longest, n);
+  }
+  if (begin < samples.size()) out.emplace_back(begin, samples.size());
+  return out;
 }
 
 void append_response_values(const torch::Tensor& values, const PackedBatch& batch, const std::vector<Sample>& samples,
@@ -172,10 +211,10 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
   torch::NoGradGuard no_grad;
   TrainStepMetrics head;  // the log-probs, and the entropy's sum and tokens
   double entropy_sum = 0, entropy_tokens = 0;
-  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   trace::Span span("logprobs");
   const bool lockstep = &model == policy_.get() && sharded_parameters();
-  const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
+  const auto micros = micro_batches_of(samples);
+  const auto n_micro = static_cast<int64_t>(micros.size());
   if (lockstep) {
     zero_->gather_resident();
     for (int64_t k = lockstep_passes(n_micro, false) - n_micro; k > 0; --k) empty_pass(false);
@@ -183,27 +222,26 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
   StageWork work;
   work.micros = n_micro;
   work.input_shape = [&](int64_t k) {
-    const size_t begin = static_cast<size_t>(k) * micro;
-    return stage_input_shape(samples, begin, std::min(samples.size(), begin + micro));
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
+    return stage_input_shape(samples, begin, end);
   };
   work.forward = [&](int64_t k, const torch::Tensor& input) {
-    const size_t begin = static_cast<size_t>(k) * micro, end = std::min(samples.size(), begin + micro);
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
     progress::phase("logprobs", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
-    const PackedBatch batch = pack_samples(samples, begin, end);
+    const PackedBatch batch = pack(samples, begin, end);
     ForwardContext here = context;
     here.stage_input = input;
     auto h = model.hidden_states(batch.ids, batch.attention_mask, here);
     if (!model.options().stage.last()) return h;
-    const int64_t rows = h.size(0), length = h.size(1);
-    auto out = rlcpp::token_logprobs_entropy(h.reshape({rows * length, h.size(2)}), model.output_weight(),
-                                             batch.targets.to(h.device()).reshape({-1}), config_.temperature,
+    auto out = rlcpp::token_logprobs_entropy(h.reshape({-1, h.size(-1)}), model.output_weight(),
+                                             batch.input_targets.to(h.device()).reshape({-1}), config_.temperature,
                                              model.options().logprob_chunk_tokens, model.vocab_shard());
-    append_response_values(out.logprobs.view({rows, length}).to(torch::kCPU).to(torch::kFloat32), batch, samples,
-                           begin, head.logprobs);
+    append_response_values(batch.per_sample(out.logprobs).to(torch::kCPU).to(torch::kFloat32), batch, samples, begin,
+                           head.logprobs);
     if (mean_entropy != nullptr) {
       // Over the trained tokens (the entropy is 0 where there is no target, so this is every
       // response token's when nothing was inserted).
-      const auto entropy = out.entropy.view({rows, length});
+      const auto entropy = batch.per_sample(out.entropy);
       const auto mask = batch.response_mask.to(entropy.device()).to(entropy.scalar_type());
       entropy_sum += (entropy * mask).sum().item<double>();
       entropy_tokens += batch.response_mask.sum().item<double>();
@@ -265,10 +303,8 @@ std::vector<uint8_t> Trainer::skipped_samples(const std::vector<Sample>& samples
   std::vector<uint8_t> out(samples.size(), 0);
   if (config_.loss.skip_threshold <= 0) return out;
   const auto current = policy_logprobs(samples);
-  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
-  for (size_t begin = 0; begin < samples.size(); begin += micro) {
-    const size_t end = std::min(samples.size(), begin + micro);
-    const PackedBatch batch = pack_samples(samples, begin, end);
+  for (const auto& [begin, end] : micro_batches_of(samples)) {
+    const PackedBatch batch = pack(samples, begin, end);
     auto skip = rlcpp::skipped_samples(lay_out(current, batch, begin), lay_out(old_logprobs, batch, begin),
                                        batch.response_mask, config_.loss);
     for (size_t k = begin; k < end; ++k) out[k] = skip[static_cast<int64_t>(k - begin)].item<bool>() ? 1 : 0;
@@ -292,26 +328,26 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
   const double lr = begin_update();
   TrainStepMetrics metrics;
   const auto device = policy_->options().device;
-  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   const bool entropy_bonus = config_.loss.entropy_coef != 0;
   // The fused head needs a loss whose terms each depend on one token's log-prob: not the entropy
   // bonus (the whole distribution) nor GSPO's sequence ratio (a sample's mean).
   const bool fused = config_.fused_head && !entropy_bonus && config_.loss.ratio_level == ImportanceLevel::kToken;
   double counted_tokens = 0, entropy_sum = 0, entropy_tokens = 0;
-  const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
+  const auto micros = micro_batches_of(samples);
+  const auto n_micro = static_cast<int64_t>(micros.size());
   for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
   StageWork work;
   work.micros = n_micro;
   work.input_shape = [&](int64_t k) {
-    const size_t begin = static_cast<size_t>(k) * micro;
-    return stage_input_shape(samples, begin, std::min(samples.size(), begin + micro));
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
+    return stage_input_shape(samples, begin, end);
   };
   // Micro-batch k's forward: this stage's hidden states, or on the last stage the loss backward
   // runs from (its metrics and log-probs recorded).
   work.forward = [&](int64_t k, const torch::Tensor& input) -> torch::Tensor {
-    const size_t begin = static_cast<size_t>(k) * micro, end = std::min(samples.size(), begin + micro);
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
     progress::phase("train", k, n_micro, "micro-batches");
-    const PackedBatch batch = pack_samples(samples, begin, end);
+    const PackedBatch batch = pack(samples, begin, end);
     ForwardContext context = policy_context_;
     context.stage_input = input;
     auto h = policy_->hidden_states(batch.ids, batch.attention_mask, context);
@@ -333,7 +369,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
     in.global_tokens = global_tokens;
     in.global_samples = global_samples;
     const auto flat_h = h.reshape({-1, h.size(-1)});
-    const auto flat_targets = batch.targets.to(device).reshape({-1});
+    const auto flat_targets = batch.input_targets.to(device).reshape({-1});
     const int64_t chunk = policy_->options().logprob_chunk_tokens;
     torch::Tensor loss;  // what backward runs from
     if (fused) {
@@ -341,7 +377,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       // gradients (logprobs.h), over the rows with a target.
       const auto rows = flat_targets.ge(0).nonzero().squeeze(-1);
       auto lay_rows = [&](const torch::Tensor& values) {
-        return torch::zeros({flat_targets.size(0)}, values.options()).index_copy(0, rows, values).view(batch.targets.sizes());
+        return batch.per_sample(torch::zeros({flat_targets.size(0)}, values.options()).index_copy(0, rows, values));
       };
       auto loss_of = [&](const torch::Tensor& logprobs) {
         PolicyLossInputs x = in;
@@ -357,14 +393,15 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
     } else {
       // The entropy bonus differentiates the entropy; scoring only reports it.
       torch::Tensor entropy;
-      in.logprobs = token_logprobs_chunked(flat_h, policy_->output_weight(), flat_targets, config_.temperature, chunk,
-                                           mb.score && !entropy_bonus ? &entropy : nullptr, policy_->vocab_shard())
-                        .view(batch.targets.sizes());
+      in.logprobs = batch.per_sample(token_logprobs_chunked(flat_h, policy_->output_weight(), flat_targets,
+                                                            config_.temperature, chunk,
+                                                            mb.score && !entropy_bonus ? &entropy : nullptr,
+                                                            policy_->vocab_shard()));
       if (entropy_bonus) {
         entropy = token_entropy(flat_h, policy_->output_weight(), flat_targets, config_.temperature,
                                 policy_->vocab_shard());
       }
-      if (entropy.defined()) in.entropy = entropy.view(batch.targets.sizes());
+      if (entropy.defined()) in.entropy = batch.per_sample(entropy);
     }
     if (mb.score) {
       auto logp = in.logprobs.detach().to(torch::kCPU).to(torch::kFloat32);
@@ -436,11 +473,18 @@ StageTimes Trainer::run_passes(const StageWork& work, bool backward) const {
 }
 
 std::vector<int64_t> Trainer::stage_input_shape(const std::vector<Sample>& samples, size_t begin, size_t end) const {
-  int64_t length = 0;
+  int64_t length = 0, total = 0;
   for (size_t k = begin; k < end; ++k) {
-    length = std::max<int64_t>(length, static_cast<int64_t>(samples[k].prompt_ids.size() + samples[k].response_ids.size()));
+    const auto n = static_cast<int64_t>(samples[k].prompt_ids.size() + samples[k].response_ids.size());
+    length = std::max(length, n);
+    total += n;
   }
+  if (config_.padding_free) return {1, total, policy_->config().hidden_size};
   return {static_cast<int64_t>(end - begin), length, policy_->config().hidden_size};
+}
+
+std::vector<std::pair<size_t, size_t>> Trainer::micro_batches_of(const std::vector<Sample>& samples) const {
+  return micro_batches(samples, config_.train_microbatch_size, config_.max_tokens_per_micro_batch, config_.padding_free);
 }
 
 double Trainer::pipeline_bubble(const StageTimes& mine) const {

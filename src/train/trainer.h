@@ -65,6 +65,8 @@ struct TrainOptions {
   int64_t train_batch_size = 4;        // prompts (groups) per step per trainer
   int64_t train_minibatch_size = 4;    // prompts per optimizer step
   int64_t train_microbatch_size = 8;   // samples per forward/backward
+  int64_t max_tokens_per_micro_batch = 0;  // > 0: micro-batches by tokens instead (verl's ppo_max_token_len_per_gpu)
+  bool padding_free = true;            // micro-batches as one row without padding (false: right-padded rows)
   int64_t num_training_epoch = 1;      // passes over each step's rollouts
   bool reuse_rollout_logprobs = true;  // an on-policy step takes the sampler's log-probs as the old ones
   bool gradient_checkpointing = false; // recompute each decoder layer's activations in backward
@@ -78,6 +80,8 @@ struct TrainerConfig {
   PolicyLossConfig loss;
   OptimizerConfig optimizer;
   int64_t train_microbatch_size = 2;  // samples per forward/backward
+  int64_t max_tokens_per_micro_batch = 0;  // > 0: micro-batches by this token budget instead (micro_batches)
+  bool padding_free = true;           // micro-batches as one row of the samples back to back (PackedBatch)
   double temperature = 1.0;           // log-probs under softmax(logits / T), as the sampler used
   bool filter_truncated = false;      // truncated samples leave the loss (DAPO's filter_truncated_response)
   bool fused_head = true;             // the fused loss head where the loss allows it (model/logprobs.h)
@@ -113,6 +117,34 @@ struct TrainStepMetrics {
   std::map<std::string, double> values;  // loss metrics summed over micro-batches (means token-weighted), grad_norm, lr
   std::vector<std::vector<float>> logprobs;  // with PolicyMiniBatch::score: as policy_logprobs, before the update
 };
+
+// Samples [begin, end) as the model takes them and as the loss takes them.
+// The model's input (ids, attention_mask, input_targets): right-padded rows [B, L], L the longest
+// sample; or padding-free, one row [1, T] of the samples back to back (T their total length), its
+// mask numbering them 1..B (Transformer::hidden_states: each reads only its own keys).
+// Per sample, as the losses take them (targets, response_mask): [B, L], targets -1 except at
+// positions predicting a response token, the loss mask 1 at positions predicting a model token of
+// the response (inserted tokens are context, never trained).
+struct PackedBatch {
+  torch::Tensor ids, attention_mask, input_targets;
+  torch::Tensor targets, response_mask;
+  std::vector<int64_t> response_start;  // position in the sample's row of its first predicted response token
+  torch::Tensor slots;                  // padding-free: each input token's flat position in [B, L]; else undefined
+
+  bool padding_free() const { return slots.defined(); }
+  // Values per input token (the input's shape, or flat) laid out per sample: [B, L], 0 where a
+  // sample has no token; differentiable.
+  torch::Tensor per_sample(const torch::Tensor& values) const;
+  // The tokens a forward of this input runs on (padding included).
+  int64_t input_tokens() const { return ids.numel(); }
+};
+PackedBatch pack_samples(const std::vector<Sample>& samples, size_t begin, size_t end, bool padding_free = false);
+
+// Consecutive micro-batches [begin, end) of `samples`: `max_samples` each, or with a token budget
+// (> 0) as many as keep the forward's input within it (padding-free: their total length; padded:
+// count × the longest), a sample longer than the budget alone.
+std::vector<std::pair<size_t, size_t>> micro_batches(const std::vector<Sample>& samples, int64_t max_samples,
+                                                     int64_t max_tokens, bool padding_free);
 
 class Trainer {
  public:
@@ -219,8 +251,13 @@ class Trainer {
   double pipeline_bubble(const StageTimes& mine) const;
   // Pipeline parallelism: what the last stage computed, on every stage.
   void share_last_stage(TrainStepMetrics& metrics, const std::vector<Sample>& samples) const;
-  // The hidden states a stage receives for samples [begin, end): [B, L, H].
+  // The hidden states a stage receives for samples [begin, end): [B, L, H] ([1, T, H] padding-free).
   std::vector<int64_t> stage_input_shape(const std::vector<Sample>& samples, size_t begin, size_t end) const;
+  // The micro-batches of `samples` under this trainer's settings (micro_batches).
+  std::vector<std::pair<size_t, size_t>> micro_batches_of(const std::vector<Sample>& samples) const;
+  PackedBatch pack(const std::vector<Sample>& samples, size_t begin, size_t end) const {
+    return pack_samples(samples, begin, end, config_.padding_free);
+  }
   // Pipeline parallelism: the tied embedding's gradient summed over its copies on the first and
   // last stages; returns the parameters the gradient norm counts (each copy once).
   std::vector<torch::Tensor> sum_tied_gradients(const std::vector<torch::Tensor>& trained) const;
@@ -241,14 +278,5 @@ class Trainer {
 // optimizer's own (its keys, tensors and step counts): checkpoints, resumes and LibTorch's own
 // step continue it unchanged.
 void adamw_step(torch::optim::AdamW& optimizer);
-
-// Right-padded token batch for samples [begin, end): ids and attention mask [B, L], targets [B, L]
-// (-1 except at positions predicting a response token), and the loss mask [B, L] (1 at positions
-// predicting a model token of the response; inserted tokens are context, never trained).
-struct PackedBatch {
-  torch::Tensor ids, attention_mask, targets, response_mask;
-  std::vector<int64_t> response_start;  // position in the row of the first predicted response token
-};
-PackedBatch pack_samples(const std::vector<Sample>& samples, size_t begin, size_t end);
 
 }  // namespace rlcpp

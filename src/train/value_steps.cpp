@@ -17,10 +17,10 @@ void check_critic(const Transformer& model) {
               "values from {}: a critic is a sequence classifier of one label", model.config().architecture);
 }
 
-// The value head at every position of a packed batch: [B, L], fp32 (fp64 for an fp64 model).
+// The value head at every position of a packed batch, per sample: [B, L], fp32 (fp64 for an fp64 model).
 torch::Tensor packed_values(Transformer& model, const PackedBatch& batch, const ForwardContext& context) {
   const auto h = model.hidden_states(batch.ids, batch.attention_mask, context);
-  const auto v = model.score->forward(h, context).squeeze(-1);
+  const auto v = batch.per_sample(model.score->forward(h, context).squeeze(-1));
   return v.scalar_type() == torch::kFloat64 ? v : v.to(torch::kFloat32);
 }
 
@@ -32,18 +32,17 @@ std::vector<std::vector<float>> Trainer::response_values(const std::vector<Sampl
   torch::NoGradGuard no_grad;
   trace::Span span("values");
   policy_->eval();
-  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
-  const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
+  const auto micros = micro_batches_of(samples);
+  const auto n_micro = static_cast<int64_t>(micros.size());
   const bool lockstep = sharded_parameters();
   if (lockstep) {
     zero_->gather_resident();
     for (int64_t k = lockstep_passes(n_micro, false) - n_micro; k > 0; --k) empty_pass(false);
   }
   std::vector<std::vector<float>> out;
-  for (size_t begin = 0; begin < samples.size(); begin += micro) {
-    const size_t end = std::min(samples.size(), begin + micro);
+  for (const auto& [begin, end] : micros) {
     progress::phase("values", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
-    const PackedBatch batch = pack_samples(samples, begin, end);
+    const PackedBatch batch = pack(samples, begin, end);
     append_response_values(packed_values(*policy_, batch, policy_context_).to(torch::kCPU).to(torch::kFloat32), batch,
                            samples, begin, out);
   }
@@ -62,16 +61,16 @@ TrainStepMetrics Trainer::value_step(const ValueMiniBatch& mb) {
   const double global_tokens = mb.global_tokens > 0 ? mb.global_tokens : std::max(1.0, local_tokens);
   const double lr = begin_update();
   const auto device = policy_->options().device;
-  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
-  const auto n_micro = static_cast<int64_t>((samples.size() + micro - 1) / micro);
+  const auto micros = micro_batches_of(samples);
+  const auto n_micro = static_cast<int64_t>(micros.size());
   for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
   TrainStepMetrics metrics;
   double counted = 0;
   trace::Span span("critic_forward_backward");
-  for (size_t begin = 0; begin < samples.size(); begin += micro) {
-    const size_t end = std::min(samples.size(), begin + micro);
-    progress::phase("critic", static_cast<int64_t>(begin / micro), n_micro, "micro-batches");
-    const PackedBatch batch = pack_samples(samples, begin, end);
+  for (size_t m = 0; m < micros.size(); ++m) {
+    const auto [begin, end] = micros[m];
+    progress::phase("critic", static_cast<int64_t>(m), n_micro, "micro-batches");
+    const PackedBatch batch = pack(samples, begin, end);
     const auto values = packed_values(*policy_, batch, policy_context_);
     auto out = value_loss(values, lay_out(mb.old_values, batch, begin).to(device),
                           lay_out(mb.returns, batch, begin).to(device), batch.response_mask.to(device), config_.value_clip,

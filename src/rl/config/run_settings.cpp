@@ -426,6 +426,17 @@ std::vector<Setting> make_settings() {
                               &TrainOptions::train_minibatch_size, "train.train_minibatch_size"));
   s.push_back(int_setting("train.train_microbatch_size", "--tmbs,--train-microbatch-size", "samples per forward/backward",
                           [](C& c) -> int64_t& { return c.train.train_microbatch_size; }, 1, {}));
+  s.push_back(int_setting("train.max_tokens_per_micro_batch", "--max-tokens-per-micro-batch",
+                          "> 0: each forward/backward takes as many samples as fit in this many tokens (a longer "
+                          "sample alone), in place of -tmbs (verl's ppo_max_token_len_per_gpu with use_dynamic_bsz)",
+                          [](C& c) -> int64_t& { return c.train.max_tokens_per_micro_batch; }, 0,
+                          {"ppo_max_token_len_per_gpu"}, true));
+  s.push_back(bool_setting("train.padding_free", "--padding-free",
+                           "each micro-batch is one row of its samples back to back, each attending to its own "
+                           "tokens only (no padding; verl's use_remove_padding, OpenRLHF's --packing_samples); "
+                           "false: right-padded rows [samples, longest]",
+                           [](C& c) -> bool& { return c.train.padding_free; }, {"use_remove_padding", "packing_samples"},
+                           true));
   s.push_back(int_setting("train.num_training_epoch", "--num-training-epoch", "passes over each step's rollouts",
                           [](C& c) -> int64_t& { return c.train.num_training_epoch; }, 1));
   s.push_back(bool_setting("train.reuse_rollout_logprobs", "--reuse-rollout-logprobs",

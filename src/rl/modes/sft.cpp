@@ -70,6 +70,8 @@ SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::share
                 trainer_config.optimizer = c.train.optimizer;
                 if (trainer_config.optimizer.total_steps == 0) trainer_config.optimizer.total_steps = plan.total_steps;
                 trainer_config.train_microbatch_size = c.train.train_microbatch_size;
+                trainer_config.max_tokens_per_micro_batch = c.train.max_tokens_per_micro_batch;
+                trainer_config.padding_free = c.train.padding_free;
                 return trainer_config;
               }()),
       cursor(n_examples, c.runtime.seed, /*shuffle=*/true),

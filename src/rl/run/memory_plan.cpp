@@ -118,6 +118,9 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
   const double t = static_cast<double>(prompt_tokens + c.rollout.sampling.max_new_tokens);
   est.sequence_tokens = prompt_tokens + c.rollout.sampling.max_new_tokens;
   const double b = static_cast<double>(c.train.train_microbatch_size);
+  // The tokens one forward runs on: -tmbs whole sequences, or the token budget (a longer sequence alone).
+  const int64_t budget = c.train.max_tokens_per_micro_batch;
+  const double micro_tokens = budget > 0 ? std::max(static_cast<double>(budget), t) : b * t;
 
   est.lines.push_back({"runtime", 0.35 * kGiB, "LibTorch, BLAS, tokenizer, dataset"});
   if (lora) {
@@ -220,13 +223,15 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
   // intermediates. Attention keeps no T x T tensor (model/attention.h): one block of query rows'
   // scores, probabilities and their gradients exist at a time, in fp32.
   const double per_token_layer = (6 * h + 3 * (q + 2 * kv) + 4 * inter) * e;
-  const double rows = static_cast<double>(attention_block_rows(c.train.train_microbatch_size, m.num_attention_heads,
-                                                               est.sequence_tokens));
-  const double attention_block = 3 * b * heads * rows * t * 4;
+  // Padding-free, a block's rows read at most one sequence's keys (t).
+  const int64_t input_rows = c.train.padding_free ? 1 : c.train.train_microbatch_size;
+  const double rows = static_cast<double>(attention_block_rows(
+      input_rows, m.num_attention_heads, c.train.padding_free ? static_cast<int64_t>(micro_tokens) : est.sequence_tokens));
+  const double attention_block = 3 * static_cast<double>(input_rows) * heads * rows * t * 4;
   // Calibrated on measured peaks (tests/test_memory_estimate.sh): autograd keeps about 1.4 times
   // the tensors counted above (dtype casts, views copied by reshape; the fused RMSNorm, rotary and
   // SiLU·mul keep only their inputs).
-  const double layer_act = 1.4 * b * t * per_token_layer;
+  const double layer_act = 1.4 * micro_tokens * per_token_layer;
   double activations = 0;
   std::string how;
   if (c.train.gradient_checkpointing || c.parallel.zero == 3) {
@@ -234,7 +239,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
     // activation as it makes its gradient, and the block cache gives that memory to the next
     // gradient (util/threads.h), so together they peak at about one layer's (measured, 0.5B shape
     // with LoRA: 2.07 GiB against 2.09 estimated).
-    activations = layers * b * t * h * e + layer_act + attention_block;
+    activations = layers * micro_tokens * h * e + layer_act + attention_block;
     how = c.train.gradient_checkpointing ? "--gradient-checkpointing: layer inputs, one layer recomputed"
                                    : "ZeRO-3 recomputes each layer in backward: layer inputs, one layer recomputed";
   } else {
@@ -242,13 +247,16 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, const ModelConfig& whole,
     how = "every layer's activations kept for backward";
   }
   est.lines.push_back({"training activations", activations,
-                       fmt::format("micro-batch {} x {} tokens ({}{}); {}", c.train.train_microbatch_size, est.sequence_tokens,
+                       fmt::format("{} ({}{}); {}",
+                                   budget > 0 ? fmt::format("micro-batch of {:.0f} tokens", micro_tokens)
+                                              : fmt::format("micro-batch {} x {} tokens", c.train.train_microbatch_size,
+                                                            est.sequence_tokens),
                                    prompt_tokens, prompt_note.empty() ? "" : ": " + prompt_note, how),
                        MemoryPhase::kBackward});
   // A chunk's logits and their gradient; a trained head also keeps its [V, H] gradient in the
   // backward. A frozen head (LoRA) builds no such gradient (model/logprobs.cpp).
-  const double chunk = std::min(512.0, b * t);
-  double head = (lora ? 1 : 3) * chunk * vocab * e + b * t * h * e * 2;
+  const double chunk = std::min(512.0, micro_tokens);
+  double head = (lora ? 1 : 3) * chunk * vocab * e + micro_tokens * h * e * 2;
   if (!c.model.frozen_dtype.empty()) head += vocab * h * e;  // the output weight converted for the head
   est.lines.push_back({"log-prob head", head, "chunks of 512 tokens x vocabulary", MemoryPhase::kBackward});
   if (!lora) {
@@ -312,7 +320,11 @@ void check_run_memory(const RunConfig& c, const MemoryEstimate& est, double avai
   fixes.push_back(fmt::format("--train-tp {} (each trainer holds 1/{} of the model's layers, vocabulary and moments; "
                               "under mpirun)", c.parallel.tp * 2, c.parallel.tp * 2));
   if (!c.train.gradient_checkpointing) fixes.push_back("--gradient-checkpointing (keep one layer's activations, not every layer's)");
-  if (c.train.train_microbatch_size > 1) fixes.push_back(fmt::format("-tmbs {} (a smaller micro-batch)", std::max<int64_t>(1, c.train.train_microbatch_size / 2)));
+  if (c.train.max_tokens_per_micro_batch > 0) {
+    fixes.push_back(fmt::format("--max-tokens-per-micro-batch {} (a smaller micro-batch)", c.train.max_tokens_per_micro_batch / 2));
+  } else if (c.train.train_microbatch_size > 1) {
+    fixes.push_back(fmt::format("-tmbs {} (a smaller micro-batch)", std::max<int64_t>(1, c.train.train_microbatch_size / 2)));
+  }
   if (c.model.frozen_dtype.empty() && (c.model.lora.enabled() || c.algo.loss.kl_coef != 0)) {
     fixes.push_back("--frozen-dtype bfloat16 (frozen weights in half the memory)");
   }

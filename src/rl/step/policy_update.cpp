@@ -192,6 +192,8 @@ TrainerConfig rl_trainer_config(const RunConfig& c, int64_t total_steps) {
     t.optimizer.total_steps = total_steps * (c.train.train_batch_size / c.train.train_minibatch_size) * c.train.num_training_epoch;
   }
   t.train_microbatch_size = c.train.train_microbatch_size;
+  t.max_tokens_per_micro_batch = c.train.max_tokens_per_micro_batch;
+  t.padding_free = c.train.padding_free;
   t.temperature = c.rollout.sampling.temperature > 0 ? c.rollout.sampling.temperature : 1.0;
   t.filter_truncated = c.algo.filter_truncated;
   if (c.algo.uses_critic() && c.algo.ppo.kl_in_reward) t.loss.kl_coef = 0;  // the KL is in the token rewards instead
