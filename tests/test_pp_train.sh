@@ -50,8 +50,10 @@ run_mpi 2 "${base[@]}" "${one[@]}" -t 1 -i 1 -p d1 > d1.log 2>&1 || { bad d1-run
 weights_moved runs/d1/step-3/model.safetensors toy/model.safetensors && ok weights-moved || bad weights-moved
 # NP T I PP NAME [FLAGS]: two replicas need two engines (engines a multiple of replicas), and take
 # a prompt each, against two one-rank replicas.
+# Padded micro-batches and micro-batches by a token budget (padding-free) take the same steps.
 for layout in "3 2 1 2 pp2 --pp-balance time" "4 3 1 3 pp3" "5 4 1 2 pp2tp2 --train-tp 2" "5 4 1 2 pp2tp2z1 --train-tp 2 -zero 1 --si 2" \
-              "6 4 2 2 dp2pp2"; do
+              "6 4 2 2 dp2pp2" "5 4 1 2 pp2tp2padded --train-tp 2 --padding-free false" \
+              "3 2 1 2 pp2budget --max-tokens-per-micro-batch 24"; do
   read -r np t i pp name extra <<<"$layout"
   args=("${base[@]}" "${one[@]}" -t "$t" -i "$i" --pp "$pp" -p "$name")
   [ -n "${extra:-}" ] && args+=($extra)

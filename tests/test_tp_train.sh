@@ -39,6 +39,10 @@ for tp in 2 3; do
   metrics_close runs/c1/metrics.jsonl "runs/c$tp/metrics.jsonl" mismatch_abs_mean mismatch_abs_max mismatch_kl mismatch_by_versions \
     && ok "colocated-tp$tp-metrics" || bad "colocated-tp$tp-metrics"
 done
+# Right-padded micro-batches (--padding-free false) under tensor parallelism: the same steps.
+run_mpi 2 "${base[@]}" -tbs 2 -tMbs 2 --max-steps 3 --train-tp 2 --padding-free false -p c2padded > c2padded.log 2>&1 \
+  || { bad colocated-tp2-padded-run; tail -3 c2padded.log; }
+same colocated-tp2-padded-equals-padding-free runs/c1/step-3/model.safetensors runs/c2padded/step-3/model.safetensors
 grep -q "tensor parallelism: 3 ranks per replica; trainer 0 holds query heads \[0, 1)" c3.log && ok tp-startup-line \
   || { bad tp-startup-line; grep "tensor parallelism" c3.log; }
 # fp32 with every default (the sampler's log-probs as the old ones), at a fine-tuning learning rate.

@@ -38,6 +38,15 @@ for T in 2 3; do
     fi
   done
 done
+# Stage 3 with right-padded micro-batches, and with micro-batches by a token budget (a different
+# count per trainer: the one with fewer runs empty passes in step), take the same steps.
+for variant in "padded --padding-free false" "budget --max-tokens-per-micro-batch 24"; do
+  read -r name extra <<<"$variant"
+  run_mpi 4 "${base[@]}" -t 2 -i 2 -tbs 1 -tMbs 1 --max-steps 3 -zero 3 $extra -p "z3$name" > "z3$name.log" 2>&1 \
+    || { bad "zero3-$name-run"; tail -3 "z3$name.log"; }
+  weights_close "runs/z3$name/step-3/model.safetensors" runs/t2z0/step-3/model.safetensors 1e-12 \
+    && metrics_close runs/t2z0/metrics.jsonl "runs/z3$name/metrics.jsonl" adv_std && ok "zero3-$name-equals-zero0" || bad "zero3-$name-equals-zero0"
+done
 # Rollout up to two rounds ahead (-nb 2) with a sync every second round, each verified by hash: at stage 3
 # trainer 0 streams the layers as the others gather them with it, and skips in step with them; an
 # evaluation every second step (trainer 0 generates from the whole model its peers send it).
