@@ -12,7 +12,9 @@
 # - train-rm and sft on two processes under mpirun take the one process's steps (and resume in one),
 #   with the optimizer sharded too (-zero 2 for train-rm, resumed in one process from its shards;
 #   -zero 1 for sft, -zero 2 for sft with LoRA (resumed in one process), -zero 3 for both (train-rm
-#   scoring its held-out pairs on rank 0, resumed in one process); -zero above 3 and -zero in one
+#   scoring its held-out pairs on rank 0, resumed in one process), and under tensor parallelism
+#   (--train-tp 2: train-rm on one replica and on two with -zero 3, sft whole, with -zero 1 and with
+#   LoRA; resumed exactly at --train-tp 2, refused at another); -zero above 3 and -zero in one
 #   process refused);
 # - the shortened examples/arith/reward_model.sh runs; bad input is refused by name.
 # Usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR
@@ -275,6 +277,49 @@ if command -v mpirun > /dev/null; then
   weights_close "$tmp/runs/sft-zero3/step-2/model.safetensors" "$tmp/runs/sft-one/step-2/model.safetensors" 1e-10 &&
     metrics_close "$tmp/runs/sft-one/metrics.jsonl" "$tmp/runs/sft-zero3/metrics.jsonl" \
     && ok "sft -zero 3 on two processes takes the one process's steps" || bad "sft -zero 3 on two processes"
+  # Tensor parallelism (--train-tp): a replica's ranks split the model. train-rm on one replica of
+  # two ranks (its held-out figures and calibration computed by both) and on two replicas of two
+  # with ZeRO-3; sft whole and with LoRA; each takes the one process's steps, and resumes exactly.
+  mpi4() { timeout 300 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 4 "$rlcpp" "$@"; }
+  mpi2 train-rm "${rm_common[@]}" "${rm_eval[@]}" --train-tp 2 -p rm-tp2 --max-steps 2 --si 2 > "$tmp/rm-tp2.log" 2>&1 \
+    || { bad "train-rm --train-tp 2:"; tail -5 "$tmp/rm-tp2.log"; }
+  mpi2 train-rm "${rm_common[@]}" "${rm_eval[@]}" --train-tp 2 -p rm-tp2-on -cp "$tmp/runs/rm-tp2/step-2" --max-steps 3 \
+    > "$tmp/rm-tp2-on.log" 2>&1 || bad "train-rm --train-tp 2 resumed"
+  mpi4 train-rm "${rm_common[@]}" "${rm_eval[@]}" --train-tp 2 -zero 3 -p rm-tp2z3 --max-steps 2 --si 2 > "$tmp/rm-tp2z3.log" 2>&1 \
+    || { bad "train-rm --train-tp 2 -zero 3 on 4 processes:"; tail -5 "$tmp/rm-tp2z3.log"; }
+  for run in rm-tp2 rm-tp2z3; do
+    if weights_close "$tmp/runs/$run/step-2/model.safetensors" "$tmp/runs/rm-eval-one/step-2/model.safetensors" 1e-10 &&
+       metrics_close <(step_lines "$tmp/runs/rm-eval-one/metrics.jsonl" | head -2) <(step_lines "$tmp/runs/$run/metrics.jsonl") &&
+       [ "$(step_lines "$tmp/runs/$run/metrics.jsonl" | grep -c '"eval"')" -eq 2 ] &&
+       [ "$(calibrated "$tmp/runs/$run/step-2/config.json")" = "$(calibrated "$tmp/runs/rm-eval-one/step-2/config.json")" ]; then
+      ok "train-rm $run takes the one process's steps, held-out figures and calibration"
+    else
+      bad "train-rm $run"
+    fi
+  done
+  weights_close "$tmp/runs/rm-tp2-on/step-3/model.safetensors" "$tmp/runs/rm-eval-one/step-3/model.safetensors" 1e-10 \
+    && ok "train-rm --train-tp 2 resumes exactly" || bad "train-rm --train-tp 2 resumes exactly"
+  # As for `rlcpp train`, a checkpoint resumes at its own --train-tp (its optimizer parts are per rank).
+  expect train-rm-tp-resume-elsewhere 2 'parallel.tensor_parallel_size: 2 -> 1' -- \
+    "$rlcpp" train-rm "${rm_common[@]}" -p rm-tp2-one -cp "$tmp/runs/rm-tp2/step-2" --max-steps 3
+  mpi2 sft "${sft_common[@]}" --train-tp 2 -p sft-tp2 > "$tmp/sft-tp2.log" 2>&1 || { bad "sft --train-tp 2:"; tail -5 "$tmp/sft-tp2.log"; }
+  mpi4 sft "${sft_common[@]}" --train-tp 2 -zero 1 -p sft-tp2z1 > "$tmp/sft-tp2z1.log" 2>&1 || { bad "sft --train-tp 2 -zero 1:"; tail -5 "$tmp/sft-tp2z1.log"; }
+  for run in sft-tp2 sft-tp2z1; do
+    weights_close "$tmp/runs/$run/step-2/model.safetensors" "$tmp/runs/sft-one/step-2/model.safetensors" 1e-10 &&
+      metrics_close "$tmp/runs/sft-one/metrics.jsonl" "$tmp/runs/$run/metrics.jsonl" \
+      && ok "sft $run takes the one process's steps" || bad "sft $run"
+  done
+  mpi2 sft "${sft_lora[@]}" --train-tp 2 --max-steps 2 --si 2 -p sft-lora-tp2 > "$tmp/sft-lora-tp2.log" 2>&1 \
+    || { bad "sft LoRA --train-tp 2:"; tail -5 "$tmp/sft-lora-tp2.log"; }
+  mpi2 sft "${sft_lora[@]}" --train-tp 2 --max-steps 3 -p sft-lora-tp2-on -cp "$tmp/runs/sft-lora-tp2/step-2" \
+    > "$tmp/sft-lora-tp2-on.log" 2>&1 || bad "sft LoRA --train-tp 2 resumed"
+  weights_close "$tmp/runs/sft-lora-tp2/step-2/adapter_model.safetensors" "$tmp/runs/sft-lora-one/step-2/adapter_model.safetensors" 1e-10 &&
+    weights_close "$tmp/runs/sft-lora-tp2-on/step-3/adapter_model.safetensors" "$tmp/runs/sft-lora-one/step-3/adapter_model.safetensors" 1e-10 \
+    && ok "sft LoRA --train-tp 2 takes the one process's steps, and resumes exactly" || bad "sft LoRA --train-tp 2"
+  expect sft-tp-one-process 2 'tensor parallelism splits the model over the processes of mpirun' -- \
+    "$rlcpp" sft "${sft_common[@]}" --train-tp 2 -p tp-alone
+  expect train-rm-tp-not-dividing 2 'give a process count that 2 divides' -- \
+    timeout 120 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 3 "$rlcpp" train-rm "${rm_common[@]}" --train-tp 2 --max-steps 1 -p tp3
   expect train-rm-zero4 2 'give 0 to 3' -- mpi2 train-rm "${rm_common[@]}" -zero 4 --max-steps 1 -p zero4
   expect train-rm-tbs-below-processes 2 '-tbs 1 gives some of them no example' -- \
     mpi2 train-rm -m "$model" -d "$pairs" -tbs 1 --max-steps 1 -sd "$tmp/runs" -p mpi-small

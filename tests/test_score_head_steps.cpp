@@ -45,10 +45,11 @@ TEST(Trainer, PreferenceStepIsTheMeanBradleyTerryLossAndExactUnderMicrobatching)
   }
   loss /= 3;
   std::vector<std::vector<torch::Tensor>> results;
-  for (int64_t micro : {1, 2, 3}) {
+  for (int64_t micro : {1, 2, 3, -1, -2, -3}) {  // padding-free for the positive sizes, left-padded rows else
     auto model = Transformer::classifier_from_pretrained(base, options, 1, 7);
     TrainerConfig config;
-    config.train_microbatch_size = micro;
+    config.train_microbatch_size = std::abs(micro);
+    config.padding_free = micro > 0;
     config.optimizer.lr = 1e-2;
     Trainer trainer(model, nullptr, config);
     const auto before = trainer.preference_figures(batch);

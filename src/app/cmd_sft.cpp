@@ -12,7 +12,8 @@ void add_sft_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("sft", "supervised fine-tuning on chat JSONL (loss on assistant turns)");
   auto flags = std::make_shared<RunFlags>();
   add_run_flags(cmd, *flags,
-                {"runtime.dataset", "runtime.num_episodes", "parallel.zero_stage", "runtime.max_steps", "runtime.seed", "runtime.device",
+                {"runtime.dataset", "runtime.num_episodes", "parallel.zero_stage", "parallel.tensor_parallel_size",
+                 "runtime.max_steps", "runtime.seed", "runtime.device",
                  "runtime.dtype", "runtime.resume", "runtime.checkpoint_path", "runtime.enable_resume_training",
                  "model.path", "rollout.system_prompt", "train.train_batch_size", "train.train_microbatch_size",
                  "train.max_tokens_per_micro_batch", "train.padding_free", "train.learning_rate", "train.weight_decay", "train.max_grad_norm", "train.lr_schedule",

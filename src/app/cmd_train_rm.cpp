@@ -14,10 +14,11 @@ void add_train_rm_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train-rm", "train a reward model on preference pairs (Bradley-Terry)");
   auto flags = std::make_shared<RunFlags>();
   add_run_flags(cmd, *flags,
-                {"runtime.dataset", "runtime.num_episodes", "parallel.zero_stage", "runtime.max_steps", "runtime.seed", "runtime.device",
+                {"runtime.dataset", "runtime.num_episodes", "parallel.zero_stage", "parallel.tensor_parallel_size",
+                 "runtime.max_steps", "runtime.seed", "runtime.device",
                  "runtime.dtype", "runtime.resume", "runtime.checkpoint_path", "runtime.enable_resume_training",
                  "runtime.skip_bad_lines", "model.path", "train.train_batch_size", "train.train_microbatch_size",
-                 "train.learning_rate", "train.weight_decay", "train.max_grad_norm", "train.lr_schedule",
+                 "train.max_tokens_per_micro_batch", "train.padding_free", "train.learning_rate", "train.weight_decay", "train.max_grad_norm", "train.lr_schedule",
                  "train.warmup_steps", "train.min_lr_ratio", "train.center_rewards_coefficient",
                  "train.gradient_checkpointing", "eval.eval_dataset", "eval.eval_interval", "logging.project",
                  "logging.save_dir", "logging.save_interval", "logging.max_checkpoints", "logging.log_interval",

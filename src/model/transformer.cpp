@@ -54,6 +54,17 @@ std::pair<torch::Tensor, torch::Tensor> left_padded(const std::vector<const std:
   return {ids, mask};
 }
 
+std::pair<torch::Tensor, torch::Tensor> one_row(const std::vector<const std::vector<int32_t>*>& rows) {
+  std::vector<int64_t> ids, numbers;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (const auto id : *rows[r]) {
+      ids.push_back(id);
+      numbers.push_back(static_cast<int64_t>(r) + 1);
+    }
+  }
+  return {torch::tensor(ids, torch::kInt64).unsqueeze(0), torch::tensor(numbers, torch::kInt64).unsqueeze(0)};
+}
+
 Transformer::Transformer(ModelConfig config, ModelOptions options)
     : config_(std::move(config)), options_(options), rope_(config_, options.device) {
   if (options_.tp_group != nullptr && options_.tp_group->size() > 1) {
@@ -200,7 +211,19 @@ torch::Tensor Transformer::scores(const torch::Tensor& input_ids, const torch::T
   RLCPP_CHECK(config_.classifier(), "scores of a causal LM ({}): only a sequence classifier has a score head",
               config_.architecture);
   auto h = hidden_states(input_ids, attention_mask, context);
-  auto last = h.select(1, h.size(1) - 1);  // [B, H]: left padding puts every row's last token there
+  std::vector<int64_t> sequences;
+  if (attention_mask.defined() && input_ids.size(0) == 1) sequences = packed_sequences(attention_mask[0]);
+  torch::Tensor last;  // [B, H] (a packed row: [S, H]), each sequence's last token
+  if (sequences.empty()) {
+    last = h.select(1, h.size(1) - 1);  // left padding puts every row's last token there
+  } else {
+    const auto numbers = attention_mask[0].to(torch::kCPU).to(torch::kInt64).contiguous();
+    std::vector<int64_t> ends;  // of the runs that are sequences (not padding)
+    for (size_t s = 1; s < sequences.size(); ++s) {
+      if (numbers[sequences[s - 1]].item<int64_t>() != 0) ends.push_back(sequences[s] - 1);
+    }
+    last = h[0].index_select(0, torch::tensor(ends, torch::kInt64).to(h.device()));
+  }
   return score->forward(last, context).to(compute_dtype(options_.dtype));
 }
 

@@ -143,6 +143,7 @@ class Transformer : public torch::nn::Module {
   // A sequence classifier's outputs (ModelConfig::classifier(): a reward model): the score head at
   // each row's last token, [B, num_labels] in fp32 (fp64 for an fp64 model), differentiable. Rows
   // are left-padded (attention_mask [B, T], 1 = token), so every row's last token is at T - 1.
+  // A packed row (see hidden_states) gives one score per sequence at its last token: [S, num_labels].
   torch::Tensor scores(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                        const ForwardContext& context = {});
 
@@ -261,6 +262,10 @@ class WholeModel {
 // Token rows left-padded into one batch (what scores() takes): ids (pad 0) and the attention mask,
 // both [rows, longest row], int64.
 std::pair<torch::Tensor, torch::Tensor> left_padded(const std::vector<const std::vector<int32_t>*>& rows);
+
+// The same rows as one packed row (ids [1, T]) and its attention mask numbering them 1, 2, ...
+// (Transformer::hidden_states).
+std::pair<torch::Tensor, torch::Tensor> one_row(const std::vector<const std::vector<int32_t>*>& rows);
 
 // positions [B, T] from a left-padded attention mask: 0 at the first real token of each row.
 torch::Tensor positions_from_mask(const torch::Tensor& attention_mask);

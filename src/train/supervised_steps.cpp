@@ -65,13 +65,14 @@ TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch, double g
 namespace {
 
 // The scores of micro-batch pairs [begin, end): chosen [P] and rejected [P], one forward over the
-// 2P rows (chosen rows first), left-padded as Transformer::scores takes them.
+// 2P sequences (chosen first), left-padded rows as Transformer::scores takes them, or padding-free
+// one row of them back to back.
 std::pair<torch::Tensor, torch::Tensor> pair_scores(Transformer& model, const std::vector<PreferencePair>& pairs, size_t begin,
-                                                    size_t end, const ForwardContext& context) {
+                                                    size_t end, const ForwardContext& context, bool padding_free) {
   std::vector<const std::vector<int32_t>*> rows;
   for (size_t k = begin; k < end; ++k) rows.push_back(&pairs[k].chosen);
   for (size_t k = begin; k < end; ++k) rows.push_back(&pairs[k].rejected);
-  const auto [ids, mask] = left_padded(rows);
+  const auto [ids, mask] = padding_free ? one_row(rows) : left_padded(rows);
   const auto scores = model.scores(ids, mask, context).select(1, 0);
   const auto n = static_cast<int64_t>(end - begin);
   return {scores.slice(0, 0, n), scores.slice(0, n, 2 * n)};
@@ -122,7 +123,7 @@ TrainStepMetrics Trainer::preference_step(const std::vector<PreferencePair>& bat
   PairSums sums;
   for (size_t begin = 0; begin < batch.size(); begin += micro) {
     const size_t end = std::min(batch.size(), begin + micro);
-    const auto [chosen, rejected] = pair_scores(*policy_, batch, begin, end, policy_context_);
+    const auto [chosen, rejected] = pair_scores(*policy_, batch, begin, end, policy_context_, config_.padding_free);
     const auto loss = bradley_terry_loss(chosen, rejected, pair_margins(batch, begin, end, chosen), config_.preference).sum() / n;
     loss.backward();
     sums.add(loss * n, chosen.detach(), rejected.detach());
@@ -144,7 +145,7 @@ std::map<std::string, double> Trainer::preference_figures(const std::vector<Pref
   PairSums sums;
   for (size_t begin = 0; begin < pairs.size(); begin += micro) {
     const size_t end = std::min(pairs.size(), begin + micro);
-    const auto [chosen, rejected] = pair_scores(*policy_, pairs, begin, end, context);
+    const auto [chosen, rejected] = pair_scores(*policy_, pairs, begin, end, context, config_.padding_free);
     sums.add(bradley_terry_loss(chosen, rejected, pair_margins(pairs, begin, end, chosen), config_.preference).sum(), chosen,
              rejected);
   }

@@ -67,9 +67,11 @@ void refuse_unsupported(const RunConfig& c) {
 // The reward model of the run: the classifier of -m (a fresh head on a causal LM), or the
 // checkpoint resumed from; under LoRA, the base (frozen, in --frozen-dtype) with fresh adapters or
 // the checkpoint's, the head trained whole beside them.
-std::shared_ptr<Transformer> load_reward_model(const RunConfig& c, const std::optional<fs::path>& resume_from) {
+std::shared_ptr<Transformer> load_reward_model(const RunConfig& c, const std::optional<fs::path>& resume_from,
+                                               std::shared_ptr<Communicator> tp_group) {
   ModelOptions options = model_options_from_flags(c.runtime.dtype, c.runtime.device);
   options.gradient_checkpointing = c.train.gradient_checkpointing;
+  options.tp_group = std::move(tp_group);
   if (!c.model.lora.enabled()) {
     return Transformer::classifier_from_pretrained(resume_from ? *resume_from : fs::path(c.model.path), options, 1, c.runtime.seed);
   }
@@ -95,14 +97,14 @@ fs::path run_reward_model_training(const RunConfig& config) {
   // directory transformers and --reward-model load whole.
   if (c.model.lora.enabled()) c.logging.save_merged = true;
   refuse_unsupported(c);
-  const auto group = supervised_group(c, "train-rm");
-  RunPlan plan = shared_plan(c, group.get());
+  const auto topology = supervised_topology(c, "train-rm");
+  RunPlan plan = shared_plan(c, topology ? topology->world.get() : nullptr);
   const fs::path& run_dir = plan.run_dir;
   const auto& resume_from = plan.resume_from;
   auto tokenizer = Tokenizer::from_dir(c.model.path);
   const ChatTemplate chat_template(*tokenizer);
   torch::manual_seed(c.runtime.seed);  // LoRA dropout; a resume restores the generator's state
-  auto model = load_reward_model(c, resume_from);
+  auto model = load_reward_model(c, resume_from, topology ? topology->tp_group : nullptr);
   const int64_t max_positions = model->config().max_position_embeddings;
 
   const auto pairs = tokenize_pairs(load_preference_dataset(c.runtime.dataset, c.runtime.skip_bad_lines), *tokenizer,
@@ -117,7 +119,7 @@ fs::path run_reward_model_training(const RunConfig& config) {
   check_steps_left(plan);
   TrainerConfig trainer_config;
   trainer_config.preference = c.train.preference;
-  SupervisedRun run(c, plan, model, n, trainer_config, group);
+  SupervisedRun run(c, plan, model, n, trainer_config, topology);
   const int64_t first_step = plan.first_step();
   if (run.leader()) {
     spdlog::info("reward model from {} on {} ({} pairs{}): steps {}..{} of {} pairs", c.model.path, c.runtime.dataset, n,
@@ -128,14 +130,14 @@ fs::path run_reward_model_training(const RunConfig& config) {
   // (up to 512 of) the training pairs.
   const std::vector<PreferencePair> calibration =
       held_out.empty() ? std::vector<PreferencePair>(pairs.begin(), pairs.begin() + std::min<int64_t>(n, 512)) : held_out.front().second;
-  start_profile(c.logging, group != nullptr ? group->rank() : 0, "rlcpp train-rm");
+  start_profile(c.logging, topology != nullptr ? topology->world->rank() : 0, "rlcpp train-rm");
   for (int64_t step = first_step; step <= total_steps; ++step) {
     trace::Span step_span("step");
     const auto step_start = Clock::now();
     std::vector<PreferencePair> batch;
     for (const int64_t k : run.next_batch()) batch.push_back(pairs[static_cast<size_t>(k)]);
     // Normalised by the step's whole count: each process's figures are its shares of the step's.
-    auto m = run.trainer.preference_step(batch, static_cast<double>(c.train.train_batch_size)).values;
+    auto m = run.trainer().preference_step(batch, static_cast<double>(c.train.train_batch_size)).values;
     const std::vector<const char*> shared = {"loss", "accuracy", "chosen", "rejected", "margin"};
     std::vector<double> shares;
     for (const char* key : shared) shares.push_back(m[key]);
@@ -146,16 +148,17 @@ fs::path run_reward_model_training(const RunConfig& config) {
     line["step"] = step;
     line["episode"] = run.cursor.epoch();
     for (const char* key : {"loss", "accuracy", "chosen", "rejected", "margin", "grad_norm", "lr"}) line[key] = m[key];
-    line["optimizer_steps"] = run.trainer.n_steps();
+    line["optimizer_steps"] = run.trainer().n_steps();
     std::string eval_text;
     const bool eval_due = step == total_steps || (c.eval.interval > 0 && step % c.eval.interval == 0);
-    // Rank 0 scores the held-out sets on its copy of the model (under ZeRO-3 gathered to it whole).
+    // The first replica scores the held-out sets (under ZeRO-3 gathered to it whole; under tensor
+    // parallelism its ranks together).
     std::optional<GatheredParameters> whole;
-    whole.emplace(run.trainer.zero(), eval_due && !held_out.empty(), /*root=*/0);
-    if (eval_due && !held_out.empty() && run.leader()) {
+    whole.emplace(run.trainer().zero(), eval_due && !held_out.empty(), /*root=*/0);
+    if (eval_due && !held_out.empty() && run.first_replica()) {
       trace::Span eval_span("evaluate");
       for (const auto& [name, set] : held_out) {
-        const auto f = run.trainer.preference_figures(set);
+        const auto f = run.trainer().preference_figures(set);
         line["eval"][name] = {{"accuracy", f.at("accuracy")}, {"loss", f.at("loss")}, {"margin", f.at("margin")},
                               {"pairs", f.at("n_pairs")}};
         eval_text += fmt::format(" | {} acc {:.3f} margin {:.3f}", name, f.at("accuracy"), f.at("margin"));
@@ -168,15 +171,16 @@ fs::path run_reward_model_training(const RunConfig& config) {
                               step, total_steps, run.cursor.epoch(), m["loss"], m["accuracy"], m["margin"], m["grad_norm"],
                               m["lr"], eval_text, seconds));
     whole.reset();
-    if (checkpoint_due(c.logging, step, total_steps) && !run.leader()) {
-      { GatheredParameters calibrated(run.trainer.zero(), true, /*root=*/0); }  // rank 0's calibration below
+    if (checkpoint_due(c.logging, step, total_steps) && !run.first_replica()) {
+      { GatheredParameters calibrated(run.trainer().zero(), true, /*root=*/0); }  // the first replica's calibration below
       run.save(step);  // its shard of the optimizer, under ZeRO
     } else if (checkpoint_due(c.logging, step, total_steps)) {
       const auto figures = [&] {
-        GatheredParameters calibrated(run.trainer.zero(), true, /*root=*/0);
-        return run.trainer.preference_figures(calibration);
+        GatheredParameters calibrated(run.trainer().zero(), true, /*root=*/0);
+        return run.trainer().preference_figures(calibration);
       }();
       const fs::path dir = run.save(step);
+      if (!run.leader()) continue;
       // OpenRLHF's normalisation statistics beside the model's config (rlcpp train --normalize-reward).
       const fs::path config_file = (c.model.lora.enabled() ? dir / "merged" : dir) / "config.json";
       Json model_config = load_json_file(config_file);

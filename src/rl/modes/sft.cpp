@@ -28,7 +28,7 @@ namespace rlcpp {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::shared_ptr<Communicator> supervised_group(const RunConfig& c, const std::string& command) {
+std::shared_ptr<Topology> supervised_topology(const RunConfig& c, const std::string& command) {
   const bool several = launched_by_mpi() && mpi_world()->size() > 1;
   if (c.parallel.zero < 0 || c.parallel.zero > 3) {
     throw_user_error("rlcpp {} -zero {}: ZeRO stage 1 shards the AdamW moments over the processes, 2 also the "
@@ -38,15 +38,25 @@ std::shared_ptr<Communicator> supervised_group(const RunConfig& c, const std::st
     throw_user_error("rlcpp {} -zero {}: ZeRO shards over the processes of mpirun (mpirun -np N rlcpp {} ...); one "
                      "process has nothing to shard: leave -zero at 0", command, c.parallel.zero, command);
   }
+  if (c.parallel.tp > 1 && !several) {
+    throw_user_error("rlcpp {} --train-tp {}: tensor parallelism splits the model over the processes of mpirun "
+                     "(mpirun -np {} rlcpp {} --train-tp {} ...)", command, c.parallel.tp, c.parallel.tp, command, c.parallel.tp);
+  }
   if (!several) return nullptr;
   auto world = mpi_world();
-  if (c.train.train_batch_size < world->size()) {
-    throw_user_error("rlcpp {} under mpirun with {} processes: -tbs {} gives some of them no example; each step's "
-                     "-tbs examples are dealt over the processes, so give -tbs >= {}", command, world->size(),
-                     c.train.train_batch_size, world->size());
+  const auto tp = static_cast<int>(c.parallel.tp);
+  if (world->size() % tp != 0) {
+    throw_user_error("rlcpp {} --train-tp {} under mpirun with {} processes: the processes form replicas of --train-tp "
+                     "ranks; give a process count that {} divides", command, tp, world->size(), tp);
+  }
+  const int replicas = world->size() / tp;
+  if (c.train.train_batch_size < replicas) {
+    throw_user_error("rlcpp {} under mpirun with {} replicas{}: -tbs {} gives some of them no example; each step's -tbs "
+                     "examples are dealt over the replicas, so give -tbs >= {}", command, replicas,
+                     tp > 1 ? fmt::format(" of {} ranks", tp) : "", c.train.train_batch_size, replicas);
   }
   set_comm_timeout(c.parallel.comm_timeout);
-  return world;
+  return std::make_shared<Topology>(Topology::create(world, world->size(), 0, tp));
 }
 
 void run_or_end_job(const std::function<void()>& fn) {
@@ -63,43 +73,41 @@ void run_or_end_job(const std::function<void()>& fn) {
 }
 
 SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::shared_ptr<Transformer> model, int64_t n_examples,
-                             TrainerConfig trainer_config, std::shared_ptr<Communicator> group)
-    : trainer(model, nullptr,
-              [&] {
-                trainer_config.loss.kl_coef = 0;
-                trainer_config.optimizer = c.train.optimizer;
-                if (trainer_config.optimizer.total_steps == 0) trainer_config.optimizer.total_steps = plan.total_steps;
-                trainer_config.train_microbatch_size = c.train.train_microbatch_size;
-                trainer_config.max_tokens_per_micro_batch = c.train.max_tokens_per_micro_batch;
-                trainer_config.padding_free = c.train.padding_free;
-                return trainer_config;
-              }()),
-      cursor(n_examples, c.runtime.seed, /*shuffle=*/true),
-      c_(c),
-      plan_(plan),
-      model_(std::move(model)),
-      group_(std::move(group)) {
-  if (group_ != nullptr && c.parallel.zero > 0) {  // the optimizer (and gradients) sharded over the group
-    trainer.enable_zero(*group_, static_cast<int>(c.parallel.zero), kGradientBucketBytes);
-  } else if (group_ != nullptr) {
-    auto reducer_group = group_;
-    trainer.set_gradient_reducer([reducer_group](const std::vector<torch::Tensor>& params) {
-      all_reduce_gradients(*reducer_group, params, kGradientBucketBytes);
+                             TrainerConfig trainer_config, std::shared_ptr<Topology> topology)
+    : cursor(n_examples, c.runtime.seed, /*shuffle=*/true), c_(c), topology_(std::move(topology)) {
+  trainer_config.loss.kl_coef = 0;
+  trainer_config.optimizer = c.train.optimizer;
+  if (trainer_config.optimizer.total_steps == 0) trainer_config.optimizer.total_steps = plan.total_steps;
+  trainer_config.train_microbatch_size = c.train.train_microbatch_size;
+  trainer_config.max_tokens_per_micro_batch = c.train.max_tokens_per_micro_batch;
+  trainer_config.padding_free = c.train.padding_free;
+  run_.plan = plan;
+  run_.policy = std::move(model);
+  run_.trainer = std::make_unique<Trainer>(run_.policy, nullptr, trainer_config);
+  run_.topology = topology_.get();
+  Communicator* group = replicas();
+  if (group != nullptr && c.parallel.zero > 0) {  // the optimizer (and gradients) sharded over the replicas
+    trainer().enable_zero(*group, static_cast<int>(c.parallel.zero), kGradientBucketBytes);
+  } else if (group != nullptr && group->size() > 1) {
+    trainer().set_gradient_reducer([group](const std::vector<torch::Tensor>& params) {
+      all_reduce_gradients(*group, params, kGradientBucketBytes);
     });
   }
   if (plan.resume_from) {
     // Saved whole or in the shards of any number of processes and ZeRO stage: found by name.
-    GatheredParameters whole(trainer.zero());  // ZeRO-3: the optimizer's parameters have their shapes
-    load_checkpoint_optimizer(*plan.resume_from, trainer, optimizer_part());
-    trainer.restore_steps(plan.saved.optimizer_steps);
+    GatheredParameters whole(trainer().zero());  // ZeRO-3: the optimizer's parameters have their shapes
+    load_checkpoint_optimizer(*plan.resume_from, trainer(),
+                              optimizer_part(c, topology_.get(), *run_.policy, trainer().zero()));
+    trainer().restore_steps(plan.saved.optimizer_steps);
     cursor.restore(plan.saved.data_cursor);
     if (leader()) spdlog::info("resuming from {} (step {})", plan.resume_from->string(), plan.saved.step);
   }
   if (leader()) {
     log_.emplace(plan.run_dir, c, plan.resume_from ? std::optional(plan.first_step() - 1) : std::nullopt);
     write_file_atomic(plan.run_dir / "config.yaml", run_config_yaml(c));
-    if (group_ != nullptr) {
-      spdlog::info("data parallelism: {} processes, each step's {} examples dealt over them{}", group_->size(),
+    if (group != nullptr) {
+      spdlog::info("data parallelism: {} replicas{}, each step's {} examples dealt over them{}", group->size(),
+                   topology_->train_tp > 1 ? fmt::format(" of {} tensor-parallel ranks", topology_->train_tp) : "",
                    c.train.train_batch_size,
                    c.parallel.zero > 0 ? fmt::format("; ZeRO stage {}: AdamW moments{} sharded", c.parallel.zero,
                                                      c.parallel.zero == 3   ? ", gradients and parameters"
@@ -112,17 +120,19 @@ SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::share
 
 std::vector<int64_t> SupervisedRun::next_batch() {
   std::vector<int64_t> batch;
+  Communicator* group = replicas();
   for (int64_t k = 0; k < c_.train.train_batch_size; ++k) {
-    const int64_t index = cursor.next();  // every process walks the whole order, keeping its share
-    if (group_ == nullptr || k % group_->size() == group_->rank()) batch.push_back(index);
+    const int64_t index = cursor.next();  // every process walks the whole order, keeping its replica's share
+    if (group == nullptr || k % group->size() == group->rank()) batch.push_back(index);
   }
   return batch;
 }
 
 std::vector<double> SupervisedRun::sum(std::vector<double> values) const {
-  if (group_ == nullptr || values.empty()) return values;
+  Communicator* group = replicas();
+  if (group == nullptr || group->size() == 1 || values.empty()) return values;
   auto t = torch::tensor(values, torch::kFloat64);
-  group_->all_reduce_sum(t);
+  group->all_reduce_sum(t);
   std::copy(t.data_ptr<double>(), t.data_ptr<double>() + t.numel(), values.begin());
   return values;
 }
@@ -131,45 +141,28 @@ void SupervisedRun::write(const nlohmann::ordered_json& line, int64_t total_step
   if (log_) log_->write(line, total_steps, console);
 }
 
-OptimizerPart SupervisedRun::optimizer_part() { return rlcpp::optimizer_part(c_, nullptr, *model_, trainer.zero()); }
-
 fs::path SupervisedRun::save(int64_t step) {
-  // Under ZeRO each process's shard of the optimizer goes to rank 0, which writes them all; at
-  // stage 3 rank 0 first gathers the parameters whole for the model directory.
-  ZeroOptimizer* zero = trainer.zero();
-  GatheredParameters whole(zero, true, /*root=*/0);
-  OptimizerShard mine;
-  if (zero != nullptr) mine = optimizer_shard(zero->state(), optimizer_part());
-  if (!leader()) {
-    if (zero != nullptr) send_optimizer_shard(*group_, mine);
-    return {};
-  }
-  std::function<void(const fs::path&)> write_shards;
-  if (zero != nullptr) {
-    write_shards = [&](const fs::path& state_dir) {
-      if (zero->stage() == 3) zero->release_all();  // the model directory is written: the shards come next
-      write_optimizer_shards(state_dir, *group_, mine);
-    };
-  }
-  trace::write();
+  if (leader()) trace::write();
+  // ZeRO-3: the parameters whole on each tensor-parallel rank's first replica for the model directory.
+  GatheredParameters whole(trainer().zero(), true, /*root=*/0);
   CheckpointState state;
   state.step = step;
-  state.policy_version = trainer.n_steps();
+  state.policy_version = trainer().n_steps();
   state.data_cursor = cursor.state();
-  state.optimizer_steps = trainer.n_steps();
-  state.num_trainers = group_ != nullptr ? group_->size() : 1;
-  return save_run_checkpoint(c_, plan_.run_dir, step, *model_, trainer.optimizer(), to_json(state), write_shards);
+  state.optimizer_steps = trainer().n_steps();
+  state.num_trainers = topology_ != nullptr ? topology_->num_trainers : 1;
+  return save_run(c_, run_, state);
 }
 
 fs::path run_sft(const RunConfig& c) {
   const auto run_start = Clock::now();
-  const auto group = supervised_group(c, "sft");
-  RunPlan plan = shared_plan(c, group.get());
+  const auto topology = supervised_topology(c, "sft");
+  RunPlan plan = shared_plan(c, topology ? topology->world.get() : nullptr);
   const fs::path& run_dir = plan.run_dir;
   const auto& resume_from = plan.resume_from;
   auto tokenizer = Tokenizer::from_dir(c.model.path);
   torch::manual_seed(c.runtime.seed);  // LoRA dropout; a resume restores the generator's state
-  auto policy = load_policy(c, resume_from);
+  auto policy = load_policy(c, resume_from, topology ? topology->tp_group : nullptr);
   const int64_t max_positions = policy->config().max_position_embeddings;
 
   DatasetOptions dataset_options;
@@ -198,13 +191,13 @@ fs::path run_sft(const RunConfig& c) {
   const int64_t n = static_cast<int64_t>(examples.size());
   const int64_t total_steps = plan.total_steps = run_total_steps(c, n, c.train.train_batch_size);
   check_steps_left(plan);
-  SupervisedRun run(c, plan, policy, n, {}, group);
+  SupervisedRun run(c, plan, policy, n, {}, topology);
   const int64_t first_step = plan.first_step();
   if (run.leader()) {
     spdlog::info("SFT of {} on {} ({} chats, {} learned tokens): steps {}..{} of {} chats", c.model.path, c.runtime.dataset, n,
                  n_learned, first_step, total_steps, c.train.train_batch_size);
   }
-  start_profile(c.logging, group != nullptr ? group->rank() : 0, "rlcpp sft");
+  start_profile(c.logging, topology != nullptr ? topology->world->rank() : 0, "rlcpp sft");
   for (int64_t step = first_step; step <= total_steps; ++step) {
     trace::Span step_span("step");
     const auto step_start = Clock::now();
@@ -215,7 +208,7 @@ fs::path run_sft(const RunConfig& c) {
       for (size_t t = 1; t < batch.back().loss_mask.size(); ++t) tokens += batch.back().loss_mask[t];
     }
     const double global_tokens = run.sum({tokens})[0];  // each process's loss is its share of the step's
-    auto m = run.trainer.sft_step(batch, global_tokens).values;
+    auto m = run.trainer().sft_step(batch, global_tokens).values;
     const auto shares = run.sum({m["loss"], m["n_tokens"]});
     m["loss"] = shares[0];
     m["n_tokens"] = shares[1];
@@ -227,7 +220,7 @@ fs::path run_sft(const RunConfig& c) {
     line["tokens"] = m["n_tokens"];
     line["grad_norm"] = m["grad_norm"];
     line["lr"] = m["lr"];
-    line["optimizer_steps"] = run.trainer.n_steps();
+    line["optimizer_steps"] = run.trainer().n_steps();
     line["time"] = {{"train", seconds}, {"total", seconds}};
     run.write(line, total_steps,
                   fmt::format("step {}/{} epoch {} loss {:.4f} gnorm {:.3f} lr {:.2e} | {:.2f}s", step, total_steps,
