@@ -81,6 +81,25 @@ void expect_same_rows(const std::vector<std::vector<float>>& a, const std::vecto
   }
 }
 
+// Every layout's update (parameters' change), metrics and per-sample rows against the first
+// layout's: 1e-12 of the largest update and of each metric (the rows, fp32, to their rounding).
+void expect_same_steps(const std::vector<std::vector<torch::Tensor>>& updates,
+                       const std::vector<std::map<std::string, double>>& metrics,
+                       const std::vector<std::vector<std::vector<float>>>& rows) {
+  double largest = 0;
+  for (const auto& u : updates[0]) largest = std::max(largest, u.abs().max().item<double>());
+  EXPECT_GT(largest, 0.0);
+  for (size_t l = 1; l < updates.size(); ++l) {
+    SCOPED_TRACE(kLayouts[l].name);
+    EXPECT_LT(largest_difference(updates[l], updates[0]), 1e-12 * largest);
+    for (const auto& [key, value] : metrics[0]) {
+      if (key == "adv_std") continue;  // over each micro-batch's samples: not the layout's to keep
+      EXPECT_NEAR(metrics[l].at(key), value, 1e-12 * std::max(1.0, std::abs(value))) << key;
+    }
+    expect_same_rows(rows[l], rows[0]);
+  }
+}
+
 }  // namespace
 
 // One policy step per layout from the same weights (lr and eps so large that AdamW's update is the
@@ -146,18 +165,7 @@ TEST(PaddingFree, PolicyStepEqualsThePaddedStep) {
         for (size_t k = 0; k < after.size(); ++k) after[k] -= before[k];
         updates.push_back(after);
       }
-      double largest = 0;
-      for (const auto& u : updates[0]) largest = std::max(largest, u.abs().max().item<double>());
-      EXPECT_GT(largest, 0.0);
-      for (size_t l = 1; l < updates.size(); ++l) {
-        SCOPED_TRACE(kLayouts[l].name);
-        EXPECT_LT(largest_difference(updates[l], updates[0]), 1e-12 * largest);
-        for (const auto& [key, value] : metrics[0]) {
-          if (key == "adv_std") continue;  // over each micro-batch's samples: not the layout's to keep
-          EXPECT_NEAR(metrics[l].at(key), value, 1e-12 * std::max(1.0, std::abs(value))) << key;
-        }
-        expect_same_rows(scored[l], scored[0]);
-      }
+      expect_same_steps(updates, metrics, scored);
     }
   }
 }
@@ -194,13 +202,5 @@ TEST(PaddingFree, CriticValuesAndStepEqualThePaddedOnes) {
     for (size_t k = 0; k < after.size(); ++k) after[k] -= before[k];
     updates.push_back(after);
   }
-  double largest = 0;
-  for (const auto& u : updates[0]) largest = std::max(largest, u.abs().max().item<double>());
-  EXPECT_GT(largest, 0.0);
-  for (size_t l = 1; l < updates.size(); ++l) {
-    SCOPED_TRACE(kLayouts[l].name);
-    expect_same_rows(values[l], values[0]);
-    EXPECT_LT(largest_difference(updates[l], updates[0]), 1e-12 * largest);
-    for (const auto& [key, value] : metrics[0]) EXPECT_NEAR(metrics[l].at(key), value, 1e-12 * std::max(1.0, std::abs(value))) << key;
-  }
+  expect_same_steps(updates, metrics, values);
 }

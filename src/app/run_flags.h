@@ -29,10 +29,10 @@ RawSettings collect_run_settings(const RunFlags& flags);
 // One-process trainings on examples (`sft`, `train-rm`; `command` names it): one example per
 // "group", a step's -tbs examples one mini-batch, micro-batches of -tmbs (default -tbs).
 void one_minibatch_per_step(RawSettings& raw, const std::string& command);
-// `rlcpp sft` and `rlcpp train-rm`: -zero shards over every process of mpirun (their data-parallel
-// group), not over `-t` trainers, so it is taken out of `raw` before the run's checks (which tie it
-// to the distributed mode) and set on the resolved config with give_supervised_zero (checked by
-// supervised_group).
+// `rlcpp sft` and `rlcpp train-rm`: -zero shards over the replicas of mpirun's processes (their
+// data-parallel group), not over `-t` trainers, so it is taken out of `raw` before the run's checks
+// (which tie it to the distributed mode) and set on the resolved config with give_supervised_zero
+// (checked by supervised_topology).
 int64_t take_supervised_zero(RawSettings& raw);
 void give_supervised_zero(RunConfig& config, int64_t zero);
 
