@@ -5,7 +5,8 @@
 # - a run resumed from step-2 ends with the straight run's policy, critic and metrics, bit for bit;
 # - -t 1 -i 1 under mpirun takes the colocated run's steps (the critic on the trainer rank), two
 #   data-parallel trainers (-t 2 -i 2) train and save one critic, and under ZeRO-3 its shards are
-#   checkpointed and resumed bit for bit; under --train-tp 2 the critic is split as the policy is,
+#   checkpointed and resumed bit for bit; under --train-tp 2 (also with a LoRA policy and -zero 1)
+#   the critic is split as the policy is,
 #   checkpointed whole with its optimizer in shards, resumed bit for bit, and equals one trainer;
 # - the critic from a reward model (-rt model), the KL in the reward, LoRA on the policy; multi-turn
 #   episodes with a tool, rollout servers, partial rollouts;
@@ -117,6 +118,17 @@ if ls runs/tp2/step-2/critic/trainer_state/optimizer-shard-*.safetensors > /dev/
 else
   bad "PPO under --train-tp 2"
 fi
+
+# The critic under tensor parallelism beside a LoRA policy and ZeRO-1: two replicas of two ranks
+# take the steps of two one-rank replicas (policy adapters and critic, fp64, to rounding).
+tp_lora=(-tbs 4 -tMbs 4 -tmbs 4 -i 2 --dtype float64 --max-steps 3 --si 3 --lora-rank 4)
+run_mpi 4 "${common[@]}" "${tp_lora[@]}" -t 2 -p lora-dp2 > lora-dp2.log 2>&1 || { bad "PPO LoRA -t 2:"; tail -10 lora-dp2.log; }
+run_mpi 6 "${common[@]}" "${tp_lora[@]}" -t 4 --train-tp 2 -zero 1 -p lora-tp2z1 > lora-tp2z1.log 2>&1 \
+  || { bad "PPO LoRA --train-tp 2 -zero 1:"; tail -10 lora-tp2z1.log; }
+weights_close runs/lora-tp2z1/step-3/adapter_model.safetensors runs/lora-dp2/step-3/adapter_model.safetensors 1e-10 &&
+  weights_close runs/lora-tp2z1/step-3/critic/model.safetensors runs/lora-dp2/step-3/critic/model.safetensors 1e-10 \
+  && ok "PPO with LoRA under --train-tp 2 -zero 1: the critic split and sharded, as plain data parallelism" \
+  || bad "PPO with LoRA under --train-tp 2 -zero 1"
 
 # 4. With a reward model (the critic starts from it), the KL in the reward, LoRA on the policy.
 "$rlcpp" train-rm -m "$model" -d "$src/examples/arith/pairs.jsonl" -tbs 16 -lr 1e-3 --max-steps 2 --seed 0 -sd runs -p rm \
