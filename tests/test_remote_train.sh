@@ -7,7 +7,8 @@
 # with kill -9 resumes exactly; -nb 1 overlaps generation with training one version behind and
 # learns, and with --partial-rollout the servers take each version in the middle of the round's
 # sequences, reproducibly (under LoRA too, killed and resumed exactly), and a checkpoint saves the
-# round they generate ahead cut at its version, from which a resumed run goes on bit for bit; bad
+# round they generate ahead cut at its version, from which a resumed run goes on bit for bit (also
+# under --max-staleness 0 --stale-policy finish); bad
 # flags and unreachable servers are errors naming them.
 # Usage: test_remote_train.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
@@ -232,6 +233,21 @@ for name in partial-imbs partial-late; do
     && cmp -s "$(last_weights "$name")" "$(last_weights "$name-killed")" && ok "$name-killed-mid-checkpoint-resumes-exactly" \
     || bad "$name-killed-mid-checkpoint-resumes-exactly"
 done
+
+# The same cut under --max-staleness 0 --stale-policy finish (the round's stale sequences finished
+# on the new version): killed in the middle of the 4th checkpoint and resumed, equal to the run left alone.
+finish=("${partial[@]}" -imbs 2 --switch-interval 36 --max-staleness 0 --stale-policy finish)
+train "${finish[@]}" -p finish -rsd runs/finish/rollouts > finish.log 2>&1 || { bad finish-run; tail -5 finish.log; }
+RLCPP_FAILPOINT=checkpoint:4 "$rlcpp" train "${finish[@]}" -p finish-killed -rsd runs/finish-killed/rollouts > finish-killed.log 2>&1 &
+job=$!; pids+=("$job")
+for _ in $(seq 1 1200); do [ "$(awk '{print $3}' /proc/$job/stat 2>/dev/null)" = T ] && break; sleep 0.05; done
+kill -9 $job; wait $job 2>/dev/null
+train "${finish[@]}" -p finish-killed -rsd runs/finish-killed/rollouts --resume auto > finish-resumed.log 2>&1 \
+  || { bad finish-resumed-run; tail -5 finish-resumed.log; }
+[ "$(in_flight finish 2)" = "servers at 36 of 48, calls 2, tokens [12] unfinished" ] &&
+  grep -q "resuming from runs/finish-killed/step-3" finish-resumed.log && same_run finish-killed finish &&
+  cmp -s "$(last_weights finish)" "$(last_weights finish-killed)" && ok stale-finish-killed-mid-checkpoint-resumes-exactly \
+  || { bad stale-finish-killed-mid-checkpoint-resumes-exactly; in_flight finish 2; }
 
 # 6. Bad flags and unreachable servers: errors naming them, not hangs.
 expect_error() {  # NAME TEXT ARGS...
