@@ -90,10 +90,13 @@ colocated=("${base[@]}" -tbs 2 -tMbs 2 --max-steps 3 -ei 2)
 # One thread, as run_mpi's ranks have: the two-thread process's sums round differently, and Adam
 # makes that 2e-12 after 3 steps (one thread: 1.6e-13 from the stages).
 OMP_NUM_THREADS=1 "$rlcpp" train "${colocated[@]}" -p co1 > co1.log 2>&1 || { bad co1-run; tail -3 co1.log; }
-for layout in "2 co-pp2 --pp 2" "4 co-pp2tp2 --pp 2 --train-tp 2"; do
-  read -r np name extra <<<"$layout"
+# Tensor parallelism adds the all-reduces' own rounding: 1.2e-12 after Adam's 3 steps on an
+# AVX-512 machine (OpenBLAS's Cooperlake kernels), hence 1e-11 there.
+for layout in "2 co-pp2 1e-12 --pp 2" "4 co-pp2tp2 1e-11 --pp 2 --train-tp 2"; do
+  read -r np name tolerance extra <<<"$layout"
   run_mpi "$np" "${colocated[@]}" $extra -p "$name" > "$name.log" 2>&1 || { bad "$name-run"; tail -3 "$name.log"; }
-  same "$name-equals-one-process" runs/co1/step-3/model.safetensors "runs/$name/step-3/model.safetensors"
+  weights_close runs/co1/step-3/model.safetensors "runs/$name/step-3/model.safetensors" "$tolerance" \
+    && ok "$name-equals-one-process" || bad "$name-equals-one-process"
   # The sampler's log-probs are fp32, rounded apart by another engine: their distance from the
   # trainer's (mismatch_*) is not compared.
   metrics_close runs/co1/metrics.jsonl "runs/$name/metrics.jsonl" pp_bubble mismatch_abs_mean mismatch_abs_max mismatch_kl \

@@ -8,6 +8,8 @@
 #   checkpointed and resumed bit for bit; under --train-tp 2 (also with a LoRA policy and -zero 1)
 #   the critic is split as the policy is,
 #   checkpointed whole with its optimizer in shards, resumed bit for bit, and equals one trainer;
+#   under --pp 2 (also with a LoRA policy and -zero 1) the critic takes the policy's stages, and the
+#   same holds;
 # - the critic from a reward model (-rt model), the KL in the reward, LoRA on the policy; multi-turn
 #   episodes with a tool, rollout servers, partial rollouts;
 # - bad combinations refused by name before any work.
@@ -130,6 +132,29 @@ weights_close runs/lora-tp2z1/step-3/adapter_model.safetensors runs/lora-dp2/ste
   && ok "PPO with LoRA under --train-tp 2 -zero 1: the critic split and sharded, as plain data parallelism" \
   || bad "PPO with LoRA under --train-tp 2 -zero 1"
 
+# Pipeline parallelism: the critic cut into the policy's two stages (its value head on the last);
+# 2 steps then 2 more from step-2 end where 4 straight steps do, and where one trainer's do (fp64,
+# to rounding); with a LoRA policy and ZeRO-1, two replicas of two stages take the steps of two
+# one-rank replicas.
+run_mpi 4 "${common[@]}" "${tp[@]}" -t 2 --pp 2 -p pp2 > pp2.log 2>&1 || { bad "PPO --pp 2:"; tail -10 pp2.log; }
+run_mpi 4 "${common[@]}" "${tp[@]}" -t 2 --pp 2 -p pp2-resumed -cp runs/pp2/step-2 > pp2r.log 2>&1 \
+  || { bad "PPO --pp 2 resume:"; tail -10 pp2r.log; }
+run_mpi 6 "${common[@]}" "${tp_lora[@]}" -t 4 --pp 2 -zero 1 -p lora-pp2z1 > lora-pp2z1.log 2>&1 \
+  || { bad "PPO LoRA --pp 2 -zero 1:"; tail -10 lora-pp2z1.log; }
+if cmp -s runs/pp2/step-4/critic/model.safetensors runs/pp2-resumed/step-4/critic/model.safetensors &&
+   cmp -s runs/pp2/step-4/model.safetensors runs/pp2-resumed/step-4/model.safetensors &&
+   metrics_close <(step_lines runs/pp2/metrics.jsonl | tail -2) <(step_lines runs/pp2-resumed/metrics.jsonl) pp_bubble &&
+   weights_close runs/pp2/step-4/critic/model.safetensors runs/tp1/step-4/critic/model.safetensors 1e-10 &&
+   weights_close runs/pp2/step-4/model.safetensors runs/tp1/step-4/model.safetensors 1e-10 &&
+   weights_close runs/lora-pp2z1/step-3/adapter_model.safetensors runs/lora-dp2/step-3/adapter_model.safetensors 1e-10 &&
+   weights_close runs/lora-pp2z1/step-3/critic/model.safetensors runs/lora-dp2/step-3/critic/model.safetensors 1e-10 &&
+   python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); assert c["architectures"] == ["Qwen2ForSequenceClassification"], c' \
+     runs/pp2/step-4/critic/config.json; then
+  ok "PPO under --pp 2: the critic in the policy's stages, checkpointed whole, resumed bit for bit, as one trainer; with LoRA and ZeRO-1 as plain data parallelism"
+else
+  bad "PPO under --pp 2"
+fi
+
 # 4. With a reward model (the critic starts from it), the KL in the reward, LoRA on the policy.
 "$rlcpp" train-rm -m "$model" -d "$src/examples/arith/pairs.jsonl" -tbs 16 -lr 1e-3 --max-steps 2 --seed 0 -sd runs -p rm \
   > rm.log 2>&1 || { bad "train-rm:"; tail -5 rm.log; }
@@ -167,8 +192,8 @@ assert any(e.get("inserted_tokens", 0) > 0 for e in episodes), "no sample called
 PY
 
 # 5. Refused by name before any work.
-expect ppo-pp 2 '-a PPO with --pp 2: the critic trains beside the policy' -- \
-  "$rlcpp" train "${common[@]}" -tbs 4 -p r1 --pp 2 -t 2 -i 2
+expect ppo-pp-critic-depth 2 '-a PPO with --pp 2: the critic .* has 2 decoder layers and the policy .* 4' -- \
+  "$rlcpp" train "${common[@]}" -tbs 4 -p r1 --pp 2 -t 2 -i 2 --critic-model "$src/tests/fixtures/qwen2-tiny"
 expect critic-without-ppo 2 '--gamma 0.9, --critic-lr 0.001: settings of a critic, which -a GRPO' -- \
   "$rlcpp" train -m "$model" -d "$data" --gamma 0.9 --critic-lr 1e-3
 expect kl-in-reward-without-kl 2 '--kl-in-reward with --kl-coeff 0' -- "$rlcpp" train "${common[@]}" -tbs 4 -p r2 --kl-in-reward

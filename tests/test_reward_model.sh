@@ -14,8 +14,10 @@
 #   -zero 1 for sft, -zero 2 for sft with LoRA (resumed in one process), -zero 3 for both (train-rm
 #   scoring its held-out pairs on rank 0, resumed in one process), and under tensor parallelism
 #   (--train-tp 2: train-rm on one replica and on two with -zero 3, sft whole, with -zero 1 and with
-#   LoRA; resumed exactly at --train-tp 2, refused at another); -zero above 3 and -zero in one
-#   process refused);
+#   LoRA; resumed exactly at --train-tp 2, refused at another), and under pipeline parallelism
+#   (--pp 2: train-rm with its held-out figures and calibration, resumed exactly, its checkpoint one
+#   whole classifier; sft with --train-tp 2 and with LoRA); -zero above 3, -zero, --train-tp or
+#   --pp in one process, and train-rm --pp with LoRA refused);
 # - the shortened examples/arith/reward_model.sh runs; bad input is refused by name.
 # Usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
@@ -287,7 +289,13 @@ if command -v mpirun > /dev/null; then
     > "$tmp/rm-tp2-on.log" 2>&1 || bad "train-rm --train-tp 2 resumed"
   mpi4 train-rm "${rm_common[@]}" "${rm_eval[@]}" --train-tp 2 -zero 3 -p rm-tp2z3 --max-steps 2 --si 2 > "$tmp/rm-tp2z3.log" 2>&1 \
     || { bad "train-rm --train-tp 2 -zero 3 on 4 processes:"; tail -5 "$tmp/rm-tp2z3.log"; }
-  for run in rm-tp2 rm-tp2z3; do
+  # Pipeline parallelism (--pp): each of the two ranks holds half the layers, the score head on
+  # the last; the held-out figures and the calibration run through both stages.
+  mpi2 train-rm "${rm_common[@]}" "${rm_eval[@]}" --pp 2 -p rm-pp2 --max-steps 2 --si 2 > "$tmp/rm-pp2.log" 2>&1 \
+    || { bad "train-rm --pp 2:"; tail -5 "$tmp/rm-pp2.log"; }
+  mpi2 train-rm "${rm_common[@]}" "${rm_eval[@]}" --pp 2 -p rm-pp2-on -cp "$tmp/runs/rm-pp2/step-2" --max-steps 3 \
+    > "$tmp/rm-pp2-on.log" 2>&1 || bad "train-rm --pp 2 resumed"
+  for run in rm-tp2 rm-tp2z3 rm-pp2; do
     if weights_close "$tmp/runs/$run/step-2/model.safetensors" "$tmp/runs/rm-eval-one/step-2/model.safetensors" 1e-10 &&
        metrics_close <(step_lines "$tmp/runs/rm-eval-one/metrics.jsonl" | head -2) <(step_lines "$tmp/runs/$run/metrics.jsonl") &&
        [ "$(step_lines "$tmp/runs/$run/metrics.jsonl" | grep -c '"eval"')" -eq 2 ] &&
@@ -297,14 +305,28 @@ if command -v mpirun > /dev/null; then
       bad "train-rm $run"
     fi
   done
-  weights_close "$tmp/runs/rm-tp2-on/step-3/model.safetensors" "$tmp/runs/rm-eval-one/step-3/model.safetensors" 1e-10 \
-    && ok "train-rm --train-tp 2 resumes exactly" || bad "train-rm --train-tp 2 resumes exactly"
+  for run in rm-tp2-on rm-pp2-on; do
+    weights_close "$tmp/runs/$run/step-3/model.safetensors" "$tmp/runs/rm-eval-one/step-3/model.safetensors" 1e-10 \
+      && ok "train-rm $run resumes exactly" || bad "train-rm $run resumes exactly"
+  done
+  python3 - "$tmp/runs/rm-pp2/step-2" "$model" <<'PY' && ok "train-rm --pp 2 writes one whole sequence classifier" || bad "train-rm --pp 2 layout"
+import json, struct, sys
+d, base = sys.argv[1], json.load(open(sys.argv[2] + "/config.json"))
+c = json.load(open(d + "/config.json"))
+assert c["architectures"] == ["Qwen2ForSequenceClassification"] and c["num_hidden_layers"] == base["num_hidden_layers"], c
+with open(d + "/model.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+layers = {int(k.split(".")[2]) for k in h if k.startswith("model.layers.")}
+assert layers == set(range(base["num_hidden_layers"])), sorted(layers)
+assert h["score.weight"]["shape"] == [1, base["hidden_size"]] and "model.embed_tokens.weight" in h and "lm_head.weight" not in h, sorted(h)
+PY
   # As for `rlcpp train`, a checkpoint resumes at its own --train-tp (its optimizer parts are per rank).
   expect train-rm-tp-resume-elsewhere 2 'parallel.tensor_parallel_size: 2 -> 1' -- \
     "$rlcpp" train-rm "${rm_common[@]}" -p rm-tp2-one -cp "$tmp/runs/rm-tp2/step-2" --max-steps 3
   mpi2 sft "${sft_common[@]}" --train-tp 2 -p sft-tp2 > "$tmp/sft-tp2.log" 2>&1 || { bad "sft --train-tp 2:"; tail -5 "$tmp/sft-tp2.log"; }
   mpi4 sft "${sft_common[@]}" --train-tp 2 -zero 1 -p sft-tp2z1 > "$tmp/sft-tp2z1.log" 2>&1 || { bad "sft --train-tp 2 -zero 1:"; tail -5 "$tmp/sft-tp2z1.log"; }
-  for run in sft-tp2 sft-tp2z1; do
+  mpi4 sft "${sft_common[@]}" --train-tp 2 --pp 2 -p sft-tp2pp2 > "$tmp/sft-tp2pp2.log" 2>&1 || { bad "sft --train-tp 2 --pp 2:"; tail -5 "$tmp/sft-tp2pp2.log"; }
+  for run in sft-tp2 sft-tp2z1 sft-tp2pp2; do
     weights_close "$tmp/runs/$run/step-2/model.safetensors" "$tmp/runs/sft-one/step-2/model.safetensors" 1e-10 &&
       metrics_close "$tmp/runs/sft-one/metrics.jsonl" "$tmp/runs/$run/metrics.jsonl" \
       && ok "sft $run takes the one process's steps" || bad "sft $run"
@@ -316,13 +338,22 @@ if command -v mpirun > /dev/null; then
   weights_close "$tmp/runs/sft-lora-tp2/step-2/adapter_model.safetensors" "$tmp/runs/sft-lora-one/step-2/adapter_model.safetensors" 1e-10 &&
     weights_close "$tmp/runs/sft-lora-tp2-on/step-3/adapter_model.safetensors" "$tmp/runs/sft-lora-one/step-3/adapter_model.safetensors" 1e-10 \
     && ok "sft LoRA --train-tp 2 takes the one process's steps, and resumes exactly" || bad "sft LoRA --train-tp 2"
+  mpi2 sft "${sft_lora[@]}" --pp 2 --max-steps 2 --si 2 -p sft-lora-pp2 > "$tmp/sft-lora-pp2.log" 2>&1 \
+    || { bad "sft LoRA --pp 2:"; tail -5 "$tmp/sft-lora-pp2.log"; }
+  weights_close "$tmp/runs/sft-lora-pp2/step-2/adapter_model.safetensors" "$tmp/runs/sft-lora-one/step-2/adapter_model.safetensors" 1e-10 \
+    && ok "sft LoRA --pp 2 takes the one process's steps" || bad "sft LoRA --pp 2"
   expect sft-tp-one-process 2 'tensor parallelism splits the model over the processes of mpirun' -- \
     "$rlcpp" sft "${sft_common[@]}" --train-tp 2 -p tp-alone
+  expect sft-pp-one-process 2 'pipeline parallelism splits the model.s layers over the processes of mpirun' -- \
+    "$rlcpp" sft "${sft_common[@]}" --pp 2 -p pp-alone
+  expect train-rm-pp-lora 2 'train-rm --pp 2 with --lora-rank 4: .*pipeline stages do not write' -- \
+    mpi2 train-rm "${rm_common[@]}" --pp 2 --lora-rank 4 --max-steps 1 -p pp-lora
   expect train-rm-tp-not-dividing 2 'give a process count that 2 divides' -- \
     timeout 120 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 3 "$rlcpp" train-rm "${rm_common[@]}" --train-tp 2 --max-steps 1 -p tp3
   expect train-rm-zero4 2 'give 0 to 3' -- mpi2 train-rm "${rm_common[@]}" -zero 4 --max-steps 1 -p zero4
   expect train-rm-tbs-below-processes 2 '-tbs 1 gives some of them no example' -- \
     mpi2 train-rm -m "$model" -d "$pairs" -tbs 1 --max-steps 1 -sd "$tmp/runs" -p mpi-small
+
 fi
 
 # 7. The example, shortened.

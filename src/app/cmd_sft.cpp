@@ -13,6 +13,7 @@ void add_sft_command(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   add_run_flags(cmd, *flags,
                 {"runtime.dataset", "runtime.num_episodes", "parallel.zero_stage", "parallel.tensor_parallel_size",
+                 "parallel.pipeline_parallel_size", "parallel.pp_balance",
                  "runtime.max_steps", "runtime.seed", "runtime.device",
                  "runtime.dtype", "runtime.resume", "runtime.checkpoint_path", "runtime.enable_resume_training",
                  "model.path", "rollout.system_prompt", "train.train_batch_size", "train.train_microbatch_size",

@@ -15,6 +15,7 @@ void add_train_rm_command(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   add_run_flags(cmd, *flags,
                 {"runtime.dataset", "runtime.num_episodes", "parallel.zero_stage", "parallel.tensor_parallel_size",
+                 "parallel.pipeline_parallel_size", "parallel.pp_balance",
                  "runtime.max_steps", "runtime.seed", "runtime.device",
                  "runtime.dtype", "runtime.resume", "runtime.checkpoint_path", "runtime.enable_resume_training",
                  "runtime.skip_bad_lines", "model.path", "train.train_batch_size", "train.train_microbatch_size",

@@ -199,7 +199,7 @@ torch::Tensor DecoderLayerImpl::forward_packed(const torch::Tensor& x, const tor
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const TensorParallel* tp, const PipelineStage& stage) {
   const int64_t tokens = tp ? tp->shape().vocab_end - tp->shape().vocab_begin : c.vocab_size;
-  if (stage.first() || (stage.last() && c.tie_word_embeddings)) {
+  if (stage.first() || (stage.last() && c.head_is_embedding())) {
     embed_tokens = register_module("embed_tokens", torch::nn::Embedding(tokens, c.hidden_size));
   }
   // A plain module holding the layers by their whole-model index, so a stage's names are the whole

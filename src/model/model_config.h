@@ -59,6 +59,9 @@ struct ModelConfig {
   static ModelConfig from_json(const nlohmann::json& json, const std::string& where);
 
   bool classifier() const { return num_labels > 0; }
+  // The language-model head is the embedding (tied, and not a classifier, whose score head reads
+  // the last hidden states instead): a pipeline's last stage then holds a copy of the embedding.
+  bool head_is_embedding() const { return tie_word_embeddings && !classifier(); }
   int64_t q_size() const { return num_attention_heads * head_dim; }
   int64_t kv_size() const { return num_key_value_heads * head_dim; }
   // Number of parameters implied by the shape (tied embeddings counted once).

@@ -76,13 +76,10 @@ Transformer::Transformer(ModelConfig config, ModelOptions options)
                   stage.layer_begin < layer_end && layer_end <= config_.num_hidden_layers,
               "pipeline stage {} of {} holding layers [{}, {}) of a model of {}", stage.index, stage.count,
               stage.layer_begin, layer_end, config_.num_hidden_layers);
-  if (config_.classifier() && !stage.whole()) {  // (under tensor parallelism its score head is whole on every rank)
-    throw_user_error("{} is a sequence classifier ({}): it runs without --pp (pipeline stages)", config_.model_type,
-                     config_.architecture);
-  }
   model = register_module("model", std::make_shared<DecoderImpl>(config_, tp_.get(), stage));
   if (config_.classifier()) {
-    score = register_module("score", make_linear(config_.hidden_size, config_.num_labels, false));
+    // On the last pipeline stage (under tensor parallelism whole on every rank).
+    if (stage.last()) score = register_module("score", make_linear(config_.hidden_size, config_.num_labels, false));
   } else if (!config_.tie_word_embeddings && stage.last()) {
     const int64_t tokens = tp_ ? tp_->shape().vocab_end - tp_->shape().vocab_begin : config_.vocab_size;
     lm_head = register_module("lm_head", make_linear(config_.hidden_size, tokens, false));
@@ -210,9 +207,14 @@ torch::Tensor Transformer::scores(const torch::Tensor& input_ids, const torch::T
                                   const ForwardContext& context) {
   RLCPP_CHECK(config_.classifier(), "scores of a causal LM ({}): only a sequence classifier has a score head",
               config_.architecture);
-  auto h = hidden_states(input_ids, attention_mask, context);
+  return last_token_scores(hidden_states(input_ids, attention_mask, context), attention_mask, context);
+}
+
+torch::Tensor Transformer::last_token_scores(const torch::Tensor& h, const torch::Tensor& attention_mask,
+                                             const ForwardContext& context) {
+  RLCPP_CHECK(score, "the score head is on the last pipeline stage, not on stage {}", options_.stage.index);
   std::vector<int64_t> sequences;
-  if (attention_mask.defined() && input_ids.size(0) == 1) sequences = packed_sequences(attention_mask[0]);
+  if (attention_mask.defined() && h.size(0) == 1) sequences = packed_sequences(attention_mask[0]);
   torch::Tensor last;  // [B, H] (a packed row: [S, H]), each sequence's last token
   if (sequences.empty()) {
     last = h.select(1, h.size(1) - 1);  // left padding puts every row's last token there

@@ -146,6 +146,10 @@ class Transformer : public torch::nn::Module {
   // A packed row (see hidden_states) gives one score per sequence at its last token: [S, num_labels].
   torch::Tensor scores(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                        const ForwardContext& context = {});
+  // The same from the last stage's hidden states `h` [B, T, H] of those rows (a pipeline's last
+  // stage; every other forward runs the whole model).
+  torch::Tensor last_token_scores(const torch::Tensor& h, const torch::Tensor& attention_mask = {},
+                                  const ForwardContext& context = {});
 
   // The output projection [V, H] in the compute dtype: lm_head, or the embedding when tied.
   torch::Tensor output_weight() const;

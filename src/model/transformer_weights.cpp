@@ -64,7 +64,7 @@ std::shared_ptr<Transformer> Transformer::classifier_from_pretrained(const std::
     model->update_weights({{item.key(), reader.tensor(item.key())}}, dir.string());
     reader.release(item.key());
   }
-  {
+  if (model->score) {  // (a pipeline stage before the last holds no head)
     torch::NoGradGuard no_grad;
     const double stddev = base.raw.is_object() ? base.raw.value("initializer_range", 0.02) : 0.02;
     auto generator = at::detail::createCPUGenerator(seed);
@@ -137,8 +137,8 @@ bool Transformer::holds_weight(const std::string& name) const {
     const int64_t end = stage.layer_end < 0 ? config_.num_hidden_layers : stage.layer_end;
     return layer >= stage.layer_begin && layer < end;
   }
-  if (name.starts_with("model.embed_tokens.")) return stage.first() || (stage.last() && config_.tie_word_embeddings);
-  if (name.starts_with("model.norm.") || name.starts_with("lm_head.")) return stage.last();
+  if (name.starts_with("model.embed_tokens.")) return stage.first() || (stage.last() && config_.head_is_embedding());
+  if (name.starts_with("model.norm.") || name.starts_with("lm_head.") || name.starts_with("score.")) return stage.last();
   return true;
 }
 

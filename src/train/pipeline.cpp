@@ -41,7 +41,7 @@ StageCosts work_stage_costs(const ModelConfig& c) {
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size();
   const double attention = static_cast<double>(h * q + 2 * h * kv + q * h);
   const double mlp = 3.0 * static_cast<double>(h * c.intermediate_size);
-  return {attention + mlp, 0, static_cast<double>(c.vocab_size * h)};
+  return {attention + mlp, 0, static_cast<double>((c.classifier() ? c.num_labels : c.vocab_size) * h)};
 }
 
 namespace {

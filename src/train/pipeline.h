@@ -123,7 +123,7 @@ struct StageCosts {
   double layer = 1, embedding = 0, head = 0;
 };
 // Multiply-adds per token: a layer's weights (attention over a sequence adds little at RL
-// lengths), the head's vocabulary x hidden; the embedding is a lookup, free.
+// lengths), the head's vocabulary (a classifier's labels) x hidden; the embedding is a lookup, free.
 StageCosts work_stage_costs(const ModelConfig& config);
 // Seconds of a forward and a backward over one micro-batch of `rows` x `length` tokens, on
 // fresh random weights of `config`'s shape in `options` (its dtype, gradient checkpointing;

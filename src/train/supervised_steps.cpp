@@ -2,6 +2,7 @@
 // Bradley–Terry loss over preference pairs); the policy-gradient step is trainer.cpp's.
 #include <cmath>
 
+#include "model/logprobs.h"
 #include "train/sample.h"
 #include "train/trainer.h"
 #include "util/error.h"
@@ -10,7 +11,6 @@ namespace rlcpp {
 
 TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch, double global_tokens) {
   RLCPP_CHECK(!batch.empty(), "an SFT step without examples");
-  RLCPP_CHECK(stages_ == nullptr, "SFT with pipeline parallelism");
   double total = 0;
   for (const auto& s : batch) {
     RLCPP_CHECK(s.ids.size() == s.loss_mask.size() && !s.ids.empty(), "SFT example of {} ids and {} mask entries",
@@ -25,22 +25,24 @@ TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch, double g
   const auto micros = micro_batches_of(lengths);
   const auto n_micro = static_cast<int64_t>(micros.size());
   for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
-  double nll = 0;
-  for (const auto& [begin, end] : micros) {
-    // Right-padded rows [B, L], or padding-free one row [1, T] numbering the examples (PackedBatch).
+  // Micro-batch k: right-padded rows [B, L], or padding-free one row [1, T] numbering the examples
+  // (PackedBatch), with the targets of the learned tokens.
+  struct Rows {
+    torch::Tensor ids, mask, targets;
+  };
+  auto rows_of = [&](int64_t k) {
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
     int64_t length = 0, total_ids = 0;
-    for (size_t k = begin; k < end; ++k) {
-      length = std::max<int64_t>(length, static_cast<int64_t>(batch[k].ids.size()));
-      total_ids += static_cast<int64_t>(batch[k].ids.size());
+    for (size_t j = begin; j < end; ++j) {
+      length = std::max<int64_t>(length, static_cast<int64_t>(batch[j].ids.size()));
+      total_ids += static_cast<int64_t>(batch[j].ids.size());
     }
     const int64_t rows = static_cast<int64_t>(end - begin);
     const std::vector<int64_t> shape = config_.padding_free ? std::vector<int64_t>{1, total_ids} : std::vector<int64_t>{rows, length};
-    auto ids = torch::zeros(shape, torch::kInt64);
-    auto mask = torch::zeros(shape, torch::kInt64);
-    auto targets = torch::full(shape, -1, torch::kInt64);
-    auto* ids_p = ids.data_ptr<int64_t>();
-    auto* mask_p = mask.data_ptr<int64_t>();
-    auto* targets_p = targets.data_ptr<int64_t>();
+    Rows out{torch::zeros(shape, torch::kInt64), torch::zeros(shape, torch::kInt64), torch::full(shape, -1, torch::kInt64)};
+    auto* ids_p = out.ids.data_ptr<int64_t>();
+    auto* mask_p = out.mask.data_ptr<int64_t>();
+    auto* targets_p = out.targets.data_ptr<int64_t>();
     int64_t at = 0;
     for (int64_t row = 0; row < rows; ++row) {
       const auto& s = batch[begin + static_cast<size_t>(row)];
@@ -51,30 +53,54 @@ TrainStepMetrics Trainer::sft_step(const std::vector<SftSample>& batch, double g
         if (t > 0 && s.loss_mask[t]) targets_p[at - 1] = s.ids[t];  // t-1 predicts t
       }
     }
-    auto logp = policy_->token_logprobs(ids, targets, 1.0, mask, nullptr, policy_context_);
+    return out;
+  };
+  double nll = 0;
+  StageWork work;
+  work.micros = n_micro;
+  work.input_shape = [&](int64_t k) {
+    auto shape = rows_of(k).ids.sizes().vec();
+    shape.push_back(policy_->config().hidden_size);
+    return shape;
+  };
+  work.forward = [&](int64_t k, const torch::Tensor& input) -> torch::Tensor {
+    const Rows rows = rows_of(k);
+    ForwardContext context = policy_context_;
+    context.stage_input = input;
+    auto h = policy_->hidden_states(rows.ids, rows.mask, context);
+    if (!policy_->options().stage.last()) return h;
+    auto logp = token_logprobs_chunked(h.reshape({-1, h.size(-1)}), policy_->output_weight(),
+                                       rows.targets.to(h.device()).reshape({-1}), 1.0,
+                                       policy_->options().logprob_chunk_tokens, nullptr, policy_->vocab_shard());
     auto loss = -logp.sum() / std::max(1.0, global_tokens > 0 ? global_tokens : total);
-    loss.backward();
     nll += loss.item<double>();
-  }
+    return loss;
+  };
+  run_passes(work, /*backward=*/true);
   metrics.values["loss"] = nll;
   metrics.values["n_tokens"] = total;
+  share_last_stage(metrics, {});
   finish_update(metrics, lr);
   return metrics;
 }
 
 namespace {
 
-// The scores of micro-batch pairs [begin, end): chosen [P] and rejected [P], one forward over the
-// 2P sequences (chosen first), left-padded rows as Transformer::scores takes them, or padding-free
-// one row of them back to back.
-std::pair<torch::Tensor, torch::Tensor> pair_scores(Transformer& model, const std::vector<PreferencePair>& pairs, size_t begin,
-                                                    size_t end, const ForwardContext& context, bool padding_free) {
+// Micro-batch pairs [begin, end) as one batch of their 2P sequences (chosen first): left-padded
+// rows as Transformer::scores takes them, or padding-free one row of them back to back.
+std::pair<torch::Tensor, torch::Tensor> pair_rows(const std::vector<PreferencePair>& pairs, size_t begin, size_t end,
+                                                  bool padding_free) {
   std::vector<const std::vector<int32_t>*> rows;
   for (size_t k = begin; k < end; ++k) rows.push_back(&pairs[k].chosen);
   for (size_t k = begin; k < end; ++k) rows.push_back(&pairs[k].rejected);
-  const auto [ids, mask] = padding_free ? one_row(rows) : left_padded(rows);
-  const auto scores = model.scores(ids, mask, context).select(1, 0);
-  const auto n = static_cast<int64_t>(end - begin);
+  return padding_free ? one_row(rows) : left_padded(rows);
+}
+
+// The chosen [P] and rejected [P] scores of such a batch from the last stage's hidden states.
+std::pair<torch::Tensor, torch::Tensor> pair_scores(Transformer& model, const torch::Tensor& h, const torch::Tensor& mask,
+                                                    const ForwardContext& context) {
+  const auto scores = model.last_token_scores(h, mask, context).select(1, 0);
+  const auto n = scores.size(0) / 2;
   return {scores.slice(0, 0, n), scores.slice(0, n, 2 * n)};
 }
 
@@ -94,6 +120,13 @@ struct PairSums {
     rejected += rejected_scores.sum().item<double>();
     squares += (chosen_scores.to(torch::kFloat64).square().sum() + rejected_scores.to(torch::kFloat64).square().sum()).item<double>();
   }
+  // As figures a pipeline's last stage shares (Trainer::share_last_stage), and back.
+  std::map<std::string, double> sums() const {
+    return {{"loss", loss}, {"correct", correct}, {"chosen", chosen}, {"rejected", rejected}, {"squares", squares}};
+  }
+  static PairSums from(const std::map<std::string, double>& m) {
+    return {m.at("loss"), m.at("correct"), m.at("chosen"), m.at("rejected"), m.at("squares")};
+  }
   // score_mean and score_std: over every score, chosen and rejected alike (what --normalize-reward uses).
   std::map<std::string, double> figures(double n) const {
     const double mean = (chosen + rejected) / (2 * n);
@@ -112,24 +145,58 @@ void check_pairs(const std::vector<PreferencePair>& pairs, const ModelConfig& co
 
 }  // namespace
 
+// The pipelined passes of a preference batch in micro-batches of -tmbs pairs: on the last stage
+// each one's scores go to `scored` (with the margins), whose result backward runs from.
+StageWork Trainer::pair_passes(const std::vector<PreferencePair>& pairs, const ForwardContext& context,
+                               const std::function<torch::Tensor(size_t, size_t, const torch::Tensor&, const torch::Tensor&,
+                                                                 const torch::Tensor&)>& scored) const {
+  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
+  StageWork work;
+  work.micros = static_cast<int64_t>((pairs.size() + micro - 1) / micro);
+  auto range = [&pairs, micro](int64_t k) {
+    const size_t begin = static_cast<size_t>(k) * micro;
+    return std::pair{begin, std::min(pairs.size(), begin + micro)};
+  };
+  const bool padding_free = config_.padding_free;
+  const int64_t hidden = policy_->config().hidden_size;
+  work.input_shape = [&pairs, range, padding_free, hidden](int64_t k) {
+    const auto [begin, end] = range(k);
+    auto shape = pair_rows(pairs, begin, end, padding_free).first.sizes().vec();
+    shape.push_back(hidden);
+    return shape;
+  };
+  Transformer* model = policy_.get();
+  work.forward = [&pairs, range, padding_free, model, context, scored](int64_t k, const torch::Tensor& input) {
+    const auto [begin, end] = range(k);
+    const auto [ids, mask] = pair_rows(pairs, begin, end, padding_free);
+    ForwardContext here = context;
+    here.stage_input = input;
+    auto h = model->hidden_states(ids, mask, here);
+    if (!model->options().stage.last()) return h;
+    const auto [chosen, rejected] = pair_scores(*model, h, mask, here);
+    return scored(begin, end, chosen, rejected, pair_margins(pairs, begin, end, chosen));
+  };
+  return work;
+}
+
 TrainStepMetrics Trainer::preference_step(const std::vector<PreferencePair>& batch, double global_pairs) {
   check_pairs(batch, policy_->config());
-  RLCPP_CHECK(stages_ == nullptr, "reward-model training with pipeline parallelism");
   const double lr = begin_update();
   const double n = global_pairs > 0 ? global_pairs : static_cast<double>(batch.size());
-  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
-  const auto n_micro = static_cast<int64_t>((batch.size() + micro - 1) / micro);
-  for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
   PairSums sums;
-  for (size_t begin = 0; begin < batch.size(); begin += micro) {
-    const size_t end = std::min(batch.size(), begin + micro);
-    const auto [chosen, rejected] = pair_scores(*policy_, batch, begin, end, policy_context_, config_.padding_free);
-    const auto loss = bradley_terry_loss(chosen, rejected, pair_margins(batch, begin, end, chosen), config_.preference).sum() / n;
-    loss.backward();
+  const StageWork work = pair_passes(batch, policy_context_, [&](size_t, size_t, const torch::Tensor& chosen,
+                                                                 const torch::Tensor& rejected, const torch::Tensor& margins) {
+    const auto loss = bradley_terry_loss(chosen, rejected, margins, config_.preference).sum() / n;
     sums.add(loss * n, chosen.detach(), rejected.detach());
-  }
+    return loss;
+  });
+  for (int64_t k = lockstep_passes(work.micros, true) - work.micros; k > 0; --k) empty_pass(true);
+  run_passes(work, /*backward=*/true);
+  TrainStepMetrics shared;
+  shared.values = sums.sums();
+  share_last_stage(shared, {});
   TrainStepMetrics metrics;
-  metrics.values = sums.figures(n);
+  metrics.values = PairSums::from(shared.values).figures(n);
   metrics.values["loss"] /= n;
   finish_update(metrics, lr);
   return metrics;
@@ -141,16 +208,19 @@ std::map<std::string, double> Trainer::preference_figures(const std::vector<Pref
   policy_->eval();
   ForwardContext context = policy_context_;
   if (sharded_parameters()) context.holder = nullptr;  // gathered whole by the caller: no layer is gathered
-  const size_t micro = static_cast<size_t>(config_.train_microbatch_size);
   PairSums sums;
-  for (size_t begin = 0; begin < pairs.size(); begin += micro) {
-    const size_t end = std::min(pairs.size(), begin + micro);
-    const auto [chosen, rejected] = pair_scores(*policy_, pairs, begin, end, context, config_.padding_free);
-    sums.add(bradley_terry_loss(chosen, rejected, pair_margins(pairs, begin, end, chosen), config_.preference).sum(), chosen,
-             rejected);
-  }
+  run_passes(pair_passes(pairs, context, [&](size_t, size_t, const torch::Tensor& chosen, const torch::Tensor& rejected,
+                                             const torch::Tensor& margins) {
+               const auto loss = bradley_terry_loss(chosen, rejected, margins, config_.preference).sum();
+               sums.add(loss, chosen, rejected);
+               return loss;
+             }),
+             /*backward=*/false);
+  TrainStepMetrics shared;
+  shared.values = sums.sums();
+  share_last_stage(shared, {});
   const double n = static_cast<double>(pairs.size());
-  auto figures = sums.figures(n);
+  auto figures = PairSums::from(shared.values).figures(n);
   figures["loss"] /= n;
   return figures;
 }

@@ -538,7 +538,7 @@ void Trainer::share_last_stage(TrainStepMetrics& metrics, const std::vector<Samp
 
 std::vector<torch::Tensor> Trainer::sum_tied_gradients(const std::vector<torch::Tensor>& trained) const {
   const PipelineStage& stage = policy_->options().stage;
-  if (stages_ == nullptr || stage.whole() || !policy_->config().tie_word_embeddings || !(stage.first() || stage.last())) {
+  if (stages_ == nullptr || stage.whole() || !policy_->config().head_is_embedding() || !(stage.first() || stage.last())) {
     return trained;
   }
   // The first and last stages each hold the embedding: each sends the other its gradient (zeros
@@ -588,7 +588,7 @@ void Trainer::enable_zero(Communicator& group, int stage, uint64_t bucket_bytes)
     // The norm sums over the stages, each element once: a tied embedding's copy on the last stage
     // is the first stage's (its gradient summed into both before the step, sum_tied_gradients).
     const PipelineStage& at = policy_->options().stage;
-    const bool holds_copy = !at.first() && at.last() && policy_->config().tie_word_embeddings;
+    const bool holds_copy = !at.first() && at.last() && policy_->config().head_is_embedding();
     owned.clear();
     for (const auto& p : trained) {
       const bool copy = holds_copy && p.is_same(policy_->model->embed_tokens->weight);

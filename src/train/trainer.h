@@ -186,8 +186,9 @@ class Trainer {
   // over the trainers are the whole batch's).
   TrainStepMetrics preference_step(const std::vector<PreferencePair>& batch, double global_pairs = 0);
   // The same figures for `pairs` without an update (a held-out set): no grad, eval mode; also
-  // score_mean and score_std over all their scores, chosen and rejected. No collective: under
-  // ZeRO-3 the caller holds the parameters whole (GatheredParameters), on this trainer at least.
+  // score_mean and score_std over all their scores, chosen and rejected. No collective but the
+  // pipeline's (every stage of the replica calls it): under ZeRO-3 the caller holds the parameters
+  // whole (GatheredParameters), on this trainer at least.
   std::map<std::string, double> preference_figures(const std::vector<PreferencePair>& pairs) const;
 
   // A critic (the model is a sequence classifier of one label, its score head the value head): per
@@ -216,10 +217,11 @@ class Trainer {
   void enable_zero(Communicator& group, int stage, uint64_t bucket_bytes);
   // Pipeline parallelism: the policy (and the reference) are the stage ModelOptions::stage names
   // of `stages` (rank s holding stage s), and every pass over samples runs the 1F1B schedule over
-  // them (train/pipeline.h). Every stage is given the same samples and returns the same results:
-  // log-probs and metrics are the last stage's, shared. A tied embedding's two copies (the first
-  // and last stages') get the sum of their gradients, and the norm is over every stage. ZeRO is
-  // not supported with it (refused).
+  // them (train/pipeline.h): the policy's, a critic's, SFT's and a reward model's alike. Every
+  // stage is given the same samples and returns the same results: log-probs, values and metrics
+  // are the last stage's, shared. A tied embedding's two copies (the first and last stages' of a
+  // causal LM) get the sum of their gradients, and the norm is over every stage. ZeRO beyond
+  // stage 1 is refused with it.
   void enable_pipeline(std::shared_ptr<Communicator> stages);
   ZeroOptimizer* zero() { return zero_.get(); }
   // The response tokens of `samples` that count in the loss (the token-level normaliser): model
@@ -258,6 +260,13 @@ class Trainer {
   PackedBatch pack(const std::vector<Sample>& samples, size_t begin, size_t end) const {
     return pack_samples(samples, begin, end, config_.padding_free);
   }
+  // The passes of preference pairs in micro-batches of -tmbs (supervised_steps.cpp): on the last
+  // stage micro-batch [begin, end)'s chosen and rejected scores and margins go to `scored`, whose
+  // result backward runs from.
+  StageWork pair_passes(const std::vector<PreferencePair>& pairs, const ForwardContext& context,
+                        const std::function<torch::Tensor(size_t begin, size_t end, const torch::Tensor& chosen,
+                                                          const torch::Tensor& rejected, const torch::Tensor& margins)>&
+                            scored) const;
   // Pipeline parallelism: the tied embedding's gradient summed over its copies on the first and
   // last stages; returns the parameters the gradient norm counts (each copy once).
   std::vector<torch::Tensor> sum_tied_gradients(const std::vector<torch::Tensor>& trained) const;

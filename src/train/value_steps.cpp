@@ -17,9 +17,9 @@ void check_critic(const Transformer& model) {
               "values from {}: a critic is a sequence classifier of one label", model.config().architecture);
 }
 
-// The value head at every position of a packed batch, per sample: [B, L], fp32 (fp64 for an fp64 model).
-torch::Tensor packed_values(Transformer& model, const PackedBatch& batch, const ForwardContext& context) {
-  const auto h = model.hidden_states(batch.ids, batch.attention_mask, context);
+// The value head at every position of a packed batch from the last stage's hidden states `h`, per
+// sample: [B, L], fp32 (fp64 for an fp64 model).
+torch::Tensor values_of(Transformer& model, const torch::Tensor& h, const PackedBatch& batch, const ForwardContext& context) {
   const auto v = batch.per_sample(model.score->forward(h, context).squeeze(-1));
   return v.scalar_type() == torch::kFloat64 ? v : v.to(torch::kFloat32);
 }
@@ -28,7 +28,6 @@ torch::Tensor packed_values(Transformer& model, const PackedBatch& batch, const 
 
 std::vector<std::vector<float>> Trainer::response_values(const std::vector<Sample>& samples) const {
   check_critic(*policy_);
-  RLCPP_CHECK(stages_ == nullptr, "critic values with pipeline parallelism");
   torch::NoGradGuard no_grad;
   trace::Span span("values");
   policy_->eval();
@@ -39,20 +38,33 @@ std::vector<std::vector<float>> Trainer::response_values(const std::vector<Sampl
     zero_->gather_resident();
     for (int64_t k = lockstep_passes(n_micro, false) - n_micro; k > 0; --k) empty_pass(false);
   }
-  std::vector<std::vector<float>> out;
-  for (const auto& [begin, end] : micros) {
+  TrainStepMetrics head;  // the values, per sample, in its rows (on every stage once shared)
+  StageWork work;
+  work.micros = n_micro;
+  work.input_shape = [&](int64_t k) {
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
+    return stage_input_shape(samples, begin, end);
+  };
+  work.forward = [&](int64_t k, const torch::Tensor& input) {
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
     progress::phase("values", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
     const PackedBatch batch = pack(samples, begin, end);
-    append_response_values(packed_values(*policy_, batch, policy_context_).to(torch::kCPU).to(torch::kFloat32), batch,
-                           samples, begin, out);
-  }
+    ForwardContext context = policy_context_;
+    context.stage_input = input;
+    auto h = policy_->hidden_states(batch.ids, batch.attention_mask, context);
+    if (!policy_->options().stage.last()) return h;
+    append_response_values(values_of(*policy_, h, batch, context).to(torch::kCPU).to(torch::kFloat32), batch, samples,
+                           begin, head.logprobs);
+    return h;  // nothing runs backward
+  };
+  run_passes(work, /*backward=*/false);
   if (lockstep) zero_->release_resident();
-  return out;
+  share_last_stage(head, samples);
+  return std::move(head.logprobs);
 }
 
 TrainStepMetrics Trainer::value_step(const ValueMiniBatch& mb) {
   check_critic(*policy_);
-  RLCPP_CHECK(stages_ == nullptr, "a critic step with pipeline parallelism");
   const auto& samples = mb.samples;
   RLCPP_CHECK(mb.old_values.size() == samples.size() && mb.returns.size() == samples.size(),
               "{} old value and {} return rows for {} samples", mb.old_values.size(), mb.returns.size(), samples.size());
@@ -66,25 +78,39 @@ TrainStepMetrics Trainer::value_step(const ValueMiniBatch& mb) {
   for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
   TrainStepMetrics metrics;
   double counted = 0;
-  trace::Span span("critic_forward_backward");
-  for (size_t m = 0; m < micros.size(); ++m) {
-    const auto [begin, end] = micros[m];
-    progress::phase("critic", static_cast<int64_t>(m), n_micro, "micro-batches");
+  StageWork work;
+  work.micros = n_micro;
+  work.input_shape = [&](int64_t k) {
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
+    return stage_input_shape(samples, begin, end);
+  };
+  // Micro-batch k's forward: this stage's hidden states, or on the last stage the value loss.
+  work.forward = [&](int64_t k, const torch::Tensor& input) -> torch::Tensor {
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
+    progress::phase("critic", k, n_micro, "micro-batches");
     const PackedBatch batch = pack(samples, begin, end);
-    const auto values = packed_values(*policy_, batch, policy_context_);
-    auto out = value_loss(values, lay_out(mb.old_values, batch, begin).to(device),
+    ForwardContext context = policy_context_;
+    context.stage_input = input;
+    auto h = policy_->hidden_states(batch.ids, batch.attention_mask, context);
+    if (!policy_->options().stage.last()) return h;
+    auto out = value_loss(values_of(*policy_, h, batch, context), lay_out(mb.old_values, batch, begin).to(device),
                           lay_out(mb.returns, batch, begin).to(device), batch.response_mask.to(device), config_.value_clip,
                           global_tokens);
-    out.loss.backward();
     const double n = out.metrics["n_tokens"];
     counted += n;
     for (const auto& [key, value] : out.metrics) {
       metrics.values[key] += key == "vf_loss" || key == "n_tokens" ? value : value * n;  // sums; token-weighted means
     }
+    return out.loss;
+  };
+  {
+    trace::Span span("critic_forward_backward");
+    run_passes(work, /*backward=*/true);  // (the pipeline's bubble is the policy step's figure)
   }
   for (auto& [key, value] : metrics.values) {
     if (key != "vf_loss" && key != "n_tokens") value = counted > 0 ? value / counted : 0.0;
   }
+  share_last_stage(metrics, samples);
   finish_update(metrics, lr);
   return metrics;
 }

@@ -363,6 +363,19 @@ FlatAdamWState read_optimizer_shards(const fs::path& state_dir, int64_t begin, i
   return assemble_flat_state(pieces, begin, end, state_dir.string());
 }
 
+namespace {
+
+// A pipeline's stages, gathered: config.json as save_pretrained writes it, and the weights.
+void save_gathered(const fs::path& dir, const Transformer& model, const NamedTensors& weights) {
+  fs::create_directories(dir);
+  auto config_json = model.config().raw;
+  config_json["torch_dtype"] = dtypes().name(model.options().dtype);
+  write_file_atomic(dir / "config.json", config_json.dump(2) + "\n");
+  save_checkpoint(dir, weights);
+}
+
+}  // namespace
+
 void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::path& tokenizer_from,
                      const std::string& base_model, bool save_merged, const NamedTensors* weights) {
   if (weights != nullptr && policy.has_adapters()) {  // a pipeline's stages' adapters, gathered: as save_adapter writes them
@@ -371,12 +384,8 @@ void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::p
     NamedTensors tensors;
     for (const auto& [name, tensor] : *weights) tensors.emplace_back(kPeftKeyPrefix + name, tensor);
     save_safetensors(dir / kAdapterWeightsFile, tensors);
-  } else if (weights != nullptr) {  // a pipeline's stages, gathered: config.json as save_pretrained writes it
-    fs::create_directories(dir);
-    auto config_json = policy.config().raw;
-    config_json["torch_dtype"] = dtypes().name(policy.options().dtype);
-    write_file_atomic(dir / "config.json", config_json.dump(2) + "\n");
-    save_checkpoint(dir, *weights);
+  } else if (weights != nullptr) {
+    save_gathered(dir, policy, *weights);
   } else if (policy.has_adapters()) {
     policy.save_adapter(dir, base_model);
     if (save_merged) {
@@ -390,8 +399,10 @@ void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::p
 }
 
 void save_critic_dir(const fs::path& dir, const Transformer& critic, const fs::path& tokenizer_from,
-                     torch::optim::Optimizer& optimizer, const std::function<void(const fs::path& state_dir)>& write_shards) {
-  critic.save_pretrained(dir);
+                     torch::optim::Optimizer& optimizer, const std::function<void(const fs::path& state_dir)>& write_shards,
+                     const NamedTensors* weights) {
+  if (weights != nullptr) save_gathered(dir, critic, *weights);
+  else critic.save_pretrained(dir);
   copy_tokenizer_files(tokenizer_from, dir);
   const fs::path state_dir = dir / "trainer_state";
   fs::create_directories(state_dir);

@@ -49,7 +49,8 @@ void save_policy_dir(const std::filesystem::path& dir, const Transformer& policy
 // (load_checkpoint_optimizer(dir, ...) reads either back).
 void save_critic_dir(const std::filesystem::path& dir, const Transformer& critic, const std::filesystem::path& tokenizer_from,
                      torch::optim::Optimizer& optimizer,
-                     const std::function<void(const std::filesystem::path& state_dir)>& write_shards = {});
+                     const std::function<void(const std::filesystem::path& state_dir)>& write_shards = {},
+                     const NamedTensors* weights = nullptr);
 
 // Writes run_dir/step-<step>, updates `latest`, prunes to `max_checkpoints` (0: keep all).
 std::filesystem::path save_run_checkpoint(const std::filesystem::path& run_dir, int64_t step,

@@ -221,6 +221,16 @@ void check_files(const RunConfig& c) {
                      c.train.critic.model.empty() ? "the critic's model (--reward-model, else -m)" : "--critic-model",
                      c.critic_model());
   }
+  if (c.algo.uses_critic() && c.parallel.pp > 1) {
+    // The critic is cut into the policy's pipeline stages: the same decoder layers on each.
+    const ModelConfig critic = ModelConfig::load(c.critic_model());
+    if (critic.num_hidden_layers != model.num_hidden_layers) {
+      throw_user_error("-a PPO with --pp {}: the critic ({}) has {} decoder layers and the policy ({}) {}; under --pp the "
+                       "critic takes the policy's stages, so give a critic of the policy's depth (--critic-model) or drop "
+                       "--pp", c.parallel.pp, c.critic_model(), critic.num_hidden_layers, c.model.path,
+                       model.num_hidden_layers);
+    }
+  }
   check_eval_sets(c, true);
 }
 
@@ -244,10 +254,6 @@ void check_critic_settings(const RunConfig& c) {
                        "drop them", fmt::join(given, ", "), c.algo.name, advantage_estimators().name(c.algo.advantage.estimator));
     }
     return;
-  }
-  if (c.parallel.pp > 1) {
-    throw_user_error("-a PPO with --pp {}: the critic trains beside the policy with data and tensor parallelism and ZeRO "
-                     "(its pipeline stages are not built yet); drop --pp", c.parallel.pp);
   }
   if (c.algo.ppo.kl_in_reward && c.algo.loss.kl_coef == 0) {
     throw_user_error("--kl-in-reward with --kl-coeff 0: the penalty is --kl-coeff x the KL; give --kl-coeff > 0 or drop "

@@ -56,6 +56,11 @@ void refuse_unsupported(const RunConfig& c) {
     throw_user_error("-m/--model {}: no config.json there; give a Hugging Face model directory", c.model.path);
   }
   if (c.runtime.dataset.empty()) throw_user_error("-d/--dataset is required: preference pairs as JSONL");
+  if (c.parallel.pp > 1 && c.model.lora.enabled()) {
+    throw_user_error("rlcpp train-rm --pp {} with --lora-rank {}: a LoRA reward model's checkpoints hold the merged "
+                     "classifier beside the adapter, which pipeline stages do not write; train it without --pp, or "
+                     "without LoRA", c.parallel.pp, c.model.lora.rank);
+  }
   if (!fs::is_regular_file(c.runtime.dataset)) throw_user_error("-d/--dataset {}: no such file", c.runtime.dataset);
   for (const auto& [name, path] : eval_sets(c.eval)) {
     if (!fs::is_regular_file(path)) throw_user_error("-ed/--eval-dataset: set \"{}\": no such file {}", name, path);
@@ -68,10 +73,11 @@ void refuse_unsupported(const RunConfig& c) {
 // checkpoint resumed from; under LoRA, the base (frozen, in --frozen-dtype) with fresh adapters or
 // the checkpoint's, the head trained whole beside them.
 std::shared_ptr<Transformer> load_reward_model(const RunConfig& c, const std::optional<fs::path>& resume_from,
-                                               std::shared_ptr<Communicator> tp_group) {
+                                               std::shared_ptr<Communicator> tp_group, const PipelineStage& stage) {
   ModelOptions options = model_options_from_flags(c.runtime.dtype, c.runtime.device);
   options.gradient_checkpointing = c.train.gradient_checkpointing;
   options.tp_group = std::move(tp_group);
+  options.stage = stage;
   if (!c.model.lora.enabled()) {
     return Transformer::classifier_from_pretrained(resume_from ? *resume_from : fs::path(c.model.path), options, 1, c.runtime.seed);
   }
@@ -104,7 +110,10 @@ fs::path run_reward_model_training(const RunConfig& config) {
   auto tokenizer = Tokenizer::from_dir(c.model.path);
   const ChatTemplate chat_template(*tokenizer);
   torch::manual_seed(c.runtime.seed);  // LoRA dropout; a resume restores the generator's state
-  auto model = load_reward_model(c, resume_from, topology ? topology->tp_group : nullptr);
+  ModelConfig classifier = ModelConfig::load(c.model.path);
+  classifier.num_labels = 1;  // the stages are the reward model's: a score head on the last
+  auto model = load_reward_model(c, resume_from, topology ? topology->tp_group : nullptr,
+                                 supervised_stage(c, classifier, topology.get()));
   const int64_t max_positions = model->config().max_position_embeddings;
 
   const auto pairs = tokenize_pairs(load_preference_dataset(c.runtime.dataset, c.runtime.skip_bad_lines), *tokenizer,

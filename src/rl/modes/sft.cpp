@@ -42,21 +42,40 @@ std::shared_ptr<Topology> supervised_topology(const RunConfig& c, const std::str
     throw_user_error("rlcpp {} --train-tp {}: tensor parallelism splits the model over the processes of mpirun "
                      "(mpirun -np {} rlcpp {} --train-tp {} ...)", command, c.parallel.tp, c.parallel.tp, command, c.parallel.tp);
   }
+  if (c.parallel.pp > 1 && !several) {
+    throw_user_error("rlcpp {} --pp {}: pipeline parallelism splits the model's layers over the processes of mpirun "
+                     "(mpirun -np {} rlcpp {} --pp {} ...)", command, c.parallel.pp, c.parallel.pp, command, c.parallel.pp);
+  }
+  if (c.parallel.pp > 1 && c.model.lora.enabled() && c.logging.save_merged) {
+    throw_user_error("rlcpp {} --pp {} with --lora-rank {} and --save-merged: checkpoints of pipeline stages hold the "
+                     "adapter alone; drop --save-merged and merge a checkpoint afterwards (rlcpp merge)", command,
+                     c.parallel.pp, c.model.lora.rank);
+  }
+  if (c.parallel.pp > 1 && c.parallel.zero > 1) {
+    throw_user_error("rlcpp {} --pp {} with -zero {}: pipeline stages take ZeRO stage 1 only; use -zero 1, or 0", command,
+                     c.parallel.pp, c.parallel.zero);
+  }
   if (!several) return nullptr;
   auto world = mpi_world();
-  const auto tp = static_cast<int>(c.parallel.tp);
-  if (world->size() % tp != 0) {
-    throw_user_error("rlcpp {} --train-tp {} under mpirun with {} processes: the processes form replicas of --train-tp "
-                     "ranks; give a process count that {} divides", command, tp, world->size(), tp);
+  const auto tp = static_cast<int>(c.parallel.tp), pp = static_cast<int>(c.parallel.pp);
+  if (world->size() % (tp * pp) != 0) {
+    throw_user_error("rlcpp {} --train-tp {} --pp {} under mpirun with {} processes: the processes form replicas of "
+                     "--train-tp x --pp = {} ranks; give a process count that {} divides", command, tp, pp, world->size(),
+                     tp * pp, tp * pp);
   }
-  const int replicas = world->size() / tp;
+  const int replicas = world->size() / (tp * pp);
   if (c.train.train_batch_size < replicas) {
     throw_user_error("rlcpp {} under mpirun with {} replicas{}: -tbs {} gives some of them no example; each step's -tbs "
                      "examples are dealt over the replicas, so give -tbs >= {}", command, replicas,
-                     tp > 1 ? fmt::format(" of {} ranks", tp) : "", c.train.train_batch_size, replicas);
+                     tp * pp > 1 ? fmt::format(" of {} ranks", tp * pp) : "", c.train.train_batch_size, replicas);
   }
   set_comm_timeout(c.parallel.comm_timeout);
-  return std::make_shared<Topology>(Topology::create(world, world->size(), 0, tp));
+  return std::make_shared<Topology>(Topology::create(world, world->size(), 0, tp, 1, pp));
+}
+
+PipelineStage supervised_stage(const RunConfig& c, const ModelConfig& model_config, const Topology* topology) {
+  if (topology == nullptr || topology->train_pp == 1) return {};
+  return run_pipeline_stage(c, model_config, *topology);
 }
 
 void run_or_end_job(const std::function<void()>& fn) {
@@ -85,6 +104,7 @@ SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::share
   run_.policy = std::move(model);
   run_.trainer = std::make_unique<Trainer>(run_.policy, nullptr, trainer_config);
   run_.topology = topology_.get();
+  if (topology_ != nullptr && topology_->train_pp > 1) trainer().enable_pipeline(topology_->pp_group);
   Communicator* group = replicas();
   if (group != nullptr && c.parallel.zero > 0) {  // the optimizer (and gradients) sharded over the replicas
     trainer().enable_zero(*group, static_cast<int>(c.parallel.zero), kGradientBucketBytes);
@@ -106,8 +126,11 @@ SupervisedRun::SupervisedRun(const RunConfig& c, const RunPlan& plan, std::share
     log_.emplace(plan.run_dir, c, plan.resume_from ? std::optional(plan.first_step() - 1) : std::nullopt);
     write_file_atomic(plan.run_dir / "config.yaml", run_config_yaml(c));
     if (group != nullptr) {
+      const int ranks = topology_->train_tp * topology_->train_pp;
       spdlog::info("data parallelism: {} replicas{}, each step's {} examples dealt over them{}", group->size(),
-                   topology_->train_tp > 1 ? fmt::format(" of {} tensor-parallel ranks", topology_->train_tp) : "",
+                   ranks > 1 ? fmt::format(" of {} ranks (--train-tp {} x --pp {})", ranks, topology_->train_tp,
+                                           topology_->train_pp)
+                             : "",
                    c.train.train_batch_size,
                    c.parallel.zero > 0 ? fmt::format("; ZeRO stage {}: AdamW moments{} sharded", c.parallel.zero,
                                                      c.parallel.zero == 3   ? ", gradients and parameters"
@@ -162,7 +185,8 @@ fs::path run_sft(const RunConfig& c) {
   const auto& resume_from = plan.resume_from;
   auto tokenizer = Tokenizer::from_dir(c.model.path);
   torch::manual_seed(c.runtime.seed);  // LoRA dropout; a resume restores the generator's state
-  auto policy = load_policy(c, resume_from, topology ? topology->tp_group : nullptr);
+  auto policy = load_policy(c, resume_from, topology ? topology->tp_group : nullptr,
+                            supervised_stage(c, ModelConfig::load(c.model.path), topology.get()));
   const int64_t max_positions = policy->config().max_position_embeddings;
 
   DatasetOptions dataset_options;

@@ -20,11 +20,15 @@
 namespace rlcpp {
 
 // The processes of `rlcpp sft` and `rlcpp train-rm` under mpirun (nullptr in one process): every
-// one a trainer, in data-parallel replicas of --train-tp consecutive ranks that split the model
-// (Topology: its dp_group holds one rank per replica, its tp_group the replica's ranks). Each
-// replica takes its share of every step's -tbs examples; fewer examples a step than replicas, or
-// a process count --train-tp does not divide, is a UserError naming the flags.
+// one a trainer, in data-parallel replicas of --train-tp x --pp consecutive ranks that split the
+// model (Topology: its dp_group holds one rank per replica, its tp_group a stage's ranks, its
+// pp_group the stages). Each replica takes its share of every step's -tbs examples; fewer examples
+// a step than replicas, or a process count --train-tp x --pp does not divide, is a UserError
+// naming the flags.
 std::shared_ptr<Topology> supervised_topology(const RunConfig& config, const std::string& command);
+// This rank's pipeline stage of a model of `model_config` under --pp (run_pipeline_stage; the whole
+// model without a topology or --pp). Every rank calls it.
+PipelineStage supervised_stage(const RunConfig& config, const ModelConfig& model_config, const Topology* topology);
 // Runs `fn`; under mpirun with several processes, an error on any of them is printed and ends the
 // whole job (exit 2 for a UserError), so no process is left waiting in a collective.
 void run_or_end_job(const std::function<void()>& fn);

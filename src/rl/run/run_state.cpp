@@ -225,7 +225,7 @@ std::shared_ptr<Transformer> load_policy(const RunConfig& c, const std::optional
 }
 
 std::shared_ptr<Transformer> load_critic(const RunConfig& c, const std::optional<fs::path>& checkpoint,
-                                         std::shared_ptr<Communicator> tp_group) {
+                                         std::shared_ptr<Communicator> tp_group, const PipelineStage& stage) {
   if (!c.algo.uses_critic()) return nullptr;
   const fs::path dir = checkpoint ? *checkpoint / "critic" : fs::path(c.critic_model());
   if (checkpoint && !fs::exists(dir / "config.json")) {
@@ -233,7 +233,7 @@ std::shared_ptr<Transformer> load_critic(const RunConfig& c, const std::optional
                      "(-a PPO); resume it with the algorithm it was trained with", dir.string());
   }
   // A fresh value head is drawn from its own stream of the run's seed.
-  auto critic = Transformer::classifier_from_pretrained(dir, run_model_options(c, false, std::move(tp_group), {}), 1,
+  auto critic = Transformer::classifier_from_pretrained(dir, run_model_options(c, false, std::move(tp_group), stage), 1,
                                                         c.runtime.seed ^ 0x5EED'C817'1C00'0001ULL);
   if (critic->has_adapters()) {
     throw_user_error("--critic-model {}: a LoRA adapter directory; the critic trains every weight, so give a whole model "
@@ -306,6 +306,24 @@ void send_stage_weights(const Topology& t, const Transformer& policy) {
   }
 }
 
+NamedTensors gather_stages(const Topology& t, const Transformer& model) {
+  if (t.stage() > 0) {
+    send_stage_weights(t, model);
+    return {};
+  }
+  const bool leader = t.world->rank() == 0;
+  NamedTensors out;
+  for (const auto& [name, local] : stage_weights(model)) {
+    auto w = model.gather_weight(name, local, 0);  // a collective over the stage's tensor-parallel group
+    if (leader) out.emplace_back(name, w);
+  }
+  if (leader) {
+    const StageLayout layout = receive_stage_layout(t);
+    for (size_t k = 0; k < layout.tensors.size(); ++k) out.emplace_back(layout.tensors[k].first, receive_stage_weight(t, layout, k));
+  }
+  return out;
+}
+
 OptimizerPart optimizer_part(const RunConfig& c, const Topology* t, const Transformer& policy, ZeroOptimizer* zero) {
   OptimizerPart part;
   part.tp_size = static_cast<int>(c.parallel.tp);
@@ -325,13 +343,9 @@ OptimizerPart optimizer_part(const RunConfig& c, const Topology* t, const Transf
   return part;
 }
 
-namespace {
-
-// This trainer's pipeline stage: balanced by work per token, or by the costs trainer 0 measures
-// (--pp-balance time) and sends every trainer, so all split the model alike.
-PipelineStage run_pipeline_stage(const RunConfig& c, const Topology& t, bool leader) {
-  const ModelConfig config = ModelConfig::load(c.model.path);
-  if (c.parallel.pp_balance == StageBalance::kWork) return pipeline_stage(config, t.stage(), t.train_pp);
+PipelineStage run_pipeline_stage(const RunConfig& c, const ModelConfig& config, const Topology& t) {
+  const bool leader = t.role_group->rank() == 0;
+  if (c.parallel.pp_balance == StageBalance::kWork || config.classifier()) return pipeline_stage(config, t.stage(), t.train_pp);
   auto costs = torch::zeros({3}, torch::kFloat64);
   if (leader) {
     // A micro-batch of -tmbs samples as long as a prompt and a whole response may be (at most 8 x 1024 tokens).
@@ -349,8 +363,6 @@ PipelineStage run_pipeline_stage(const RunConfig& c, const Topology& t, bool lea
   return pipeline_stage(config, t.stage(), t.train_pp,
                         {costs[0].item<double>(), costs[1].item<double>(), costs[2].item<double>()});
 }
-
-}  // namespace
 
 EngineConfig policy_engine_config(const RunConfig& c, const RunState& run) {
   EngineConfig config = run_engine_config(c);
@@ -402,7 +414,7 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
   torch::manual_seed(c.runtime.seed);
   const auto tp_group = topology != nullptr ? topology->tp_group : nullptr;
   const bool pipeline = topology != nullptr && topology->train_pp > 1;
-  const PipelineStage stage = pipeline ? run_pipeline_stage(c, *topology, leader) : PipelineStage{};
+  const PipelineStage stage = pipeline ? run_pipeline_stage(c, ModelConfig::load(c.model.path), *topology) : PipelineStage{};
   run.policy = load_policy(c, run.plan.resume_from, tp_group, stage);
   run.reference = load_reference(c, tp_group, stage);
   run.trainer = std::make_unique<Trainer>(run.policy, run.reference, rl_trainer_config(c, run.plan.total_steps));
@@ -429,9 +441,10 @@ RunState load_run(const RunConfig& c, const Topology* topology) {
                    run.trainer->zero()->total());
     }
   }
-  run.critic = load_critic(c, run.plan.resume_from, tp_group);
+  run.critic = load_critic(c, run.plan.resume_from, tp_group, stage);
   if (run.critic) {
     run.critic_trainer = std::make_unique<Trainer>(run.critic, nullptr, critic_trainer_config(c, run.plan.total_steps));
+    if (pipeline) run.critic_trainer->enable_pipeline(topology->pp_group);  // the policy's stages
     if (c.parallel.zero > 0 && topology != nullptr) {  // sharded over the same trainers as the policy
       run.critic_trainer->enable_zero(*topology->dp_group, static_cast<int>(c.parallel.zero), kGradientBucketBytes);
     }
@@ -484,34 +497,21 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   if (senders != nullptr) mine = shard_of(*run.trainer, *run.policy);
   // -a PPO: the critic's optimizer shards (under ZeRO or tensor parallelism) after the policy's, over the same group.
   ZeroOptimizer* critic_zero = run.critic_trainer ? run.critic_trainer->zero() : nullptr;
-  Communicator* critic_senders = run.critic && (critic_zero != nullptr || tp) ? senders : nullptr;
+  Communicator* critic_senders = run.critic && (critic_zero != nullptr || tp || pp) ? senders : nullptr;
   OptimizerShard critic_mine;
   if (critic_senders != nullptr) critic_mine = shard_of(*run.critic_trainer, *run.critic);
   // Tensor parallelism: the first replica's parts whole on trainer 0, for the model directory.
   // Pipeline parallelism: its stages' weights, whole, streamed to trainer 0 stage by stage.
   WholeModel whole(*run.policy, 0, tp && first_replica && !pp);
   NamedTensors pipeline_weights;
-  if (pp && first_replica) {
-    if (t->stage() > 0) {
-      send_stage_weights(*t, *run.policy);
-    } else {
-      for (const auto& [name, local] : stage_weights(*run.policy)) {
-        auto w = run.policy->gather_weight(name, local, 0);
-        if (leader) pipeline_weights.emplace_back(name, w);
-      }
-      if (leader) {
-        const StageLayout layout = receive_stage_layout(*t);
-        for (size_t k = 0; k < layout.tensors.size(); ++k) {
-          pipeline_weights.emplace_back(layout.tensors[k].first, receive_stage_weight(*t, layout, k));
-        }
-      }
-    }
-  }
-  // -a PPO: the critic whole on trainer 0 under tensor parallelism.
+  if (pp && first_replica) pipeline_weights = gather_stages(*t, *run.policy);
+  // -a PPO: the critic whole on trainer 0 under tensor parallelism; under pipeline parallelism its
+  // stages go to trainer 0 once the policy's directory is written.
   std::optional<WholeModel> critic_whole;
-  if (run.critic) critic_whole.emplace(*run.critic, 0, tp && first_replica);
+  if (run.critic) critic_whole.emplace(*run.critic, 0, tp && first_replica && !pp);
   if (!leader) {
     if (senders != nullptr) send_optimizer_shard(*senders, mine);
+    if (run.critic && pp && first_replica) gather_stages(*t, *run.critic);
     if (critic_senders != nullptr) send_optimizer_shard(*critic_senders, critic_mine);
     return {};
   }
@@ -528,15 +528,19 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   std::function<void(const fs::path&)> write_critic;
   if (run.critic) {
     write_critic = [&](const fs::path& step_dir) {
+      NamedTensors critic_stages;
+      if (pp) critic_stages = gather_stages(*t, *run.critic);
       std::function<void(const fs::path&)> write_shards;
       if (critic_senders != nullptr) {
         write_shards = [&](const fs::path& state_dir) {
           run.critic->release_whole();  // written whole: the shards come next
+          critic_stages.clear();
           if (critic_zero != nullptr && critic_zero->stage() == 3) critic_zero->release_all();
           write_optimizer_shards(state_dir, *critic_senders, critic_mine);
         };
       }
-      save_critic_dir(step_dir / "critic", *run.critic, c.model.path, run.critic_trainer->optimizer(), write_shards);
+      save_critic_dir(step_dir / "critic", *run.critic, c.model.path, run.critic_trainer->optimizer(), write_shards,
+                      pp ? &critic_stages : nullptr);
     };
   }
   return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state),

@@ -115,9 +115,10 @@ std::shared_ptr<Transformer> load_policy(const RunConfig& config, const std::opt
                                          std::shared_ptr<Communicator> tp_group = nullptr, const PipelineStage& stage = {});
 // -a PPO: the critic of a run, from `checkpoint`'s critic/ when given, else from --critic-model (a
 // reward model as it is, a causal LM with a fresh value head); nullptr for other algorithms. Its
-// layers are split over `tp_group` as the policy's are (the value head whole on every rank).
+// layers are split over `tp_group` as the policy's are (the value head whole on every rank), and
+// into the policy's pipeline `stage` (the value head on the last).
 std::shared_ptr<Transformer> load_critic(const RunConfig& config, const std::optional<std::filesystem::path>& checkpoint,
-                                         std::shared_ptr<Communicator> tp_group = nullptr);
+                                         std::shared_ptr<Communicator> tp_group = nullptr, const PipelineStage& stage = {});
 // The frozen reference model of a run with a KL term (in --frozen-dtype); nullptr under LoRA (the
 // reference is the policy's base with the adapters off) or without KL.
 std::shared_ptr<Transformer> load_reference(const RunConfig& config, std::shared_ptr<Communicator> tp_group = nullptr,
@@ -139,6 +140,9 @@ StageLayout receive_stage_layout(const Topology& topology);                 // o
 torch::Tensor receive_stage_weight(const Topology& topology, const StageLayout& layout, size_t k);  // k in order
 // On every rank of the first replica's stages after the first: the layout, then each weight.
 void send_stage_weights(const Topology& topology, const Transformer& policy);
+// Every rank of the first replica calls it: `model`'s stages, whole, on trainer 0 in the whole
+// model's order (the others get none). The same order of calls on every rank is what matches them.
+NamedTensors gather_stages(const Topology& topology, const Transformer& model);
 
 struct OptimizerPart;  // rl/checkpoint/run_checkpoint.h
 
@@ -147,6 +151,11 @@ struct OptimizerPart;  // rl/checkpoint/run_checkpoint.h
 // with its tensor-parallel rank and pipeline stage (`topology` null: one process, or data
 // parallelism alone).
 OptimizerPart optimizer_part(const RunConfig& config, const Topology* topology, const Transformer& policy, ZeroOptimizer* zero);
+
+// This trainer's pipeline stage of a model of `config` (the policy's, or a reward model's): balanced
+// by work per token, or by the costs trainer 0 measures (--pp-balance time; a causal LM's) and
+// sends every trainer, so all split the model alike. Every trainer calls it.
+PipelineStage run_pipeline_stage(const RunConfig& config, const ModelConfig& model_config, const Topology& topology);
 
 // The engine of a trainer's own policy (the colocated mode's, or the first replica's for
 // evaluation): run_engine_config, run by every rank of the replica together under pipeline
