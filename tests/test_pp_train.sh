@@ -186,13 +186,14 @@ resume_at resume-one-rank-onto-pp2 runs/first1/step-2 3 -tbs 2 -tMbs 2 -t 2 -i 1
 
 # LoRA on stages: 2 stages' adapters (each layer's A drawn as in the whole model) take one
 # trainer's steps, sync their adapters to the worker, and resume from a 2-stage checkpoint on one.
-lora=(-tbs 1 -tMbs 1 --max-steps 3 --lora-rank 4 --lora-alpha 8)
+lora=(-tbs 1 -tMbs 1 --max-steps 3 --lora-rank 4 --lora-alpha 8 --save-merged)
 run_mpi 2 "${base[@]}" "${lora[@]}" -t 1 -i 1 -p lora1 > lora1.log 2>&1 || { bad lora1-run; tail -3 lora1.log; }
 run_mpi 3 "${base[@]}" "${lora[@]}" -t 2 -i 1 --pp 2 --si 2 -p lora2 > lora2.log 2>&1 || { bad lora2-run; tail -3 lora2.log; }
 weights_moved runs/lora1/step-3/adapter_model.safetensors runs/lora2/step-2/adapter_model.safetensors \
   && same lora-pp2-equals-one-rank runs/lora1/step-3/adapter_model.safetensors runs/lora2/step-3/adapter_model.safetensors \
   || bad lora-pp2-equals-one-rank
 [ "$(verified lora2)" -ge 3 ] && ok lora-pp2-syncs-verified || bad lora-pp2-syncs-verified
+same lora-pp2-merged-equals-one-rank runs/lora1/step-3/merged/model.safetensors runs/lora2/step-3/merged/model.safetensors
 run_mpi 2 "${base[@]}" "${lora[@]}" -t 1 -i 1 -cp runs/lora2/step-2 -p lora-again > lora-again.log 2>&1 \
   || { bad lora-resume-run; tail -3 lora-again.log; }
 same lora-pp2-resumed-on-one-rank runs/lora1/step-3/adapter_model.safetensors runs/lora-again/step-3/adapter_model.safetensors
@@ -225,7 +226,6 @@ expect_error pp-without-mpirun 1 "run \`mpirun -np 2 rlcpp train --train-tp 1 --
 expect_error pp-colocated-world 3 "mpirun started 3 processes but -i is not set and --train-tp 1 x --pp 2 is 2" --pp 2
 expect_error pp-not-dividing-t 4 "make -t a multiple of 2" -t 3 -i 1 --pp 2
 expect_error pp-over-layers 6 "--pp 5: toy has 4 decoder layers" -t 5 -i 1 --pp 5
-expect_error pp-lora-merged 3 "checkpoints of pipeline stages hold the adapter alone" -t 2 -i 1 --pp 2 --lora-rank 4 --save-merged
 expect_error pp-zero2 3 "pipeline stages take ZeRO stage 1 only" -t 2 -i 1 --pp 2 -zero 2
 expect_error pp-remote 1 "-b openai with --train-tp 1 --pp 2: a trainer over several processes" --pp 2 -b openai \
   --rollout-url http://127.0.0.1:9

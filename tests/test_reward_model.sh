@@ -16,8 +16,12 @@
 #   (--train-tp 2: train-rm on one replica and on two with -zero 3, sft whole, with -zero 1 and with
 #   LoRA; resumed exactly at --train-tp 2, refused at another), and under pipeline parallelism
 #   (--pp 2: train-rm with its held-out figures and calibration, resumed exactly, its checkpoint one
-#   whole classifier; sft with --train-tp 2 and with LoRA); -zero above 3, -zero, --train-tp or
-#   --pp in one process, and train-rm --pp with LoRA refused);
+#   whole classifier, also with LoRA (the adapter and the merged classifier); sft with --train-tp 2
+#   and with LoRA); -zero above 3, and -zero, --train-tp or --pp in one process refused);
+# - GRPO with the reward model on ranks of its own (--reward-ranks) takes the steps of the run whose
+#   rollout engines load it, bit for bit, with two engines per reward rank and with partial
+#   rollouts; --reward-ranks without workers, without a reward model, over the engine count or
+#   with the wrong process count refused by name;
 # - the shortened examples/arith/reward_model.sh runs; bad input is refused by name.
 # Usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
@@ -346,14 +350,59 @@ PY
     "$rlcpp" sft "${sft_common[@]}" --train-tp 2 -p tp-alone
   expect sft-pp-one-process 2 'pipeline parallelism splits the model.s layers over the processes of mpirun' -- \
     "$rlcpp" sft "${sft_common[@]}" --pp 2 -p pp-alone
-  expect train-rm-pp-lora 2 'train-rm --pp 2 with --lora-rank 4: .*pipeline stages do not write' -- \
-    mpi2 train-rm "${rm_common[@]}" --pp 2 --lora-rank 4 --max-steps 1 -p pp-lora
+  # A LoRA reward model on two stages: the adapter (PEFT's SEQ_CLS, the score head beside it) and the
+  # merged classifier, each gathered from the stages, as one process writes them.
+  OMP_NUM_THREADS=1 "$rlcpp" train-rm "${rm_common[@]}" --lora-rank 4 -p rm-lora-one --max-steps 2 --si 2 > "$tmp/rm-lora-one.log" 2>&1 \
+    || { bad "train-rm LoRA, one process:"; tail -5 "$tmp/rm-lora-one.log"; }
+  mpi2 train-rm "${rm_common[@]}" --lora-rank 4 --pp 2 -p rm-lora-pp2 --max-steps 2 --si 2 > "$tmp/rm-lora-pp2.log" 2>&1 \
+    || { bad "train-rm LoRA --pp 2:"; tail -5 "$tmp/rm-lora-pp2.log"; }
+  if weights_close "$tmp/runs/rm-lora-pp2/step-2/adapter_model.safetensors" "$tmp/runs/rm-lora-one/step-2/adapter_model.safetensors" 1e-10 &&
+     weights_close "$tmp/runs/rm-lora-pp2/step-2/merged/model.safetensors" "$tmp/runs/rm-lora-one/step-2/merged/model.safetensors" 1e-10 &&
+     cmp -s "$tmp/runs/rm-lora-pp2/step-2/adapter_config.json" "$tmp/runs/rm-lora-one/step-2/adapter_config.json" &&
+     [ "$(calibrated "$tmp/runs/rm-lora-pp2/step-2/merged/config.json")" = "$(calibrated "$tmp/runs/rm-lora-one/step-2/merged/config.json")" ]; then
+    ok "train-rm LoRA --pp 2: the adapter and the merged classifier as one process writes them"
+  else
+    bad "train-rm LoRA --pp 2"
+  fi
   expect train-rm-tp-not-dividing 2 'give a process count that 2 divides' -- \
     timeout 120 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 3 "$rlcpp" train-rm "${rm_common[@]}" --train-tp 2 --max-steps 1 -p tp3
   expect train-rm-zero4 2 'give 0 to 3' -- mpi2 train-rm "${rm_common[@]}" -zero 4 --max-steps 1 -p zero4
   expect train-rm-tbs-below-processes 2 '-tbs 1 gives some of them no example' -- \
     mpi2 train-rm -m "$model" -d "$pairs" -tbs 1 --max-steps 1 -sd "$tmp/runs" -p mpi-small
 
+  # Reward ranks (--reward-ranks): the reward model on ranks of its own scores the engines'
+  # responses. Each run equals the one whose engines load the model themselves (metrics and
+  # weights, bit for bit): two engines sharing one reward rank, and partial rollouts (the round is
+  # graded on a thread while the worker takes weights, the rows sent by the worker's own thread).
+  mpin() { local n=$1; shift; timeout 300 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np "$n" "$rlcpp" "$@"; }
+  rr=(train -m "$model" -d "$src/examples/arith/train.jsonl" -rt model --reward-model "$rm_dir" -g 2 -tbs 2 -tMbs 2 -tmbs 4 --mnt 16
+      --max-steps 3 --si 3 --seed 0 -sd "$tmp/runs" -t 1)
+  mpin 3 "${rr[@]}" -i 2 -p rr-local > "$tmp/rr-local.log" 2>&1 || { bad "reward model on the engines:"; tail -5 "$tmp/rr-local.log"; }
+  mpin 4 "${rr[@]}" -i 2 --reward-ranks 1 -p rr-ranks > "$tmp/rr-ranks.log" 2>&1 || { bad "--reward-ranks 1:"; tail -5 "$tmp/rr-ranks.log"; }
+  partial=(-i 1 -nb 1 --partial-rollout --switch-interval 4)
+  mpin 2 "${rr[@]}" "${partial[@]}" -p rr-partial-local > "$tmp/rr-partial-local.log" 2>&1 \
+    || { bad "partial rollouts with the reward model on the engine:"; tail -5 "$tmp/rr-partial-local.log"; }
+  mpin 3 "${rr[@]}" "${partial[@]}" --reward-ranks 1 -p rr-partial-ranks > "$tmp/rr-partial-ranks.log" 2>&1 \
+    || { bad "partial rollouts with --reward-ranks 1:"; tail -5 "$tmp/rr-partial-ranks.log"; }
+  for pair in "rr-local rr-ranks" "rr-partial-local rr-partial-ranks"; do
+    set -- $pair
+    if [ "$(step_count "$tmp/runs/$2/metrics.jsonl")" -eq 3 ] &&
+       cmp -s <(metrics_of "$tmp/runs/$1/metrics.jsonl") <(metrics_of "$tmp/runs/$2/metrics.jsonl") &&
+       cmp -s "$tmp/runs/$1/step-3/model.safetensors" "$tmp/runs/$2/step-3/model.safetensors" &&
+       grep -q 'reward 0\] scoring with the reward model' "$tmp/$2.log"; then
+      ok "$2: the reward model on a rank of its own gives the engines' own run, bit for bit"
+    else
+      bad "$2 differs from $1"; diff <(metrics_of "$tmp/runs/$1/metrics.jsonl") <(metrics_of "$tmp/runs/$2/metrics.jsonl") | head -4
+    fi
+  done
+  expect reward-ranks-colocated 2 '--reward-ranks 1: reward ranks serve rollout workers' -- \
+    "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" -rt model --reward-model "$rm_dir" --reward-ranks 1
+  expect reward-ranks-without-model 2 '--reward-ranks 1: reward ranks hold the reward model; give it with --reward-model' -- \
+    "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" -t 1 -i 1 --reward-ranks 1
+  expect reward-ranks-over-engines 2 '--reward-ranks 3 with -i 2: each reward rank serves one engine or more; give at most 2' -- \
+    "$rlcpp" "${rr[@]}" -i 2 --reward-ranks 3 -p rr-over
+  expect reward-ranks-processes 2 '-t 1 -i 1 --reward-ranks 1 asks for 3 processes, but 2 were started' -- \
+    mpin 2 "${rr[@]}" -i 1 --reward-ranks 1 -p rr-np
 fi
 
 # 7. The example, shortened.

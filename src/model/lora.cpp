@@ -74,13 +74,13 @@ std::string lora_targets_text(const std::vector<std::string>& targets) {
   return targets.empty() ? "all-linear" : fmt::format("{}", fmt::join(targets, ","));
 }
 
-nlohmann::json peft_adapter_config(const LoraConfig& c, const std::string& base_model) {
+nlohmann::json peft_adapter_config(const LoraConfig& c, const std::string& base_model, bool classifier) {
   const auto& names = c.targets.empty() ? lora_module_names() : c.targets;
   nlohmann::json targets = names;
   if (!c.name_scope.empty()) {  // PEFT full-matches a string against each module's name
     targets = fmt::format(".*{}.*\\.({})", regex_escape(c.name_scope), fmt::join(names, "|"));
   }
-  return {{"peft_type", "LORA"},
+  nlohmann::json out = {{"peft_type", "LORA"},
           {"task_type", "CAUSAL_LM"},
           {"base_model_name_or_path", base_model},
           {"r", c.rank},
@@ -99,6 +99,11 @@ nlohmann::json peft_adapter_config(const LoraConfig& c, const std::string& base_
           {"use_rslora", false},
           {"use_dora", false},
           {"revision", nullptr}};
+  if (classifier) {
+    out["task_type"] = "SEQ_CLS";
+    out["modules_to_save"] = nlohmann::json::array({"score"});
+  }
+  return out;
 }
 
 bool is_peft_adapter_dir(const fs::path& dir) { return fs::exists(dir / kAdapterConfigFile); }

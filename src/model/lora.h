@@ -43,8 +43,9 @@ inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
 inline constexpr const char* kAdapterWeightsFile = "adapter_model.safetensors";
 inline constexpr const char* kPeftKeyPrefix = "base_model.model.";
 
-// adapter_config.json for `config` over the base model at `base_model`.
-nlohmann::json peft_adapter_config(const LoraConfig& config, const std::string& base_model);
+// adapter_config.json for `config` over the base model at `base_model`; of a sequence classifier
+// (`classifier`: PEFT's SEQ_CLS, the score head trained whole beside the adapters).
+nlohmann::json peft_adapter_config(const LoraConfig& config, const std::string& base_model, bool classifier = false);
 
 // A PEFT adapter directory: its LoRA settings and base model. Not LoRA, a missing field or a field
 // of the wrong type is a UserError naming the file.

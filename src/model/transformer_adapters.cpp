@@ -150,12 +150,7 @@ NamedTensors Transformer::merged_weights() const {
 void Transformer::save_adapter(const std::filesystem::path& dir, const std::string& base_model) const {
   RLCPP_CHECK(has_adapters(), "save_adapter on a model without adapters");
   std::filesystem::create_directories(dir);
-  auto adapter_config = peft_adapter_config(lora_, base_model);
-  if (config_.classifier()) {  // PEFT's sequence classification: the score head trained whole beside the adapters
-    adapter_config["task_type"] = "SEQ_CLS";
-    adapter_config["modules_to_save"] = nlohmann::json::array({"score"});
-  }
-  write_file_atomic(dir / kAdapterConfigFile, adapter_config.dump(2) + "\n");
+  write_file_atomic(dir / kAdapterConfigFile, peft_adapter_config(lora_, base_model, config_.classifier()).dump(2) + "\n");
   NamedTensors tensors;
   for (const auto& [name, tensor] : trained_weights()) tensors.emplace_back(kPeftKeyPrefix + name, tensor.detach());
   save_safetensors(dir / kAdapterWeightsFile, tensors);

@@ -7,15 +7,18 @@
 namespace rlcpp {
 
 Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers, int num_inferencers, int train_tp,
-                          int rollout_tp, int train_pp) {
+                          int rollout_tp, int train_pp, int num_reward) {
   if (num_trainers < 1 || num_inferencers < 0) {
     throw_user_error("-t {} -i {}: need at least one trainer and no negative count of rollout workers", num_trainers,
                      num_inferencers);
   }
-  if (world->size() != num_trainers + num_inferencers) {
-    throw_user_error("-t {} -i {} asks for {} processes, but {} were started; run `mpirun -np {} rlcpp train -t {} -i {} ...`",
-                     num_trainers, num_inferencers, num_trainers + num_inferencers, world->size(),
-                     num_trainers + num_inferencers, num_trainers, num_inferencers);
+  if (num_reward < 0 || (num_reward > 0 && num_inferencers == 0)) {
+    throw_user_error("--reward-ranks {}: reward ranks serve rollout workers (-i)", num_reward);
+  }
+  if (const int n = num_trainers + num_inferencers + num_reward; world->size() != n) {
+    const std::string reward = num_reward > 0 ? fmt::format(" --reward-ranks {}", num_reward) : "";
+    throw_user_error("-t {} -i {}{} asks for {} processes, but {} were started; run `mpirun -np {} rlcpp train -t {} -i {}{} ...`",
+                     num_trainers, num_inferencers, reward, n, world->size(), n, num_trainers, num_inferencers, reward);
   }
   if (train_tp < 1 || num_trainers % train_tp != 0) {
     throw_user_error("--train-tp {}: the {} trainer ranks (-t) form replicas of that many ranks; give a -t that is a "
@@ -37,10 +40,11 @@ Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers,
   t.train_tp = train_tp;
   t.rollout_tp = rollout_tp;
   t.train_pp = train_pp;
+  t.num_reward = num_reward;
   const int rank = t.world->rank();
-  t.role = rank < num_trainers ? Role::kTrainer : Role::kRollout;
-  t.role_rank = t.role == Role::kTrainer ? rank : rank - num_trainers;
-  t.role_group = t.world->split(t.role == Role::kTrainer ? 0 : 1, rank);
+  t.role = rank < num_trainers ? Role::kTrainer : rank < num_trainers + num_inferencers ? Role::kRollout : Role::kReward;
+  t.role_rank = t.role == Role::kTrainer ? rank : t.role == Role::kRollout ? rank - num_trainers : rank - num_trainers - num_inferencers;
+  t.role_group = t.world->split(static_cast<int>(t.role), rank);
   // Every rank takes part in each split; ranks outside a group land in one of their own.
   const bool in_sync = rank == 0 || t.role == Role::kRollout;
   auto sync = t.world->split(in_sync ? 0 : 1, rank);
@@ -51,7 +55,10 @@ Topology Topology::create(std::shared_ptr<Communicator> world, int num_trainers,
   // groups by replica and tensor-parallel rank; data-parallel groups by the rank within a replica;
   // ranks outside a kind of group (rollout ranks) each in one of their own, past every trainer color.
   const int in_replica = t.role_rank % t.replica_size();
-  t.tp_group = t.world->split(trainer ? t.role_rank / tp : num_trainers + t.role_rank / tp, rank);
+  t.tp_group = t.world->split(trainer                    ? t.role_rank / tp
+                              : t.role == Role::kRollout ? num_trainers + t.role_rank / tp
+                                                         : num_trainers + num_inferencers + t.role_rank,
+                              rank);
   auto pp = t.world->split(trainer ? (t.role_rank / t.replica_size()) * train_tp + in_replica % train_tp : num_trainers + rank, rank);
   auto replica = t.world->split(trainer ? t.role_rank / t.replica_size() : num_trainers + rank, rank);
   auto dp = t.world->split(trainer ? in_replica : num_trainers + rank, rank);
@@ -72,7 +79,8 @@ Topology Topology::colocated(std::shared_ptr<Communicator> world, int pp) {
 }
 
 std::string Topology::describe() const {
-  return fmt::format("[rank {}/{} {}]", world->rank(), role == Role::kTrainer ? "trainer" : "rollout", role_rank);
+  const char* name = role == Role::kTrainer ? "trainer" : role == Role::kRollout ? "rollout" : "reward";
+  return fmt::format("[rank {}/{} {}]", world->rank(), name, role_rank);
 }
 
 }  // namespace rlcpp

@@ -2,7 +2,8 @@
 // Trainers form T / (tp * pp) data-parallel replicas of `train_tp` x `train_pp` consecutive ranks
 // each: pipeline stage s of a replica is its ranks [s * tp, (s + 1) * tp), a tensor-parallel group
 // (Megatron's layout, so a stage's ranks share a host under --map-by slot); rollout ranks form
-// I / ptp engines of `rollout_tp` consecutive ranks each.
+// I / ptp engines of `rollout_tp` consecutive ranks each; ranks [T+I, T+I+R), with --reward-ranks,
+// hold the reward model and score the engines' responses.
 // Sub-communicators: the trainers (plans, metrics, announcements), the rollout ranks, each rank's
 // tensor-parallel group (its stage's or its engine's ranks), its pipeline group (its replica's
 // ranks of its tensor-parallel rank, one per stage, rank s being stage s), its replica's ranks, the
@@ -20,7 +21,7 @@
 
 namespace rlcpp {
 
-enum class Role { kTrainer, kRollout };
+enum class Role { kTrainer, kRollout, kReward };
 
 struct Topology {
   std::shared_ptr<Communicator> world;
@@ -31,6 +32,7 @@ struct Topology {
   std::shared_ptr<Communicator> pp_group;    // this replica's stages (of one without pipeline parallelism); trainers
   std::shared_ptr<Communicator> replica_group;  // this replica's ranks; trainers
   int num_trainers = 1, num_inferencers = 0;  // ranks
+  int num_reward = 0;  // reward ranks [T+I, T+I+R): the reward model's (--reward-ranks), in no group but the world
   int train_tp = 1, rollout_tp = 1, train_pp = 1;
   Role role = Role::kTrainer;
   int role_rank = 0;  // rank within the role
@@ -38,7 +40,7 @@ struct Topology {
   // Splits `world` by role and into groups. A world size other than T + I, or a T or I that the
   // tensor-parallel sizes do not divide, is a UserError naming the flags and the numbers.
   static Topology create(std::shared_ptr<Communicator> world, int num_trainers, int num_inferencers, int train_tp = 1,
-                         int rollout_tp = 1, int train_pp = 1);
+                         int rollout_tp = 1, int train_pp = 1, int num_reward = 0);
   // The colocated mode: every rank of `world` in one replica of `pp` stages (world size / pp
   // tensor-parallel ranks each) that trains and generates.
   static Topology colocated(std::shared_ptr<Communicator> world, int pp = 1);
@@ -57,6 +59,8 @@ struct Topology {
   // World ranks of replica r's and engine e's first rank.
   int replica_leader(int r) const { return r * replica_size(); }
   int engine_leader(int e) const { return num_trainers + e * rollout_tp; }
+  // World rank of the reward rank that scores engine e's responses.
+  int reward_rank_of(int e) const { return num_trainers + num_inferencers + e % num_reward; }
 
   // "[rank r/trainer k]" or "[rank r/rollout k]", the prefix of this rank's messages.
   std::string describe() const;

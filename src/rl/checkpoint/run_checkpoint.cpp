@@ -377,13 +377,20 @@ void save_gathered(const fs::path& dir, const Transformer& model, const NamedTen
 }  // namespace
 
 void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::path& tokenizer_from,
-                     const std::string& base_model, bool save_merged, const NamedTensors* weights) {
+                     const std::string& base_model, bool save_merged, const NamedTensors* weights,
+                     const NamedTensors* merged) {
   if (weights != nullptr && policy.has_adapters()) {  // a pipeline's stages' adapters, gathered: as save_adapter writes them
     fs::create_directories(dir);
-    write_file_atomic(dir / kAdapterConfigFile, peft_adapter_config(policy.lora(), base_model).dump(2) + "\n");
+    write_file_atomic(dir / kAdapterConfigFile,
+                      peft_adapter_config(policy.lora(), base_model, policy.config().classifier()).dump(2) + "\n");
     NamedTensors tensors;
     for (const auto& [name, tensor] : *weights) tensors.emplace_back(kPeftKeyPrefix + name, tensor);
     save_safetensors(dir / kAdapterWeightsFile, tensors);
+    if (save_merged) {
+      RLCPP_CHECK(merged != nullptr, "a pipeline's adapters saved with --save-merged but without the merged weights");
+      save_gathered(dir / "merged", policy, *merged);
+      copy_tokenizer_files(tokenizer_from, dir / "merged");
+    }
   } else if (weights != nullptr) {
     save_gathered(dir, policy, *weights);
   } else if (policy.has_adapters()) {
@@ -473,7 +480,7 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
   try {
     fs::remove_all(tmp);
     writing = tmp / (c.policy->has_adapters() ? kAdapterWeightsFile : "model.safetensors");
-    save_policy_dir(tmp, *c.policy, c.tokenizer_from, c.base_model, c.save_merged, c.weights);
+    save_policy_dir(tmp, *c.policy, c.tokenizer_from, c.base_model, c.save_merged, c.weights, c.merged);
     failpoint("checkpoint");  // the weights written, the optimizer state not yet
     const fs::path state_dir = tmp / "trainer_state";
     fs::create_directories(state_dir);
@@ -529,8 +536,9 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
 fs::path save_run_checkpoint(const RunConfig& config, const fs::path& run_dir, int64_t step, const Transformer& policy,
                              torch::optim::Optimizer& optimizer, nlohmann::json state,
                              std::function<void(const fs::path& state_dir)> write_optimizer, const NamedTensors* weights,
-                             std::function<void(const fs::path& step_dir)> write_extra) {
+                             std::function<void(const fs::path& step_dir)> write_extra, const NamedTensors* merged) {
   CheckpointContents contents;
+  contents.merged = merged;
   contents.write_extra = std::move(write_extra);
   contents.weights = weights;
   contents.policy = &policy;

@@ -32,6 +32,8 @@ struct CheckpointContents {
   // Pipeline parallelism: the whole model's weights, gathered from its stages, written in place of
   // the policy's (which holds one stage; its config is the model's).
   const NamedTensors* weights = nullptr;
+  // With those of a LoRA policy and save_merged: the merged model's, gathered, for merged/.
+  const NamedTensors* merged = nullptr;
   // Other parts of the step (PPO's critic/), written into its temporary directory before the rename.
   std::function<void(const std::filesystem::path& step_dir)> write_extra;
 };
@@ -39,9 +41,11 @@ struct CheckpointContents {
 // Writes `policy` as a model directory at `dir`: Hugging Face weights, or under LoRA PEFT's adapter
 // (over `base_model`), with the merged model in dir/merged when `save_merged`; the tokenizer and
 // generation files of `tokenizer_from` are copied beside each.
-// With `weights`, those are written as the policy's (pipeline parallelism: see CheckpointContents).
+// With `weights`, those are written as the policy's, and `merged` as merged/ (pipeline
+// parallelism: see CheckpointContents).
 void save_policy_dir(const std::filesystem::path& dir, const Transformer& policy, const std::filesystem::path& tokenizer_from,
-                     const std::string& base_model, bool save_merged, const NamedTensors* weights = nullptr);
+                     const std::string& base_model, bool save_merged, const NamedTensors* weights = nullptr,
+                     const NamedTensors* merged = nullptr);
 
 // -a PPO: the critic's part of a step directory, `dir` (step-N/critic): its model as a Hugging Face
 // sequence-classification directory (with the tokenizer files of `tokenizer_from`) and its AdamW
@@ -63,7 +67,8 @@ std::filesystem::path save_run_checkpoint(const RunConfig& config, const std::fi
                                           nlohmann::json state,
                                           std::function<void(const std::filesystem::path& state_dir)> write_optimizer = {},
                                           const NamedTensors* weights = nullptr,
-                                          std::function<void(const std::filesystem::path& step_dir)> write_extra = {});
+                                          std::function<void(const std::filesystem::path& step_dir)> write_extra = {},
+                                          const NamedTensors* merged = nullptr);
 
 // The checkpoint a run continues from, or nothing for a fresh run: --resume auto takes run_dir's
 // `latest` (nothing when there is none yet); -cp takes a step directory or a run directory's latest.

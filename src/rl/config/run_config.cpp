@@ -158,11 +158,6 @@ void reject_unimplemented(const RunConfig& c) {
   if (c.parallel.pp < 1) throw_user_error("--pp {}: a pipeline has at least 1 stage", c.parallel.pp);
   if (c.parallel.pp > 1) {
     // What pipeline stages do not (yet) compose with, each refused by name.
-    if (c.model.lora.enabled() && c.logging.save_merged) {
-      throw_user_error("--pp {} with --lora-rank {} and --save-merged: checkpoints of pipeline stages hold the adapter "
-                       "alone; drop --save-merged and merge a checkpoint afterwards (rlcpp merge)", c.parallel.pp,
-                       c.model.lora.rank);
-    }
     if (c.parallel.zero > 1) {
       throw_user_error("--pp {} with -zero {}: pipeline stages take ZeRO stage 1 only (stages 2 and 3 hand each layer's "
                        "gradients over inside backward, which the stages' schedule does not yet do); use -zero 1, or 0",
@@ -319,6 +314,20 @@ void validate(const RunConfig& c) {
                      "--pp = {} ranks and the rollout ranks engines of --rollout-tp ranks; make -t a multiple of {} and -i "
                      "of --rollout-tp", c.parallel.trainers(), c.parallel.tp, c.parallel.pp, c.parallel.inferencers(),
                      c.parallel.ptp, c.parallel.tp * c.parallel.pp, c.parallel.tp * c.parallel.pp);
+  }
+  if (c.parallel.reward_ranks > 0) {
+    if (!c.parallel.distributed()) {
+      throw_user_error("--reward-ranks {}: reward ranks serve rollout workers; give -t T -i I (mpirun -np T+I+{}), or "
+                       "drop --reward-ranks to score in this process", c.parallel.reward_ranks, c.parallel.reward_ranks);
+    }
+    if (c.reward.model.path.empty()) {
+      throw_user_error("--reward-ranks {}: reward ranks hold the reward model; give it with --reward-model DIR",
+                       c.parallel.reward_ranks);
+    }
+    if (c.parallel.reward_ranks > c.parallel.engines()) {
+      throw_user_error("--reward-ranks {} with {}: each reward rank serves one engine or more; give at most {}",
+                       c.parallel.reward_ranks, engines_text(c), c.parallel.engines());
+    }
   }
   if (!c.parallel.distributed()) {
     if (c.parallel.num_trainers > 1) {

@@ -43,6 +43,7 @@ struct ParallelOptions {
   StageBalance pp_balance = StageBalance::kWork;  // what the stages' layers are balanced by
   int64_t zero = 0;                    // ZeRO stage
   int64_t ptp = 1;                     // rollout tensor parallelism: ranks per engine
+  int64_t reward_ranks = 0;            // ranks [T+I, T+I+R) holding the reward model (engine e's: e mod R); 0: none
   int64_t sync_bucket_mb = 100;        // weight-sync buckets (ChatLearn's coalesced_buffer_mb)
   SyncMode param_sync_comm_type = SyncMode::kBroadcast;  // how trainer rank 0 sends weights to the workers
   bool verify_sync = false;            // rollout workers send back a hash of the weights they applied

@@ -78,6 +78,11 @@ std::vector<Setting> make_settings() {
   s.push_back(int_setting("parallel.num_inferencers", "-i,--num-inferencer",
                           "rollout processes (ranks [T,T+I)); 0: colocated in one process",
                           [](C& c) -> int64_t& { return c.parallel.num_inferencers; }, 0, {}, true));
+  s.push_back(int_setting("parallel.reward_ranks", "--reward-ranks",
+                          "ranks of their own that hold --reward-model and score the rollout engines' responses "
+                          "(mpirun -np T+I+R; engine e is served by reward rank e mod R); 0: each engine's first rank "
+                          "loads the reward model",
+                          [](C& c) -> int64_t& { return c.parallel.reward_ranks; }, 0, {"reward_num_nodes"}, true));
   s.push_back(int_setting("parallel.sync_bucket_mb", "--sync-bucket-mb", "weight-sync bucket size (MiB)",
                           [](C& c) -> int64_t& { return c.parallel.sync_bucket_mb; }, 1, {}, true));
   s.push_back(enum_setting("parallel.param_sync_comm_type", "--param-sync-comm-type",

@@ -13,7 +13,7 @@
 namespace rlcpp {
 
 // Message tags on the world communicator (the rollout channel and the weight sync use their own).
-enum ControlTag : int { kControlTag = 11, kHashTag = 12, kShareTag = 13, kInFlightTag = 14 };
+enum ControlTag : int { kControlTag = 11, kHashTag = 12, kShareTag = 13, kInFlightTag = 14, kRewardTag = 15 };
 
 struct ControlMessage {
   enum class Op {

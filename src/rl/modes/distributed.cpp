@@ -1,4 +1,5 @@
 #include "rl/modes/distributed.h"
+#include "rl/modes/reward_rank.h"
 
 #include <fmt/format.h>
 #include <torch/cuda.h>
@@ -18,7 +19,8 @@ std::filesystem::path run_distributed(const RunConfig& given, const Topology& to
     if (devices > 0) config.runtime.device = fmt::format("cuda:{}", local_rank() % devices);
   }
   if (topology.role == Role::kTrainer) return run_trainer_rank(config, topology);
-  run_rollout_worker(config, topology);
+  if (topology.role == Role::kReward) run_reward_rank(config, topology);
+  else run_rollout_worker(config, topology);
   return std::filesystem::path(config.logging.save_dir) / config.logging.project;
 }
 

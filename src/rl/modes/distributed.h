@@ -1,6 +1,7 @@
 // The distributed RL run: `mpirun -np T+I rlcpp train -t T -i I ...`. Ranks [0, T) are trainers,
 // data-parallel (gradients summed in buckets, token counts agreed per mini-batch); ranks [T, T+I)
-// are rollout workers. Trainer rank 0 leads: it owns the dataset cursor and picks each round's
+// are rollout workers; with --reward-ranks R, ranks [T+I, T+I+R) hold the reward model and score
+// the workers' responses (rl/modes/reward_rank.h). Trainer rank 0 leads: it owns the dataset cursor and picks each round's
 // prompts (-ibs per worker), gathers the round's manifests and assigns the groups over the
 // trainers (RolloutChannel), sends new weights to the workers in buckets (WeightSync), writes
 // metrics and checkpoints. Workers hold no state of their own beyond the weights: a run resumes

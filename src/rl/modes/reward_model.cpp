@@ -56,11 +56,7 @@ void refuse_unsupported(const RunConfig& c) {
     throw_user_error("-m/--model {}: no config.json there; give a Hugging Face model directory", c.model.path);
   }
   if (c.runtime.dataset.empty()) throw_user_error("-d/--dataset is required: preference pairs as JSONL");
-  if (c.parallel.pp > 1 && c.model.lora.enabled()) {
-    throw_user_error("rlcpp train-rm --pp {} with --lora-rank {}: a LoRA reward model's checkpoints hold the merged "
-                     "classifier beside the adapter, which pipeline stages do not write; train it without --pp, or "
-                     "without LoRA", c.parallel.pp, c.model.lora.rank);
-  }
+
   if (!fs::is_regular_file(c.runtime.dataset)) throw_user_error("-d/--dataset {}: no such file", c.runtime.dataset);
   for (const auto& [name, path] : eval_sets(c.eval)) {
     if (!fs::is_regular_file(path)) throw_user_error("-ed/--eval-dataset: set \"{}\": no such file {}", name, path);

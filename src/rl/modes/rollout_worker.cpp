@@ -19,6 +19,7 @@
 #include "reward/reward_function.h"
 #include "rl/modes/control.h"
 #include "rl/modes/distributed.h"
+#include "rl/modes/reward_rank.h"
 #include "rl/rollout/model_reward.h"
 #include "rl/rollout/rollout.h"
 #include "rl/rollout/rollout_channel.h"
@@ -153,9 +154,10 @@ class WeightInbox {
 // whose record goes to trainer 0 (the round then goes on, as a resumed run's does from it).
 class RoundRun {
  public:
+  // `grading`: what else this thread does while another grades the round (null: nothing).
   RoundRun(const RunConfig& c, const Topology& topo, Engine& engine, RolloutGenerator& generator, WeightInbox& inbox,
-           const ControlMessage& message)
-      : c_(c), topo_(topo), engine_(engine), generator_(generator), inbox_(inbox) {
+           const ControlMessage& message, std::function<void()> grading)
+      : c_(c), topo_(topo), engine_(engine), generator_(generator), inbox_(inbox), grading_(std::move(grading)) {
     if (message.op == ControlMessage::Op::kRound) {
       switches_ = message.switches;
       picks_ = message.picks;
@@ -185,7 +187,10 @@ class RoundRun {
     } else {
       if (switches_.during_round) {
         engine_.set_step_hook([&] { on_step(); }, c_.staleness.recompute_kv);
-        generator_.set_grading_hook([&] { inbox_.poll(); });
+        generator_.set_grading_hook([&] {
+          inbox_.poll();
+          if (grading_) grading_();
+        });
         generator_.set_cut_hook([&](const RoundProgress& progress) { send_cut(&progress); });
       }
       round = generator_.generate(picks_, progress_ ? std::move(*progress_) : RoundProgress{});
@@ -245,6 +250,7 @@ class RoundRun {
   Engine& engine_;
   RolloutGenerator& generator_;
   WeightInbox& inbox_;
+  std::function<void()> grading_;
   WeightSwitches switches_;
   std::vector<PromptPick> picks_;
   int64_t taken_ = 0;  // versions taken since the round started
@@ -260,15 +266,25 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
   // The trainer's shape (adapters included), this rank's part of it under --rollout-tp; weights come by sync.
   auto policy = load_policy(c, std::nullopt, topo.tp_group);
   Engine engine(policy, run_engine_config(c), tokenizer);
-  // The engine's first rank grades its rounds (a reward model is loaded there only).
-  const RewardFunction reward = engine.leads() ? make_run_reward(c.reward, c.runtime.device, c.runtime.dtype) : RewardFunction{};
+  // The engine's first rank grades its rounds (a reward model is loaded there only, or held by a
+  // reward rank of its own).
+  std::optional<RewardRankClient> reward_rank;
+  if (engine.leads() && topo.num_reward > 0) reward_rank.emplace(topo);
+  RowScorer remote;
+  if (reward_rank) remote = [&](const std::vector<std::vector<int32_t>>& rows) { return reward_rank->score(rows); };
+  const RewardFunction reward = engine.leads() ? make_run_reward(c.reward, c.runtime.device, c.runtime.dtype, remote) : RewardFunction{};
+  std::function<void()> grading;
+  if (reward_rank) grading = [&] { reward_rank->pump(); };
   RolloutGenerator generator(c, policy->config(), *tokenizer, &engine, nullptr, nullptr, &reward);
   RolloutChannel channel(topo);
   WeightInbox inbox(c, topo, engine, *policy);
   for (;;) {
     const ControlMessage message = inbox.next();
     switch (message.op) {
-      case ControlMessage::Op::kStop: trace::write(); return;
+      case ControlMessage::Op::kStop:
+        if (reward_rank) reward_rank->stop();
+        trace::write();
+        return;
       case ControlMessage::Op::kSync: inbox.receive_now(message); break;
       case ControlMessage::Op::kRound:
       case ControlMessage::Op::kResume: {
@@ -279,7 +295,7 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
           break;
         }
         inbox.set_followers_serving(true);
-        auto [round, version] = RoundRun(c, topo, engine, generator, inbox, message).run();
+        auto [round, version] = RoundRun(c, topo, engine, generator, inbox, message, grading).run();
         inbox.set_followers_serving(false);
         engine.release_followers();
         channel.deliver(round, version);

@@ -46,11 +46,6 @@ std::shared_ptr<Topology> supervised_topology(const RunConfig& c, const std::str
     throw_user_error("rlcpp {} --pp {}: pipeline parallelism splits the model's layers over the processes of mpirun "
                      "(mpirun -np {} rlcpp {} --pp {} ...)", command, c.parallel.pp, c.parallel.pp, command, c.parallel.pp);
   }
-  if (c.parallel.pp > 1 && c.model.lora.enabled() && c.logging.save_merged) {
-    throw_user_error("rlcpp {} --pp {} with --lora-rank {} and --save-merged: checkpoints of pipeline stages hold the "
-                     "adapter alone; drop --save-merged and merge a checkpoint afterwards (rlcpp merge)", command,
-                     c.parallel.pp, c.model.lora.rank);
-  }
   if (c.parallel.pp > 1 && c.parallel.zero > 1) {
     throw_user_error("rlcpp {} --pp {} with -zero {}: pipeline stages take ZeRO stage 1 only; use -zero 1, or 0", command,
                      c.parallel.pp, c.parallel.zero);

@@ -257,11 +257,11 @@ constexpr int kStageTag = 9302;
 
 }  // namespace
 
-NamedTensors stage_weights(const Transformer& policy) {
-  if (policy.has_adapters()) return policy.trained_weights();  // LoRA: the stage's adapters
+NamedTensors stage_weights(const Transformer& policy, bool merged) {
+  if (policy.has_adapters() && !merged) return policy.trained_weights();  // LoRA: the stage's adapters
   const PipelineStage& stage = policy.options().stage;
   NamedTensors out;
-  for (auto& [name, t] : policy.named_weights()) {
+  for (auto& [name, t] : merged ? policy.merged_weights() : policy.named_weights()) {
     const bool tied_copy = !stage.first() && name == "model.embed_tokens.weight";
     if (!tied_copy) out.emplace_back(name, t);
   }
@@ -291,8 +291,8 @@ torch::Tensor receive_stage_weight(const Topology& t, const StageLayout& layout,
   return out;
 }
 
-void send_stage_weights(const Topology& t, const Transformer& policy) {
-  const auto weights = stage_weights(policy);
+void send_stage_weights(const Topology& t, const Transformer& policy, bool merged) {
+  const auto weights = stage_weights(policy, merged);
   if (t.tp_leader()) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& [name, local] : weights) {
@@ -306,14 +306,14 @@ void send_stage_weights(const Topology& t, const Transformer& policy) {
   }
 }
 
-NamedTensors gather_stages(const Topology& t, const Transformer& model) {
+NamedTensors gather_stages(const Topology& t, const Transformer& model, bool merged) {
   if (t.stage() > 0) {
-    send_stage_weights(t, model);
+    send_stage_weights(t, model, merged);
     return {};
   }
   const bool leader = t.world->rank() == 0;
   NamedTensors out;
-  for (const auto& [name, local] : stage_weights(model)) {
+  for (const auto& [name, local] : stage_weights(model, merged)) {
     auto w = model.gather_weight(name, local, 0);  // a collective over the stage's tensor-parallel group
     if (leader) out.emplace_back(name, w);
   }
@@ -503,8 +503,11 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   // Tensor parallelism: the first replica's parts whole on trainer 0, for the model directory.
   // Pipeline parallelism: its stages' weights, whole, streamed to trainer 0 stage by stage.
   WholeModel whole(*run.policy, 0, tp && first_replica && !pp);
-  NamedTensors pipeline_weights;
-  if (pp && first_replica) pipeline_weights = gather_stages(*t, *run.policy);
+  NamedTensors pipeline_weights, pipeline_merged;  // under LoRA with --save-merged, also the merged model
+  if (pp && first_replica) {
+    pipeline_weights = gather_stages(*t, *run.policy);
+    if (run.policy->has_adapters() && c.logging.save_merged) pipeline_merged = gather_stages(*t, *run.policy, /*merged=*/true);
+  }
   // -a PPO: the critic whole on trainer 0 under tensor parallelism; under pipeline parallelism its
   // stages go to trainer 0 once the policy's directory is written.
   std::optional<WholeModel> critic_whole;
@@ -517,10 +520,11 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
   }
   std::function<void(const fs::path&)> write_optimizer;
   if (senders != nullptr) {
-    write_optimizer = [&run, zero, senders, &mine, &pipeline_weights](const fs::path& state_dir) {
+    write_optimizer = [&run, zero, senders, &mine, &pipeline_weights, &pipeline_merged](const fs::path& state_dir) {
       // The model directory is written: its whole copies go before the shards arrive.
       run.policy->release_whole();
       pipeline_weights.clear();
+      pipeline_merged.clear();
       if (zero != nullptr && zero->stage() == 3) zero->release_all();
       write_optimizer_shards(state_dir, *senders, mine);
     };
@@ -544,7 +548,8 @@ fs::path save_run(const RunConfig& c, const RunState& run, const CheckpointState
     };
   }
   return save_run_checkpoint(c, run.plan.run_dir, state.step, *run.policy, run.trainer->optimizer(), to_json(state),
-                             write_optimizer, pp ? &pipeline_weights : nullptr, write_critic);
+                             write_optimizer, pp ? &pipeline_weights : nullptr, write_critic,
+                             pp && !pipeline_merged.empty() ? &pipeline_merged : nullptr);
 }
 
 }  // namespace rlcpp

@@ -134,15 +134,16 @@ struct StageLayout {
   std::vector<int> from;
 };
 // This stage's weights under the whole model's names, each weight once (a tied embedding's copy on
-// the last stage is the first stage's).
-NamedTensors stage_weights(const Transformer& policy);
+// the last stage is the first stage's): under LoRA its trained tensors, or with `merged` its
+// weights with the adapters merged in.
+NamedTensors stage_weights(const Transformer& policy, bool merged = false);
 StageLayout receive_stage_layout(const Topology& topology);                 // on trainer 0
 torch::Tensor receive_stage_weight(const Topology& topology, const StageLayout& layout, size_t k);  // k in order
 // On every rank of the first replica's stages after the first: the layout, then each weight.
-void send_stage_weights(const Topology& topology, const Transformer& policy);
+void send_stage_weights(const Topology& topology, const Transformer& policy, bool merged = false);
 // Every rank of the first replica calls it: `model`'s stages, whole, on trainer 0 in the whole
 // model's order (the others get none). The same order of calls on every rank is what matches them.
-NamedTensors gather_stages(const Topology& topology, const Transformer& model);
+NamedTensors gather_stages(const Topology& topology, const Transformer& model, bool merged = false);
 
 struct OptimizerPart;  // rl/checkpoint/run_checkpoint.h
 

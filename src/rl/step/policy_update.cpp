@@ -44,7 +44,8 @@ const std::vector<std::string> kCriticSummed = {"critic/vf_loss"};
 // Counted over the step's updates (the same on every rank), not averaged.
 const std::vector<std::string> kCounted = {"n_skipped", "nonfinite"};
 const std::vector<std::string> kTokenMeans = {"kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual", "entropy",
-                                              "tis_weight_mean", "tis_clip_frac", "is_masked_frac"};
+                                              "tis_weight_mean", "tis_clip_frac", "is_masked_frac", "adv_mean",
+                                              "adv_sq_mean"};
 const std::vector<std::string> kCriticTokenMeans = {"critic/vf_clip_frac", "critic/value_mean", "critic/return_mean"};
 
 // REINFORCE++: the step's advantages (r - group mean) whitened over the trained tokens of every
@@ -353,6 +354,11 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
     size_t i = 0;
     for (const auto& k : summed) out.metrics[k] = values[i++];
     for (const auto& k : token_means) out.metrics[k] = values[i++] / std::max(1.0, values.back());
+  }
+  if (const auto sq = out.metrics.find("adv_sq_mean"); sq != out.metrics.end()) {
+    // The advantages' std over the step's trained tokens on every trainer, from their token means.
+    out.metrics["adv_std"] = std::sqrt(std::max(0.0, sq->second - std::pow(out.metrics["adv_mean"], 2)));
+    out.metrics.erase(sq);
   }
   return out;
 }
