@@ -93,7 +93,6 @@ void expect_same_steps(const std::vector<std::vector<torch::Tensor>>& updates,
     SCOPED_TRACE(kLayouts[l].name);
     EXPECT_LT(largest_difference(updates[l], updates[0]), 1e-12 * largest);
     for (const auto& [key, value] : metrics[0]) {
-      if (key == "adv_std") continue;  // over each micro-batch's samples: not the layout's to keep
       EXPECT_NEAR(metrics[l].at(key), value, 1e-12 * std::max(1.0, std::abs(value))) << key;
     }
     expect_same_rows(rows[l], rows[0]);

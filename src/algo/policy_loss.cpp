@@ -211,7 +211,8 @@ PolicyLossOutput policy_loss(const PolicyLossInputs& in, const PolicyLossConfig&
   m["ratio_mean"] = masked_mean(ratio);
   m["ratio_max"] = n_tokens > 0 ? masked(ratio, mask).max().item<double>() : 0.0;
   m["adv_mean"] = masked_mean(adv);
-  m["adv_std"] = n_tokens > 0 ? std::sqrt(std::max(0.0, masked_mean(adv.pow(2)) - std::pow(masked_mean(adv), 2))) : 0.0;
+  m["adv_sq_mean"] = masked_mean(adv.pow(2));
+  m["adv_std"] = n_tokens > 0 ? std::sqrt(std::max(0.0, m["adv_sq_mean"] - std::pow(m["adv_mean"], 2))) : 0.0;
   m["tis_weight_mean"] = tis_weight.defined() ? masked_mean(tis_weight) : 0.0;
   m["tis_clip_frac"] = tis_clipped.defined() ? masked_mean(tis_clipped) : 0.0;
   m["is_masked_frac"] = is_masked.defined() ? masked_mean(is_masked) : 0.0;

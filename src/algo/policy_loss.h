@@ -75,8 +75,9 @@ struct PolicyLossInputs {
 struct PolicyLossOutput {
   torch::Tensor loss;  // scalar, this micro-batch's share of the mini-batch loss
   // loss, pg_loss, kl, entropy, clip_frac_low, clip_frac_high, clip_frac_dual, ratio_mean, ratio_max,
-  // adv_mean, adv_std, tis_weight_mean, tis_clip_frac, is_masked_frac, n_tokens (sums and means over this
-  // micro-batch's counted tokens)
+  // adv_mean, adv_sq_mean, adv_std, tis_weight_mean, tis_clip_frac, is_masked_frac, n_tokens (sums and
+  // means over this micro-batch's counted tokens; the trainer's step takes adv_std over its whole
+  // mini-batch from the two means)
   std::map<std::string, double> metrics;
 };
 

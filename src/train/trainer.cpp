@@ -219,20 +219,9 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
     zero_->gather_resident();
     for (int64_t k = lockstep_passes(n_micro, false) - n_micro; k > 0; --k) empty_pass(false);
   }
-  StageWork work;
-  work.micros = n_micro;
-  work.input_shape = [&](int64_t k) {
-    const auto [begin, end] = micros[static_cast<size_t>(k)];
-    return stage_input_shape(samples, begin, end);
-  };
-  work.forward = [&](int64_t k, const torch::Tensor& input) {
-    const auto [begin, end] = micros[static_cast<size_t>(k)];
-    progress::phase("logprobs", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
-    const PackedBatch batch = pack(samples, begin, end);
-    ForwardContext here = context;
-    here.stage_input = input;
-    auto h = model.hidden_states(batch.ids, batch.attention_mask, here);
-    if (!model.options().stage.last()) return h;
+  const StageWork work = sample_passes(model, context, samples, micros, "logprobs", [&](size_t begin, size_t, const PackedBatch& batch,
+                                                                                     const torch::Tensor& h,
+                                                                                     const ForwardContext&) {
     auto out = rlcpp::token_logprobs_entropy(h.reshape({-1, h.size(-1)}), model.output_weight(),
                                              batch.input_targets.to(h.device()).reshape({-1}), config_.temperature,
                                              model.options().logprob_chunk_tokens, model.vocab_shard());
@@ -247,7 +236,7 @@ std::vector<std::vector<float>> Trainer::response_logprobs(Transformer& model, c
       entropy_tokens += batch.response_mask.sum().item<double>();
     }
     return h;  // nothing runs backward
-  };
+  });
   run_passes(work, /*backward=*/false);
   if (lockstep) zero_->release_resident();
   head.values["entropy"] = entropy_tokens > 0 ? entropy_sum / entropy_tokens : 0.0;
@@ -336,22 +325,11 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
   const auto micros = micro_batches_of(samples);
   const auto n_micro = static_cast<int64_t>(micros.size());
   for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
-  StageWork work;
-  work.micros = n_micro;
-  work.input_shape = [&](int64_t k) {
-    const auto [begin, end] = micros[static_cast<size_t>(k)];
-    return stage_input_shape(samples, begin, end);
-  };
-  // Micro-batch k's forward: this stage's hidden states, or on the last stage the loss backward
-  // runs from (its metrics and log-probs recorded).
-  work.forward = [&](int64_t k, const torch::Tensor& input) -> torch::Tensor {
-    const auto [begin, end] = micros[static_cast<size_t>(k)];
-    progress::phase("train", k, n_micro, "micro-batches");
-    const PackedBatch batch = pack(samples, begin, end);
-    ForwardContext context = policy_context_;
-    context.stage_input = input;
-    auto h = policy_->hidden_states(batch.ids, batch.attention_mask, context);
-    if (!policy_->options().stage.last()) return h;
+  // On the last stage each micro-batch's loss, which backward runs from (its metrics and log-probs recorded).
+  const StageWork work = sample_passes(*policy_, policy_context_, samples, micros, "train", [&](size_t begin, size_t end,
+                                                                                              const PackedBatch& batch,
+                                                                                              const torch::Tensor& h,
+                                                                                              const ForwardContext&) {
     PolicyLossInputs in;
     in.old_logprobs = lay_out(mb.old_logprobs, batch, begin).to(device);
     if (config_.loss.kl_coef != 0) in.ref_logprobs = lay_out(mb.ref_logprobs, batch, begin).to(device);
@@ -420,7 +398,7 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       else metrics.values[key] += value * n;
     }
     return fused ? loss : out.loss;
-  };
+  });
   const StageTimes times = [&] {
     trace::Span span("forward_backward");
     return run_passes(work, /*backward=*/true);
@@ -430,6 +408,9 @@ TrainStepMetrics Trainer::step(const PolicyMiniBatch& mb) {
       value = counted_tokens > 0 ? value / counted_tokens : 0.0;
     }
   }
+  // The advantages' std over the whole mini-batch, not each micro-batch's: from their token means.
+  metrics.values["adv_std"] =
+      std::sqrt(std::max(0.0, metrics.values["adv_sq_mean"] - std::pow(metrics.values["adv_mean"], 2)));
   if (mb.score) metrics.values["entropy"] = entropy_tokens > 0 ? entropy_sum / entropy_tokens : 0.0;
   metrics.values["n_skipped"] = static_cast<double>(n_skipped);
   share_last_stage(metrics, samples);
@@ -470,6 +451,28 @@ void Trainer::enable_pipeline(std::shared_ptr<Communicator> stages) {
 StageTimes Trainer::run_passes(const StageWork& work, bool backward) const {
   const auto& o = policy_->options();
   return run_stage(stages_.get(), work, backward, torch::TensorOptions().dtype(o.dtype).device(o.device));
+}
+
+StageWork Trainer::sample_passes(Transformer& model, const ForwardContext& context, const std::vector<Sample>& samples,
+                                 const std::vector<std::pair<size_t, size_t>>& micros, const char* phase,
+                                 SampleHead head) const {
+  StageWork work;
+  work.micros = static_cast<int64_t>(micros.size());
+  work.input_shape = [this, &samples, &micros](int64_t k) {
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
+    return stage_input_shape(samples, begin, end);
+  };
+  work.forward = [this, &model, context, &samples, &micros, phase, head = std::move(head)](int64_t k, const torch::Tensor& input) {
+    const auto [begin, end] = micros[static_cast<size_t>(k)];
+    progress::phase(phase, k, static_cast<int64_t>(micros.size()), "micro-batches");
+    const PackedBatch batch = pack(samples, begin, end);
+    ForwardContext here = context;
+    here.stage_input = input;
+    auto h = model.hidden_states(batch.ids, batch.attention_mask, here);
+    if (!model.options().stage.last()) return h;
+    return head(begin, end, batch, h, here);
+  };
+  return work;
 }
 
 std::vector<int64_t> Trainer::stage_input_shape(const std::vector<Sample>& samples, size_t begin, size_t end) const {

@@ -260,6 +260,13 @@ class Trainer {
   PackedBatch pack(const std::vector<Sample>& samples, size_t begin, size_t end) const {
     return pack_samples(samples, begin, end, config_.padding_free);
   }
+  // The passes over `samples`' micro-batches `micros` through `model`'s layers on this stage, each
+  // packed, reported as `phase`; on the last stage `head` takes micro-batch [begin, end)'s packed
+  // batch, hidden states and context and returns what backward runs from (anything without one).
+  using SampleHead = std::function<torch::Tensor(size_t begin, size_t end, const PackedBatch& batch, const torch::Tensor& h,
+                                                 const ForwardContext& context)>;
+  StageWork sample_passes(Transformer& model, const ForwardContext& context, const std::vector<Sample>& samples,
+                          const std::vector<std::pair<size_t, size_t>>& micros, const char* phase, SampleHead head) const;
   // The passes of preference pairs in micro-batches of -tmbs (supervised_steps.cpp): on the last
   // stage micro-batch [begin, end)'s chosen and rejected scores and margins go to `scored`, whose
   // result backward runs from.

@@ -5,7 +5,6 @@
 #include "train/response_layout.h"
 #include "train/trainer.h"
 #include "util/error.h"
-#include "util/progress.h"
 #include "util/trace.h"
 
 namespace rlcpp {
@@ -39,24 +38,14 @@ std::vector<std::vector<float>> Trainer::response_values(const std::vector<Sampl
     for (int64_t k = lockstep_passes(n_micro, false) - n_micro; k > 0; --k) empty_pass(false);
   }
   TrainStepMetrics head;  // the values, per sample, in its rows (on every stage once shared)
-  StageWork work;
-  work.micros = n_micro;
-  work.input_shape = [&](int64_t k) {
-    const auto [begin, end] = micros[static_cast<size_t>(k)];
-    return stage_input_shape(samples, begin, end);
-  };
-  work.forward = [&](int64_t k, const torch::Tensor& input) {
-    const auto [begin, end] = micros[static_cast<size_t>(k)];
-    progress::phase("values", static_cast<int64_t>(begin), static_cast<int64_t>(samples.size()), "samples");
-    const PackedBatch batch = pack(samples, begin, end);
-    ForwardContext context = policy_context_;
-    context.stage_input = input;
-    auto h = policy_->hidden_states(batch.ids, batch.attention_mask, context);
-    if (!policy_->options().stage.last()) return h;
+  const StageWork work = sample_passes(*policy_, policy_context_, samples, micros, "values", [&](size_t begin, size_t,
+                                                                                               const PackedBatch& batch,
+                                                                                               const torch::Tensor& h,
+                                                                                               const ForwardContext& context) {
     append_response_values(values_of(*policy_, h, batch, context).to(torch::kCPU).to(torch::kFloat32), batch, samples,
                            begin, head.logprobs);
     return h;  // nothing runs backward
-  };
+  });
   run_passes(work, /*backward=*/false);
   if (lockstep) zero_->release_resident();
   share_last_stage(head, samples);
@@ -78,21 +67,11 @@ TrainStepMetrics Trainer::value_step(const ValueMiniBatch& mb) {
   for (int64_t k = lockstep_passes(n_micro, true) - n_micro; k > 0; --k) empty_pass(true);
   TrainStepMetrics metrics;
   double counted = 0;
-  StageWork work;
-  work.micros = n_micro;
-  work.input_shape = [&](int64_t k) {
-    const auto [begin, end] = micros[static_cast<size_t>(k)];
-    return stage_input_shape(samples, begin, end);
-  };
-  // Micro-batch k's forward: this stage's hidden states, or on the last stage the value loss.
-  work.forward = [&](int64_t k, const torch::Tensor& input) -> torch::Tensor {
-    const auto [begin, end] = micros[static_cast<size_t>(k)];
-    progress::phase("critic", k, n_micro, "micro-batches");
-    const PackedBatch batch = pack(samples, begin, end);
-    ForwardContext context = policy_context_;
-    context.stage_input = input;
-    auto h = policy_->hidden_states(batch.ids, batch.attention_mask, context);
-    if (!policy_->options().stage.last()) return h;
+  // On the last stage each micro-batch's value loss, which backward runs from.
+  const StageWork work = sample_passes(*policy_, policy_context_, samples, micros, "critic", [&](size_t begin, size_t,
+                                                                                               const PackedBatch& batch,
+                                                                                               const torch::Tensor& h,
+                                                                                               const ForwardContext& context) {
     auto out = value_loss(values_of(*policy_, h, batch, context), lay_out(mb.old_values, batch, begin).to(device),
                           lay_out(mb.returns, batch, begin).to(device), batch.response_mask.to(device), config_.value_clip,
                           global_tokens);
@@ -102,7 +81,7 @@ TrainStepMetrics Trainer::value_step(const ValueMiniBatch& mb) {
       metrics.values[key] += key == "vf_loss" || key == "n_tokens" ? value : value * n;  // sums; token-weighted means
     }
     return out.loss;
-  };
+  });
   {
     trace::Span span("critic_forward_backward");
     run_passes(work, /*backward=*/true);  // (the pipeline's bubble is the policy step's figure)
