@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "rl/modes/control.h"
+#include "rl/rollout/model_reward.h"
 #include "util/error.h"
 #include "util/trace.h"
 
@@ -85,6 +86,7 @@ std::vector<double> RewardRankClient::exchange(const std::vector<std::vector<int
 
 std::vector<double> RewardRankClient::score(const std::vector<std::vector<int32_t>>& rows) {
   if (std::this_thread::get_id() == owner_) return exchange(rows);
+  std::lock_guard one_at_a_time(posting_);
   std::unique_lock lock(mutex_);
   posted_ = &rows;
   done_.wait(lock, [&] { return reply_.has_value() || error_ != nullptr; });

@@ -18,7 +18,6 @@
 
 #include "parallel/topology.h"
 #include "rl/config/run_config.h"
-#include "rl/rollout/model_reward.h"
 
 namespace rlcpp {
 
@@ -43,6 +42,7 @@ class RewardRankClient {
   const Topology& topo_;
   int server_;  // its world rank
   std::thread::id owner_;
+  std::mutex posting_;  // other threads post one request at a time
   std::mutex mutex_;
   std::condition_variable done_;
   const std::vector<std::vector<int32_t>>* posted_ = nullptr;
