@@ -376,7 +376,7 @@ PY
   # graded on a thread while the worker takes weights, the rows sent by the worker's own thread).
   mpin() { local n=$1; shift; timeout 300 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np "$n" "$rlcpp" "$@"; }
   rr=(train -m "$model" -d "$src/examples/arith/train.jsonl" -rt model --reward-model "$rm_dir" -g 2 -tbs 2 -tMbs 2 -tmbs 4 --mnt 16
-      --max-steps 3 --si 3 --seed 0 -sd "$tmp/runs" -t 1)
+      --max-steps 3 --si 1 --seed 0 -sd "$tmp/runs" -t 1)
   mpin 3 "${rr[@]}" -i 2 -p rr-local > "$tmp/rr-local.log" 2>&1 || { bad "reward model on the engines:"; tail -5 "$tmp/rr-local.log"; }
   mpin 4 "${rr[@]}" -i 2 --reward-ranks 1 -p rr-ranks > "$tmp/rr-ranks.log" 2>&1 || { bad "--reward-ranks 1:"; tail -5 "$tmp/rr-ranks.log"; }
   partial=(-i 1 -nb 1 --partial-rollout --switch-interval 4)
@@ -384,11 +384,27 @@ PY
     || { bad "partial rollouts with the reward model on the engine:"; tail -5 "$tmp/rr-partial-local.log"; }
   mpin 3 "${rr[@]}" "${partial[@]}" --reward-ranks 1 -p rr-partial-ranks > "$tmp/rr-partial-ranks.log" 2>&1 \
     || { bad "partial rollouts with --reward-ranks 1:"; tail -5 "$tmp/rr-partial-ranks.log"; }
-  for pair in "rr-local rr-ranks" "rr-partial-local rr-partial-ranks"; do
+  # With the others: a tensor-parallel engine (--rollout-tp 2) and a LoRA policy; and a run resumed
+  # from step 2 of the engines' own run with a reward rank (reward ranks hold no state).
+  tp_lora=(-i 2 --rollout-tp 2 --lora-rank 4)
+  mpin 3 "${rr[@]}" "${tp_lora[@]}" -p rr-tp-local > "$tmp/rr-tp-local.log" 2>&1 \
+    || { bad "LoRA and --rollout-tp 2 with the reward model on the engine:"; tail -5 "$tmp/rr-tp-local.log"; }
+  mpin 4 "${rr[@]}" "${tp_lora[@]}" --reward-ranks 1 -p rr-tp-ranks > "$tmp/rr-tp-ranks.log" 2>&1 \
+    || { bad "LoRA and --rollout-tp 2 with --reward-ranks 1:"; tail -5 "$tmp/rr-tp-ranks.log"; }
+  mpin 4 "${rr[@]}" -i 2 --reward-ranks 1 -cp "$tmp/runs/rr-local/step-2" -p rr-resumed > "$tmp/rr-resumed.log" 2>&1 \
+    || { bad "resumed with --reward-ranks 1:"; tail -5 "$tmp/rr-resumed.log"; }
+  if cmp -s "$tmp/runs/rr-local/step-3/model.safetensors" "$tmp/runs/rr-resumed/step-3/model.safetensors" &&
+     cmp -s <(metrics_of "$tmp/runs/rr-local/metrics.jsonl" | tail -2) <(metrics_of "$tmp/runs/rr-resumed/metrics.jsonl"); then
+    ok "a run resumed with a reward rank from the engines' own checkpoint ends bit for bit where they do"
+  else
+    bad "resumed with --reward-ranks 1 differs"
+  fi
+  for pair in "rr-local rr-ranks" "rr-partial-local rr-partial-ranks" "rr-tp-local rr-tp-ranks"; do
     set -- $pair
     if [ "$(step_count "$tmp/runs/$2/metrics.jsonl")" -eq 3 ] &&
        cmp -s <(metrics_of "$tmp/runs/$1/metrics.jsonl") <(metrics_of "$tmp/runs/$2/metrics.jsonl") &&
-       cmp -s "$tmp/runs/$1/step-3/model.safetensors" "$tmp/runs/$2/step-3/model.safetensors" &&
+       cmp -s "$tmp/runs/$1/step-3/$(basename "$(ls "$tmp/runs/$1/step-3/"*.safetensors | head -1)")" \
+         "$tmp/runs/$2/step-3/$(basename "$(ls "$tmp/runs/$1/step-3/"*.safetensors | head -1)")" &&
        grep -q 'reward 0\] scoring with the reward model' "$tmp/$2.log"; then
       ok "$2: the reward model on a rank of its own gives the engines' own run, bit for bit"
     else

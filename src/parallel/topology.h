@@ -37,8 +37,9 @@ struct Topology {
   Role role = Role::kTrainer;
   int role_rank = 0;  // rank within the role
 
-  // Splits `world` by role and into groups. A world size other than T + I, or a T or I that the
-  // tensor-parallel sizes do not divide, is a UserError naming the flags and the numbers.
+  // Splits `world` by role and into groups. A world size other than T + I + R (R: `num_reward`),
+  // reward ranks without rollout ranks, or a T or I that the tensor-parallel sizes do not divide, is
+  // a UserError naming the flags and the numbers.
   static Topology create(std::shared_ptr<Communicator> world, int num_trainers, int num_inferencers, int train_tp = 1,
                          int rollout_tp = 1, int train_pp = 1, int num_reward = 0);
   // The colocated mode: every rank of `world` in one replica of `pp` stages (world size / pp
@@ -62,7 +63,7 @@ struct Topology {
   // World rank of the reward rank that scores engine e's responses.
   int reward_rank_of(int e) const { return num_trainers + num_inferencers + e % num_reward; }
 
-  // "[rank r/trainer k]" or "[rank r/rollout k]", the prefix of this rank's messages.
+  // "[rank r/trainer k]", "[rank r/rollout k]" or "[rank r/reward k]", the prefix of this rank's messages.
   std::string describe() const;
 };
 

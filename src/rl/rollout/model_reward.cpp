@@ -15,12 +15,16 @@ namespace rlcpp {
 
 namespace {
 
+// A reward model trained with LoRA: its adapter directory (the adapter carries the score head).
+bool adapter_dir(const std::string& path) {
+  return is_peft_adapter_dir(path) && !std::filesystem::exists(std::filesystem::path(path) / "config.json");
+}
+
 // The model of a --reward-model directory, refused by name when it is not a reward model; its
 // config (a LoRA adapter's: its base's, as a one-label classifier).
 ModelConfig reward_model_config(const std::string& path) {
   const std::filesystem::path dir = path;
-  if (is_peft_adapter_dir(dir) && !std::filesystem::exists(dir / "config.json")) {
-    // A reward model trained with LoRA: the adapter carries the score head.
+  if (adapter_dir(path)) {
     const Json saved = load_json_file(dir / kAdapterConfigFile);
     if (saved.value("modules_to_save", Json()) != Json::array({"score"})) {
       throw_user_error("--reward-model {}: a LoRA adapter of a causal LM, not of a reward model (no trained \"score\" head "
@@ -37,10 +41,6 @@ ModelConfig reward_model_config(const std::string& path) {
                      config.architecture.empty() ? config.model_type : config.architecture, path);
   }
   return config;
-}
-
-bool adapter_dir(const std::string& path) {
-  return is_peft_adapter_dir(path) && !std::filesystem::exists(std::filesystem::path(path) / "config.json");
 }
 
 }  // namespace
