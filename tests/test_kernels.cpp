@@ -13,6 +13,7 @@
 #include "kernels/softmax.h"
 #include "model/kernel_linear.h"
 #include "model/rope.h"
+#include "bf16_dot_products.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
 #include "util/threads.h"
@@ -24,6 +25,8 @@ namespace {
 struct RestoreTargets {
   ~RestoreTargets() { kernels::restrict_targets_for_test(0); }
 };
+
+using rlcpp::testing::Bf16DotProducts;
 
 torch::ScalarType torch_type(kernels::WeightType t) {
   switch (t) {
@@ -75,6 +78,7 @@ TEST(BlasCore, AGenericCoreGivesWayToTheCpusFeatures) {
 
 TEST(Kernels, MatmulMatchesLibTorchOnOddShapesOnEveryTarget) {
   RestoreTargets restore;
+  Bf16DotProducts widened(false);  // x in fp32 throughout (the bf16 dot products: the next test)
   torch::manual_seed(0);
   ThreadPool pool(3);  // ranges that do not divide evenly, whatever the machine's core count
   for (int64_t target : kernels::supported_target_bits()) {
@@ -105,6 +109,57 @@ TEST(Kernels, MatmulMatchesLibTorchOnOddShapesOnEveryTarget) {
           }
         }
       }
+    }
+  }
+}
+
+// With AVX512-BF16, bf16 weights multiply x rounded to bf16: the result is that product summed in
+// fp32, whatever the shape (every dot-tile row count; odd `in`: a masked last step, or a last pair
+// of one weight; columns past a whole tile; every tile height), and differs from x in fp32 by
+// x's rounding.
+TEST(Kernels, Bf16DotProductsMultiplyTheRoundedInputInFp32) {
+  if (!kernels::use_bf16_dot_products(true)) {
+    kernels::use_bf16_dot_products(false);
+    GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  }
+  Bf16DotProducts on(true);
+  torch::manual_seed(4);
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33, 64, 70}) {
+    for (auto [in, out] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {64, 67}, {131, 259}, {896, 130}}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in) + " out " + std::to_string(out));
+      auto x = torch::randn({n, in});
+      auto w = torch::randn({out, in}).to(torch::kBFloat16).contiguous();
+      auto bias = out % 2 == 1 ? torch::randn({out}) : torch::Tensor();
+      auto y = run_kernel(x, w, kernels::WeightType::bf16, bias, &pool);
+      auto rounded = x.to(torch::kBFloat16).to(torch::kFloat64);  // LibTorch rounds to nearest even too
+      auto ref = torch::matmul(rounded, w.to(torch::kFloat64).t());
+      if (bias.defined()) ref = ref + bias.to(torch::kFloat64);
+      EXPECT_LT(relative_error(y, ref, x, w, bias), 1e-5);
+      if (in >= 64) {  // x's rounding shows against x in fp32 (about 2^-9 of a term)
+        auto exact = torch::matmul(x.to(torch::kFloat64), w.to(torch::kFloat64).t());
+        if (bias.defined()) exact = exact + bias.to(torch::kFloat64);
+        EXPECT_GT(relative_error(y, exact, x, w, bias), 1e-4);
+      }
+    }
+  }
+}
+
+// The scalar rounding the packing uses equals LibTorch's on ties, carries, subnormals,
+// infinities and NaNs.
+TEST(Kernels, Bf16RoundingToNearestEvenMatchesLibTorch) {
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 1.0078125f, -1.00390625f,
+                               3.3895314e38f, 3.4028235e38f, 1e-40f, -1e-45f, INFINITY, -INFINITY, NAN};
+  auto random = torch::randn({4096}).mul(1000);
+  for (int64_t i = 0; i < random.numel(); ++i) values.push_back(random[i].item<float>());
+  auto bits = torch::tensor(values).to(torch::kBFloat16).view(torch::kInt16);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t ours = kernels::bf16_bits_nearest(values[i]);
+    if (std::isnan(values[i])) {
+      EXPECT_EQ(ours & 0x7f80, 0x7f80);
+      EXPECT_NE(ours & 0x7f, 0);
+    } else {
+      EXPECT_EQ(ours, static_cast<uint16_t>(bits[static_cast<int64_t>(i)].item<int16_t>())) << values[i];
     }
   }
 }

@@ -31,6 +31,15 @@ inline float f16_bits_to_float(uint16_t h) {
   return f;
 }
 
+// A float's bf16 bits, rounded to the nearest (ties to even); NaNs stay NaNs (quiet).
+inline uint16_t bf16_bits_nearest(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
 // fp8 e4m3 (OCP's E4M3FN: bias 7, subnormals, no infinities) to float, exactly. The kernels carry
 // no NaN: 0x7f and 0xff, its NaN codes, read as ±480 here as in the vector loads; quantizing
 // never writes them (kernels/quantize.h).

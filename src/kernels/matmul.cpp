@@ -3,10 +3,13 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/bf16_dot.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -18,14 +21,7 @@
 #include <hwy/highway.h>
 
 #include "kernels/simd-inl.h"
-
-#if defined(__clang__)
-#define RLCPP_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define RLCPP_UNROLL _Pragma("GCC unroll 32")
-#else
-#define RLCPP_UNROLL
-#endif
+#include "kernels/unroll.h"
 
 #ifndef RLCPP_PREFETCH_BYTES
 #define RLCPP_PREFETCH_BYTES 16384
@@ -182,14 +178,26 @@ HWY_INLINE void outer_tile(const float* HWY_RESTRICT xt, int64_t ldx, int64_t in
   }
 }
 
-// RW weight rows (f32, rows of ldw) against every input row, V vectors of them at a time.
+// outer_tile with V vectors, or fewer where fewer are left before xt's ldx columns end.
+template <int RW, int V>
+HWY_INLINE void outer_tile_within(int64_t vectors, const float* xt, int64_t ldx, int64_t in, const float* w,
+                                  int64_t ldw, const float* prefetch_end, const float* bias, int64_t cols, float* y,
+                                  int64_t ldy) {
+  if constexpr (V > 1) {
+    if (vectors < V) return outer_tile_within<RW, V - 1>(vectors, xt, ldx, in, w, ldw, prefetch_end, bias, cols, y, ldy);
+  }
+  outer_tile<RW, V>(xt, ldx, in, w, ldw, prefetch_end, bias, cols, y, ldy);
+}
+
+// RW weight rows (f32, rows of ldw) against every input row, V vectors of them at a time (the
+// last ones in as many vectors as are left).
 template <int RW, int V>
 void outer_rows(const float* xt, int64_t ldx, int64_t n, int64_t in, const float* w, int64_t ldw,
                 const float* prefetch_end, const float* bias, float* y, int64_t out) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
   for (int64_t j = 0; j < n; j += V * lanes) {
-    outer_tile<RW, V>(xt + j, ldx, in, w, ldw, prefetch_end, bias, std::min<int64_t>(V * lanes, n - j), y + j * out,
-                      out);
+    outer_tile_within<RW, V>((ldx - j) / lanes, xt + j, ldx, in, w, ldw, prefetch_end, bias,
+                             std::min<int64_t>(V * lanes, n - j), y + j * out, out);
   }
 }
 
@@ -320,7 +328,48 @@ void transpose_rows(const float* x, int64_t n, int64_t in, float* xt, int64_t ld
   }
 }
 
+// Whether bf16 weights take the bf16 dot-product tiles: decided on first use (the CPU, then the
+// environment), changed by use_bf16_dot_products.
+std::atomic<int>& bf16_dot_state() {
+  static std::atomic<int> state{[] {
+    const char* env = std::getenv("RLCPP_BF16_DOT");
+    return bf16dot::cpu_has() && !(env != nullptr && std::string(env) == "0") ? 1 : 0;
+  }()};
+  return state;
+}
+
+// y = x · wᵀ for bf16 w on the bf16 dot-product tiles: x rounded once (and for the outer-product
+// tiles packed in pairs of k, on every thread by ranges of pairs), then ranges of weight rows as
+// in matmul_nt's fp32 tiles.
+void bf16_dot_matmul(const float* x, int64_t n, int64_t in, const uint16_t* w, int64_t out, const float* bias,
+                     float* y, ThreadPool& pool) {
+  static_assert(kDotRows == bf16dot::kMaxDotRows);
+  thread_local std::vector<uint16_t> packed;
+  if (n <= kDotRows) {
+    if (packed.size() < static_cast<size_t>(n * in)) packed.resize(static_cast<size_t>(n * in));
+    bf16dot::pack_rows(x, n * in, packed.data());
+    const uint16_t* xb = packed.data();
+    pool.parallel_for(
+        out, [&](int64_t r0, int64_t r1) { bf16dot::dot_range(xb, n, in, w, r0, r1, bias, y, out); }, 4, 64);
+    return;
+  }
+  const int64_t ldx = (n + bf16dot::kLanes - 1) / bf16dot::kLanes * bf16dot::kLanes;
+  const int64_t pairs = (in + 1) / 2;
+  if (packed.size() < static_cast<size_t>(pairs * ldx * 2)) packed.resize(static_cast<size_t>(pairs * ldx * 2));
+  uint16_t* xp = packed.data();
+  pool.parallel_for(pairs, [&](int64_t p0, int64_t p1) { bf16dot::pack_pairs(x, n, in, xp, ldx, p0, p1); }, 8, 128);
+  pool.parallel_for(
+      out, [&](int64_t r0, int64_t r1) { bf16dot::outer_range(xp, ldx, n, in, w, r0, r1, bias, y, out); }, 24, 48);
+}
+
 }  // namespace
+
+bool bf16_dot_products() { return bf16_dot_state().load() == 1; }
+
+bool use_bf16_dot_products(bool on) {
+  bf16_dot_state().store(on && bf16dot::cpu_has() ? 1 : 0);
+  return bf16_dot_products();
+}
 
 void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t out, const float* bias, float* y,
                ThreadPool* pool) {
@@ -330,6 +379,10 @@ void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t ou
   if (pool == nullptr) pool = &ThreadPool::global();
   // Dispatch chooses its target on the first call: make that call here, not racing in the workers.
   (void)HWY_DYNAMIC_DISPATCH(ThisTarget)();
+  if (w.type == WeightType::bf16 && bf16_dot_products()) {
+    bf16_dot_matmul(x, n, in, static_cast<const uint16_t*>(w.data), out, bias, y, *pool);
+    return;
+  }
   const int t = static_cast<int>(w.type);
   if (n <= kDotRows) {
     // Ranges of whole 4-row tiles, and at least 64 weight rows a thread (tiny layers stay on one).

@@ -41,6 +41,15 @@ constexpr int64_t kDotRows = 8;
 void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t out, const float* bias, float* y,
                ThreadPool* pool = nullptr);
 
+// bf16 weights on a CPU with AVX512-BF16: x is rounded to bf16 (to nearest even) and the products
+// run on the CPU's bf16 dot-product instruction, two multiplies per fp32 lane, in both shapes of
+// tile (kernels/bf16_dot.h); the sums stay fp32. Without it (other CPUs, other types) narrow
+// weights are widened to fp32 and x is used as it is. On by default where the CPU has it;
+// RLCPP_BF16_DOT=0 in the environment turns it off for the process.
+bool bf16_dot_products();
+// Turns it on or off (tests, benchmarks); returns whether it is now on (never on a CPU without it).
+bool use_bf16_dot_products(bool on);
+
 // The SIMD target the dispatcher picks on this CPU ("AVX3", "AVX2", "NEON", ...), and every
 // target this binary carries that the CPU supports, best first.
 std::string dispatch_target();
