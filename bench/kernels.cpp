@@ -122,10 +122,13 @@ int main(int argc, char** argv) {
   std::printf("kernels: %s (CPU supports %s), %d kernel threads; LibTorch %d intra-op thread(s)\n",
               kernels::dispatch_target().c_str(), kernels::supported_targets().c_str(), ThreadPool::global().size(),
               torch::get_num_threads());
-  const bool dot = kernels::bf16_dot_products();
-  std::printf("bf16 weights: %s\n",
+  const bool dot = kernels::bf16_dot_products(), dot8 = kernels::int8_dot_products();
+  std::printf("bf16 weights: %s\nint8 weights: %s\n",
               dot ? "the CPU's bf16 dot products (AVX512-BF16; x rounded to bf16), and widened to fp32 for comparison"
-                  : "widened to fp32 (no AVX512-BF16, or RLCPP_BF16_DOT=0)");
+                  : "widened to fp32 (no AVX512-BF16, or RLCPP_DOT_INSTRUCTIONS=0)",
+              dot8 ? "the CPU's integer dot products up to 8 rows (AVX512-VNNI; x quantized to int16), and widened to "
+                     "fp32 for comparison"
+                   : "widened to fp32 (no AVX512-VNNI, or RLCPP_DOT_INSTRUCTIONS=0)");
   const double bandwidth = read_bandwidth();
   std::printf("memory read bandwidth: %.1f GB/s (a vectorised pass over 1 GiB on every kernel thread)\n", bandwidth);
   if (peak_only) {
@@ -149,8 +152,8 @@ int main(int argc, char** argv) {
                            s8.data_ptr<float>());
     kernels::quantize_rows(w.data_ptr<float>(), shape.out, shape.in, kernels::WeightType::fp8, wf8.data_ptr(),
                            sf8.data_ptr<float>());
-    std::printf("%s\n  %4s  %22s  %22s  %22s  %22s  %22s  %22s  %22s\n", shape.name, "rows", "LibTorch fp32",
-                "kernel fp32", "kernel bf16", "bf16 widened", "kernel fp16", "kernel int8", "kernel fp8");
+    std::printf("%s\n  %4s  %22s  %22s  %22s  %22s  %22s  %22s  %22s  %22s\n", shape.name, "rows", "LibTorch fp32",
+                "kernel fp32", "kernel bf16", "bf16 widened", "kernel fp16", "kernel int8", "int8 widened", "kernel fp8");
     for (int64_t n : rows) {
       auto x = torch::randn({n, shape.in});
       auto y = torch::empty({n, shape.out});
@@ -164,19 +167,21 @@ int main(int argc, char** argv) {
       const double f32 = kernel(w, kernels::WeightType::f32), bf16 = kernel(wb, kernels::WeightType::bf16),
                    f16 = kernel(wh, kernels::WeightType::f16), i8 = kernel(w8, kernels::WeightType::i8, s8),
                    fp8 = kernel(wf8, kernels::WeightType::fp8, sf8);
-      double widened = bf16;  // the same kernel where the CPU has no bf16 dot products
-      if (dot) {
-        kernels::use_bf16_dot_products(false);
+      double widened = bf16, widened8 = i8;  // the same kernels where the CPU has no dot-product instructions
+      if (dot || dot8) {
+        kernels::use_dot_instructions(false);
         widened = kernel(wb, kernels::WeightType::bf16);
-        kernels::use_bf16_dot_products(true);
+        widened8 = kernel(w8, kernels::WeightType::i8, s8);
+        kernels::use_dot_instructions(true);
       }
       auto cell = [&](double s, double bytes_per) {
         return fmt::format("{:7.3f} ms {:5.1f} GB/s", s * 1e3, shape.out * shape.in * bytes_per / s / 1e9);
       };
-      std::printf("  %4ld  %22s  %22s  %22s  %22s  %22s  %22s  %22s   (kernel fp32 x%.2f, bf16 x%.2f, int8 x%.2f, fp8 "
+      std::printf("  %4ld  %22s  %22s  %22s  %22s  %22s  %22s  %22s  %22s   (kernel fp32 x%.2f, bf16 x%.2f, int8 x%.2f, fp8 "
                   "x%.2f vs LibTorch; bf16 x%.2f vs kernel fp32; int8 x%.2f, fp8 x%.2f vs bf16)\n",
                   static_cast<long>(n), cell(torch_s, 4).c_str(), cell(f32, 4).c_str(), cell(bf16, 2).c_str(),
-                  cell(widened, 2).c_str(), cell(f16, 2).c_str(), cell(i8, 1).c_str(), cell(fp8, 1).c_str(),
+                  cell(widened, 2).c_str(), cell(f16, 2).c_str(), cell(i8, 1).c_str(), cell(widened8, 1).c_str(),
+                  cell(fp8, 1).c_str(),
                   torch_s / f32, torch_s / bf16, torch_s / i8, torch_s / fp8, f32 / bf16, bf16 / i8, bf16 / fp8);
     }
   }

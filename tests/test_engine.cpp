@@ -11,7 +11,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine_requests.h"
-#include "bf16_dot_products.h"
+#include "dot_instructions.h"
 #include "test_util.h"
 #include "trainer_logprobs.h"
 #include "text/tokenizer.h"
@@ -460,10 +460,10 @@ std::shared_ptr<Transformer> rounded_copy(const Transformer& source, torch::Scal
 }  // namespace
 
 // Half-precision and 8-bit copies (int8 as kChar, fp8 e4m3 as kByte codes, with row scales). The
-// oracle computes on the rounded weights in fp32, so bf16 weights are widened here rather than
-// multiplied on the CPU's bf16 dot products, which round x too (the kernels test covers those).
+// oracle computes on the rounded weights in fp32, so narrow weights are widened here rather than
+// multiplied on the CPU's dot-product instructions, which round x too (the kernels test covers those).
 TEST(Engine, NarrowRolloutWeightsFollowTheModel) {
-  rlcpp::testing::Bf16DotProducts widened(false);
+  rlcpp::testing::DotInstructions widened(false);
   for (const auto& dir : rlcpp::testing::fixture_dirs()) {
     SCOPED_TRACE(dir.string());
     auto model = Transformer::from_pretrained(dir);
@@ -494,7 +494,7 @@ TEST(Engine, NarrowRolloutWeightsFollowTheModel) {
 }
 
 TEST(Engine, RolloutCopyMergesLoraAdapters) {
-  rlcpp::testing::Bf16DotProducts widened(false);  // the oracle's arithmetic (above)
+  rlcpp::testing::DotInstructions widened(false);  // the oracle's arithmetic (above)
   const auto dir = rlcpp::testing::fixture_dirs().front();
   auto model = Transformer::from_pretrained(dir);
   LoraConfig lora;

@@ -13,7 +13,7 @@
 #include "kernels/softmax.h"
 #include "model/kernel_linear.h"
 #include "model/rope.h"
-#include "bf16_dot_products.h"
+#include "dot_instructions.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
 #include "util/threads.h"
@@ -26,7 +26,7 @@ struct RestoreTargets {
   ~RestoreTargets() { kernels::restrict_targets_for_test(0); }
 };
 
-using rlcpp::testing::Bf16DotProducts;
+using rlcpp::testing::DotInstructions;
 
 torch::ScalarType torch_type(kernels::WeightType t) {
   switch (t) {
@@ -78,7 +78,7 @@ TEST(BlasCore, AGenericCoreGivesWayToTheCpusFeatures) {
 
 TEST(Kernels, MatmulMatchesLibTorchOnOddShapesOnEveryTarget) {
   RestoreTargets restore;
-  Bf16DotProducts widened(false);  // x in fp32 throughout (the bf16 dot products: the next test)
+  DotInstructions widened(false);  // x in fp32 throughout (the dot-product instructions: below)
   torch::manual_seed(0);
   ThreadPool pool(3);  // ranges that do not divide evenly, whatever the machine's core count
   for (int64_t target : kernels::supported_target_bits()) {
@@ -118,11 +118,7 @@ TEST(Kernels, MatmulMatchesLibTorchOnOddShapesOnEveryTarget) {
 // of one weight; columns past a whole tile; every tile height), and differs from x in fp32 by
 // x's rounding.
 TEST(Kernels, Bf16DotProductsMultiplyTheRoundedInputInFp32) {
-  if (!kernels::use_bf16_dot_products(true)) {
-    kernels::use_bf16_dot_products(false);
-    GTEST_SKIP() << "this CPU has no AVX512-BF16";
-  }
-  Bf16DotProducts on(true);
+  if (!kernels::bf16_dot_products()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   torch::manual_seed(4);
   ThreadPool pool(3);
   for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33, 64, 70}) {
@@ -272,6 +268,7 @@ TEST(Kernels, EightBitRowsTakeTheirScaleFromTheLargestWeight) {
 // arithmetic, and stay within the quantization's error of the fp32 weights.
 TEST(Kernels, EightBitMatmulMatchesItsDequantizedWeightsOnEveryTarget) {
   RestoreTargets restore;
+  DotInstructions widened(false);  // x in fp32 throughout (int8 on the integer dot products: the next test)
   torch::manual_seed(5);
   ThreadPool pool(3);
   for (int64_t target : kernels::supported_target_bits()) {
@@ -293,6 +290,37 @@ TEST(Kernels, EightBitMatmulMatchesItsDequantizedWeightsOnEveryTarget) {
       }
     }
   }
+}
+
+// With AVX512-VNNI, int8 weights at up to kDotRows rows multiply x quantized to int16 with a scale
+// per row (LibTorch's rounding, ties to even): the result is that product in fp32, whatever the
+// shape (odd `in`: masked last loads; 5,000: a row longer than one block of integer sums), and
+// within x's quantization of the exact product. Rows of the largest values sum far past int32's
+// range without overflowing.
+TEST(Kernels, Int8DotProductsMultiplyXQuantizedToInt16) {
+  if (!kernels::int8_dot_products()) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  torch::manual_seed(6);
+  ThreadPool pool(3);
+  for (int64_t n = 1; n <= kernels::kDotRows; ++n) {
+    for (auto [in, out] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {64, 67}, {131, 259}, {5000, 37}}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in) + " out " + std::to_string(out));
+      auto x = torch::randn({n, in});
+      const auto q = quantize(torch::randn({out, in}) * 0.05, kernels::WeightType::i8);
+      auto y = run_eight_bit(x, q, kernels::WeightType::i8, &pool);
+      auto step = x.abs().amax(1, true).to(torch::kFloat64) / 32767;
+      auto xq = (x.to(torch::kFloat64) / step).round() * step;
+      auto ref = torch::matmul(xq, q.dequantized.to(torch::kFloat64).t());
+      EXPECT_LT(relative_error(y, ref, x, q.dequantized, {}), 1e-5);
+      auto exact = torch::matmul(x.to(torch::kFloat64), q.dequantized.to(torch::kFloat64).t());
+      EXPECT_LT(relative_error(y, exact, x, q.dequantized, {}), 1e-3);
+    }
+  }
+  auto x = torch::full({2, 20000}, 3.0f);
+  x[1].fill_(-3.0f);
+  const auto q = quantize(torch::ones({5, 20000}), kernels::WeightType::i8);  // every code 127
+  auto y = run_eight_bit(x, q, kernels::WeightType::i8, &pool);
+  EXPECT_NEAR(y[0][0].item<float>(), 60000.0f, 0.05f);
+  EXPECT_NEAR(y[1][4].item<float>(), -60000.0f, 0.05f);
 }
 
 // Each of the 254 finite e4m3 codes, widened by the vector loads (16 in a row, the dot and the

@@ -162,10 +162,10 @@ void system_info() {
   std::cout << fmt::format("cpu              {} ({} hardware threads)\n", cpu_model(), std::thread::hardware_concurrency());
   std::cout << fmt::format("kernels          {} (dispatched at run time; this CPU supports {})\n", kernels::dispatch_target(),
                            kernels::supported_targets());
-  std::cout << fmt::format("bf16 weights     {}\n",
-                           kernels::bf16_dot_products()
-                               ? "the CPU's bf16 dot products (AVX512-BF16), x rounded to bf16 ($RLCPP_BF16_DOT=0: off)"
-                               : "widened to fp32 (no AVX512-BF16, or $RLCPP_BF16_DOT=0)");
+  std::cout << fmt::format("dot products     bf16 weights: {}; int8 weights: {} ($RLCPP_DOT_INSTRUCTIONS=0: widened)\n",
+                           kernels::bf16_dot_products() ? "AVX512-BF16, x rounded to bf16" : "widened to fp32",
+                           kernels::int8_dot_products() ? "AVX512-VNNI up to 8 rows, x quantized to int16"
+                                                        : "widened to fp32");
   std::cout << fmt::format("kernel threads   {} ($RLCPP_KERNEL_THREADS)\n", ThreadPool::global().size());
   std::cout << fmt::format("libtorch         {}, {} intra-op thread(s), CUDA {}\n", TORCH_VERSION, at::get_num_threads(),
                            torch::cuda::is_available() ? fmt::format("{} device(s)", torch::cuda::device_count()) : "no");

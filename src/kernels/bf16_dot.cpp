@@ -12,16 +12,16 @@
 #include "util/error.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define RLCPP_BF16_DOT 1
+#define RLCPP_X86_BF16 1
 #include <immintrin.h>
 #else
-#define RLCPP_BF16_DOT 0
+#define RLCPP_X86_BF16 0
 #endif
 
 namespace rlcpp::kernels::bf16dot {
 
 bool cpu_has() {
-#if RLCPP_BF16_DOT
+#if RLCPP_X86_BF16
   __builtin_cpu_init();
   // The compiler's checks include the OS's saving of the 512-bit state (XGETBV).
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -54,7 +54,7 @@ void pack_pairs(const float* x, int64_t n, int64_t in, uint16_t* xp, int64_t ldx
   }
 }
 
-#if RLCPP_BF16_DOT
+#if RLCPP_X86_BF16
 
 #define RLCPP_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 

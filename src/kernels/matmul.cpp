@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/bf16_dot.h"
+#include "kernels/int8_dot.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -328,14 +329,14 @@ void transpose_rows(const float* x, int64_t n, int64_t in, float* xt, int64_t ld
   }
 }
 
-// Whether bf16 weights take the bf16 dot-product tiles: decided on first use (the CPU, then the
-// environment), changed by use_bf16_dot_products.
-std::atomic<int>& bf16_dot_state() {
-  static std::atomic<int> state{[] {
-    const char* env = std::getenv("RLCPP_BF16_DOT");
-    return bf16dot::cpu_has() && !(env != nullptr && std::string(env) == "0") ? 1 : 0;
+// Whether narrow weights take the CPU's dot-product instructions: decided on first use (the
+// environment), changed by use_dot_instructions.
+std::atomic<bool>& dot_instructions_on() {
+  static std::atomic<bool> on{[] {
+    const char* env = std::getenv("RLCPP_DOT_INSTRUCTIONS");
+    return !(env != nullptr && std::string(env) == "0");
   }()};
-  return state;
+  return on;
 }
 
 // y = x · wᵀ for bf16 w on the bf16 dot-product tiles: x rounded once (and for the outer-product
@@ -362,13 +363,37 @@ void bf16_dot_matmul(const float* x, int64_t n, int64_t in, const uint16_t* w, i
       out, [&](int64_t r0, int64_t r1) { bf16dot::outer_range(xp, ldx, n, in, w, r0, r1, bias, y, out); }, 24, 48);
 }
 
+// y = x · wᵀ for int8 w and at most kDotRows rows on the integer dot-product tiles: x quantized
+// once, then ranges of weight rows as in matmul_nt's dot-product tiles.
+void int8_dot_matmul(const float* x, int64_t n, int64_t in, const int8_t* w, const float* scales, int64_t out,
+                     const float* bias, float* y, ThreadPool& pool) {
+  static_assert(kDotRows == int8dot::kMaxRows);
+  thread_local std::vector<int16_t> quantized;
+  thread_local std::vector<float> row_scales;
+  if (quantized.size() < static_cast<size_t>(n * in)) quantized.resize(static_cast<size_t>(n * in));
+  row_scales.resize(static_cast<size_t>(n));
+  int8dot::quantize_rows(x, n, in, quantized.data(), row_scales.data());
+  const int16_t* xq = quantized.data();
+  const float* xs = row_scales.data();
+  pool.parallel_for(
+      out, [&](int64_t r0, int64_t r1) { int8dot::dot_range(xq, xs, n, in, w, scales, r0, r1, bias, y, out); }, 4, 64);
+}
+
 }  // namespace
 
-bool bf16_dot_products() { return bf16_dot_state().load() == 1; }
+bool bf16_dot_products() {
+  static const bool cpu = bf16dot::cpu_has();
+  return cpu && dot_instructions_on().load();
+}
 
-bool use_bf16_dot_products(bool on) {
-  bf16_dot_state().store(on && bf16dot::cpu_has() ? 1 : 0);
-  return bf16_dot_products();
+bool int8_dot_products() {
+  static const bool cpu = int8dot::cpu_has();
+  return cpu && dot_instructions_on().load();
+}
+
+bool use_dot_instructions(bool on) {
+  dot_instructions_on().store(on);
+  return bf16_dot_products() || int8_dot_products();
 }
 
 void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t out, const float* bias, float* y,
@@ -381,6 +406,10 @@ void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t ou
   (void)HWY_DYNAMIC_DISPATCH(ThisTarget)();
   if (w.type == WeightType::bf16 && bf16_dot_products()) {
     bf16_dot_matmul(x, n, in, static_cast<const uint16_t*>(w.data), out, bias, y, *pool);
+    return;
+  }
+  if (w.type == WeightType::i8 && n <= kDotRows && int8_dot_products()) {
+    int8_dot_matmul(x, n, in, static_cast<const int8_t*>(w.data), w.scales, out, bias, y, *pool);
     return;
   }
   const int t = static_cast<int>(w.type);

@@ -41,14 +41,17 @@ constexpr int64_t kDotRows = 8;
 void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t out, const float* bias, float* y,
                ThreadPool* pool = nullptr);
 
-// bf16 weights on a CPU with AVX512-BF16: x is rounded to bf16 (to nearest even) and the products
-// run on the CPU's bf16 dot-product instruction, two multiplies per fp32 lane, in both shapes of
-// tile (kernels/bf16_dot.h); the sums stay fp32. Without it (other CPUs, other types) narrow
-// weights are widened to fp32 and x is used as it is. On by default where the CPU has it;
-// RLCPP_BF16_DOT=0 in the environment turns it off for the process.
+// The CPU's dot-product instructions for narrow weights, where it has them. The sums stay fp32.
+// - bf16 weights on AVX512-BF16 (`vdpbf16ps`, two multiplies per fp32 lane; kernels/bf16_dot.h):
+//   x is rounded to bf16 (to nearest even), at every row count.
+// - int8 weights on AVX512-VNNI (`vpdpwssd`; kernels/int8_dot.h): x is quantized to int16 with a
+//   scale per row (2^-16 of its largest element), up to kDotRows rows.
+// Elsewhere (other CPUs, other types, or turned off) narrow weights are widened to fp32 and x is
+// used as it is. On by default; RLCPP_DOT_INSTRUCTIONS=0 in the environment turns them off.
 bool bf16_dot_products();
-// Turns it on or off (tests, benchmarks); returns whether it is now on (never on a CPU without it).
-bool use_bf16_dot_products(bool on);
+bool int8_dot_products();
+// Turns them on or off for the process (tests, benchmarks); returns whether any is now on.
+bool use_dot_instructions(bool on);
 
 // The SIMD target the dispatcher picks on this CPU ("AVX3", "AVX2", "NEON", ...), and every
 // target this binary carries that the CPU supports, best first.
