@@ -169,10 +169,10 @@ int main(int argc, char** argv) {
                    fp8 = kernel(wf8, kernels::WeightType::fp8, sf8);
       double widened = bf16, widened8 = i8;  // the same kernels where the CPU has no dot-product instructions
       if (dot || dot8) {
-        kernels::use_dot_instructions(false);
+        const bool before = kernels::use_dot_instructions(false);
         widened = kernel(wb, kernels::WeightType::bf16);
         widened8 = kernel(w8, kernels::WeightType::i8, s8);
-        kernels::use_dot_instructions(true);
+        kernels::use_dot_instructions(before);
       }
       auto cell = [&](double s, double bytes_per) {
         return fmt::format("{:7.3f} ms {:5.1f} GB/s", s * 1e3, shape.out * shape.in * bytes_per / s / 1e9);

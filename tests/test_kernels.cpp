@@ -315,6 +315,19 @@ TEST(Kernels, Int8DotProductsMultiplyXQuantizedToInt16) {
       EXPECT_LT(relative_error(y, exact, x, q.dequantized, {}), 1e-3);
     }
   }
+  {  // One element 10^5 times the others: x's quantization step (about 3) shows against x in fp32.
+    auto x = torch::randn({3, 896});
+    x.select(1, 5).fill_(1e5f);
+    const auto q = quantize(torch::randn({64, 896}) * 0.05, kernels::WeightType::i8);
+    auto y = run_eight_bit(x, q, kernels::WeightType::i8, &pool).to(torch::kFloat64);
+    auto w = q.dequantized.to(torch::kFloat64);
+    auto step = x.abs().amax(1, true).to(torch::kFloat64) / 32767;
+    auto xq = (x.to(torch::kFloat64) / step).round() * step;
+    // Sums of about 1e3: fp32's rounding is far below 0.05, x's quantization (the small elements
+    // go to 0 or ±3) far above it.
+    EXPECT_LT((y - torch::matmul(xq, w.t())).abs().max().item<double>(), 0.05);
+    EXPECT_GT((y - torch::matmul(x.to(torch::kFloat64), w.t())).abs().max().item<double>(), 0.3);
+  }
   auto x = torch::full({2, 20000}, 3.0f);
   x[1].fill_(-3.0f);
   const auto q = quantize(torch::ones({5, 20000}), kernels::WeightType::i8);  // every code 127

@@ -1,4 +1,4 @@
-// AVX512-BF16 outer-product tiles for bf16 weights (kernels/bf16_dot.h). The functions that use
+// AVX512-BF16 dot-product and outer-product tiles for bf16 weights (kernels/bf16_dot.h). The functions that use
 // the extension are compiled for it by attribute, so the rest of the binary keeps the build's
 // baseline and this file builds with any x86-64 compiler flags; on other architectures only the
 // scalar packing is here and cpu_has() is false.
@@ -64,16 +64,16 @@ namespace {
 // the broadcast weight pair).
 constexpr int kAccumulators = 24;
 
-// One pair of k, p: V loads of packed x, RW broadcast weight pairs (w[r, 2p], w[r, 2p + 1]) and
+// One pair of k, p, in a panel of `width` columns: V loads of packed x, RW broadcast weight pairs (w[r, 2p], w[r, 2p + 1]) and
 // RW·V dot products. kOddEnd: the pair past an odd row's end, whose second weight is taken as zero
 // (x's is zero there too) rather than read from the next row.
 template <int RW, int V, bool kOddEnd>
 RLCPP_BF16_TARGET __attribute__((always_inline)) inline void pair_step(__m512 (&acc)[RW][V], const uint16_t* xp,
-                                                                       int64_t ldx, int64_t p, const uint16_t* w,
+                                                                       int64_t width, int64_t p, const uint16_t* w,
                                                                        int64_t in) {
   __m512i xv[V];
   RLCPP_UNROLL
-  for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(xp + (p * ldx + v * kLanes) * 2);
+  for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(xp + (p * width + v * kLanes) * 2);
   RLCPP_UNROLL
   for (int r = 0; r < RW; ++r) {
     uint32_t pair = w[r * in + 2 * p];
@@ -88,7 +88,7 @@ RLCPP_BF16_TARGET __attribute__((always_inline)) inline void pair_step(__m512 (&
 // packed x, RW broadcast weight pairs and RW·V dot products, each two multiplies per lane. Like the
 // fp32 tiles (kernels/matmul.cpp), the next tile's rows are fetched while this one runs.
 template <int RW, int V>
-RLCPP_BF16_TARGET void tile(const uint16_t* __restrict xp, int64_t ldx, int64_t in, const uint16_t* __restrict w,
+RLCPP_BF16_TARGET void tile(const uint16_t* __restrict xp, int64_t width, int64_t in, const uint16_t* __restrict w,
                             const uint16_t* prefetch_end, const float* bias, int64_t cols, float* __restrict y,
                             int64_t ldy) {
   __m512 acc[RW][V];
@@ -107,9 +107,9 @@ RLCPP_BF16_TARGET void tile(const uint16_t* __restrict xp, int64_t ldx, int64_t 
       if (ahead + r * line < prefetch_end) _mm_prefetch(reinterpret_cast<const char*>(ahead + r * line), _MM_HINT_T0);
     }
     const int64_t p1 = std::min(pairs, p0 + line / 2);
-    for (int64_t p = p0; p < p1; ++p) pair_step<RW, V, false>(acc, xp, ldx, p, w, in);
+    for (int64_t p = p0; p < p1; ++p) pair_step<RW, V, false>(acc, xp, width, p, w, in);
   }
-  if (in % 2 == 1) pair_step<RW, V, true>(acc, xp, ldx, pairs, w, in);
+  if (in % 2 == 1) pair_step<RW, V, true>(acc, xp, width, pairs, w, in);
   alignas(64) float buf[RW * V * kLanes];
   RLCPP_UNROLL
   for (int r = 0; r < RW; ++r) {

@@ -391,10 +391,7 @@ bool int8_dot_products() {
   return cpu && dot_instructions_on().load();
 }
 
-bool use_dot_instructions(bool on) {
-  dot_instructions_on().store(on);
-  return bf16_dot_products() || int8_dot_products();
-}
+bool use_dot_instructions(bool on) { return dot_instructions_on().exchange(on); }
 
 void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t out, const float* bias, float* y,
                ThreadPool* pool) {

@@ -50,7 +50,7 @@ void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t ou
 // used as it is. On by default; RLCPP_DOT_INSTRUCTIONS=0 in the environment turns them off.
 bool bf16_dot_products();
 bool int8_dot_products();
-// Turns them on or off for the process (tests, benchmarks); returns whether any is now on.
+// Turns them on or off for the process (tests, benchmarks); returns the setting it replaces.
 bool use_dot_instructions(bool on);
 
 // The SIMD target the dispatcher picks on this CPU ("AVX3", "AVX2", "NEON", ...), and every
