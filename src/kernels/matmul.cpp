@@ -51,7 +51,7 @@ HWY_INLINE float row_scale(const float* scales, int64_t r) {
 // y[j, r] = x[j] · w[r] (+ bias[r]) for RW weight rows and RX input rows: each weight vector is
 // loaded once for the RX rows, each input vector once for the RW rows. scales: the rows' (8-bit
 // types), applied to each sum.
-template <int RW, int RX, class TW>
+template <int RW, int RX, class TW, bool kPrefetch = true>
 HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_RESTRICT w, const float* scales,
                          const float* bias, float* HWY_RESTRICT y, int64_t ldy) {
   const hn::ScalableTag<float> df;
@@ -59,7 +59,7 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_
   hn::Vec<decltype(df)> acc[RW][RX];
   for (int r = 0; r < RW; ++r)
     for (int j = 0; j < RX; ++j) acc[r][j] = hn::Zero(df);
-  // Weights stream from memory once: fetch each row's bytes ahead of the loads (past a row's end
+  // Weights stream from memory once: with kPrefetch, fetch each row's bytes ahead of the loads (past a row's end
   // that is the next rows', which the next tile reads).
   constexpr int64_t ahead = RLCPP_PREFETCH_BYTES / sizeof(TW);
   int64_t k = 0;
@@ -67,7 +67,9 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_
   if constexpr (std::is_same_v<TW, uint8_t> && RX == 1) {  // batch-1 decode: two vectors of fp8 a step
     for (; k + 2 * lanes <= in; k += 2 * lanes) {
       hn::Vec<decltype(df)> lo[RW], hi[RW];
-      for (int r = 0; r < RW; ++r) hwy::Prefetch(w + r * in + k + ahead);
+      if constexpr (kPrefetch) {
+        for (int r = 0; r < RW; ++r) hwy::Prefetch(w + r * in + k + ahead);
+      }
       for (int r = 0; r < RW; ++r) load2_as_float(df, w + r * in + k, lo[r], hi[r]);
       const auto x0 = hn::LoadU(df, x + k), x1 = hn::LoadU(df, x + k + lanes);
       for (int r = 0; r < RW; ++r) acc[r][0] = hn::MulAdd(hi[r], x1, hn::MulAdd(lo[r], x0, acc[r][0]));
@@ -76,7 +78,9 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_
 #endif
   for (; k + lanes <= in; k += lanes) {
     hn::Vec<decltype(df)> wv[RW];
-    for (int r = 0; r < RW; ++r) hwy::Prefetch(w + r * in + k + ahead);
+    if constexpr (kPrefetch) {
+      for (int r = 0; r < RW; ++r) hwy::Prefetch(w + r * in + k + ahead);
+    }
     for (int r = 0; r < RW; ++r) wv[r] = load_as_float(df, w + r * in + k);
     for (int j = 0; j < RX; ++j) {
       const auto xv = hn::LoadU(df, x + j * in + k);
@@ -93,11 +97,28 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_
   }
 }
 
-// Weight rows [r0, r1) against all RX input rows, in tiles of as many weight rows as the
-// accumulators allow (at most 4: one row's stream each), the last rows one at a time.
+// Up to this many input rows read one weight row at a time, with no software prefetch: each row
+// is then a single stream, which the hardware prefetcher follows at the full memory bandwidth
+// (decode of a few sequences is bound by the weights' bytes). On the AVX-512 EPYC the 0.5B's
+// lm_head read 1.3-1.7x faster so at 1-4 rows of fp32 or widened bf16, and batch-1 decode on
+// fp8 1.3x; 8-bit weights' widening bounds them from two rows, where tiles sharing each x load
+// among four weight rows measured faster (bench_kernels, bench_generate).
+template <class TW>
+constexpr int kStreamRows = sizeof(TW) == 1 ? 1 : 4;
+
+// Weight rows [r0, r1) against all RX input rows: streamed one at a time (kStreamRows), or in
+// tiles of as many weight rows as the accumulators allow (at most 4: one row's stream each), the
+// last rows one at a time.
 template <int RX, class TW>
 void dot_rows(const float* x, int64_t in, const TW* w, const float* scales, int64_t r0, int64_t r1,
               const float* bias, float* y, int64_t out) {
+  if constexpr (RX <= kStreamRows<TW>) {
+    for (int64_t r = r0; r < r1; ++r) {
+      dot_tile<1, RX, TW, false>(x, in, w + r * in, scales ? scales + r : nullptr, bias ? bias + r : nullptr, y + r,
+                                 out);
+    }
+    return;
+  }
   constexpr int RW = std::max(1, std::min(4, kAccumulators / RX));
   int64_t r = r0;
   for (; r + RW <= r1; r += RW) {
