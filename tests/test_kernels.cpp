@@ -301,7 +301,9 @@ TEST(Kernels, Int8DotProductsMultiplyXQuantizedToInt16) {
   if (!kernels::int8_dot_products()) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
   torch::manual_seed(6);
   ThreadPool pool(3);
-  for (int64_t n = 1; n <= kernels::kDotRows; ++n) {
+  // The dot-product tiles up to kDotRows rows, the outer-product tiles past them (one panel of up
+  // to 64 columns, and three).
+  for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33, 64, 70, 130}) {
     for (auto [in, out] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {64, 67}, {131, 259}, {5000, 37}}) {
       SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in) + " out " + std::to_string(out));
       auto x = torch::randn({n, in});
@@ -328,12 +330,14 @@ TEST(Kernels, Int8DotProductsMultiplyXQuantizedToInt16) {
     EXPECT_LT((y - torch::matmul(xq, w.t())).abs().max().item<double>(), 0.05);
     EXPECT_GT((y - torch::matmul(x.to(torch::kFloat64), w.t())).abs().max().item<double>(), 0.3);
   }
-  auto x = torch::full({2, 20000}, 3.0f);
-  x[1].fill_(-3.0f);
-  const auto q = quantize(torch::ones({5, 20000}), kernels::WeightType::i8);  // every code 127
-  auto y = run_eight_bit(x, q, kernels::WeightType::i8, &pool);
-  EXPECT_NEAR(y[0][0].item<float>(), 60000.0f, 0.05f);
-  EXPECT_NEAR(y[1][4].item<float>(), -60000.0f, 0.05f);
+  for (int64_t n : {2, 9}) {  // sums of 20,000 maximal products, far past int32's range, on both tiles
+    auto x = torch::full({n, 20000}, 3.0f);
+    x[1].fill_(-3.0f);
+    const auto q = quantize(torch::ones({5, 20000}), kernels::WeightType::i8);  // every code 127
+    auto y = run_eight_bit(x, q, kernels::WeightType::i8, &pool);
+    EXPECT_NEAR(y[0][0].item<float>(), 60000.0f, 0.05f) << n;
+    EXPECT_NEAR(y[1][4].item<float>(), -60000.0f, 0.05f) << n;
+  }
 }
 
 // Each of the 254 finite e4m3 codes, widened by the vector loads (16 in a row, the dot and the

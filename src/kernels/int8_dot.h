@@ -2,10 +2,11 @@
 // AVX512-VNNI `vpdpwssd`: two products of int16 pairs summed into each int32 lane; the int8 codes
 // are widened to int16 as they are loaded). Like kernels/bf16_dot.h this is written with
 // intrinsics, compiled for the extension by attribute and called only where `cpuid` reports it.
-// matmul_nt uses it for int8 weights up to kDotRows rows (decode's few sequences, where widening
-// the codes to fp32 bounds the speed): each row of x gets a scale, max|x[j]| / 32767, and its
-// elements the nearest multiples of it, so x is kept to 2^-16 of its largest element. The integer
-// sums are moved into fp32 every 4,096 products, long before they could overflow.
+// matmul_nt uses it for int8 weights at any row count, in the same two shapes of tile as its fp32
+// ones (dot products along `in` up to kDotRows rows, outer products past them): each row of x
+// gets a scale, max|x[j]| / 32767, and its elements the nearest multiples of it, so x is kept to
+// 2^-16 of its largest element. The integer sums are moved into fp32 every 256 products (outer
+// products) or 4,096 (dot products), long before they could overflow.
 #pragma once
 
 #include <cstdint>
@@ -24,5 +25,24 @@ void quantize_rows(const float* x, int64_t n, int64_t in, int16_t* xq, float* xs
 constexpr int64_t kMaxRows = 8;
 void dot_range(const int16_t* xq, const float* xs, int64_t n, int64_t in, const int8_t* w, const float* scales,
                int64_t r0, int64_t r1, const float* bias, float* y, int64_t out);
+
+// The int32 lanes of a 512-bit vector (each holds a pair of int16), and the columns of x (4
+// vectors) an outer-product tile covers at most.
+constexpr int64_t kLanes = 16;
+constexpr int64_t kPanel = 4 * kLanes;
+
+// The quantized x [n, in] (quantize_rows) laid out in pairs of k for the outer-product tiles, in
+// panels of kPanel columns (the last one narrower), as bf16dot::pack_pairs lays out bf16: with
+// P = ⌈in/2⌉ pairs and the panel of column j starting at j0 = j - j mod kPanel, of width
+// w = min(kPanel, ldx - j0), xp[j0·P·2 + (p·w + j - j0)·2 + e] = xq[j, 2p + e]. Writes the pairs p
+// in [p0, p1); columns in [n, ldx) are zero (ldx: n rounded up to kLanes), and so is the second
+// element of the last pair when `in` is odd.
+void pack_pairs(const int16_t* xq, int64_t n, int64_t in, int16_t* xp, int64_t ldx, int64_t p0, int64_t p1);
+
+// y[j, r] = scales[r] · xs[j] · Σ_k w[r, k] · xq[j, k] (+ bias[r]) for the weight rows [r0, r1) and
+// every j < n, from the packed x (pack_pairs over every pair). y has rows of `out`. Only where
+// cpu_has().
+void outer_range(const int16_t* xp, int64_t ldx, const float* xs, int64_t n, int64_t in, const int8_t* w,
+                 const float* scales, int64_t r0, int64_t r1, const float* bias, float* y, int64_t out);
 
 }  // namespace rlcpp::kernels::int8dot

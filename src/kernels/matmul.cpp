@@ -384,20 +384,33 @@ void bf16_dot_matmul(const float* x, int64_t n, int64_t in, const uint16_t* w, i
       out, [&](int64_t r0, int64_t r1) { bf16dot::outer_range(xp, ldx, n, in, w, r0, r1, bias, y, out); }, 24, 48);
 }
 
-// y = x · wᵀ for int8 w and at most kDotRows rows on the integer dot-product tiles: x quantized
-// once, then ranges of weight rows as in matmul_nt's dot-product tiles.
+// y = x · wᵀ for int8 w on the integer dot-product tiles: x quantized once (on every thread by
+// ranges of rows, and for the outer-product tiles packed in pairs of k by ranges of pairs), then
+// ranges of weight rows as in matmul_nt's fp32 tiles.
 void int8_dot_matmul(const float* x, int64_t n, int64_t in, const int8_t* w, const float* scales, int64_t out,
                      const float* bias, float* y, ThreadPool& pool) {
   static_assert(kDotRows == int8dot::kMaxRows);
-  thread_local std::vector<int16_t> quantized;
+  thread_local std::vector<int16_t> quantized, packed;
   thread_local std::vector<float> row_scales;
   if (quantized.size() < static_cast<size_t>(n * in)) quantized.resize(static_cast<size_t>(n * in));
   row_scales.resize(static_cast<size_t>(n));
-  int8dot::quantize_rows(x, n, in, quantized.data(), row_scales.data());
-  const int16_t* xq = quantized.data();
-  const float* xs = row_scales.data();
+  int16_t* xq = quantized.data();
+  float* xs = row_scales.data();
+  pool.parallel_for(n, [&](int64_t j0, int64_t j1) { int8dot::quantize_rows(x + j0 * in, j1 - j0, in, xq + j0 * in, xs + j0); },
+                    1, std::max<int64_t>(1, 65536 / std::max<int64_t>(in, 1)));
+  if (n <= kDotRows) {
+    pool.parallel_for(
+        out, [&](int64_t r0, int64_t r1) { int8dot::dot_range(xq, xs, n, in, w, scales, r0, r1, bias, y, out); }, 4, 64);
+    return;
+  }
+  const int64_t ldx = (n + int8dot::kLanes - 1) / int8dot::kLanes * int8dot::kLanes;
+  const int64_t pairs = (in + 1) / 2;
+  if (packed.size() < static_cast<size_t>(pairs * ldx * 2)) packed.resize(static_cast<size_t>(pairs * ldx * 2));
+  int16_t* xp = packed.data();
+  pool.parallel_for(pairs, [&](int64_t p0, int64_t p1) { int8dot::pack_pairs(xq, n, in, xp, ldx, p0, p1); }, 8, 128);
   pool.parallel_for(
-      out, [&](int64_t r0, int64_t r1) { int8dot::dot_range(xq, xs, n, in, w, scales, r0, r1, bias, y, out); }, 4, 64);
+      out, [&](int64_t r0, int64_t r1) { int8dot::outer_range(xp, ldx, xs, n, in, w, scales, r0, r1, bias, y, out); },
+      24, 48);
 }
 
 }  // namespace
@@ -426,7 +439,7 @@ void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t ou
     bf16_dot_matmul(x, n, in, static_cast<const uint16_t*>(w.data), out, bias, y, *pool);
     return;
   }
-  if (w.type == WeightType::i8 && n <= kDotRows && int8_dot_products()) {
+  if (w.type == WeightType::i8 && int8_dot_products()) {
     int8_dot_matmul(x, n, in, static_cast<const int8_t*>(w.data), w.scales, out, bias, y, *pool);
     return;
   }

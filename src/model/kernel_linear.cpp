@@ -85,8 +85,9 @@ torch::Tensor kernel_linear(const torch::Tensor& x, const torch::Tensor& weight,
   if (x.dim() == 0 || x.size(-1) != in) return {};
   const int64_t rows = x.numel() / in;
   const bool narrow = eight_bit(weight.scalar_type());
-  const bool bf16_dot = weight.scalar_type() == torch::kBFloat16 && kernels::bf16_dot_products();
-  if (rows == 0 || rows > (bf16_dot ? kBf16DotMaxRows : kKernelMaxRows) || !weight.is_contiguous()) return {};
+  const bool dot = (weight.scalar_type() == torch::kBFloat16 && kernels::bf16_dot_products()) ||
+                   (weight.scalar_type() == torch::kChar && kernels::int8_dot_products());
+  if (rows == 0 || rows > (dot ? kDotMaxRows : kKernelMaxRows) || !weight.is_contiguous()) return {};
   kernels::StoredWeight stored{weight.data_ptr()};
   switch (weight.scalar_type()) {
     case torch::kFloat32: stored.type = kernels::WeightType::f32; break;

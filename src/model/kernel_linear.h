@@ -13,10 +13,11 @@ namespace rlcpp {
 // 0.5B's layer shapes (x2.6-3.3 at 1-8 rows, x1.1-1.3 at 64); from 128 rows BLAS is ahead. Half-
 // precision weights are read as stored (LibTorch would first convert the whole weight to fp32).
 constexpr int64_t kKernelMaxRows = 64;
-// bf16 weights on the CPU's bf16 dot products (kernels/matmul.h) stay on the kernels up to this many
-// rows, prefill chunks included: bench_kernels measured them at twice BLAS's fp32 rate (2 threads)
-// at 64-1024 rows on the 0.5B's shapes, before BLAS's conversion of the weight to fp32.
-constexpr int64_t kBf16DotMaxRows = 1024;
+// Weights on the CPU's dot-product instructions (kernels/matmul.h: bf16 on AVX512-BF16, int8 on
+// AVX512-VNNI) stay on the kernels up to this many rows, prefill chunks included: bench_kernels
+// measured both at about twice BLAS's fp32 rate (2 threads) at 64-1024 rows on the 0.5B's shapes,
+// before BLAS's conversion of the weight to fp32.
+constexpr int64_t kDotMaxRows = 1024;
 
 // Turns the matmul kernels on for this thread while in scope: the generation engine's steps.
 // Elsewhere (the trainer's scoring and training passes) products stay on LibTorch, so the old
@@ -47,7 +48,7 @@ void quantize_weight(const torch::Tensor& w, torch::Tensor& q, torch::Tensor& sc
 torch::Tensor dequantize_weight(const torch::Tensor& q, const torch::Tensor& scale);
 
 // x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x of at most
-// kKernelMaxRows rows (kBf16DotMaxRows for bf16 on its dot products), weight [out, in] in fp32,
+// kKernelMaxRows rows (kDotMaxRows on the dot-product instructions), weight [out, in] in fp32,
 // bf16, fp16 or 8 bits with its `scale`. Undefined
 // when they do not (a longer prefill dequantizes an 8-bit weight for BLAS, as linear_no_grad does),
 // or when $RLCPP_KERNELS=0 (LibTorch only: for A/B benchmarks).
