@@ -164,7 +164,7 @@ void system_info() {
                            kernels::supported_targets());
   std::cout << fmt::format("dot products     bf16 weights: {}; int8 weights: {} ($RLCPP_DOT_INSTRUCTIONS=0: widened)\n",
                            kernels::bf16_dot_products() ? "AVX512-BF16, x rounded to bf16" : "widened to fp32",
-                           kernels::int8_dot_products() ? "AVX512-VNNI up to 8 rows, x quantized to int16"
+                           kernels::int8_dot_products() ? "AVX512-VNNI, x quantized to int16"
                                                         : "widened to fp32");
   std::cout << fmt::format("kernel threads   {} ($RLCPP_KERNEL_THREADS)\n", ThreadPool::global().size());
   std::cout << fmt::format("libtorch         {}, {} intra-op thread(s), CUDA {}\n", TORCH_VERSION, at::get_num_threads(),
