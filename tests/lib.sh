@@ -68,6 +68,7 @@ metrics_of() { python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     d = json.loads(l)
     for k in ("time", "tokens_per_s", "staleness", "weight_sync", "communication"): d.pop(k, None)
+    for figures in (d.get("eval") or {}).values(): figures.pop("seconds", None) if isinstance(figures, dict) else None
     print(json.dumps(d, sort_keys=True))' "$1"; }
 # max |a - b| / max |b| over every tensor of two safetensors files (F64 or F32), read without numpy;
 # with "overall", |a - b| / |b| over all the tensors together (2-norms)

@@ -375,8 +375,10 @@ PY
   # weights, bit for bit): two engines sharing one reward rank, and partial rollouts (the round is
   # graded on a thread while the worker takes weights, the rows sent by the worker's own thread).
   mpin() { local n=$1; shift; timeout 300 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np "$n" "$rlcpp" "$@"; }
+  # Evaluation too (-ed, at the last step): trainer 0 scores it on the first reward rank rather than
+  # loading the model, with the same numbers.
   rr=(train -m "$model" -d "$src/examples/arith/train.jsonl" -rt model --reward-model "$rm_dir" -g 2 -tbs 2 -tMbs 2 -tmbs 4 --mnt 16
-      --max-steps 3 --si 1 --seed 0 -sd "$tmp/runs" -t 1)
+      --max-steps 3 --si 1 --seed 0 -sd "$tmp/runs" -t 1 -ed "{\"held\": \"$src/examples/arith/test.jsonl\"}" -ei 3 --eval-limit 4)
   mpin 3 "${rr[@]}" -i 2 -p rr-local > "$tmp/rr-local.log" 2>&1 || { bad "reward model on the engines:"; tail -5 "$tmp/rr-local.log"; }
   mpin 4 "${rr[@]}" -i 2 --reward-ranks 1 -p rr-ranks > "$tmp/rr-ranks.log" 2>&1 || { bad "--reward-ranks 1:"; tail -5 "$tmp/rr-ranks.log"; }
   partial=(-i 1 -nb 1 --partial-rollout --switch-interval 4)
@@ -405,8 +407,9 @@ PY
        cmp -s <(metrics_of "$tmp/runs/$1/metrics.jsonl") <(metrics_of "$tmp/runs/$2/metrics.jsonl") &&
        cmp -s "$tmp/runs/$1/step-3/$(basename "$(ls "$tmp/runs/$1/step-3/"*.safetensors | head -1)")" \
          "$tmp/runs/$2/step-3/$(basename "$(ls "$tmp/runs/$1/step-3/"*.safetensors | head -1)")" &&
-       grep -q 'reward 0\] scoring with the reward model' "$tmp/$2.log"; then
-      ok "$2: the reward model on a rank of its own gives the engines' own run, bit for bit"
+       grep -q 'reward 0\] scoring with the reward model.* and trainer 0.s evaluations' "$tmp/$2.log" &&
+       grep -q '"held"' "$tmp/runs/$2/metrics.jsonl"; then
+      ok "$2: the reward model on a rank of its own gives the engines' own run and evaluation, bit for bit"
     else
       bad "$2 differs from $1"; diff <(metrics_of "$tmp/runs/$1/metrics.jsonl") <(metrics_of "$tmp/runs/$2/metrics.jsonl") | head -4
     fi

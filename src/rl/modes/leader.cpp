@@ -121,7 +121,12 @@ Leader::Leader(const RunConfig& c, const Topology* topo, RunState& run, RolloutS
   pending_.generated = saved.round.generated_groups;
   pending_.kept = saved.round.kept_groups;
   pending_.discarded = saved.round.discarded;
-  evaluator_ = std::make_unique<RunEvaluator>(c, run.policy->config(), *run.tokenizer, run.plan.run_dir);
+  RowScorer reward_model;  // on a reward rank rather than loaded here
+  if (topo_ != nullptr && evaluation_on_reward_rank(c, *topo_)) {
+    reward_rank_ = std::make_unique<RewardRankClient>(*topo_, topo_->reward_rank_of(0));
+    reward_model = [client = reward_rank_.get()](const std::vector<std::vector<int32_t>>& rows) { return client->score(rows); };
+  }
+  evaluator_ = std::make_unique<RunEvaluator>(c, run.policy->config(), *run.tokenizer, run.plan.run_dir, reward_model);
   if (eval_engine_ == nullptr && !evaluator_->empty()) {
     own_engine_ = std::make_unique<Engine>(run.policy, policy_engine_config(c, run), run.tokenizer);
     eval_engine_ = own_engine_.get();
@@ -271,6 +276,7 @@ CheckpointState Leader::checkpoint_state(CheckpointState state) const {
 void Leader::fail(const std::string& error) { log_->fail(error); }
 
 void Leader::finish(double seconds) {
+  if (reward_rank_) reward_rank_->stop();
   log_->finish();
   if (picker_->skipped_long() + picker_->skipped_short() > 0) {
     spdlog::info("prompts left out: {} over -mpt {}, {} under min_prompt_length {}", picker_->skipped_long(),

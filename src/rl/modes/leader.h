@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "parallel/topology.h"
+#include "rl/modes/reward_rank.h"
 #include "rl/rollout/rollout.h"
 #include "rl/rollout/rollout_source.h"
 #include "rl/run/run_state.h"
@@ -67,6 +68,7 @@ class Leader {
   RunState& run_;
   RolloutSource& source_;
   std::unique_ptr<RolloutGenerator> picker_;
+  std::unique_ptr<RewardRankClient> reward_rank_;  // scores evaluations (evaluation_on_reward_rank)
   std::unique_ptr<RunEvaluator> evaluator_;
   Engine* eval_engine_ = nullptr;
   std::unique_ptr<Engine> own_engine_;  // for evaluations, when the source has no engine to lend

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "rl/modes/control.h"
+#include "reward/reward_function.h"
 #include "rl/rollout/model_reward.h"
 #include "util/error.h"
 #include "util/trace.h"
@@ -75,8 +76,8 @@ std::vector<double> decode_scores(const std::string& bytes, size_t expected) {
   return out;
 }
 
-RewardRankClient::RewardRankClient(const Topology& topology)
-    : topo_(topology), server_(topology.reward_rank_of(topology.replica())), owner_(std::this_thread::get_id()) {}
+RewardRankClient::RewardRankClient(const Topology& topology, int server)
+    : topo_(topology), server_(server), owner_(std::this_thread::get_id()) {}
 
 std::vector<double> RewardRankClient::exchange(const std::vector<std::vector<int32_t>>& rows) {
   trace::Span span("reward_rank");
@@ -119,28 +120,35 @@ void RewardRankClient::pump() {
 
 void RewardRankClient::stop() { topo_.world->send_bytes(encode_reward_request(nullptr), server_, kRewardTag); }
 
+bool evaluation_on_reward_rank(const RunConfig& c, const Topology& topo) {
+  return topo.num_reward > 0 && !c.reward.model.path.empty() && !grades_answers(c.reward) && !eval_sets(c.eval).empty();
+}
+
 void run_reward_rank(const RunConfig& c, const Topology& topo) {
   RewardModelScorer scorer(c.reward.model, c.runtime.device, c.runtime.dtype);
-  std::vector<int> engines;  // the world ranks of the engines' first ranks this rank serves
+  std::vector<int> clients;  // the world ranks this rank serves: engines' first ranks, trainer rank 0
   for (int e = 0; e < topo.num_engines(); ++e) {
-    if (topo.reward_rank_of(e) == topo.world->rank()) engines.push_back(topo.engine_leader(e));
+    if (topo.reward_rank_of(e) == topo.world->rank()) clients.push_back(topo.engine_leader(e));
   }
-  spdlog::info("{} scoring with the reward model {} for {} engine(s)", topo.describe(), c.reward.model.path, engines.size());
-  size_t running = engines.size();
-  std::vector<bool> stopped(engines.size(), false);
+  const bool evaluations = evaluation_on_reward_rank(c, topo) && topo.world->rank() == topo.reward_rank_of(0);
+  if (evaluations) clients.push_back(0);
+  spdlog::info("{} scoring with the reward model {} for {} engine(s){}", topo.describe(), c.reward.model.path,
+               clients.size() - (evaluations ? 1 : 0), evaluations ? " and trainer 0's evaluations" : "");
+  size_t running = clients.size();
+  std::vector<bool> stopped(clients.size(), false);
   while (running > 0) {
     bool served = false;
-    for (size_t k = 0; k < engines.size(); ++k) {
-      if (stopped[k] || !topo.world->probe(engines[k], kRewardTag)) continue;
+    for (size_t k = 0; k < clients.size(); ++k) {
+      if (stopped[k] || !topo.world->probe(clients[k], kRewardTag)) continue;
       served = true;
-      const auto rows = decode_reward_request(topo.world->recv_bytes(engines[k], kRewardTag));
+      const auto rows = decode_reward_request(topo.world->recv_bytes(clients[k], kRewardTag));
       if (!rows) {
         stopped[k] = true;
         --running;
         continue;
       }
       trace::Span span("score");
-      topo.world->send_bytes(encode_scores(scorer.score(*rows)), engines[k], kRewardTag);
+      topo.world->send_bytes(encode_scores(scorer.score(*rows)), clients[k], kRewardTag);
     }
     if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

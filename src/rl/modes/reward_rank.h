@@ -21,16 +21,23 @@
 
 namespace rlcpp {
 
-// Runs a reward rank until every engine it serves has stopped.
+// Runs a reward rank until every engine it serves (and trainer rank 0, for its evaluations) has
+// stopped.
 void run_reward_rank(const RunConfig& config, const Topology& topology);
 
-// On an engine's first rank: its reward rank's scores of token rows (ModelReward's RowScorer), and
-// at the end the stop that rank waits for. MPI is called on the thread that made the client only
+// Whether trainer rank 0 scores its evaluations with the reward model on the first reward rank,
+// rather than loading the model itself: there are reward ranks, eval sets and a reward model, and
+// evaluation reports the mean reward (the reward does not grade answers).
+bool evaluation_on_reward_rank(const RunConfig& config, const Topology& topology);
+
+// On an engine's first rank (or trainer rank 0, evaluation_on_reward_rank): its reward rank's
+// scores of token rows (ModelReward's RowScorer), and at the end the stop that rank waits for. MPI is called on the thread that made the client only
 // (MPI_THREAD_FUNNELED): rows scored on another thread (a round graded while the worker takes
 // weights) wait there until that thread's pump() sends them and hands back the scores.
 class RewardRankClient {
  public:
-  explicit RewardRankClient(const Topology& topology);
+  // Served by reward rank `server` (a world rank).
+  RewardRankClient(const Topology& topology, int server);
   std::vector<double> score(const std::vector<std::vector<int32_t>>& rows);
   // On the client's thread, again and again while another thread scores: serves its rows if posted.
   void pump();

@@ -269,7 +269,7 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
   // The engine's first rank grades its rounds (a reward model is loaded there only, or held by a
   // reward rank of its own).
   std::optional<RewardRankClient> reward_rank;
-  if (engine.leads() && topo.num_reward > 0) reward_rank.emplace(topo);
+  if (engine.leads() && topo.num_reward > 0) reward_rank.emplace(topo, topo.reward_rank_of(topo.replica()));
   RowScorer remote;
   if (reward_rank) remote = [&](const std::vector<std::vector<int32_t>>& rows) { return reward_rank->score(rows); };
   const RewardFunction reward = engine.leads() ? make_run_reward(c.reward, c.runtime.device, c.runtime.dtype, remote) : RewardFunction{};

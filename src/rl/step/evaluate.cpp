@@ -183,13 +183,14 @@ std::string eval_samples_jsonl(const EvalResult& r) {
 }
 
 RunEvaluator::RunEvaluator(const RunConfig& c, const ModelConfig& model_config, const Tokenizer& tokenizer,
-                           const std::filesystem::path& run_dir)
+                           const std::filesystem::path& run_dir, RowScorer reward_model_scorer)
     : c_(c), out_dir_(c.eval.save_dir.empty() ? run_dir / "eval" : std::filesystem::path(c.eval.save_dir) / c.logging.project) {
   // What accuracy is reported against: the -rt grader (-rt model or judge: the mean reward, the
   // reward model loaded and the judge reached only when there are sets to evaluate).
   const auto sets = eval_sets(c.eval);
-  reward_ = !grades_answers(c.reward) && !sets.empty() ? make_run_reward(c.reward, c.runtime.device, c.runtime.dtype)
-                                                        : make_grader(c.reward);
+  reward_ = !grades_answers(c.reward) && !sets.empty()
+                ? make_run_reward(c.reward, c.runtime.device, c.runtime.dtype, std::move(reward_model_scorer))
+                : make_grader(c.reward);
   DatasetOptions options;
   options.kind = grades_answers(c.reward) ? DatasetKind::kPrompts : DatasetKind::kOpenPrompts;
   for (const auto& [name, path] : sets) sets_.emplace_back(name, load_prompt_dataset(path, checked_by(reward_, options)));

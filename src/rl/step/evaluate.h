@@ -14,6 +14,7 @@
 #include "io/prompt_dataset.h"
 #include "reward/reward_function.h"
 #include "rl/config/run_config.h"
+#include "rl/rollout/model_reward.h"
 #include "text/prompt_builder.h"
 
 namespace rlcpp {
@@ -68,8 +69,10 @@ class RunEvaluator {
  public:
   // Per-sample files go to --eval-save-dir/<project>/<set>/step-<n>.jsonl, by default
   // run_dir/eval/<set>/step-<n>.jsonl.
+  // `reward_model_scorer`: where a reward model's scores come from (a reward rank), or empty: the
+  // model is loaded here.
   RunEvaluator(const RunConfig& config, const ModelConfig& model_config, const Tokenizer& tokenizer,
-               const std::filesystem::path& run_dir);
+               const std::filesystem::path& run_dir, RowScorer reward_model_scorer = {});
   ~RunEvaluator();
   bool empty() const { return sets_.empty(); }
   // Every -ei steps and at the end of the run.
