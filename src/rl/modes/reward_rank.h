@@ -31,9 +31,10 @@ void run_reward_rank(const RunConfig& config, const Topology& topology);
 bool evaluation_on_reward_rank(const RunConfig& config, const Topology& topology);
 
 // On an engine's first rank (or trainer rank 0, evaluation_on_reward_rank): its reward rank's
-// scores of token rows (ModelReward's RowScorer), and at the end the stop that rank waits for. MPI is called on the thread that made the client only
-// (MPI_THREAD_FUNNELED): rows scored on another thread (a round graded while the worker takes
-// weights) wait there until that thread's pump() sends them and hands back the scores.
+// scores of token rows (ModelReward's RowScorer), and at the end the stop that rank waits for.
+// MPI is called on the thread that made the client only (MPI_THREAD_FUNNELED): rows scored on
+// another thread (a round graded while the worker takes weights) wait there until that thread's
+// pump() sends them and hands back the scores.
 class RewardRankClient {
  public:
   // Served by reward rank `server` (a world rank).
