@@ -169,7 +169,7 @@ RLCPP_BF16_TARGET void block(const uint16_t* xp, int64_t ldx, int64_t n, int64_t
 // y[j, r] for RW weight rows and RX rows of x: each step loads 32 weights of each row and 32 of
 // each x row, one dot product per (row, x row) pair (16 lanes of two products); the last step's
 // loads are masked to the row's end. Horizontal sums at the end.
-template <int RW, int RX>
+template <int RW, int RX, bool kPrefetch = true>
 RLCPP_BF16_TARGET void dot_tile(const uint16_t* __restrict xb, int64_t in, const uint16_t* __restrict w,
                                 const float* bias, float* __restrict y, int64_t ldy) {
   __m512 acc[RW][RX];
@@ -185,7 +185,7 @@ RLCPP_BF16_TARGET void dot_tile(const uint16_t* __restrict xb, int64_t in, const
     __m512i wv[RW];
     RLCPP_UNROLL
     for (int r = 0; r < RW; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + r * in + k + ahead), _MM_HINT_T0);
+      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(w + r * in + k + ahead), _MM_HINT_T0);
       wv[r] = _mm512_loadu_si512(w + r * in + k);
     }
     RLCPP_UNROLL
@@ -215,55 +215,17 @@ RLCPP_BF16_TARGET void dot_tile(const uint16_t* __restrict xb, int64_t in, const
   }
 }
 
-// y[j, r] for RX ≤ kStreamRows rows of x, one weight row at a time: each row is a single stream of
-// bytes, which the hardware prefetcher follows at the full memory bandwidth (faster than
-// interleaved rows fetched ahead by software, as int8dot's stream_row). One row of x has two
-// accumulators, taking alternate steps.
+// Up to this many rows of x read one weight row at a time, with no software prefetch: each row is
+// then a single stream of bytes, which the hardware prefetcher follows at the full memory
+// bandwidth (on Zen 4, 1.4-1.8x the rate of four interleaved rows fetched ahead by software:
+// bench_kernels' lm_head). With more rows the tiles sharing each x load among rows measured faster.
 constexpr int kStreamRows = 2;
-
-template <int RX>
-RLCPP_BF16_TARGET void stream_row(const uint16_t* __restrict xb, int64_t in, const uint16_t* __restrict w,
-                                  const float* bias, float* __restrict y, int64_t ldy) {
-  constexpr int A = RX == 1 ? 2 : 1;  // accumulators per row of x
-  constexpr int64_t step = 2 * kLanes;
-  __m512 acc[A][RX];
-  RLCPP_UNROLL
-  for (int a = 0; a < A; ++a) {
-    RLCPP_UNROLL
-    for (int j = 0; j < RX; ++j) acc[a][j] = _mm512_setzero_ps();
-  }
-  int64_t k = 0;
-  for (; k + A * step <= in; k += A * step) {
-    RLCPP_UNROLL
-    for (int a = 0; a < A; ++a) {
-      const int64_t at = k + a * step;
-      const __m512i wv = _mm512_loadu_si512(w + at);
-      RLCPP_UNROLL
-      for (int j = 0; j < RX; ++j) {
-        acc[a][j] = _mm512_dpbf16_ps(acc[a][j], (__m512bh)wv, (__m512bh)_mm512_loadu_si512(xb + j * in + at));
-      }
-    }
-  }
-  for (; k < in; k += step) {  // fewer than A steps, the last one masked to the row's end
-    const __mmask32 mask = k + step <= in ? ~__mmask32{0} : (__mmask32{1} << (in - k)) - 1;
-    const __m512i wv = _mm512_maskz_loadu_epi16(mask, w + k);
-    RLCPP_UNROLL
-    for (int j = 0; j < RX; ++j) {
-      acc[0][j] = _mm512_dpbf16_ps(acc[0][j], (__m512bh)wv, (__m512bh)_mm512_maskz_loadu_epi16(mask, xb + j * in + k));
-    }
-  }
-  for (int j = 0; j < RX; ++j) {
-    for (int a = 1; a < A; ++a) acc[0][j] = _mm512_add_ps(acc[0][j], acc[a][j]);
-    const float s = _mm512_reduce_add_ps(acc[0][j]);
-    y[j * ldy] = bias != nullptr ? s + *bias : s;
-  }
-}
 
 template <int RX>
 RLCPP_BF16_TARGET void dot_rows(const uint16_t* xb, int64_t in, const uint16_t* w, int64_t r0, int64_t r1,
                                 const float* bias, float* y, int64_t out) {
   if constexpr (RX <= kStreamRows) {
-    for (int64_t r = r0; r < r1; ++r) stream_row<RX>(xb, in, w + r * in, bias ? bias + r : nullptr, y + r, out);
+    for (int64_t r = r0; r < r1; ++r) dot_tile<1, RX, false>(xb, in, w + r * in, bias ? bias + r : nullptr, y + r, out);
     return;
   }
   constexpr int RW = std::max(1, std::min(4, kAccumulators / RX));

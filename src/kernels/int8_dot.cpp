@@ -1,5 +1,6 @@
-// AVX512-VNNI dot-product tiles for int8 weights (kernels/int8_dot.h), compiled for the extension
-// by attribute; on other architectures cpu_has() is false and nothing here runs.
+// AVX512-VNNI dot-product and outer-product tiles for int8 weights (kernels/int8_dot.h), compiled
+// for the extension by attribute; on other architectures cpu_has() is false and only the packing
+// of x runs here.
 #include "kernels/int8_dot.h"
 
 #include <algorithm>
@@ -80,7 +81,7 @@ constexpr int64_t kFlushSteps = 128;
 // int16 and multiplies them with 32 elements of each x row, one vpdpwssd per (row, x row) pair;
 // the last step's loads are masked to the row's end. Every kFlushSteps steps the int32 sums are
 // added into fp32 ones.
-template <int RW, int RX>
+template <int RW, int RX, bool kPrefetch = true>
 RLCPP_VNNI_TARGET void dot_tile(const int16_t* __restrict xq, const float* xs, int64_t in, const int8_t* __restrict w,
                                 const float* scales, const float* bias, float* __restrict y, int64_t ldy) {
   float sums[RW][RX] = {};
@@ -98,7 +99,7 @@ RLCPP_VNNI_TARGET void dot_tile(const int16_t* __restrict xq, const float* xs, i
       __m512i wv[RW];
       RLCPP_UNROLL
       for (int r = 0; r < RW; ++r) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * in + k + ahead), _MM_HINT_T0);
+        if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(w + r * in + k + ahead), _MM_HINT_T0);
         wv[r] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * in + k)));
       }
       RLCPP_UNROLL
@@ -132,61 +133,19 @@ RLCPP_VNNI_TARGET void dot_tile(const int16_t* __restrict xq, const float* xs, i
   }
 }
 
-// y[j, r] for RX ≤ kStreamRows rows of x, one weight row at a time: each row is a single stream of
-// bytes, which the hardware prefetcher follows at the full memory bandwidth (on Zen 4 1.4-1.8x
-// the rate of four interleaved rows fetched ahead by software, bench/kernels' lm_head). One row of
-// x has two accumulators, taking alternate steps, so that its sum is not one chain of dependent
-// instructions.
+// Up to this many rows of x read one weight row at a time, with no software prefetch: each row is
+// then a single stream of bytes, which the hardware prefetcher follows at the full memory
+// bandwidth (on Zen 4, 1.4-1.8x the rate of four interleaved rows fetched ahead by software:
+// bench_kernels' lm_head). With more rows the tiles sharing each x load among rows measured faster.
 constexpr int kStreamRows = 2;
-
-template <int RX>
-RLCPP_VNNI_TARGET void stream_row(const int16_t* __restrict xq, const float* xs, int64_t in,
-                                  const int8_t* __restrict w, float scale, const float* bias, float* __restrict y,
-                                  int64_t ldy) {
-  constexpr int A = RX == 1 ? 2 : 1;  // accumulators per row of x
-  float sums[RX] = {};
-  for (int64_t k0 = 0; k0 < in; k0 += kStep * kFlushSteps) {
-    const int64_t k1 = std::min(in, k0 + kStep * kFlushSteps);
-    __m512i acc[A][RX];
-    RLCPP_UNROLL
-    for (int a = 0; a < A; ++a) {
-      RLCPP_UNROLL
-      for (int j = 0; j < RX; ++j) acc[a][j] = _mm512_setzero_si512();
-    }
-    int64_t k = k0;
-    for (; k + A * kStep <= k1; k += A * kStep) {
-      RLCPP_UNROLL
-      for (int a = 0; a < A; ++a) {
-        const int64_t at = k + a * kStep;
-        const __m512i wv = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + at)));
-        RLCPP_UNROLL
-        for (int j = 0; j < RX; ++j) acc[a][j] = dpwssd(acc[a][j], wv, _mm512_loadu_si512(xq + j * in + at));
-      }
-    }
-    for (; k < k1; k += kStep) {  // fewer than A steps, the last one masked to the row's end
-      const __mmask32 mask = k + kStep <= k1 ? ~__mmask32{0} : (__mmask32{1} << (k1 - k)) - 1;
-      const __m512i wv = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(mask, w + k));
-      RLCPP_UNROLL
-      for (int j = 0; j < RX; ++j) {
-        acc[0][j] = dpwssd(acc[0][j], wv, _mm512_maskz_loadu_epi16(mask, xq + j * in + k));
-      }
-    }
-    for (int j = 0; j < RX; ++j) {
-      for (int a = 1; a < A; ++a) acc[0][j] = _mm512_add_epi32(acc[0][j], acc[a][j]);
-      sums[j] += _mm512_reduce_add_ps(_mm512_cvtepi32_ps(acc[0][j]));
-    }
-  }
-  for (int j = 0; j < RX; ++j) {
-    const float s = sums[j] * xs[j] * scale;
-    y[j * ldy] = bias != nullptr ? s + *bias : s;
-  }
-}
 
 template <int RX>
 RLCPP_VNNI_TARGET void dot_rows(const int16_t* xq, const float* xs, int64_t in, const int8_t* w, const float* scales,
                                 int64_t r0, int64_t r1, const float* bias, float* y, int64_t out) {
   if constexpr (RX <= kStreamRows) {
-    for (int64_t r = r0; r < r1; ++r) stream_row<RX>(xq, xs, in, w + r * in, scales[r], bias ? bias + r : nullptr, y + r, out);
+    for (int64_t r = r0; r < r1; ++r) {
+      dot_tile<1, RX, false>(xq, xs, in, w + r * in, scales + r, bias ? bias + r : nullptr, y + r, out);
+    }
     return;
   }
   constexpr int RW = std::max(1, std::min(4, 24 / RX));

@@ -59,8 +59,8 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_
   hn::Vec<decltype(df)> acc[RW][RX];
   for (int r = 0; r < RW; ++r)
     for (int j = 0; j < RX; ++j) acc[r][j] = hn::Zero(df);
-  // Weights stream from memory once: with kPrefetch, fetch each row's bytes ahead of the loads (past a row's end
-  // that is the next rows', which the next tile reads).
+  // Weights stream from memory once: with kPrefetch, fetch each row's bytes ahead of the loads
+  // (past a row's end that is the next rows', which the next tile reads).
   constexpr int64_t ahead = RLCPP_PREFETCH_BYTES / sizeof(TW);
   int64_t k = 0;
 #if RLCPP_KERNELS_FP8_PAIRS
@@ -100,9 +100,9 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t in, const TW* HWY_
 // Up to this many input rows read one weight row at a time, with no software prefetch: each row
 // is then a single stream, which the hardware prefetcher follows at the full memory bandwidth
 // (decode of a few sequences is bound by the weights' bytes). On the AVX-512 EPYC the 0.5B's
-// lm_head read 1.3-1.7x faster so at 1-4 rows of fp32 or widened bf16, and batch-1 decode on
-// fp8 1.3x; 8-bit weights' widening bounds them from two rows, where tiles sharing each x load
-// among four weight rows measured faster (bench_kernels, bench_generate).
+// lm_head read 1.3-1.7x faster this way at 1-4 rows of fp32 or widened bf16, and batch-1 decode
+// on fp8 ran 1.3x faster; from two rows the widening of 8-bit weights bounds them, and tiles
+// sharing each x load among four weight rows measured faster (bench_kernels, bench_generate).
 template <class TW>
 constexpr int kStreamRows = sizeof(TW) == 1 ? 1 : 4;
 
