@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   std::printf("bf16 weights: %s\nint8 weights: %s\n",
               dot ? "the CPU's bf16 dot products (AVX512-BF16; x rounded to bf16), and widened to fp32 for comparison"
                   : "widened to fp32 (no AVX512-BF16, or RLCPP_DOT_INSTRUCTIONS=0)",
-              dot8 ? "the CPU's integer dot products up to 8 rows (AVX512-VNNI; x quantized to int16), and widened to "
+              dot8 ? "the CPU's integer dot products (AVX512-VNNI; x quantized to int16), and widened to "
                      "fp32 for comparison"
                    : "widened to fp32 (no AVX512-VNNI, or RLCPP_DOT_INSTRUCTIONS=0)");
   const double bandwidth = read_bandwidth();

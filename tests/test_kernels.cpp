@@ -295,9 +295,8 @@ TEST(Kernels, EightBitMatmulMatchesItsDequantizedWeightsOnEveryTarget) {
 // With AVX512-VNNI, int8 weights multiply x quantized to int16 with a scale per row (LibTorch's
 // rounding, ties to even), on both tiles: the result is that product in fp32, whatever the shape
 // (odd `in`: masked last loads and a last pair of its own; 5,000: a row longer than one block of
-// integer sums; 130 rows: three panels of the outer-product tiles), and
-// within x's quantization of the exact product. Rows of the largest values sum far past int32's
-// range without overflowing.
+// integer sums; 130 rows: three panels of the outer-product tiles), and within x's quantization
+// of the exact product. Rows of the largest values sum far past int32's range without overflowing.
 TEST(Kernels, Int8DotProductsMultiplyXQuantizedToInt16) {
   if (!kernels::int8_dot_products()) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
   torch::manual_seed(6);

@@ -45,7 +45,7 @@ void matmul_nt(const float* x, int64_t n, int64_t in, StoredWeight w, int64_t ou
 // - bf16 weights on AVX512-BF16 (`vdpbf16ps`, two multiplies per fp32 lane; kernels/bf16_dot.h):
 //   x is rounded to bf16 (to nearest even), at every row count.
 // - int8 weights on AVX512-VNNI (`vpdpwssd`; kernels/int8_dot.h): x is quantized to int16 with a
-//   scale per row (2^-16 of its largest element), up to kDotRows rows.
+//   scale per row (2^-16 of its largest element), at every row count.
 // Elsewhere (other CPUs, other types, or turned off) narrow weights are widened to fp32 and x is
 // used as it is. On by default; RLCPP_DOT_INSTRUCTIONS=0 in the environment turns them off.
 bool bf16_dot_products();
