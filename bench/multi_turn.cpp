@@ -27,7 +27,7 @@ class Turns : public TurnHandler {
  public:
   Turns(int64_t turns, int64_t turn_len, int64_t insert, int64_t vocab)
       : turns_(turns), turn_len_(turn_len), insert_(insert), vocab_(vocab) {}
-  int64_t first_turn_limit() const override { return turn_len_; }
+  int64_t first_turn_limit(int64_t /*request*/) const override { return turn_len_; }
   std::shared_future<TurnOutcome> turn_ended(const TurnEnd& end) override {
     TurnOutcome outcome;
     const int64_t turn = (end.response_tokens + insert_) / (turn_len_ + insert_);  // turns done so far

@@ -37,7 +37,7 @@ class ScriptedTurns : public TurnHandler {
   ScriptedTurns(int64_t turns, int64_t vocab, int64_t turn_limit, int64_t lag = 1, bool slow = false)
       : turns_(turns), vocab_(vocab), turn_limit_(turn_limit), lag_(lag), slow_(slow) {}
 
-  int64_t first_turn_limit() const override { return turn_limit_; }
+  int64_t first_turn_limit(int64_t /*request*/) const override { return turn_limit_; }
   int64_t resume_lag() const override { return lag_; }
 
   std::shared_future<TurnOutcome> turn_ended(const TurnEnd& end) override {

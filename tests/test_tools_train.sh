@@ -5,7 +5,8 @@
 #     episodes (tool-call rate), the report's conversation;
 #   - the same with LoRA, with MPI rollout workers (-t 1 -i 1: the colocated run's steps exactly),
 #     with ZeRO-1 over two trainers, with tensor-parallel rollout workers and -nb 1, with partial
-#     rollouts (versions changing mid-episode), and with the remote backend (rlcpp serve; each turn a
+#     rollouts (versions changing mid-episode; a checkpoint cuts the episodes in flight, saves them
+#     and they go on, exactly after a kill -9), and with the remote backend (rlcpp serve; each turn a
 #     request of the whole sequence so far);
 #   - exact resume after kill -9 (the round in flight is regenerated from the checkpoint);
 #   - an external environment (-rt env, --env-cmd): its rewards, a first observation, a second
@@ -87,14 +88,44 @@ run_mpi 3 "${base[@]}" --max-steps 2 -t 1 -i 2 --rollout-tp 2 -nb 1 -p tp > tp.l
 
 # Partial rollouts over episodes: a trajectory waiting for its tool is in flight like any other, and
 # the round ahead takes new versions mid-episode (samples of two versions), token-exact throughout.
-run_mpi 2 "${base[@]}" --max-steps 4 -t 1 -i 1 -ibs 8 -nb 1 --partial-rollout --switch-interval 4 -p partial \
-  > partial.log 2>&1 && python3 - runs/partial/metrics.jsonl <<'PY' && ok partial-rollout-episodes || { bad partial-rollout-episodes; tail -5 partial.log; }
+# A checkpoint every step cuts the round ahead at its version (--checkpoint-round cut): every
+# episode's tokens and state saved in flight, and going on from them.
+partial=("${base[@]}" --max-steps 6 -t 1 -i 1 -ibs 8 -nb 1 --partial-rollout --switch-interval 20 --si 1)
+run_mpi 2 "${partial[@]}" -p partial > partial.log 2>&1 && python3 - runs/partial/metrics.jsonl <<'PY' && ok partial-rollout-episodes || { bad partial-rollout-episodes; tail -5 partial.log; }
 import json, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 mixed = [r for r in rows if r["staleness"]["per_token"]["mean"] < r["staleness"]["per_sample"]["mean"] - 1e-9]
 print(f"     {len(mixed)} of {len(rows)} steps with episodes of two versions; tool calls {[round(r['tool_calls'], 2) for r in rows]}")
-assert len(rows) == 4 and mixed and all(r["tito_mismatch"] == 0 and "turns_mean" in r for r in rows)
+assert len(rows) == 6 and mixed and all(r["tito_mismatch"] == 0 and "turns_mean" in r for r in rows)
 PY
+python3 - runs/partial <<'PY' && ok partial-checkpoint-holds-episodes-in-flight || bad partial-checkpoint-holds-episodes-in-flight
+import glob, json, sys
+found = []
+for path in sorted(glob.glob(sys.argv[1] + "/step-*/trainer_state/state.json")):
+    for cut in json.load(open(path))["round"]["in_flight"]:
+        samples = (cut["progress"] or {}).get("samples", [])
+        going_on = [s for s in samples if not s["done"]]
+        assert all(s["episode"]["state"]["messages"] for s in going_on), path
+        assert all("summary" in s["episode"] for s in samples if s["done"]), path
+        found.append((path.split("/")[-3], len(samples), len(going_on), sum(len(s["inserted"]) > 0 for s in going_on)))
+print(f"     (checkpoint, episodes, unfinished, unfinished after a tool's answer): {found}")
+assert any(f[2] > 0 for f in found), "no checkpoint cut an episode"
+assert any(f[3] > 0 for f in found), "no checkpoint cut an episode after a tool's answer"
+PY
+# kill -9 of the rollout worker once step-2 is written (four steps before the end), then
+# --resume auto: the uninterrupted run.
+staleness_of() { python3 -c 'import json,sys; print([r["staleness"] for r in map(json.loads, open(sys.argv[1])) if "step" in r])' "$1"; }
+kill_rank_after killed-partial 2 1 2 "${partial[@]}"
+run_mpi 2 "${partial[@]}" -p killed-partial --resume auto > killed-partial-resume.log 2>&1
+if grep -q "resuming from runs/killed-partial/step-" killed-partial-resume.log \
+   && cmp -s <(metrics_of runs/partial/metrics.jsonl) <(metrics_of runs/killed-partial/metrics.jsonl) \
+   && cmp -s <(staleness_of runs/partial/metrics.jsonl) <(staleness_of runs/killed-partial/metrics.jsonl) \
+   && cmp -s runs/partial/step-6/model.safetensors runs/killed-partial/step-6/model.safetensors; then
+  ok partial-episodes-kill-then-resume-exact
+else
+  bad partial-episodes-kill-then-resume-exact; tail -3 killed-partial-resume.log
+  diff <(metrics_of runs/partial/metrics.jsonl) <(metrics_of runs/killed-partial/metrics.jsonl) | head -4
+fi
 
 # 4. Exact resume after kill -9 mid-run. The killed process writes no status line: the resumed
 #    run's file ends with its only one, and metrics.discarded.jsonl (if any) holds steps alone.

@@ -502,11 +502,9 @@ std::vector<GeneratedSample> Engine::generate_turns(const std::vector<Generation
     params.push_back(fit_request(r, ids.size(), model_->config().max_position_embeddings).params);
     ids.push_back(loop.add(r, /*hold_turns=*/true));
   }
-  const int64_t first_limit = handler.first_turn_limit();
-  if (first_limit > 0) {
-    for (size_t r = 0; r < requests.size(); ++r) {
-      for (int64_t s = 0; s < requests[r].n; ++s) loop.set_turn_limit(ids[r], s, first_limit);
-    }
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const int64_t first_limit = handler.first_turn_limit(static_cast<int64_t>(r));
+    for (int64_t s = 0; s < requests[r].n && first_limit > 0; ++s) loop.set_turn_limit(ids[r], s, first_limit);
   }
   const int64_t lag = std::max<int64_t>(handler.resume_lag(), 1);
   struct Waiting {
@@ -516,26 +514,36 @@ std::vector<GeneratedSample> Engine::generate_turns(const std::vector<Generation
   std::deque<Waiting> waiting;  // in the order the turns ended (their due steps never decrease)
   int64_t n_sequences = 0;
   for (const auto& r : requests) n_sequences += r.n;
+  // The oldest turn's answer: its inserted tokens added and the trajectory going on, or it ends.
+  auto answer_one = [&] {
+    Waiting w = std::move(waiting.front());
+    waiting.pop_front();
+    const TurnOutcome& outcome = w.answer.get();
+    if (outcome.go_on && room_for(loop.response_tokens(w.request, w.sample), outcome.inserted,
+                                  params[static_cast<size_t>(w.request)])) {
+      loop.resume(w.request, w.sample, outcome.inserted, outcome.turn_limit);
+    } else {
+      if (outcome.go_on) loop.set_finish_reason(w.request, w.sample, FinishReason::kLength);
+      loop.release(w.request, w.sample);
+    }
+  };
   int64_t steps = 0;
   cut_ = last_cut_ = false;
   for (;;) {
-    RLCPP_CHECK(!cut_, "a multi-turn generation was cut: only single-turn rounds are cut at a checkpoint");
+    if (cut_) {
+      // The step hook cut the call: every turn's answer is awaited and added now (as if due), and
+      // what is unfinished ends here with its tokens (FinishReason::kAbort), to be continued.
+      while (!waiting.empty()) answer_one();
+      for (int64_t id : ids) loop.cancel(id);
+      cut_ = false;
+      last_cut_ = true;
+      break;
+    }
     if (loop.idle()) {
       if (waiting.empty()) break;
       steps = std::max(steps, waiting.front().due);  // nothing else to run until the next answer is due
     }
-    while (!waiting.empty() && waiting.front().due <= steps) {
-      Waiting w = std::move(waiting.front());
-      waiting.pop_front();
-      const TurnOutcome& outcome = w.answer.get();
-      if (outcome.go_on && room_for(loop.response_tokens(w.request, w.sample), outcome.inserted,
-                                    params[static_cast<size_t>(w.request)])) {
-        loop.resume(w.request, w.sample, outcome.inserted, outcome.turn_limit);
-      } else {
-        if (outcome.go_on) loop.set_finish_reason(w.request, w.sample, FinishReason::kLength);
-        loop.release(w.request, w.sample);
-      }
-    }
+    while (!waiting.empty() && waiting.front().due <= steps) answer_one();
     if (loop.idle()) continue;  // every trajectory paused: the next answer is due later
     for (const StepToken& token : loop.step()) {
       if (!token.turn_ended) continue;
@@ -591,7 +599,7 @@ GeneratedSample eager_sequence(Transformer& model, const GenerationRequest& requ
   seq.tokens = request.prompt_ids;
   seq.n_prompt = static_cast<int64_t>(request.prompt_ids.size());
   seq.turn_start = seq.n_prompt;
-  seq.turn_limit = handler != nullptr ? handler->first_turn_limit() : 0;
+  seq.turn_limit = handler != nullptr ? handler->first_turn_limit(r) : 0;
   seq.params = &request.params;
   seq.rng.seed(sample_seed(request.seed, s));
   std::optional<std::string> cut;

@@ -112,7 +112,9 @@ class Engine : public RolloutBackend {
   }
   // Called from the step hook: the generate call stops before this step, every unfinished sample
   // ending with FinishReason::kAbort and the tokens it has (a checkpoint cuts a partial rollout's
-  // round there; its samples go on as requests of their own). Its results then say cut().
+  // round there; its samples go on as requests of their own). A generate_turns call first adds
+  // every ended turn's answer (the trajectory then ends, or its next turn has not begun). Its
+  // results then say cut().
   void cut_generation() { cut_ = true; }
   bool cut() const override { return last_cut_; }
   const EngineStats& last_stats() const { return stats_; }

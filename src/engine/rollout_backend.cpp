@@ -30,7 +30,7 @@ std::vector<GeneratedSample> RolloutBackend::generate_turns(const std::vector<Ge
       Trajectory t;
       t.request = r;
       t.sample = s;
-      t.turn_limit = handler.first_turn_limit();
+      t.turn_limit = handler.first_turn_limit(static_cast<int64_t>(r));
       t.ids = requests[r].prompt_ids;
       t.out.request = static_cast<int64_t>(r);
       t.out.sample = s;
@@ -129,6 +129,7 @@ void PiecedSample::append(GeneratedSample piece) {
   } else if (before == 0 && pieces == 0) {
     out.policy_version = piece.policy_version;
   }
+  for (const auto& run : piece.inserted) out.inserted.push_back({before + run.start, run.length});
   out.token_ids.insert(out.token_ids.end(), piece.token_ids.begin(), piece.token_ids.end());
   if (!piece.logprobs.empty() || !out.logprobs.empty()) {  // none from a backend that gives none
     out.logprobs.resize(static_cast<size_t>(before), 0.0F);

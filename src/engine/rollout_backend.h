@@ -37,8 +37,8 @@ struct TurnEnd {
 class TurnHandler {
  public:
   virtual ~TurnHandler() = default;
-  // The first turn's token limit (0: none).
-  virtual int64_t first_turn_limit() const { return 0; }
+  // The first turn's token limit of request `request`'s samples (0: none).
+  virtual int64_t first_turn_limit(int64_t /*request*/) const { return 0; }
   // The engine's steps between a turn's end and its resumption (at least 1): the answer is awaited
   // there if not ready, so the schedule never depends on how long it took.
   virtual int64_t resume_lag() const { return 1; }
@@ -71,7 +71,7 @@ class RolloutBackend {
 struct PiecedSample {
   GeneratedSample out;  // its request and sample are the caller's; policy_version -1 until a token
   int64_t pieces = 0;   // pieces appended
-  // Appends the next piece (its versions, and any version change, kept per token).
+  // Appends the next piece (its versions, any version change and inserted run, kept per token).
   void append(GeneratedSample piece);
   // The request going on from it: `original`'s prompt with the response so far, one sample of at
   // most `limit` response tokens in all, seeded from the original's seed, the sample and the

@@ -165,6 +165,39 @@ void Episode::finish(bool length, const std::vector<int32_t>& ids, const std::ve
   if (checkable_) tito_ = agent_.renderer().check(messages_, expected_, ids, sampled);
 }
 
+nlohmann::json Episode::state() const {
+  nlohmann::json turns = nlohmann::json::array();
+  for (const auto& t : turns_) turns.push_back({t.role, t.content, t.n_tokens, t.trained});
+  // The conversation as text: its messages keep their keys' order (a template may print them).
+  return {{"messages", messages_.dump()}, {"expected", expected_}, {"checkable", checkable_}, {"turns", turns},
+          {"final_text", final_text_}, {"n_turns", n_turns_}, {"tool_calls", n_tool_calls_},
+          {"tool_errors", n_tool_errors_}, {"inserted", n_inserted_}, {"ended_by", episode_ends().name(ended_by_)},
+          {"env_reward", env_reward_}, {"env_failed", env_failed_}, {"started", started_}};
+}
+
+void Episode::restore(const nlohmann::json& j, const std::string& where) {
+  try {
+    messages_ = nlohmann::ordered_json::parse(j.at("messages").get<std::string>());
+    expected_ = j.at("expected").get<std::string>();
+    checkable_ = j.at("checkable").get<bool>();
+    turns_.clear();
+    for (const auto& t : j.at("turns")) {
+      turns_.push_back({t.at(0).get<std::string>(), t.at(1).get<std::string>(), t.at(2).get<int64_t>(), t.at(3).get<bool>()});
+    }
+    final_text_ = j.at("final_text").get<std::string>();
+    n_turns_ = j.at("n_turns").get<int64_t>();
+    n_tool_calls_ = j.at("tool_calls").get<int64_t>();
+    n_tool_errors_ = j.at("tool_errors").get<int64_t>();
+    n_inserted_ = j.at("inserted").get<int64_t>();
+    ended_by_ = episode_ends().parse(j.at("ended_by").get<std::string>(), where);
+    env_reward_ = j.at("env_reward").get<double>();
+    env_failed_ = j.at("env_failed").get<bool>();
+    started_ = j.at("started").get<bool>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InternalError(fmt::format("{}: a malformed episode state: {}", where, e.what()));
+  }
+}
+
 nlohmann::json Episode::summary() const {
   nlohmann::json turns = nlohmann::json::array();
   for (const auto& t : turns_) {

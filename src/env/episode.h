@@ -126,6 +126,11 @@ class Episode {
   bool env_failed() const { return env_failed_; }
   const TitoCheck& tito() const { return tito_; }
   bool tito_checked() const { return checkable_; }
+  // The episode between two of its turns, for a round a checkpoint cuts in the middle of its
+  // episodes; restore() gives it back to an episode made with the same agent, id, prompt messages
+  // and record. A malformed state is an InternalError naming `where`.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state, const std::string& where);
   // The summary rollout records and metrics read: turns, tool_calls, tool_errors, inserted_tokens,
   // ended_by, tito (and its detail), env_reward.
   nlohmann::json summary() const;

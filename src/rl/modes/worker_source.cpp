@@ -74,7 +74,8 @@ void WorkerSource::submit(std::vector<PromptPick> picks, const WeightSwitches& s
 }
 
 bool WorkerSource::cuts_rounds() const {
-  return c_.staleness.partial_rollout && c_.staleness.cut_at_checkpoint && !c_.episode.multi_turn();
+  // An external environment's episodes live in its processes, which a checkpoint cannot save.
+  return c_.staleness.partial_rollout && c_.staleness.cut_at_checkpoint && c_.episode.env_cmd.empty();
 }
 
 std::vector<nlohmann::json> WorkerSource::take_cut() {

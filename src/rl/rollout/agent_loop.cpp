@@ -1,7 +1,9 @@
 #include "rl/rollout/agent_loop.h"
 
+#include <algorithm>
 #include <future>
 #include <memory>
+#include <optional>
 
 #include "util/error.h"
 
@@ -9,156 +11,254 @@ namespace rlcpp {
 
 namespace {
 
+// One generate_turns request of a call: its samples' pieces and episodes, and where a continued
+// trajectory stands (its response tokens before this request, its current turn's tokens so far).
+struct TurnRequest {
+  std::vector<size_t> members;  // pieces, in sample order
+  int64_t offset = 0;
+  std::vector<int32_t> turn_prefix;
+  int64_t first_limit = 0;
+};
+
 // The backend's view of the episodes: turn ends become episode turns, on threads of their own
-// when a tool or an environment may take a while.
+// when a tool or an environment may take a while. Turns are counted in the whole trajectory's
+// response tokens, a continued request's earlier ones included.
 class EpisodeTurns : public TurnHandler {
  public:
-  EpisodeTurns(const Agent& agent, std::vector<std::vector<Episode*>> by_request, std::vector<int64_t> budgets)
-      : agent_(agent), by_request_(std::move(by_request)), budgets_(std::move(budgets)) {
+  EpisodeTurns(const Agent& agent, const std::vector<TurnRequest>& requests, std::vector<Episode*> episodes,
+               std::vector<int64_t>& reported, std::vector<int64_t>& turn_limits, int64_t budget)
+      : agent_(agent), requests_(requests), episodes_(std::move(episodes)), reported_(reported),
+        turn_limits_(turn_limits), budget_(budget) {
     const auto names = agent_.tools().names();
     slow_ = agent_.environment() != nullptr || std::find(names.begin(), names.end(), "python") != names.end();
-    reported_.resize(by_request_.size());
-    for (size_t r = 0; r < by_request_.size(); ++r) reported_[r].assign(by_request_[r].size(), 0);
   }
 
-  int64_t first_turn_limit() const override { return agent_.options().max_tokens_per_turn; }
+  int64_t first_turn_limit(int64_t request) const override { return requests_.at(static_cast<size_t>(request)).first_limit; }
   int64_t resume_lag() const override { return agent_.options().resume_lag; }
 
   std::shared_future<TurnOutcome> turn_ended(const TurnEnd& end) override {
-    Episode* episode = by_request_.at(static_cast<size_t>(end.request)).at(static_cast<size_t>(end.sample));
-    reported_[static_cast<size_t>(end.request)][static_cast<size_t>(end.sample)] = end.response_tokens;
-    const int64_t budget = budgets_[static_cast<size_t>(end.request)];
-    auto run = [episode, end, budget] {
-      const EpisodeNext next = episode->turn(end.turn_ids, end.reason == FinishReason::kStop, end.response_tokens, budget);
+    const TurnRequest& request = requests_.at(static_cast<size_t>(end.request));
+    const size_t k = request.members.at(static_cast<size_t>(end.sample));
+    const int64_t response = request.offset + end.response_tokens;
+    std::vector<int32_t> ids = end.turn_ids;
+    // The continued turn's first end carries the tokens it had before the cut.
+    if (end.response_tokens == static_cast<int64_t>(end.turn_ids.size())) ids.insert(ids.begin(), request.turn_prefix.begin(), request.turn_prefix.end());
+    reported_[k] = response;
+    Episode* episode = episodes_[k];
+    int64_t* limit = &turn_limits_[k];
+    auto run = [episode, ids = std::move(ids), stopped = end.reason == FinishReason::kStop, response, budget = budget_, limit] {
+      const EpisodeNext next = episode->turn(ids, stopped, response, budget);
+      *limit = next.turn_limit;  // read once the backend returns (every answer awaited by then)
       return TurnOutcome{next.go_on, next.inserted, next.turn_limit};
     };
     if (!slow_) return ready_outcome(run());
-    return std::async(std::launch::async, run).share();
-  }
-
-  // The response tokens a sample had when its last turn was reported (its later tokens, if any,
-  // are a turn the response budget cut).
-  int64_t reported(int64_t request, int64_t sample) const {
-    return reported_[static_cast<size_t>(request)][static_cast<size_t>(sample)];
+    return std::async(std::launch::async, std::move(run)).share();
   }
 
  private:
   const Agent& agent_;
-  std::vector<std::vector<Episode*>> by_request_;
-  std::vector<int64_t> budgets_;
-  std::vector<std::vector<int64_t>> reported_;
+  const std::vector<TurnRequest>& requests_;
+  std::vector<Episode*> episodes_;  // per piece
+  std::vector<int64_t>& reported_;  // per piece: response tokens when its last turn was reported
+  std::vector<int64_t>& turn_limits_;  // per piece: the limit of its current turn
+  int64_t budget_;
   bool slow_ = false;
 };
 
+// Where an unfinished trajectory's current turn starts: after its last inserted run.
+int64_t turn_start(const GeneratedSample& g) {
+  return g.inserted.empty() ? 0 : g.inserted.back().start + g.inserted.back().length;
+}
+
 }  // namespace
+
+EpisodeResult episode_result(RoundProgress::Piece& piece) {
+  RLCPP_CHECK(piece.done && piece.episode.contains("summary"), "taking the result of an episode that has not ended");
+  const nlohmann::json& e = piece.episode;
+  EpisodeResult result;
+  result.sample = std::move(piece.sample.out);
+  result.prompt_ids = e.at("prompt_ids").get<std::vector<int32_t>>();
+  result.final_text = e.at("final_text").get<std::string>();
+  result.summary = e.at("summary");
+  result.env_reward = e.at("env_reward").get<double>();
+  result.truncated = e.at("truncated").get<bool>();
+  return result;
+}
+
+void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::vector<EpisodePrompt>& prompts,
+                        const SamplingParams& sampling, int64_t G, const std::vector<RoundProgress::Piece*>& pieces,
+                        const std::function<void()>& on_cut) {
+  const Tokenizer& tokenizer = agent.tokenizer();
+  const auto n = static_cast<size_t>(G);
+  RLCPP_CHECK(pieces.size() == prompts.size() * n, "{} episode pieces for {} prompts of {} samples", pieces.size(),
+              prompts.size(), G);
+  std::vector<std::unique_ptr<Episode>> episodes(pieces.size());
+  std::vector<std::vector<int32_t>> prompt_ids(pieces.size());
+  std::vector<int64_t> reported(pieces.size(), 0), turn_limits(pieces.size(), agent.options().max_tokens_per_turn);
+  const std::string where = "a round's episodes in flight";
+  bool fresh = true;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    RoundProgress::Piece& piece = *pieces[k];
+    piece.sample.out.request = static_cast<int64_t>(k / n);  // (a continuation's seed takes the sample)
+    piece.sample.out.sample = static_cast<int64_t>(k % n);
+    fresh = fresh && !piece.done && !piece.episode.is_object();
+    if (piece.done) continue;
+    const EpisodePrompt& p = prompts[k / n];
+    episodes[k] = std::make_unique<Episode>(agent, p.id * G + static_cast<int64_t>(k % n), p.messages, p.record);
+    if (!piece.episode.is_object()) continue;
+    episodes[k]->restore(piece.episode.at("state"), where);
+    prompt_ids[k] = piece.episode.at("prompt_ids").get<std::vector<int32_t>>();
+    reported[k] = piece.episode.at("reported").get<int64_t>();
+    turn_limits[k] = piece.episode.at("turn_limit").get<int64_t>();
+  }
+  std::vector<TurnRequest> turns;
+  std::vector<GenerationRequest> requests;
+  auto add_request = [&](const std::vector<int32_t>& ids, int64_t samples, uint64_t seed, size_t first) {
+    GenerationRequest request;
+    request.prompt_ids = ids;
+    request.params = sampling;
+    request.n = samples;
+    request.seed = seed;
+    requests.push_back(std::move(request));
+    TurnRequest turn;
+    for (int64_t s = 0; s < samples; ++s) turn.members.push_back(first + static_cast<size_t>(s));
+    turn.first_limit = agent.options().max_tokens_per_turn;
+    turns.push_back(std::move(turn));
+  };
+  if (fresh) {
+    // The episodes' starts (an environment's first observation, on its workers at once), then one
+    // request per prompt (its G samples share the prefill), or one per sample where the
+    // environment's first messages differ within the group.
+    std::vector<std::optional<std::string>> observations(pieces.size());
+    if (agent.environment() != nullptr) {
+      std::vector<std::future<std::optional<std::string>>> starts;
+      for (auto& e : episodes) starts.push_back(std::async(std::launch::async, [&e] { return e->start(); }));
+      for (size_t k = 0; k < starts.size(); ++k) observations[k] = starts[k].get();
+    }
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      const size_t first = p * n;
+      bool same = true;
+      for (size_t s = 1; s < n; ++s) same = same && observations[first + s] == observations[first];
+      for (size_t s = 0; s < (same ? 1 : n); ++s) {
+        const size_t k = first + s;
+        std::vector<int32_t> ids = prompts[p].ids;
+        std::string text = prompts[p].text;
+        bool truncated = prompts[p].truncated;
+        if (observations[k]) {  // the prompt with the environment's first message
+          text = agent.chat().render(episodes[k]->prompt_messages(), true, agent.template_variables());
+          ids = tokenizer.encode(text);
+          truncated = false;
+        }
+        for (size_t j = 0; j < (same ? n : 1); ++j) {
+          episodes[k + j]->set_prompt_text(truncated ? "" : text);
+          prompt_ids[k + j] = ids;
+        }
+        if (same) add_request(ids, G, prompts[p].seed, first);
+        else add_request(ids, 1, sample_seed(prompts[p].seed, static_cast<int64_t>(s)), k);
+      }
+    }
+  }
+  // A piece whose trajectory ended: its episode's end (the token-exactness check) and its result.
+  auto finish = [&](size_t k) {
+    RoundProgress::Piece& piece = *pieces[k];
+    GeneratedSample& g = piece.sample.out;
+    Episode& episode = *episodes[k];
+    // A last turn the response budget cut was never reported: it is the episode's last turn.
+    const auto tokens = static_cast<int64_t>(g.token_ids.size());
+    const int64_t from = std::max(reported[k], turn_start(g));
+    const bool cut = tokens > from;
+    if (cut) episode.last_turn({g.token_ids.begin() + from, g.token_ids.end()});
+    std::vector<int32_t> ids = prompt_ids[k];
+    ids.insert(ids.end(), g.token_ids.begin(), g.token_ids.end());
+    std::vector<uint8_t> sampled(prompt_ids[k].size(), 0);
+    sampled.resize(ids.size(), 1);
+    for (const auto& run : g.inserted) {
+      std::fill_n(sampled.begin() + static_cast<std::ptrdiff_t>(prompt_ids[k].size() + run.start), run.length, 0);
+    }
+    episode.finish(g.finish_reason == FinishReason::kLength && (cut || tokens >= sampling.max_new_tokens), ids, sampled);
+    // The text of the whole trajectory (pieces decoded apart may split a character).
+    if (g.text.empty() || piece.sample.pieces > 1) g.text = tokenizer.decode(g.token_ids, true);
+    piece.episode = {{"prompt_ids", prompt_ids[k]}, {"final_text", episode.final_text()}, {"summary", episode.summary()},
+                     {"env_reward", episode.env_reward()},
+                     {"truncated", episode.ended_by() == EpisodeEnd::kLength || episode.ended_by() == EpisodeEnd::kTurnLength}};
+  };
+  for (;;) {
+    if (!fresh) {
+      // Unfinished trajectories go on: a prompt none of whose samples holds a token anew, whole;
+      // the others each from its own sequence and turn.
+      for (size_t p = 0; p < prompts.size(); ++p) {
+        const size_t first = p * n;
+        bool untouched = true;
+        for (size_t s = 0; s < n; ++s) {
+          const RoundProgress::Piece& piece = *pieces[first + s];
+          untouched = untouched && !piece.done && piece.sample.out.token_ids.empty() && prompt_ids[first + s] == prompt_ids[first];
+        }
+        if (untouched && agent.environment() == nullptr) {
+          add_request(prompt_ids[first], G, prompts[p].seed, first);
+          continue;
+        }
+        for (size_t s = 0; s < n; ++s) {
+          const size_t k = first + s;
+          const RoundProgress::Piece& piece = *pieces[k];
+          if (piece.done) continue;
+          const GeneratedSample& g = piece.sample.out;
+          GenerationRequest original;
+          original.prompt_ids = prompt_ids[k];
+          original.params = sampling;
+          original.seed = prompts[p].seed;
+          requests.push_back(piece.sample.continuation(original, sampling.max_new_tokens));
+          TurnRequest turn;
+          turn.members = {k};
+          turn.offset = static_cast<int64_t>(g.token_ids.size());
+          turn.turn_prefix.assign(g.token_ids.begin() + turn_start(g), g.token_ids.end());
+          const auto so_far = static_cast<int64_t>(turn.turn_prefix.size());
+          turn.first_limit = turn_limits[k] > 0 ? std::max<int64_t>(1, turn_limits[k] - so_far) : 0;
+          turns.push_back(std::move(turn));
+        }
+      }
+    }
+    fresh = false;
+    if (requests.empty()) break;
+    std::vector<Episode*> by_piece;
+    for (auto& e : episodes) by_piece.push_back(e.get());
+    EpisodeTurns handler(agent, turns, by_piece, reported, turn_limits, sampling.max_new_tokens);
+    auto generated = backend.generate_turns(requests, handler);
+    const bool cut = backend.cut();
+    std::vector<bool> seen(pieces.size(), false);
+    for (auto& g : generated) {
+      const size_t k = turns.at(static_cast<size_t>(g.request)).members.at(static_cast<size_t>(g.sample));
+      RoundProgress::Piece& piece = *pieces[k];
+      RLCPP_CHECK(!piece.done && !seen[k], "the backend gave request {} sample {} twice", g.request, g.sample);
+      seen[k] = true;
+      piece.done = !(cut && g.finish_reason == FinishReason::kAbort);
+      piece.sample.append(std::move(g));
+      if (piece.done) finish(k);
+    }
+    for (const auto& turn : turns) {
+      for (size_t k : turn.members) RLCPP_CHECK(seen[k], "the backend gave no trajectory for piece {}", k);
+    }
+    requests.clear();
+    turns.clear();
+    if (!cut) break;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      RoundProgress::Piece& piece = *pieces[k];
+      if (piece.done) continue;
+      piece.episode = {{"state", episodes[k]->state()}, {"prompt_ids", prompt_ids[k]}, {"reported", reported[k]},
+                       {"turn_limit", turn_limits[k]}};
+    }
+    if (on_cut) on_cut();
+  }
+}
 
 std::vector<EpisodeResult> run_episodes(RolloutBackend& backend, const Agent& agent,
                                         const std::vector<EpisodePrompt>& prompts, const SamplingParams& sampling,
                                         int64_t G) {
-  const Tokenizer& tokenizer = agent.tokenizer();
-  // The episodes, and their starts (an environment's first observation, on the environment's
-  // workers at once).
-  std::vector<std::unique_ptr<Episode>> episodes;
-  for (const auto& p : prompts) {
-    for (int64_t s = 0; s < G; ++s) {
-      episodes.push_back(std::make_unique<Episode>(agent, p.id * G + s, p.messages, p.record));
-    }
-  }
-  std::vector<std::optional<std::string>> observations(episodes.size());
-  if (agent.environment() != nullptr) {
-    std::vector<std::future<std::optional<std::string>>> starts;
-    for (auto& e : episodes) starts.push_back(std::async(std::launch::async, [&e] { return e->start(); }));
-    for (size_t k = 0; k < starts.size(); ++k) observations[k] = starts[k].get();
-  }
-  // One request per prompt (its G samples share the prefill), or one per sample where the
-  // environment's first messages differ within the group.
-  std::vector<GenerationRequest> requests;
-  std::vector<std::vector<Episode*>> by_request;
-  std::vector<int64_t> budgets;
-  struct Origin {
-    size_t request;
-    int64_t sample;
-  };
-  std::vector<Origin> origin(episodes.size());
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    const size_t first = p * static_cast<size_t>(G);
-    bool same = true;
-    for (int64_t s = 1; s < G; ++s) same = same && observations[first + static_cast<size_t>(s)] == observations[first];
-    auto add_request = [&](const std::vector<int32_t>& ids, int64_t n, uint64_t seed, size_t episode0) {
-      GenerationRequest request;
-      request.prompt_ids = ids;
-      request.params = sampling;
-      request.n = n;
-      request.seed = seed;
-      std::vector<Episode*> members;
-      for (int64_t s = 0; s < n; ++s) {
-        origin[episode0 + static_cast<size_t>(s)] = {requests.size(), s};
-        members.push_back(episodes[episode0 + static_cast<size_t>(s)].get());
-      }
-      requests.push_back(std::move(request));
-      by_request.push_back(std::move(members));
-      budgets.push_back(sampling.max_new_tokens);
-    };
-    for (int64_t s = 0; s < (same ? 1 : G); ++s) {
-      const size_t k = first + static_cast<size_t>(s);
-      Episode& episode = *episodes[k];
-      std::vector<int32_t> ids = prompts[p].ids;
-      std::string text = prompts[p].text;
-      bool truncated = prompts[p].truncated;
-      if (observations[k]) {  // the prompt with the environment's first message
-        text = agent.chat().render(episode.prompt_messages(), true, agent.template_variables());
-        ids = tokenizer.encode(text);
-        truncated = false;
-      }
-      for (int64_t j = 0; j < (same ? G : 1); ++j) episodes[k + static_cast<size_t>(j)]->set_prompt_text(truncated ? "" : text);
-      if (same) {
-        add_request(ids, G, prompts[p].seed, first);
-      } else {
-        add_request(ids, 1, sample_seed(prompts[p].seed, s), k);
-      }
-    }
-  }
-  EpisodeTurns handler(agent, by_request, budgets);
-  auto generated = backend.generate_turns(requests, handler);
-  std::vector<std::vector<GeneratedSample*>> found(requests.size());
-  for (size_t r = 0; r < requests.size(); ++r) found[r].assign(static_cast<size_t>(requests[r].n), nullptr);
-  for (auto& g : generated) found.at(static_cast<size_t>(g.request)).at(static_cast<size_t>(g.sample)) = &g;
+  std::vector<RoundProgress::Piece> pieces(prompts.size() * static_cast<size_t>(G));
+  std::vector<RoundProgress::Piece*> pointers;
+  for (auto& piece : pieces) pointers.push_back(&piece);
+  run_episode_pieces(backend, agent, prompts, sampling, G, pointers, nullptr);
   std::vector<EpisodeResult> out;
-  for (size_t k = 0; k < episodes.size(); ++k) {
-    Episode& episode = *episodes[k];
-    const Origin o = origin[k];
-    GeneratedSample* g = found[o.request][static_cast<size_t>(o.sample)];
-    RLCPP_CHECK(g != nullptr, "the backend gave no trajectory for request {} sample {}", o.request, o.sample);
-    EpisodeResult result;
-    result.prompt_ids = requests[o.request].prompt_ids;
-    // A last turn the response budget cut was never reported: it is the episode's last turn.
-    const int64_t reported = handler.reported(static_cast<int64_t>(o.request), o.sample);
-    const auto n = static_cast<int64_t>(g->token_ids.size());
-    int64_t last_inserted_end = 0;
-    for (const auto& run : g->inserted) last_inserted_end = run.start + run.length;
-    const bool cut = n > std::max(reported, last_inserted_end);
-    if (cut) {
-      episode.last_turn({g->token_ids.begin() + std::max(reported, last_inserted_end), g->token_ids.end()});
-    }
-    std::vector<int32_t> ids = result.prompt_ids;
-    ids.insert(ids.end(), g->token_ids.begin(), g->token_ids.end());
-    std::vector<uint8_t> sampled(result.prompt_ids.size(), 0);
-    sampled.resize(ids.size(), 1);
-    for (const auto& run : g->inserted) {
-      std::fill_n(sampled.begin() + static_cast<std::ptrdiff_t>(result.prompt_ids.size() + run.start), run.length, 0);
-    }
-    const bool length = g->finish_reason == FinishReason::kLength && (cut || n >= requests[o.request].params.max_new_tokens);
-    episode.finish(length, ids, sampled);
-    result.final_text = episode.final_text();
-    result.summary = episode.summary();
-    result.env_reward = episode.env_reward();
-    result.truncated = episode.ended_by() == EpisodeEnd::kLength || episode.ended_by() == EpisodeEnd::kTurnLength;
-    if (g->text.empty()) g->text = tokenizer.decode(g->token_ids, true);
-    g->request = static_cast<int64_t>(k / static_cast<size_t>(G));
-    g->sample = static_cast<int64_t>(k % static_cast<size_t>(G));
-    result.sample = std::move(*g);
-    out.push_back(std::move(result));
-  }
+  for (auto& piece : pieces) out.push_back(episode_result(piece));
   return out;
 }
 

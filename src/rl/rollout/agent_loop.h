@@ -9,11 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "engine/rollout_backend.h"
 #include "env/episode.h"
+#include "rl/rollout/rollout.h"
 
 namespace rlcpp {
 
@@ -40,5 +42,17 @@ struct EpisodeResult {
 std::vector<EpisodeResult> run_episodes(RolloutBackend& backend, const Agent& agent,
                                         const std::vector<EpisodePrompt>& prompts, const SamplingParams& sampling,
                                         int64_t G);
+
+// The same episodes from where `pieces` (G per prompt, in prompt order) say they got: fresh where
+// none of a prompt's holds anything, else each unfinished one going on from its tokens and its
+// episode's state. A generate_turns call the backend cut (a checkpoint among a round's switches)
+// leaves every piece as far as it got, calls `on_cut` and goes on. Each piece ends done, its
+// `episode` holding its result (episode_result); an unfinished one's holds its episode's state
+// (the tokens of its prompt, the turn limit it runs under, the response tokens it reported).
+void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::vector<EpisodePrompt>& prompts,
+                        const SamplingParams& sampling, int64_t G, const std::vector<RoundProgress::Piece*>& pieces,
+                        const std::function<void()>& on_cut);
+// A done piece's episode result (its sample moved out).
+EpisodeResult episode_result(RoundProgress::Piece& piece);
 
 }  // namespace rlcpp

@@ -71,7 +71,9 @@ nlohmann::json to_json(const RoundProgress& progress) {
   for (const auto& piece : progress.samples) {
     const GeneratedSample& g = piece.sample.out;
     nlohmann::json changes = nlohmann::json::array(), top = nlohmann::json::array();
+    nlohmann::json inserted = nlohmann::json::array();
     for (const auto& c : g.version_changes) changes.push_back({c.start, c.version});
+    for (const auto& run : g.inserted) inserted.push_back({run.start, run.length});
     for (const auto& row : g.top_logprobs) {
       nlohmann::json entries = nlohmann::json::array();
       for (const auto& t : row) entries.push_back({t.token, t.logprob});
@@ -79,7 +81,8 @@ nlohmann::json to_json(const RoundProgress& progress) {
     }
     samples.push_back({{"tokens", g.token_ids}, {"logprobs", g.logprobs}, {"top", top}, {"text", g.text},
                        {"finish", static_cast<int>(g.finish_reason)}, {"version", g.policy_version},
-                       {"changes", changes}, {"pieces", piece.sample.pieces}, {"done", piece.done}});
+                       {"changes", changes}, {"inserted", inserted}, {"pieces", piece.sample.pieces}, {"done", piece.done},
+                       {"episode", piece.episode}});
   }
   return {{"calls_started", progress.calls_started}, {"samples", samples}};
 }
@@ -104,6 +107,10 @@ RoundProgress round_progress_from_json(const nlohmann::json& j, const std::strin
       g.finish_reason = static_cast<FinishReason>(finish);
       g.policy_version = s.at("version").get<int64_t>();
       for (const auto& c : s.at("changes")) g.version_changes.push_back({c.at(0).get<int64_t>(), c.at(1).get<int64_t>()});
+      for (const auto& run : s.value("inserted", nlohmann::json::array())) {
+        g.inserted.push_back({run.at(0).get<int64_t>(), run.at(1).get<int64_t>()});
+      }
+      piece.episode = s.value("episode", nlohmann::json());
       piece.sample.pieces = s.at("pieces").get<int64_t>();
       piece.done = s.at("done").get<bool>();
       progress.samples.push_back(std::move(piece));
@@ -374,25 +381,37 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks, Ro
   auto t0 = std::chrono::steady_clock::now();
   std::optional<trace::Span> span(std::in_place, "generate");
   if (agent_ != nullptr) {
-    for (size_t begin = 0; begin < order.size(); begin += per_call) {
+    // Episodes, in calls of -imbs prompts, from `progress` on (a round cut at a checkpoint).
+    if (progress.samples.empty()) progress.samples.resize(requests.size() * static_cast<size_t>(G));
+    RLCPP_CHECK(progress.samples.size() == requests.size() * static_cast<size_t>(G),
+                "a round's progress holds {} episodes, its prompts {}", progress.samples.size(), requests.size() * G);
+    for (size_t begin = 0, call = 0; begin < order.size(); begin += per_call, ++call) {
       const size_t end = std::min(order.size(), begin + per_call);
       std::vector<EpisodePrompt> prompts;
+      std::vector<RoundProgress::Piece*> pieces;
       for (size_t k = begin; k < end; ++k) {
         const PromptPick& pick = picks[order[k]];
         nlohmann::json record = pick.metadata.is_object() ? pick.metadata : nlohmann::json::object();
         record["messages"] = pick.messages;
         record["gt_answer"] = pick.gt_answer;
         prompts.push_back({nlohmann::ordered_json(pick.messages), pick.text, pick.ids, pick.truncated, record, pick.id, pick.seed});
+        for (int64_t s = 0; s < G; ++s) pieces.push_back(&progress.samples[order[k] * static_cast<size_t>(G) + static_cast<size_t>(s)]);
       }
-      for (auto& e : run_episodes(*backend_, *agent_, prompts, sampling_, G)) {
-        Rolled& r = by_request[order[begin + static_cast<size_t>(e.sample.request)]][static_cast<size_t>(e.sample.sample)];
-        r.prompt_ids = std::move(e.prompt_ids);
-        r.graded = std::move(e.final_text);
-        r.episode = std::move(e.summary);
-        r.env_reward = e.env_reward;
-        r.truncated = e.truncated;
-        r.generated = std::move(e.sample);
-      }
+      if (std::all_of(pieces.begin(), pieces.end(), [](const RoundProgress::Piece* p) { return p->done; })) continue;
+      progress.calls_started = std::max(progress.calls_started, static_cast<int64_t>(call) + 1);
+      run_episode_pieces(*backend_, *agent_, prompts, sampling_, G, pieces, [&] {
+        if (cut_hook_) cut_hook_(progress);
+      });
+    }
+    for (size_t k = 0; k < progress.samples.size(); ++k) {
+      EpisodeResult e = episode_result(progress.samples[k]);
+      Rolled& r = by_request[k / static_cast<size_t>(G)][k % static_cast<size_t>(G)];
+      r.prompt_ids = std::move(e.prompt_ids);
+      r.graded = std::move(e.final_text);
+      r.episode = std::move(e.summary);
+      r.env_reward = e.env_reward;
+      r.truncated = e.truncated;
+      r.generated = std::move(e.sample);
     }
   } else {
     generate_samples(requests, order, progress);

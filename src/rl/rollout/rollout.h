@@ -105,14 +105,16 @@ WeightSwitches switches_from_json(const nlohmann::json& json);
 DatasetOptions checked_by(const RewardFunction& reward, DatasetOptions options = {});
 PromptPick pick_from_json(const nlohmann::json& json);
 
-// A single-turn round's generation so far: each sample as far as it got. A checkpoint cuts the round a
-// rollout worker generates ahead (partial rollouts) at the checkpoint's version; the worker sends
-// this to trainer 0, which saves it, and the round goes on from it (in the run and in a resumed
-// one alike): its unfinished samples as requests continuing their own sequences.
+// A round's generation so far: each sample as far as it got. A checkpoint cuts the round a rollout
+// worker generates ahead (partial rollouts) at the checkpoint's version; the worker sends this to
+// trainer 0, which saves it, and the round goes on from it (in the run and in a resumed one alike):
+// its unfinished samples as requests continuing their own sequences (a multi-turn trajectory with
+// its episode's state, the agent loop's run_episode_pieces).
 struct RoundProgress {
   struct Piece {
     PiecedSample sample;
     bool done = false;
+    nlohmann::json episode;  // multi-turn: the episode's state, or once done its result (null: single-turn)
   };
   int64_t calls_started = 0;   // the round's generate calls (-imbs prompts each) begun
   std::vector<Piece> samples;  // pick-major, -g per pick (empty: nothing begun)
