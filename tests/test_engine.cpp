@@ -562,3 +562,41 @@ TEST(Engine, HalfPrecisionKvCacheStaysCloseToFp32) {
     }
   }
 }
+
+// --stream-prompts: the requests after the first n are generated only while those run. The first
+// are generated as alone; each of the others is the start of what it gives alone (all of it where
+// it ended in time), the rest ending with FinishReason::kAbort; n = all is generate().
+TEST(Engine, StreamedRequestsStopWithTheFirst) {
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"));
+  auto requests = mixed_requests(model->config().vocab_size, 1.0, 20, 3);
+  ASSERT_GE(requests.size(), 3u);
+  requests[0].params.max_new_tokens = 6;  // the first end early: the others are cut
+  EngineConfig config = small_engine();
+  config.scheduler.max_num_seqs = 4;  // the streamed ones wait for free slots
+  Engine engine(model, config);
+  const auto whole = engine.generate(requests);
+  expect_same(engine.generate_first(requests, requests.size()), whole, "every request first");
+  const auto streamed = engine.generate_first(requests, 1);
+  ASSERT_EQ(streamed.size(), whole.size());
+  int64_t cut = 0;
+  for (size_t k = 0; k < whole.size(); ++k) {
+    const GeneratedSample& got = streamed[k];
+    const GeneratedSample& alone = whole[k];
+    ASSERT_EQ(got.request, alone.request);
+    ASSERT_EQ(got.sample, alone.sample);
+    if (got.request == 0) {
+      EXPECT_EQ(got.token_ids, alone.token_ids);
+      EXPECT_EQ(got.finish_reason, alone.finish_reason);
+      continue;
+    }
+    ASSERT_LE(got.token_ids.size(), alone.token_ids.size());
+    EXPECT_TRUE(std::equal(got.token_ids.begin(), got.token_ids.end(), alone.token_ids.begin()));
+    if (got.finish_reason == FinishReason::kAbort) {
+      ++cut;
+    } else {
+      EXPECT_EQ(got.token_ids, alone.token_ids);
+    }
+  }
+  EXPECT_GT(cut, 0);
+  EXPECT_FALSE(engine.cut());  // a streamed request stopping is not a checkpoint's cut
+}

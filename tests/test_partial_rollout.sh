@@ -15,6 +15,8 @@
 #     from the versions the bound allows (nothing dropped), with finish tokens over it are kept as
 #     context only (counted), and a run killed and resumed ends as the one never killed (with
 #     --checkpoint-round collect: the round ahead collected whole at a checkpoint);
+#   - --stream-prompts: the next round's prompts decoded in the slots a round leaves free,
+#     reproducible, held in a checkpoint's cut, resumed exactly after kill -9 of the worker;
 #   - the combinations partial rollouts cannot take are refused, naming the flags.
 # Usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC
 set -uo pipefail
@@ -157,6 +159,38 @@ kill_rank_after k1-killed 2 1 3 "${finish[@]}"
 run_mpi 2 "${finish[@]}" -p k1-killed --resume auto > k1-killed-resume.log 2>&1
 same_run k1-finish k1-killed && ok stale-finish-resume-exact || { bad stale-finish-resume-exact; tail -3 k1-killed-resume.log; }
 
+# --stream-prompts: each round comes with the next one's prompts, which the worker decodes in the
+# sequence slots the round leaves free (--max-num-seqs 24: one of the next round's two prompts at
+# first, the other once the round's own sequences end) and which go on when their round is sent.
+# Reproducible bit for bit; a checkpoint's cut holds them as far as they got; kill -9 of the worker
+# after step-6 (whose cut holds some), then --resume auto, ends as the run never killed.
+stream=("${partial[@]}" --stream-prompts --max-num-seqs 24)
+run_mpi 2 "${stream[@]}" -p stream > stream.log 2>&1 || { bad stream-run; tail -3 stream.log; }
+yes > /dev/null & busy1=$!
+run_mpi 2 "${stream[@]}" -p stream-again > stream-again.log 2>&1
+kill $busy1
+same_run stream stream-again && ok stream-reproducible || { bad stream-reproducible; diff <(with_staleness runs/stream/metrics.jsonl) <(with_staleness runs/stream-again/metrics.jsonl) | head -4; }
+python3 - runs/stream runs/partial <<'PY' && ok stream-prompts-in-flight || bad stream-prompts-in-flight
+import glob, json, sys
+held = []
+for path in sorted(glob.glob(sys.argv[1] + "/step-*/trainer_state/state.json")):
+    state = json.load(open(path))
+    for cut in state["round"]["in_flight"]:
+        if cut.get("streamed"):
+            samples = cut["streamed"]["progress"]["samples"]
+            held.append((path.split("/")[-3], sum(len(s["tokens"]) for s in samples)))
+            assert [p["id"] for p in cut["streamed"]["picks"]] == [p["id"] for p in state["next_prompts"]], path
+rows = lambda run: [r for r in map(json.loads, open(run + "/metrics.jsonl")) if "step" in r]
+behind = lambda run: sum(r["staleness"]["per_token"]["mean"] for r in rows(run)) / len(rows(run))
+print(f"     streamed tokens held at the checkpoints {held}; versions behind per token {behind(sys.argv[1]):.3f} "
+      f"(partial rollouts alone {behind(sys.argv[2]):.3f})")
+assert len(rows(sys.argv[1])) == 12 and any(tokens > 0 for _, tokens in held), held
+PY
+kill_rank_after stream-killed 2 1 6 "${stream[@]}"
+run_mpi 2 "${stream[@]}" -p stream-killed --resume auto > stream-killed-resume.log 2>&1
+grep -q "resuming from runs/stream-killed/step-" stream-killed-resume.log && same_run stream stream-killed \
+  && ok stream-kill-then-resume-exact || { bad stream-kill-then-resume-exact; tail -3 stream-killed-resume.log; }
+
 # Refused combinations.
 refused() {  # NAME EXPECTED-TEXT NP ARGS...
   local name=$1 text=$2 np=$3; shift 3
@@ -174,4 +208,6 @@ refused refuses-below-round "raise --max-staleness to 1" 2 "${partial[@]}" --max
 refused refuses-finish-alone "--stale-policy finish says what becomes of tokens over --max-staleness" 1 "${colocated[@]}" \
   --stale-policy finish
 refused refuses-asap-interval "--async-switch asap with --switch-interval 4" 2 "${partial[@]}" --async-switch asap --switch-interval 4
+refused refuses-stream-alone "--stream-prompts without --partial-rollout" 2 "${base[@]}" -nb 1 --stream-prompts
+refused refuses-stream-imbs "--stream-prompts with -imbs 1" 2 "${partial[@]}" --stream-prompts -imbs 1
 exit $failed

@@ -466,11 +466,13 @@ GeneratedSample GenerationLoop::peek(int64_t request, int64_t sample) const {
 
 std::string GenerationLoop::check_blocks() const { return scheduler_.check_blocks(); }
 
-std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationRequest>& requests) {
+std::vector<GeneratedSample> Engine::generate_first(const std::vector<GenerationRequest>& requests, size_t n_first) {
   GenerationLoop loop(*this);
   for (const auto& r : requests) loop.add(r);  // each checked (a UserError) before any step runs
   int64_t n_sequences = 0;
   for (const auto& r : requests) n_sequences += r.n;
+  n_first = std::min(n_first, requests.size());
+  size_t first_done = 0;  // the first requests, in order, finished
   cut_ = last_cut_ = false;
   while (!loop.idle()) {
     loop.step();
@@ -478,6 +480,11 @@ std::vector<GeneratedSample> Engine::generate(const std::vector<GenerationReques
       for (size_t r = 0; r < requests.size(); ++r) loop.cancel(static_cast<int64_t>(r));
       cut_ = false;
       last_cut_ = true;
+      break;
+    }
+    while (first_done < n_first && loop.finished(static_cast<int64_t>(first_done))) ++first_done;
+    if (first_done == n_first && n_first < requests.size()) {  // the streamed ones stop with the first
+      for (size_t r = n_first; r < requests.size(); ++r) loop.cancel(static_cast<int64_t>(r));
       break;
     }
     progress::phase("generate", n_sequences - loop.n_unfinished(), n_sequences,

@@ -53,6 +53,13 @@ class RolloutBackend {
   // Every request's n samples, ordered by (request, sample); each sample's policy_version is that
   // of the weights that produced it.
   virtual std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests) = 0;
+  // Prompts streamed into free sequence slots (--stream-prompts): the first `n_first` requests are
+  // generated whole, the others only while those run; when the first end, the others end too, with
+  // the tokens they have (FinishReason::kAbort, to be continued). A backend that cannot generates
+  // them all whole.
+  virtual std::vector<GeneratedSample> generate_first(const std::vector<GenerationRequest>& requests, size_t /*n_first*/) {
+    return generate(requests);
+  }
   // Multi-turn: every request's n trajectories, ordered as generate's. A trajectory's token_ids
   // are every token after the prompt, its `inserted` runs those the handler gave, and its
   // finish_reason that of its last turn (kLength when the response budget, max_new_tokens, ended

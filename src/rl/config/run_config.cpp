@@ -365,6 +365,27 @@ void validate(const RunConfig& c) {
                      floor > s - 1 ? ", add --partial-rollout (a round ahead then starts within the bound), or -nb 0" : "",
                      floor);
   }
+  if (c.staleness.stream_prompts) {
+    if (!c.staleness.partial_rollout) {
+      throw_user_error("--stream-prompts without --partial-rollout: a round's streamed prompts start on the weights of "
+                       "the round before it and go on with its versions, as partial rollouts' tokens do; add "
+                       "--partial-rollout (with -nb 1)");
+    }
+    if (c.remote.enabled() || c.episode.multi_turn()) {
+      throw_user_error("--stream-prompts with {}: not supported yet; use single-turn rollouts on rollout workers "
+                       "(-t T -i I), or drop --stream-prompts",
+                       c.remote.enabled() ? "rollout servers (-b)" : "multi-turn rollouts (--tools/--env-cmd)");
+    }
+    if (!c.staleness.cut_at_checkpoint) {
+      throw_user_error("--stream-prompts with --checkpoint-round collect: a checkpoint would save the round ahead "
+                       "whole but not the next round's prompts the worker streamed; drop one of them");
+    }
+    if (c.rollout.inference_microbatch_size > 0) {
+      throw_user_error("--stream-prompts with -imbs {}: a streamed round runs in one generate call beside the next "
+                       "round's prompts; drop -imbs (--max-num-seqs bounds the sequences running at once)",
+                       c.rollout.inference_microbatch_size);
+    }
+  }
   if (c.staleness.partial_rollout) {
     if (!c.parallel.distributed() && !c.remote.enabled()) {
       throw_user_error("--partial-rollout: the colocated mode (no -i) generates between steps; partial rollouts need "

@@ -79,10 +79,13 @@ struct StalenessOptions {
   int64_t switch_interval = 0;
   bool switch_asap = false;
   bool recompute_kv = false;  // a sequence's cached keys and values recomputed on the new weights (else kept)
-  // Partial rollouts over rollout workers, single-turn: a checkpoint cuts the round ahead at the
-  // checkpoint's version and saves it in flight, the round going on from its sequences (true,
-  // "cut"); else the trainers collect the round whole before they save it ("collect").
+  // Partial rollouts over rollout workers (or servers, single-turn): a checkpoint cuts the round
+  // ahead at the checkpoint's version and saves it in flight, the round going on from its sequences
+  // (true, "cut"); else the trainers collect the round whole before they save it ("collect").
   bool cut_at_checkpoint = true;
+  // Partial rollouts over rollout workers: each round is sent with the next one's prompts, which
+  // the engine decodes in the slots the round leaves free; the next round goes on from them.
+  bool stream_prompts = false;
 };
 
 // model: the model trained.

@@ -181,8 +181,12 @@ std::vector<Setting> make_settings() {
                            stale_policies(), [](C& c) -> bool& { return c.staleness.stale_finish; }, true));
   s.push_back(enum_setting("staleness.partial_kv", "--partial-kv", "partial rollouts: the cache across a weight switch",
                            partial_kv_modes(), [](C& c) -> bool& { return c.staleness.recompute_kv; }, true));
+  s.push_back(bool_setting("staleness.stream_prompts", "--stream-prompts",
+                           "partial rollouts over rollout workers: the next round's prompts start in the sequence slots "
+                           "(--max-num-seqs) a round leaves free, and go on when their round is sent",
+                           [](C& c) -> bool& { return c.staleness.stream_prompts; }, {}, true));
   s.push_back(enum_setting("staleness.checkpoint_round", "--checkpoint-round",
-                           "partial rollouts over rollout workers or servers, single-turn: the round generating ahead at a checkpoint",
+                           "partial rollouts over rollout workers (or servers, single-turn): the round generating ahead at a checkpoint",
                            checkpoint_round_modes(), [](C& c) -> bool& { return c.staleness.cut_at_checkpoint; }, true));
   s.push_back(int_setting("staleness.max_relay_episode", "--max-relay-episode",
                           "relay buffer: the rollouts of the last N steps are trained on again with each step (-1: all, 0: off)",

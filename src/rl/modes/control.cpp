@@ -8,11 +8,13 @@
 namespace rlcpp {
 
 std::string encode_control(const ControlMessage& m) {
-  nlohmann::json picks = nlohmann::json::array();
+  nlohmann::json picks = nlohmann::json::array(), next = nlohmann::json::array();
   for (const auto& p : m.picks) picks.push_back(to_json(p));
+  for (const auto& p : m.next) next.push_back(to_json(p));
   return pack_message({{"op", static_cast<int>(m.op)},
                        {"verify", m.verify},
                        {"picks", picks},
+                       {"next", next},
                        {"switches", to_json(m.switches)},
                        {"in_flight", m.in_flight}});
 }
@@ -27,6 +29,7 @@ ControlMessage decode_control(const std::string& bytes) {
     m.op = static_cast<ControlMessage::Op>(op);
     m.verify = j.at("verify").get<bool>();
     for (const auto& p : j.at("picks")) m.picks.push_back(pick_from_json(p));
+    for (const auto& p : j.value("next", nlohmann::json::array())) m.next.push_back(pick_from_json(p));
     m.switches = switches_from_json(j.at("switches"));
     m.in_flight = j.value("in_flight", nlohmann::json(nullptr));
   } catch (const nlohmann::json::exception& e) {

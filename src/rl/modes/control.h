@@ -27,13 +27,14 @@ struct ControlMessage {
   std::vector<PromptPick> picks;  // kRound
   WeightSwitches switches;        // kRound: the versions it takes while it generates (partial rollouts)
   nlohmann::json in_flight;       // kResume
+  std::vector<PromptPick> next;   // kRound, --stream-prompts: the next round's, streamed into free slots
 
-  static ControlMessage sync(bool verify) { return {Op::kSync, verify, {}, {}, nullptr}; }
-  static ControlMessage round(std::vector<PromptPick> picks, WeightSwitches switches = {}) {
-    return {Op::kRound, false, std::move(picks), std::move(switches), nullptr};
+  static ControlMessage sync(bool verify) { return {Op::kSync, verify, {}, {}, nullptr, {}}; }
+  static ControlMessage round(std::vector<PromptPick> picks, WeightSwitches switches = {}, std::vector<PromptPick> next = {}) {
+    return {Op::kRound, false, std::move(picks), std::move(switches), nullptr, std::move(next)};
   }
-  static ControlMessage resume(nlohmann::json in_flight) { return {Op::kResume, false, {}, {}, std::move(in_flight)}; }
-  static ControlMessage stop() { return {Op::kStop, false, {}, {}, nullptr}; }
+  static ControlMessage resume(nlohmann::json in_flight) { return {Op::kResume, false, {}, {}, std::move(in_flight), {}}; }
+  static ControlMessage stop() { return {Op::kStop, false, {}, {}, nullptr, {}}; }
 };
 
 std::string encode_control(const ControlMessage& message);

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <utility>
 
 #include "util/error.h"
 #include "util/file.h"
@@ -118,6 +119,7 @@ Leader::Leader(const RunConfig& c, const Topology* topo, RunState& run, RolloutS
   const CheckpointState& saved = run.plan.saved;
   picker_->restore_skipped(saved.skipped_long_prompts, saved.skipped_short_prompts);
   in_flight_ = saved.in_flight_prompts;
+  next_ = saved.next_prompts;
   pending_.generated = saved.round.generated_groups;
   pending_.kept = saved.round.kept_groups;
   pending_.discarded = saved.round.discarded;
@@ -162,8 +164,13 @@ void Leader::start() {
 }
 
 const std::vector<PromptPick>& Leader::pick_round() {
-  if (in_flight_.empty()) in_flight_ = picker_->pick(source_.round_prompts());
+  if (in_flight_.empty()) in_flight_ = next_.empty() ? picker_->pick(source_.round_prompts()) : std::exchange(next_, {});
   return in_flight_;
+}
+
+const std::vector<PromptPick>& Leader::pick_next() {
+  if (next_.empty()) next_ = picker_->pick(source_.round_prompts());
+  return next_;
 }
 
 void Leader::note_round(const RoundReceipt& receipt, double wait) {
@@ -263,6 +270,7 @@ CheckpointState Leader::checkpoint_state(CheckpointState state) const {
   state.optimizer_steps = run_.trainer->n_steps();
   if (run_.critic_trainer) state.critic_optimizer_steps = run_.critic_trainer->n_steps();
   state.in_flight_prompts = in_flight_;
+  state.next_prompts = next_;
   state.round.generated_groups = pending_.generated;
   state.round.kept_groups = pending_.kept;
   state.round.discarded = pending_.discarded;

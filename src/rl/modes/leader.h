@@ -45,6 +45,8 @@ class Leader {
   void start();
   // The next round's prompts: a resumed run's round in flight first, else new ones.
   const std::vector<PromptPick>& pick_round();
+  // --stream-prompts: the round after it, picked now (pick_round then takes these).
+  const std::vector<PromptPick>& pick_next();
   // What a collected round brought; `wait`: seconds spent waiting for it.
   void note_round(const RoundReceipt& receipt, double wait);
   // A weight publication's seconds.
@@ -74,6 +76,7 @@ class Leader {
   std::unique_ptr<Engine> own_engine_;  // for evaluations, when the source has no engine to lend
   std::unique_ptr<RunLog> log_;
   std::vector<PromptPick> in_flight_;   // the round submitted and not yet collected
+  std::vector<PromptPick> next_;        // --stream-prompts: the round after it, sent to be streamed
   // Gathered between two steps:
   struct Pending {
     int64_t generated = 0, kept = 0;

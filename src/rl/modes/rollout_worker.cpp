@@ -1,6 +1,10 @@
 // A rollout worker of the distributed run: generates the rounds trainer rank 0 sends, with the
 // weights it last sent, and delivers each round's groups to the trainers. It holds no run state
-// of its own beyond the weights, so a run resumes with any number of workers.
+// of its own beyond the weights (and the next round's streamed prompts, which a checkpoint saves
+// with the round ahead), so a run resumes with any number of workers.
+//
+// --stream-prompts: a round comes with the next one's prompts, which its engine decodes in the slots
+// the round leaves free; the worker holds them, as far as they got, for the next round.
 //
 // Partial rollouts: a round sent with WeightSwitches takes the versions the trainers send while it
 // generates, one per switch (the first few before it starts, when --max-staleness with
@@ -155,12 +159,16 @@ class WeightInbox {
 class RoundRun {
  public:
   // `grading`: what else this thread does while another grades the round (null: nothing).
+  // `streamed`: --stream-prompts, this round's prompts as far as the round before got them, taken
+  // by a round sent ahead (another round starts them anew: a checkpoint between the two holds none).
   RoundRun(const RunConfig& c, const Topology& topo, Engine& engine, RolloutGenerator& generator, WeightInbox& inbox,
-           const ControlMessage& message, std::function<void()> grading)
+           const ControlMessage& message, std::function<void()> grading, std::optional<StreamedPrompts> streamed)
       : c_(c), topo_(topo), engine_(engine), generator_(generator), inbox_(inbox), grading_(std::move(grading)) {
     if (message.op == ControlMessage::Op::kRound) {
       switches_ = message.switches;
       picks_ = message.picks;
+      if (streamed && switches_.during_round && same_prompts(streamed->picks, picks_)) streamed_ = std::move(streamed->progress);
+      generator_.set_streamed(message.next.empty() ? std::nullopt : std::optional(StreamedPrompts{message.next, {}}));
       return;
     }
     RoundInFlight r = round_in_flight_from_json(message.in_flight, "a round in flight from trainer rank 0");
@@ -173,6 +181,7 @@ class RoundRun {
     step_ = r.step;
     progress_ = std::move(r.progress);
     graded_ = std::move(r.graded);
+    generator_.set_streamed(std::move(r.streamed));
   }
 
   // The round generated and graded, with the version it ends on (every version it takes taken).
@@ -193,7 +202,7 @@ class RoundRun {
         });
         generator_.set_cut_hook([&](const RoundProgress& progress) { send_cut(&progress); });
       }
-      round = generator_.generate(picks_, progress_ ? std::move(*progress_) : RoundProgress{});
+      round = generator_.generate(picks_, progress_ ? std::move(*progress_) : streamed_ ? std::move(*streamed_) : RoundProgress{});
       generator_.set_grading_hook(nullptr);
       generator_.set_cut_hook(nullptr);
       engine_.set_step_hook(nullptr);
@@ -230,11 +239,15 @@ class RoundRun {
     }
     ++step_;
   }
+  static bool same_prompts(const std::vector<PromptPick>& a, const std::vector<PromptPick>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const PromptPick& x, const PromptPick& y) { return x.id == y.id; });
+  }
   // The round as it stands at a cut, to trainer 0: its progress while it generates, the graded
-  // round once generated, neither before it starts.
+  // round once generated, neither before it starts; and the next round's prompts streamed so far.
   void send_cut(const RoundProgress* progress = nullptr, const RolloutRound* graded = nullptr) {
     trace::Span span("cut");
     RoundInFlight record;
+    record.streamed = generator_.streamed();
     record.picks = picks_;
     record.switches = switches_;
     record.taken = taken_;
@@ -257,6 +270,7 @@ class RoundRun {
   int64_t step_ = 0;   // engine steps of the round (its generate calls') so far
   std::optional<RoundProgress> progress_;  // resumed: where generation goes on
   std::optional<RolloutRound> graded_;     // resumed: a round cut once generated
+  std::optional<RoundProgress> streamed_;  // --stream-prompts: its samples the round before streamed
 };
 
 }  // namespace
@@ -278,6 +292,7 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
   RolloutGenerator generator(c, policy->config(), *tokenizer, &engine, nullptr, nullptr, &reward);
   RolloutChannel channel(topo);
   WeightInbox inbox(c, topo, engine, *policy);
+  std::optional<StreamedPrompts> streamed;  // --stream-prompts: the next round's, as the last one left them
   for (;;) {
     const ControlMessage message = inbox.next();
     switch (message.op) {
@@ -295,7 +310,8 @@ void run_rollout_worker(const RunConfig& c, const Topology& topo) {
           break;
         }
         inbox.set_followers_serving(true);
-        auto [round, version] = RoundRun(c, topo, engine, generator, inbox, message, grading).run();
+        auto [round, version] = RoundRun(c, topo, engine, generator, inbox, message, grading, std::move(streamed)).run();
+        streamed = generator.take_streamed();
         inbox.set_followers_serving(false);
         engine.release_followers();
         channel.deliver(round, version);

@@ -48,6 +48,8 @@ class StepLoop {
   // The next round: the policy published first if the staleness policy says so, then submitted.
   // Ahead of steps [first, last] under --partial-rollout, it takes the versions they make.
   void submit_round(bool ahead, int64_t first = 0, int64_t last = -1);
+  // The leader's next round (its picks; with --stream-prompts, the round after it's streamed too).
+  void submit(const WeightSwitches& switches);
   // Partial rollouts: the versions steps [first, last] make up to the first checkpoint among them
   // (which waits for the round ahead of them), and the engine steps of that round at which it
   // takes each (the first stale_switch of them before it starts, under --stale-policy drop).
@@ -203,8 +205,13 @@ WeightSwitches StepLoop::switches_during(int64_t first, int64_t last) const {
 
 void StepLoop::submit_round(bool ahead, int64_t first, int64_t last) {
   if (staleness_->publish_before(ahead)) publish();
-  source_->submit(lead_ ? lead_->pick_round() : std::vector<PromptPick>{},
-                  ahead ? switches_during(first, last) : WeightSwitches{});
+  submit(ahead ? switches_during(first, last) : WeightSwitches{});
+}
+
+void StepLoop::submit(const WeightSwitches& switches) {
+  std::vector<PromptPick> picks = lead_ ? lead_->pick_round() : std::vector<PromptPick>{};
+  if (c_.staleness.stream_prompts) source_->stream_next(lead_ ? lead_->pick_next() : std::vector<PromptPick>{});
+  source_->submit(std::move(picks), switches);
 }
 
 void StepLoop::collect(std::deque<SampleGroup>& into) {
@@ -336,11 +343,9 @@ fs::path StepLoop::run() {
     // The round a checkpoint cut goes on from where it was cut, or else its prompts go anew, ahead
     // of the rest of the round in training.
     round_ahead_ = true;
-    if (!source_->resume_cut(in_flight)) {
-      source_->submit(lead_ ? lead_->pick_round() : std::vector<PromptPick>{}, switches_during(step, mid_round ? round_end_ : step - 1));
-    }
+    if (!source_->resume_cut(in_flight)) submit(switches_during(step, mid_round ? round_end_ : step - 1));
   } else if (!mid_round && !collected_ && step <= total_steps) {  // (a cut round's prompts, too, from pick_round)
-    source_->submit(lead_ ? lead_->pick_round() : std::vector<PromptPick>{}, WeightSwitches{});
+    submit(WeightSwitches{});
   }
   if (mid_round) train_round(step, round_end_);
   int64_t rounds_since_step = 0;

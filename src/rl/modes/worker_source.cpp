@@ -63,14 +63,17 @@ WorkerSource::WorkerSource(const RunConfig& c, const Topology& topo, RunState& r
 
 void WorkerSource::submit(std::vector<PromptPick> picks, const WeightSwitches& switches) {
   if (!leader()) return;
-  const size_t n = picks.size(), engines = static_cast<size_t>(topo_.num_engines());
+  const size_t engines = static_cast<size_t>(topo_.num_engines());
+  auto part_of = [&](const std::vector<PromptPick>& all, size_t e) {  // engine e's share
+    const size_t n = all.size();
+    return std::vector<PromptPick>(all.begin() + static_cast<long>(n * e / engines), all.begin() + static_cast<long>(n * (e + 1) / engines));
+  };
   for (size_t e = 0; e < engines; ++e) {
-    std::vector<PromptPick> part(picks.begin() + static_cast<long>(n * e / engines),
-                                 picks.begin() + static_cast<long>(n * (e + 1) / engines));
     const int first = topo_.engine_leader(static_cast<int>(e));
-    send_control(*topo_.world, ControlMessage::round(std::move(part), switches), first);
+    send_control(*topo_.world, ControlMessage::round(part_of(picks, e), switches, part_of(next_, e)), first);
     for (int r = 1; r < topo_.rollout_tp; ++r) send_control(*topo_.world, ControlMessage::round({}), first + r);  // they serve
   }
+  next_.clear();
 }
 
 bool WorkerSource::cuts_rounds() const {

@@ -20,6 +20,7 @@ class WorkerSource : public RolloutSource {
   // `topology` and `run` (this trainer's) must outlive the source.
   WorkerSource(const RunConfig& config, const Topology& topology, RunState& run);
   void submit(std::vector<PromptPick> picks, const WeightSwitches& switches) override;
+  void stream_next(std::vector<PromptPick> next) override { next_ = std::move(next); }
   RoundReceipt collect(std::deque<SampleGroup>& buffer) override;
   double publish(int64_t version, bool resend) override;
   bool concurrent() const override { return true; }
@@ -44,6 +45,7 @@ class WorkerSource : public RolloutSource {
   int64_t synced_version_ = -1;
   int64_t syncs_ = 0, verified_ = 0;  // since the last metrics line
   uint64_t sync_bytes_ = 0;
+  std::vector<PromptPick> next_;  // trainer 0, --stream-prompts: sent with the next round
 };
 
 }  // namespace rlcpp

@@ -132,9 +132,16 @@ nlohmann::json to_json(const RoundInFlight& r) {
     graded = {{"kept", kept}, {"discarded", discarded}, {"generate_seconds", r.graded->generate_seconds},
               {"reward_seconds", r.graded->reward_seconds}};
   }
+  nlohmann::json streamed = nullptr;
+  if (r.streamed) {
+    nlohmann::json next = nlohmann::json::array();
+    for (const auto& p : r.streamed->picks) next.push_back(to_json(p));
+    streamed = {{"picks", std::move(next)}, {"progress", to_json(r.streamed->progress)}};
+  }
   return {{"source", r.source}, {"switches", to_json(r.switches)}, {"picks", std::move(picks)}, {"taken", r.taken},
           {"step", r.step}, {"call_end", r.call_end}, {"version", r.version},
-          {"progress", r.progress ? to_json(*r.progress) : nlohmann::json(nullptr)}, {"graded", std::move(graded)}};
+          {"progress", r.progress ? to_json(*r.progress) : nlohmann::json(nullptr)}, {"graded", std::move(graded)},
+          {"streamed", std::move(streamed)}};
 }
 
 RoundInFlight round_in_flight_from_json(const nlohmann::json& j, const std::string& where) {
@@ -156,6 +163,12 @@ RoundInFlight round_in_flight_from_json(const nlohmann::json& j, const std::stri
       for (const auto& group : g.at("discarded")) r.graded->discarded.push_back(group_from_json(group));
       r.graded->generate_seconds = g.at("generate_seconds").get<double>();
       r.graded->reward_seconds = g.at("reward_seconds").get<double>();
+    }
+    const auto streamed = j.value("streamed", nlohmann::json());
+    if (!streamed.is_null()) {
+      r.streamed.emplace();
+      for (const auto& p : streamed.at("picks")) r.streamed->picks.push_back(pick_from_json(p));
+      r.streamed->progress = round_progress_from_json(streamed.at("progress"), where);
     }
   } catch (const nlohmann::json::exception& e) {
     throw InternalError(fmt::format("{}: a malformed round in flight: {}", where, e.what()));
@@ -287,61 +300,102 @@ Sample trajectory_sample(const Rolled& r, double advantage) {
 
 }  // namespace
 
+GenerationRequest RolloutGenerator::request_of(const PromptPick& pick) const {
+  GenerationRequest request;
+  request.prompt_ids = pick.ids;
+  request.params = sampling_;
+  request.n = c_.rollout.num_generations;
+  request.seed = pick.seed;
+  return request;
+}
+
+namespace {
+
+// A call's entries: each request's sample 0 is sample `first` of `progress`.
+struct CallEntry {
+  RoundProgress* progress;
+  const std::vector<GenerationRequest>* requests;
+  size_t first;
+};
+
+// The requests that go on with the unfinished samples of `requests` (those of `started`, in
+// order): a request none of whose samples holds a token anew, whole; the others each from its own
+// sequence.
+void continue_samples(const std::vector<GenerationRequest>& requests, const std::vector<size_t>& started,
+                      RoundProgress& progress, int64_t G, std::vector<GenerationRequest>& call, std::vector<CallEntry>& entries) {
+  const auto n = static_cast<size_t>(G);
+  if (progress.samples.empty()) progress.samples.resize(requests.size() * n);
+  RLCPP_CHECK(progress.samples.size() == requests.size() * n, "a round's progress holds {} samples, its prompts {}",
+              progress.samples.size(), requests.size() * n);
+  for (size_t k = 0; k < progress.samples.size(); ++k) {  // (request, sample) of the round, not of a call
+    progress.samples[k].sample.out.request = static_cast<int64_t>(k / n);
+    progress.samples[k].sample.out.sample = static_cast<int64_t>(k % n);
+  }
+  for (size_t r : started) {
+    bool any_token = false, all_done = true;
+    for (size_t s = 0; s < n; ++s) {
+      const auto& piece = progress.samples[r * n + s];
+      any_token = any_token || !piece.sample.out.token_ids.empty();
+      all_done = all_done && piece.done;
+    }
+    if (all_done) continue;
+    if (!any_token) {
+      call.push_back(requests[r]);
+      entries.push_back({&progress, &requests, r * n});
+      continue;
+    }
+    for (size_t s = 0; s < n; ++s) {
+      const auto& piece = progress.samples[r * n + s];
+      if (piece.done) continue;
+      call.push_back(piece.sample.continuation(requests[r], requests[r].params.max_new_tokens));
+      entries.push_back({&progress, &requests, r * n + s});
+    }
+  }
+}
+
+}  // namespace
+
 void RolloutGenerator::generate_samples(const std::vector<GenerationRequest>& requests, const std::vector<size_t>& order,
                                         RoundProgress& progress) {
   const size_t per_call = c_.rollout.inference_microbatch_size > 0 ? static_cast<size_t>(c_.rollout.inference_microbatch_size) : order.size();
-  const auto G = static_cast<size_t>(c_.rollout.num_generations);
-  if (progress.samples.empty()) progress.samples.resize(requests.size() * G);
-  RLCPP_CHECK(progress.samples.size() == requests.size() * G, "a round's progress holds {} samples, its prompts {}",
-              progress.samples.size(), requests.size() * G);
-  for (size_t k = 0; k < progress.samples.size(); ++k) {  // (request, sample) of the round, not of a call
-    progress.samples[k].sample.out.request = static_cast<int64_t>(k / G);
-    progress.samples[k].sample.out.sample = static_cast<int64_t>(k % G);
+  const int64_t G = c_.rollout.num_generations;
+  // The next round's prompts streamed beside this one's, every one begun.
+  std::vector<GenerationRequest> streamed;
+  std::vector<size_t> streamed_all;
+  if (streamed_) {
+    for (const auto& pick : streamed_->picks) streamed.push_back(request_of(pick));
+    streamed_all.resize(streamed.size());
+    std::iota(streamed_all.begin(), streamed_all.end(), 0);
+    streamed_->progress.calls_started = 1;
   }
   for (;;) {
     std::vector<GenerationRequest> call;
-    std::vector<size_t> first;  // per request of the call: the sample its sample 0 is
-    // Samples a cut left unfinished go on first: a request none of whose samples holds a token
-    // anew, whole, the others each from its own sequence.
+    std::vector<CallEntry> entries;
+    // Samples a cut left unfinished go on first.
     const size_t started = std::min(order.size(), static_cast<size_t>(progress.calls_started) * per_call);
-    for (size_t k = 0; k < started; ++k) {
-      const size_t r = order[k];
-      bool any_token = false, all_done = true;
-      for (size_t s = 0; s < G; ++s) {
-        const auto& piece = progress.samples[r * G + s];
-        any_token = any_token || !piece.sample.out.token_ids.empty();
-        all_done = all_done && piece.done;
-      }
-      if (all_done) continue;
-      if (!any_token) {
-        call.push_back(requests[r]);
-        first.push_back(r * G);
-        continue;
-      }
-      for (size_t s = 0; s < G; ++s) {
-        const auto& piece = progress.samples[r * G + s];
-        if (piece.done) continue;
-        call.push_back(piece.sample.continuation(requests[r], requests[r].params.max_new_tokens));
-        first.push_back(r * G + s);
-      }
-    }
+    continue_samples(requests, std::vector<size_t>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(started)),
+                     progress, G, call, entries);
     if (call.empty()) {  // the next call of -imbs prompts
       if (started == order.size()) break;
-      for (size_t k = started; k < std::min(order.size(), started + per_call); ++k) {
-        call.push_back(requests[order[k]]);
-        first.push_back(order[k] * G);
-      }
+      const std::vector<size_t> next(order.begin() + static_cast<std::ptrdiff_t>(started),
+                                     order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), started + per_call)));
       ++progress.calls_started;
+      continue_samples(requests, next, progress, G, call, entries);
     }
-    auto results = backend_->generate(call);
+    const size_t own = call.size();
+    if (streamed_) continue_samples(streamed, streamed_all, streamed_->progress, G, call, entries);
+    auto results = own < call.size() ? backend_->generate_first(call, own) : backend_->generate(call);
     const bool cut = backend_->cut();
     for (auto& result : results) {
-      const size_t k = first[static_cast<size_t>(result.request)] + static_cast<size_t>(result.sample);
-      auto& piece = progress.samples[k];
-      piece.done = !(cut && result.finish_reason == FinishReason::kAbort);
+      const CallEntry& entry = entries[static_cast<size_t>(result.request)];
+      const size_t k = entry.first + static_cast<size_t>(result.sample);
+      auto& piece = entry.progress->samples[k];
+      // Unfinished: cut at a checkpoint, or streamed and stopped with this round.
+      piece.done = result.finish_reason != FinishReason::kAbort || (!cut && entry.progress == &progress);
       piece.sample.append(std::move(result));
       // A stop string across the pieces ends the sample there (its text whole, not piece by piece).
-      if (piece.sample.pieces > 1 && settle_stop_strings(piece.sample.out, tokenizer_, requests[k / G].params.stop_strings)) {
+      if (piece.sample.pieces > 1 &&
+          settle_stop_strings(piece.sample.out, tokenizer_, (*entry.requests)[k / static_cast<size_t>(G)].params.stop_strings)) {
         piece.done = true;
       }
     }
@@ -355,12 +409,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks, Ro
   std::vector<GenerationRequest> requests;
   std::vector<SampleGroup> groups;
   for (const auto& pick : picks) {
-    GenerationRequest request;
-    request.prompt_ids = pick.ids;
-    request.params = sampling_;
-    request.n = c_.rollout.num_generations;
-    request.seed = pick.seed;
-    requests.push_back(std::move(request));
+    requests.push_back(request_of(pick));
     SampleGroup group;
     group.id = pick.id;
     group.prompt = pick.text;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -124,6 +125,12 @@ nlohmann::json to_json(const RoundProgress& progress);
 // A malformed record is an InternalError naming `where`.
 RoundProgress round_progress_from_json(const nlohmann::json& json, const std::string& where);
 
+// --stream-prompts: the next round's prompts, sent with a round, and their samples so far.
+struct StreamedPrompts {
+  std::vector<PromptPick> picks;
+  RoundProgress progress;
+};
+
 struct RolloutRound {
   std::vector<SampleGroup> kept, discarded;  // by the group filter (all kept without one)
   double generate_seconds = 0, reward_seconds = 0;
@@ -145,6 +152,7 @@ struct RoundInFlight {
   // Its samples so far while it generates; the graded round once generated; neither before it starts.
   std::optional<RoundProgress> progress;
   std::optional<RolloutRound> graded;
+  std::optional<StreamedPrompts> streamed;  // --stream-prompts: the next round's, as far as they got
 };
 
 nlohmann::json to_json(const RoundInFlight& round);
@@ -192,7 +200,15 @@ class RolloutGenerator {
   // Multi-turn (--tools, --env-cmd): what the episodes share; null for single-turn rollouts.
   const Agent* agent() const { return agent_.get(); }
 
+  // --stream-prompts: the next round's prompts, decoded in the slots this round's sequences leave
+  // free while they run (Engine::generate_first), their samples so far carried from round to round
+  // (the next round goes on from them). Set before a round, taken after it; none: nothing streamed.
+  void set_streamed(std::optional<StreamedPrompts> next) { streamed_ = std::move(next); }
+  const std::optional<StreamedPrompts>& streamed() const { return streamed_; }
+  std::optional<StreamedPrompts> take_streamed() { return std::exchange(streamed_, std::nullopt); }
+
  private:
+  GenerationRequest request_of(const PromptPick& pick) const;
   // The single-turn samples of a round, in calls of -imbs prompts, from `progress` on.
   void generate_samples(const std::vector<GenerationRequest>& requests, const std::vector<size_t>& order,
                         RoundProgress& progress);
@@ -208,6 +224,7 @@ class RolloutGenerator {
   SamplingParams sampling_;
   std::function<void()> grading_hook_;
   std::function<void(const RoundProgress&)> cut_hook_;
+  std::optional<StreamedPrompts> streamed_;
   const Tokenizer& tokenizer_;
   int64_t skipped_long_ = 0, skipped_short_ = 0;
 };

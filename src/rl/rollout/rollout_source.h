@@ -42,6 +42,9 @@ class RolloutSource {
   // rollouts: rollout workers only). A source that cannot generate while the trainers train
   // (concurrent() false) generates it in collect, with the weights published by then.
   virtual void submit(std::vector<PromptPick> picks, const WeightSwitches& switches) = 0;
+  // --stream-prompts: the next round's prompts, sent with the round submitted next to be decoded
+  // in its free slots (a source that cannot stream leaves them to their own round).
+  virtual void stream_next(std::vector<PromptPick> /*next*/) {}
   // Waits for the oldest round submitted: this rank's share of its kept groups joins `buffer`.
   virtual RoundReceipt collect(std::deque<SampleGroup>& buffer) = 0;
   // The generators take the policy's current weights, which are `version` (a no-op when they hold

@@ -60,6 +60,8 @@ TrainerGroups trainer_groups_at(const nlohmann::json& j, const char* key, const 
 nlohmann::json to_json(const CheckpointState& s) {
   nlohmann::json in_flight = nlohmann::json::array();
   for (const auto& p : s.in_flight_prompts) in_flight.push_back(to_json(p));
+  nlohmann::json next = nlohmann::json::array();
+  for (const auto& p : s.next_prompts) next.push_back(to_json(p));
   const RoundState& r = s.round;
   return {{"step", s.step},
           {"policy_version", s.policy_version},
@@ -69,6 +71,7 @@ nlohmann::json to_json(const CheckpointState& s) {
           {"rollout_buffer", to_json(s.rollout_buffer)},
           {"relay_buffer", to_json(s.relay_buffer)},
           {"in_flight_prompts", in_flight},
+          {"next_prompts", next},
           {"round", {{"end_step", r.end_step},
                      {"collected", r.collected ? to_json(*r.collected) : nlohmann::json(nullptr)},
                      {"in_flight", r.in_flight},
@@ -93,6 +96,7 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
     s.rollout_buffer = trainer_groups_at(j, "rollout_buffer", where);
     s.relay_buffer = trainer_groups_at(j, "relay_buffer", where);
     for (const auto& p : j.value("in_flight_prompts", nlohmann::json::array())) s.in_flight_prompts.push_back(pick_from_json(p));
+    for (const auto& p : j.value("next_prompts", nlohmann::json::array())) s.next_prompts.push_back(pick_from_json(p));
     if (j.contains("round")) {
       const auto& r = j.at("round");
       s.round.end_step = json_get_or<int64_t>(r, "end_step", 0, where);

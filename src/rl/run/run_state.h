@@ -57,6 +57,7 @@ struct CheckpointState {
   TrainerGroups rollout_buffer;               // kept groups not yet trained on, of every trainer
   TrainerGroups relay_buffer;                 // groups the relay buffers hold, of every trainer (trained_step set)
   std::vector<PromptPick> in_flight_prompts;  // distributed: a round sent and not collected (re-sent on resume)
+  std::vector<PromptPick> next_prompts;       // --stream-prompts: the round after it, sent to be streamed
   RoundState round;                           // distributed
   int64_t skipped_long_prompts = 0;           // left out over -mpt so far
   int64_t skipped_short_prompts = 0;          // left out under min_prompt_length so far
