@@ -9,7 +9,7 @@
 #   the critic is split as the policy is,
 #   checkpointed whole with its optimizer in shards, resumed bit for bit, and equals one trainer;
 #   under --pp 2 (also with a LoRA policy and -zero 1) the critic takes the policy's stages, and the
-#   same holds;
+#   same holds; --pp 2 with --train-tp 2, and --pp 2 with multi-turn episodes, equal one trainer;
 # - the critic from a reward model (-rt model), the KL in the reward, LoRA on the policy; multi-turn
 #   episodes with a tool, rollout servers, partial rollouts;
 # - bad combinations refused by name before any work.
@@ -154,6 +154,23 @@ if cmp -s runs/pp2/step-4/critic/model.safetensors runs/pp2-resumed/step-4/criti
 else
   bad "PPO under --pp 2"
 fi
+# Both at once: two stages of two tensor-parallel ranks each hold the critic as they hold the
+# policy, and take one trainer's steps; and multi-turn episodes (inserted runs masked in GAE) on two
+# stages take one rank's.
+run_mpi 6 "${common[@]}" "${tp[@]}" -t 4 --pp 2 --train-tp 2 -p pp2tp2 > pp2tp2.log 2>&1 || { bad "PPO --pp 2 --train-tp 2:"; tail -10 pp2tp2.log; }
+weights_close runs/pp2tp2/step-4/critic/model.safetensors runs/tp1/step-4/critic/model.safetensors 1e-10 &&
+  weights_close runs/pp2tp2/step-4/model.safetensors runs/tp1/step-4/model.safetensors 1e-10 \
+  && ok "PPO under --pp 2 --train-tp 2: the critic in stages of split layers, as one trainer" || bad "PPO under --pp 2 --train-tp 2"
+turns=(-m "$src/models/tools-tiny" -d "$src/examples/tools/train.jsonl" -a PPO --critic-lr 1e-3 -rt boxed --tools calculator
+       --max-turns 3 -g 4 --mnt 64 -sd runs --seed 3 --dtype float64 -tbs 2 -tMbs 2 -tmbs 4 -lr 5e-5 --max-steps 2
+       --reuse-rollout-logprobs false)
+run_mpi 2 "${turns[@]}" -t 1 -i 1 -p turns1 > turns1.log 2>&1 || { bad "PPO multi-turn -t 1 -i 1:"; tail -5 turns1.log; }
+run_mpi 3 "${turns[@]}" -t 2 -i 1 --pp 2 -p turns-pp2 > turns-pp2.log 2>&1 || { bad "PPO multi-turn --pp 2:"; tail -5 turns-pp2.log; }
+python3 -c 'import json,sys; sys.exit(0 if sum(r["tool_calls"] for r in map(json.loads, open(sys.argv[1])) if "step" in r) > 0 else 1)' \
+    runs/turns-pp2/metrics.jsonl &&
+  weights_close runs/turns-pp2/step-2/critic/model.safetensors runs/turns1/step-2/critic/model.safetensors 1e-10 &&
+  weights_close runs/turns-pp2/step-2/model.safetensors runs/turns1/step-2/model.safetensors 1e-10 \
+  && ok "PPO with multi-turn episodes under --pp 2, as one rank" || bad "PPO with multi-turn episodes under --pp 2"
 
 # 4. With a reward model (the critic starts from it), the KL in the reward, LoRA on the policy.
 "$rlcpp" train-rm -m "$model" -d "$src/examples/arith/pairs.jsonl" -tbs 16 -lr 1e-3 --max-steps 2 --seed 0 -sd runs -p rm \

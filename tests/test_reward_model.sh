@@ -330,7 +330,8 @@ PY
   mpi2 sft "${sft_common[@]}" --train-tp 2 -p sft-tp2 > "$tmp/sft-tp2.log" 2>&1 || { bad "sft --train-tp 2:"; tail -5 "$tmp/sft-tp2.log"; }
   mpi4 sft "${sft_common[@]}" --train-tp 2 -zero 1 -p sft-tp2z1 > "$tmp/sft-tp2z1.log" 2>&1 || { bad "sft --train-tp 2 -zero 1:"; tail -5 "$tmp/sft-tp2z1.log"; }
   mpi4 sft "${sft_common[@]}" --train-tp 2 --pp 2 -p sft-tp2pp2 > "$tmp/sft-tp2pp2.log" 2>&1 || { bad "sft --train-tp 2 --pp 2:"; tail -5 "$tmp/sft-tp2pp2.log"; }
-  for run in sft-tp2 sft-tp2z1 sft-tp2pp2; do
+  mpi4 sft "${sft_common[@]}" --pp 2 -zero 1 -p sft-pp2z1 > "$tmp/sft-pp2z1.log" 2>&1 || { bad "sft --pp 2 -zero 1:"; tail -5 "$tmp/sft-pp2z1.log"; }
+  for run in sft-tp2 sft-tp2z1 sft-tp2pp2 sft-pp2z1; do
     weights_close "$tmp/runs/$run/step-2/model.safetensors" "$tmp/runs/sft-one/step-2/model.safetensors" 1e-10 &&
       metrics_close "$tmp/runs/sft-one/metrics.jsonl" "$tmp/runs/$run/metrics.jsonl" \
       && ok "sft $run takes the one process's steps" || bad "sft $run"
