@@ -19,8 +19,8 @@
 #   whole classifier, also with LoRA (the adapter and the merged classifier); sft with --train-tp 2
 #   and with LoRA); -zero above 3, and -zero, --train-tp or --pp in one process refused);
 # - GRPO with the reward model on ranks of its own (--reward-ranks) takes the steps of the run whose
-#   rollout engines load it, bit for bit, with two engines per reward rank and with partial
-#   rollouts; --reward-ranks without workers, without a reward model, over the engine count or
+#   rollout engines load it, bit for bit, with two engines per reward rank, with partial
+#   rollouts, and with multi-turn episodes cut at checkpoints; --reward-ranks without workers, without a reward model, over the engine count or
 #   with the wrong process count refused by name;
 # - the shortened examples/arith/reward_model.sh runs; bad input is refused by name.
 # Usage: test_reward_model.sh RLCPP_BINARY SOURCE_DIR
@@ -415,6 +415,22 @@ PY
       bad "$2 differs from $1"; diff <(metrics_of "$tmp/runs/$1/metrics.jsonl") <(metrics_of "$tmp/runs/$2/metrics.jsonl") | head -4
     fi
   done
+  # Multi-turn episodes (the tool-use model, graded on its final answers) under partial rollouts
+  # with a checkpoint every step, episodes cut in flight: a reward rank gives the engine's own run.
+  turns=(train -m "$src/models/tools-tiny" -d "$src/examples/tools/train.jsonl" --tools calculator --max-turns 3 -rt model
+         --reward-model "$rm_dir" -g 4 -tbs 4 -tMbs 4 -tmbs 16 --mnt 64 --max-steps 4 --si 1 --seed 3 -sd "$tmp/runs" -t 1 -i 1
+         -temp 1.0 -ibs 8 -nb 1 --partial-rollout --switch-interval 20)
+  mpin 2 "${turns[@]}" -p rr-turns-local > "$tmp/rr-turns-local.log" 2>&1 || { bad "multi-turn with the reward model on the engine:"; tail -5 "$tmp/rr-turns-local.log"; }
+  mpin 3 "${turns[@]}" --reward-ranks 1 -p rr-turns-ranks > "$tmp/rr-turns-ranks.log" 2>&1 || { bad "multi-turn with --reward-ranks 1:"; tail -5 "$tmp/rr-turns-ranks.log"; }
+  if [ "$(step_count "$tmp/runs/rr-turns-ranks/metrics.jsonl")" -eq 4 ] &&
+     cmp -s <(metrics_of "$tmp/runs/rr-turns-local/metrics.jsonl") <(metrics_of "$tmp/runs/rr-turns-ranks/metrics.jsonl") &&
+     cmp -s "$tmp/runs/rr-turns-local/step-4/model.safetensors" "$tmp/runs/rr-turns-ranks/step-4/model.safetensors" &&
+     python3 -c 'import json,sys; sys.exit(0 if sum(r["tool_calls"] for r in map(json.loads, open(sys.argv[1])) if "step" in r) > 0 else 1)' \
+       "$tmp/runs/rr-turns-ranks/metrics.jsonl"; then
+    ok "multi-turn episodes cut at checkpoints, graded on a reward rank: the engine's own run, bit for bit"
+  else
+    bad "multi-turn with --reward-ranks 1 differs"; diff <(metrics_of "$tmp/runs/rr-turns-local/metrics.jsonl") <(metrics_of "$tmp/runs/rr-turns-ranks/metrics.jsonl") | head -4
+  fi
   expect reward-ranks-colocated 2 '--reward-ranks 1: reward ranks serve rollout workers' -- \
     "$rlcpp" train -m "$model" -d "$src/examples/arith/train.jsonl" -rt model --reward-model "$rm_dir" --reward-ranks 1
   expect reward-ranks-without-model 2 '--reward-ranks 1: reward ranks hold the reward model; give it with --reward-model' -- \
