@@ -14,6 +14,7 @@
 #include "model/model_config.h"
 #include "model/tensor_parallel.h"
 #include "rl/config/chatlearn_fields.h"
+#include "rl/config/config_checks.h"
 #include "rl/config/setting_values.h"
 #include "util/error.h"
 #include "util/yaml.h"
@@ -21,6 +22,20 @@
 namespace rlcpp {
 
 namespace fs = std::filesystem;
+
+// "-t 4" or "-t 4 / --train-tp 2 = 2 replicas", and the same of the engines.
+std::string replicas_text(const RunConfig& c) {
+  const auto& p = c.parallel;
+  if (p.tp == 1 && p.pp == 1) return fmt::format("-t {}", p.trainers());
+  if (p.pp == 1) return fmt::format("-t {} / --train-tp {} = {} replicas", p.trainers(), p.tp, p.replicas());
+  if (p.tp == 1) return fmt::format("-t {} / --pp {} = {} replicas", p.trainers(), p.pp, p.replicas());
+  return fmt::format("-t {} / (--train-tp {} x --pp {}) = {} replicas", p.trainers(), p.tp, p.pp, p.replicas());
+}
+
+std::string engines_text(const RunConfig& c) {
+  if (c.parallel.ptp == 1 || !c.parallel.distributed()) return fmt::format("-i {}", c.parallel.inferencers());
+  return fmt::format("-i {} / --rollout-tp {} = {} engines", c.parallel.inferencers(), c.parallel.ptp, c.parallel.engines());
+}
 
 void RawSettings::set(const std::string& name, Json value, std::string where) {
   values[name] = std::move(value);
@@ -256,20 +271,6 @@ void check_critic_settings(const RunConfig& c) {
   }
 }
 
-// "-t 4" or "-t 4 / --train-tp 2 = 2 replicas", and the same of the engines.
-std::string replicas_text(const RunConfig& c) {
-  const auto& p = c.parallel;
-  if (p.tp == 1 && p.pp == 1) return fmt::format("-t {}", p.trainers());
-  if (p.pp == 1) return fmt::format("-t {} / --train-tp {} = {} replicas", p.trainers(), p.tp, p.replicas());
-  if (p.tp == 1) return fmt::format("-t {} / --pp {} = {} replicas", p.trainers(), p.pp, p.replicas());
-  return fmt::format("-t {} / (--train-tp {} x --pp {}) = {} replicas", p.trainers(), p.tp, p.pp, p.replicas());
-}
-
-std::string engines_text(const RunConfig& c) {
-  if (c.parallel.ptp == 1 || !c.parallel.distributed()) return fmt::format("-i {}", c.parallel.inferencers());
-  return fmt::format("-i {} / --rollout-tp {} = {} engines", c.parallel.inferencers(), c.parallel.ptp, c.parallel.engines());
-}
-
 void validate(const RunConfig& c) {
   reject_unimplemented(c);
   if (!c.model.frozen_dtype.empty() && !c.model.lora.enabled() && c.algo.loss.kl_coef == 0) {
@@ -347,91 +348,7 @@ void validate(const RunConfig& c) {
                      ibs, engines_text(c), I * ibs, replicas_text(c), c.train.train_batch_size, T * c.train.train_batch_size,
                      c.parallel.distributed() ? "" : ", with one of each in the colocated mode");
   }
-  if (c.staleness.sync_frequency > std::max<int64_t>(1, c.staleness.n_behind)) {
-    throw_user_error("--sync-frequency {} lets rollout run {} rounds behind the trainers, more than -nb {} allows; "
-                     "raise -nb to {} or sync every round", c.staleness.sync_frequency, c.staleness.sync_frequency, c.staleness.n_behind,
-                     c.staleness.sync_frequency);
-  }
-  if (c.staleness.max_staleness >= 0 && c.staleness_floor() > c.staleness.max_staleness) {
-    const int64_t s = c.steps_per_round(), floor = c.staleness_floor();
-    throw_user_error("--max-staleness {}: this schedule trains samples up to {} versions after the policy that sampled "
-                     "them ({} steps a round: {} prompts a round over {} × -tbs {}{}); lower -ibs to make rounds of "
-                     "fewer steps{}, or raise --max-staleness to {}",
-                     c.staleness.max_staleness, floor, s, I * ibs, replicas_text(c), c.train.train_batch_size,
-                     floor > s - 1 ? fmt::format(", and -nb {} sends each round ahead of the {} steps before it "
-                                                 "(--sync-frequency {})", c.staleness.n_behind, s,
-                                                 std::max<int64_t>(1, c.staleness.sync_frequency))
-                                   : "",
-                     floor > s - 1 ? ", add --partial-rollout (a round ahead then starts within the bound), or -nb 0" : "",
-                     floor);
-  }
-  if (c.staleness.stream_prompts) {
-    if (!c.staleness.partial_rollout) {
-      throw_user_error("--stream-prompts without --partial-rollout: a round's streamed prompts start on the weights of "
-                       "the round before it and go on with its versions, as partial rollouts' tokens do; add "
-                       "--partial-rollout (with -nb 1)");
-    }
-    if (c.remote.enabled() || c.episode.multi_turn()) {
-      throw_user_error("--stream-prompts with {}: not supported yet; use single-turn rollouts on rollout workers "
-                       "(-t T -i I), or drop --stream-prompts",
-                       c.remote.enabled() ? "rollout servers (-b)" : "multi-turn rollouts (--tools/--env-cmd)");
-    }
-    if (!c.staleness.cut_at_checkpoint) {
-      throw_user_error("--stream-prompts with --checkpoint-round collect: a checkpoint would save the round ahead "
-                       "whole but not the next round's prompts the worker streamed; drop one of them");
-    }
-    if (c.rollout.inference_microbatch_size > 0) {
-      throw_user_error("--stream-prompts with -imbs {}: a streamed round runs in one generate call beside the next "
-                       "round's prompts; drop -imbs (--max-num-seqs bounds the sequences running at once)",
-                       c.rollout.inference_microbatch_size);
-    }
-  }
-  if (c.staleness.partial_rollout) {
-    if (!c.parallel.distributed() && !c.remote.enabled()) {
-      throw_user_error("--partial-rollout: the colocated mode (no -i) generates between steps; partial rollouts need "
-                       "rollout workers (-t T -i I under mpirun) or rollout servers (-b) generating while the trainers "
-                       "train, with -nb 1");
-    }
-    if (c.remote.enabled()) {
-      // Servers take weights between requests: a round goes on in chunks, one version each.
-      if (c.staleness.switch_asap || c.staleness.recompute_kv) {
-        throw_user_error("--partial-rollout with rollout servers (-b) and {}: the servers take each version between "
-                         "chunks of the round's sequences at the schedule's switch points, and prefill each chunk "
-                         "anew; drop it", c.staleness.switch_asap ? "--async-switch asap" : "--partial-kv recompute");
-      }
-      if (c.episode.multi_turn()) {
-        throw_user_error("--partial-rollout with rollout servers (-b) and multi-turn rollouts (--tools/--env-cmd): not "
-                         "supported yet; use rollout workers (-t T -i I) or drop --partial-rollout");
-      }
-    }
-    if (c.staleness.n_behind < 1) {
-      throw_user_error("--partial-rollout with -nb {}: without a round generated ahead no weights change while a round "
-                       "generates; add -nb 1", c.staleness.n_behind);
-    }
-    if (c.staleness.sync_frequency > 1) {
-      throw_user_error("--partial-rollout with --sync-frequency {}: partial rollouts take every version the trainers "
-                       "make; drop --sync-frequency", c.staleness.sync_frequency);
-    }
-    if (c.staleness.switch_asap && c.staleness.switch_interval != 0) {
-      throw_user_error("--async-switch asap with --switch-interval {}: asap takes weights when they arrive, not at "
-                       "scheduled steps; drop one of the two", c.staleness.switch_interval);
-    }
-  } else if (c.staleness.switch_interval != 0 || c.staleness.switch_asap || c.staleness.recompute_kv) {
-    throw_user_error("--switch-interval, --async-switch and --partial-kv set how partial rollouts switch weights; add "
-                     "--partial-rollout or drop them");
-  }
-  if (c.staleness.switch_interval < 0) {
-    throw_user_error("--switch-interval {}: give the engine steps between weight switches (0: spread over -mnt)",
-                     c.staleness.switch_interval);
-  }
-  if (c.staleness.stale_finish && c.staleness.max_staleness < 0) {
-    throw_user_error("--stale-policy finish says what becomes of tokens over --max-staleness, which is not given; add "
-                     "--max-staleness K or drop --stale-policy");
-  }
-  if (c.staleness.max_staleness >= 0 && c.staleness.max_relay_episode != 0) {
-    throw_user_error("--max-staleness {} with --max-relay-episode {}: relayed groups are trained again steps after "
-                     "their policy by design; drop one of the two", c.staleness.max_staleness, c.staleness.max_relay_episode);
-  }
+  check_staleness_settings(c);
   // A round's samples live in host memory (token ids, log-probs, text): refuse a round that could
   // not fit before generating any of it.
   {
