@@ -16,7 +16,8 @@
 #     context only (counted), and a run killed and resumed ends as the one never killed (with
 #     --checkpoint-round collect: the round ahead collected whole at a checkpoint);
 #   - --stream-prompts: the next round's prompts decoded in the slots a round leaves free,
-#     reproducible, held in a checkpoint's cut, resumed exactly after kill -9 of the worker;
+#     reproducible, held in a checkpoint's cut, resumed exactly after kill -9 of the worker; with
+#     LoRA over two workers, a tensor-parallel engine, and ZeRO-3 (killed and resumed exactly);
 #   - the combinations partial rollouts cannot take are refused, naming the flags.
 # Usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC
 set -uo pipefail
@@ -190,6 +191,19 @@ kill_rank_after stream-killed 2 1 6 "${stream[@]}"
 run_mpi 2 "${stream[@]}" -p stream-killed --resume auto > stream-killed-resume.log 2>&1
 grep -q "resuming from runs/stream-killed/step-" stream-killed-resume.log && same_run stream stream-killed \
   && ok stream-kill-then-resume-exact || { bad stream-kill-then-resume-exact; tail -3 stream-killed-resume.log; }
+# With the others: LoRA over two workers, a tensor-parallel engine, and ZeRO-3 over two trainers fed
+# by two workers (killed after step-6 and resumed exactly).
+streamed=(-nb 1 --partial-rollout --verify-sync true --stream-prompts --max-num-seqs 24)
+run_mpi 3 "${common[@]}" -t 1 -i 2 "${streamed[@]}" --lora-rank 4 -p stream-lora > stream-lora.log 2>&1 \
+  && check_mixed stream-lora 2 && ok stream-lora-two-workers || { bad stream-lora-two-workers; tail -3 stream-lora.log; }
+run_mpi 3 "${common[@]}" -t 1 -i 2 --rollout-tp 2 "${streamed[@]}" -p stream-rollout-tp > stream-rollout-tp.log 2>&1 \
+  && check_mixed stream-rollout-tp 1 && ok stream-rollout-tp || { bad stream-rollout-tp; tail -3 stream-rollout-tp.log; }
+run_mpi 4 "${common[@]}" -t 2 -i 2 -zero 3 "${streamed[@]}" -p stream-zero3 > stream-zero3.log 2>&1 \
+  && check_mixed stream-zero3 2 && ok stream-zero3 || { bad stream-zero3; tail -3 stream-zero3.log; }
+kill_rank_after stream-zero3-killed 4 3 6 "${common[@]}" -t 2 -i 2 -zero 3 "${streamed[@]}"
+run_mpi 4 "${common[@]}" -t 2 -i 2 -zero 3 "${streamed[@]}" -p stream-zero3-killed --resume auto > stream-zero3-resume.log 2>&1
+grep -q "resuming from runs/stream-zero3-killed/step-" stream-zero3-resume.log && same_run stream-zero3 stream-zero3-killed \
+  && ok stream-zero3-kill-then-resume-exact || { bad stream-zero3-kill-then-resume-exact; tail -3 stream-zero3-resume.log; }
 
 # Refused combinations.
 refused() {  # NAME EXPECTED-TEXT NP ARGS...

@@ -127,6 +127,13 @@ else
   diff <(metrics_of runs/partial/metrics.jsonl) <(metrics_of runs/killed-partial/metrics.jsonl) | head -4
 fi
 
+# The cut of episodes with the others: LoRA on a tensor-parallel engine (both its ranks stop at the
+# cut and serve the episodes' continuations).
+run_mpi 3 "${base[@]}" --max-steps 6 -t 1 -i 2 --rollout-tp 2 -ibs 8 -nb 1 --partial-rollout --switch-interval 20 --si 1 --lora-rank 4 -p partial-tp-lora > partial-tp-lora.log 2>&1 \
+  && python3 -c 'import json,sys; l=[r for r in map(json.loads, open(sys.argv[1])) if "step" in r]; sys.exit(0 if len(l)==6 and all(d["tito_mismatch"]==0 for d in l) else 1)' runs/partial-tp-lora/metrics.jsonl \
+  && [ -n "$(python3 -c 'import json,glob,sys; print("".join("x" for p in glob.glob("runs/partial-tp-lora/step-*/trainer_state/state.json") for c in json.load(open(p))["round"]["in_flight"] if c["progress"] and any(not s["done"] for s in c["progress"]["samples"])))')" ] \
+  && ok partial-episodes-cut-lora-rollout-tp || { bad partial-episodes-cut-lora-rollout-tp; tail -5 partial-tp-lora.log; }
+
 # 4. Exact resume after kill -9 mid-run. The killed process writes no status line: the resumed
 #    run's file ends with its only one, and metrics.discarded.jsonl (if any) holds steps alone.
 resume=("${base[@]}" --max-steps 6 --si 1)
