@@ -575,8 +575,8 @@ TEST(Engine, StreamedRequestsStopWithTheFirst) {
   config.scheduler.max_num_seqs = 4;  // the streamed ones wait for free slots
   Engine engine(model, config);
   const auto whole = engine.generate(requests);
-  expect_same(engine.generate_first(requests, requests.size()), whole, "every request first");
-  const auto streamed = engine.generate_first(requests, 1);
+  expect_same(engine.generate_until(requests, EarlyStop::first(requests.size(), requests.size())), whole, "every request first");
+  const auto streamed = engine.generate_until(requests, EarlyStop::first(1, requests.size()));
   ASSERT_EQ(streamed.size(), whole.size());
   int64_t cut = 0;
   for (size_t k = 0; k < whole.size(); ++k) {
@@ -599,4 +599,37 @@ TEST(Engine, StreamedRequestsStopWithTheFirst) {
   }
   EXPECT_GT(cut, 0);
   EXPECT_FALSE(engine.cut());  // a streamed request stopping is not a checkpoint's cut
+}
+
+// --group-order completion: a call ends at the step in which enough groups have every request
+// finished (a group of two requests waits for both). Here group 1 (one request of 12 tokens) ends
+// before group 0 (requests of 4 and 24): the call ends there, group 0's long request cut short.
+TEST(Engine, EarlyStopWaitsForWholeGroups) {
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"));
+  auto requests = mixed_requests(model->config().vocab_size, 1.0, 24, 1);
+  ASSERT_GE(requests.size(), 3u);
+  requests.resize(3);
+  const int64_t limits[] = {4, 24, 12};
+  for (size_t r = 0; r < 3; ++r) {
+    requests[r].params.max_new_tokens = limits[r];
+    requests[r].params.stop_token_ids.clear();  // every request runs to its limit
+    requests[r].n = 1;
+  }
+  Engine engine(model, small_engine());
+  const auto whole = engine.generate(requests);
+  EarlyStop stop;
+  stop.group_of = {0, 0, 1};
+  stop.groups = 1;
+  const auto got = engine.generate_until(requests, stop);
+  ASSERT_EQ(got.size(), whole.size());
+  for (const size_t r : {0u, 2u}) {  // finished: as alone
+    EXPECT_EQ(got[r].token_ids, whole[r].token_ids) << "request " << r;
+    EXPECT_NE(got[r].finish_reason, FinishReason::kAbort) << "request " << r;
+  }
+  EXPECT_EQ(got[1].finish_reason, FinishReason::kAbort);
+  EXPECT_GT(got[1].token_ids.size(), 4u);  // it went on after request 0, and ended with request 2
+  EXPECT_LT(got[1].token_ids.size(), 24u);
+  EXPECT_TRUE(std::equal(got[1].token_ids.begin(), got[1].token_ids.end(), whole[1].token_ids.begin()));
+  stop.groups = 2;  // both groups: nothing ends early
+  expect_same(engine.generate_until(requests, stop), whole, "every group");
 }

@@ -205,6 +205,77 @@ run_mpi 4 "${common[@]}" -t 2 -i 2 -zero 3 "${streamed[@]}" -p stream-zero3-kill
 grep -q "resuming from runs/stream-zero3-killed/step-" stream-zero3-resume.log && same_run stream-zero3 stream-zero3-killed \
   && ok stream-zero3-kill-then-resume-exact || { bad stream-zero3-kill-then-resume-exact; tail -3 stream-zero3-resume.log; }
 
+# --group-order completion: a worker's round ends once -ibs of the groups it holds (its own and the
+# next round's streamed beside them) are complete and delivers those; the others go on in the next
+# round. On the arithmetic model sampled hot (a tail of response lengths), one step a round: groups
+# are trained out of the order they were picked, each picked prompt trained once or still held at
+# the end (nothing lost, nothing twice); reproducible bit for bit; kill -9 of the worker after
+# step-6, then --resume auto, ends as the run never killed; a run continued from the last checkpoint
+# (no round in flight: the pool is the checkpoint's) trains the prompts that pool held.
+arith=(-m "$here/../models/arith-tiny" -d "$here/../examples/arith/train.jsonl" -g 4 -tbs 2 -ibs 2 -tMbs 2 -tmbs 8
+       -temp 1.6 --mnt 32 -lr 5e-5 --si 3 -sd runs -t 1 -i 1)
+complete=("${arith[@]}" -nb 1 --partial-rollout --verify-sync true --stream-prompts --group-order completion)
+run_mpi 2 "${complete[@]}" --max-steps 12 --rsd rollouts -p complete > complete.log 2>&1 || { bad complete-run; tail -3 complete.log; }
+run_mpi 2 "${arith[@]}" -nb 1 --partial-rollout --stream-prompts --max-steps 12 -p complete-pick > complete-pick.log 2>&1
+check_pool() {  # RUN ROLLOUTS LAST-STEP [FIRST-STEP]: what a completion-order run trained
+  python3 - "runs/$1" "$2" "$3" "${4:-1}" <<'PY'
+import glob, json, sys
+run, rollouts, last, first = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+trained = {}  # group id: step
+for path in glob.glob(rollouts + "/step-*.jsonl"):
+    for line in map(json.loads, open(path)):
+        if line["trained"] and first <= line["step"]:
+            assert trained.get(line["group"], line["step"]) == line["step"], f"group {line['group']} trained twice"
+            trained[line["group"]] = line["step"]
+state = json.load(open(f"{run}/step-{last}/trainer_state/state.json"))
+held = {p["id"] for engine in state["round"]["pool"] for p in engine}
+assert not held & set(trained), f"groups trained and still held: {held & set(trained)}"
+out_of_order = sum(1 for a in trained for b in trained if a < b and trained[a] > trained[b])
+print(f"     {len(trained)} groups trained in steps {first}-{last}, {len(held)} held at the end; "
+      f"pairs trained out of pick order {out_of_order}")
+assert len(trained) == 2 * (last - first + 1), len(trained)
+if first == 1:
+    ids = sorted(held | set(trained))  # the dataset cursor's positions, every one picked
+    assert out_of_order > 0 and ids == list(range(ids[0], ids[0] + len(ids))), ids
+json.dump(sorted(held), open(f"{run}.held", "w"))
+json.dump(sorted(trained), open(f"{run}.trained", "w"))
+PY
+}
+check_pool complete rollouts/complete 12 && ok completion-order-nothing-lost || bad completion-order-nothing-lost
+python3 - runs/complete runs/complete-pick <<'PY'
+import json, sys  # the figures beside pick order's (for the log)
+for run in sys.argv[1:]:
+    r = [r for r in map(json.loads, open(run + "/metrics.jsonl")) if "step" in r]
+    print(f"     {run}: wait for rollouts {sum(x['time']['wait'] for x in r):.2f} s, versions behind per sample "
+          f"{sum(x['staleness']['per_sample']['mean'] for x in r) / len(r):.2f} (max {max(x['staleness']['per_sample']['max'] for x in r)})")
+PY
+yes > /dev/null & busy1=$!
+run_mpi 2 "${complete[@]}" --max-steps 12 -p complete-again > complete-again.log 2>&1
+kill $busy1
+same_run complete complete-again && ok completion-order-reproducible || { bad completion-order-reproducible; diff <(with_staleness runs/complete/metrics.jsonl) <(with_staleness runs/complete-again/metrics.jsonl) | head -4; }
+# Groups held from round to round would go over --max-staleness: under drop the worker begins them
+# anew instead (counted), so the bound holds with nothing dropped; under finish their old tokens are
+# context only.
+restarted() { python3 -c 'import json, sys; n = sum(r["staleness"]["restarted_groups"] for r in map(json.loads, open(sys.argv[1])) if "step" in r)
+print(f"     {n} groups begun anew"); assert n > 0' "runs/$1/metrics.jsonl"; }
+run_mpi 2 "${complete[@]}" --max-steps 12 --max-staleness 1 -p complete-k1 > complete-k1.log 2>&1 \
+  && check_bound complete-k1 1 drop && restarted complete-k1 && ok completion-order-max-staleness-1 || { bad completion-order-max-staleness-1; tail -3 complete-k1.log; }
+run_mpi 2 "${complete[@]}" --max-steps 12 --max-staleness 1 --stale-policy finish -p complete-k1-finish > complete-k1-finish.log 2>&1 \
+  && check_bound complete-k1-finish 1 finish && ok completion-order-max-staleness-1-finish || { bad completion-order-max-staleness-1-finish; tail -3 complete-k1-finish.log; }
+run_mpi 2 "${complete[@]}" --max-steps 12 --max-staleness 2 -p complete-k2 > complete-k2.log 2>&1 \
+  && check_bound complete-k2 2 drop && ok completion-order-max-staleness-2 || { bad completion-order-max-staleness-2; tail -3 complete-k2.log; }
+kill_rank_after complete-killed 2 1 6 "${complete[@]}" --max-steps 12
+run_mpi 2 "${complete[@]}" --max-steps 12 -p complete-killed --resume auto > complete-killed-resume.log 2>&1
+grep -q "resuming from runs/complete-killed/step-" complete-killed-resume.log && same_run complete complete-killed \
+  && ok completion-order-kill-then-resume-exact || { bad completion-order-kill-then-resume-exact; tail -3 complete-killed-resume.log; }
+cp -r runs/complete runs/complete-more
+run_mpi 2 "${complete[@]}" --max-steps 18 --rsd rollouts -p complete-more --resume auto > complete-more.log 2>&1 \
+  && check_pool complete-more rollouts/complete-more 18 13 \
+  && python3 -c 'import json, sys; held, trained, still = (set(json.load(open(f))) for f in sys.argv[1:])
+print(f"     of the {len(held)} prompts step-12 held, {len(held & trained)} trained in steps 13-18, {len(held & still)} still held")
+assert held and held <= trained | still' runs/complete.held runs/complete-more.trained runs/complete-more.held \
+  && ok completion-order-pool-resumed || { bad completion-order-pool-resumed; tail -3 complete-more.log; }
+
 # Refused combinations.
 refused() {  # NAME EXPECTED-TEXT NP ARGS...
   local name=$1 text=$2 np=$3; shift 3
@@ -224,4 +295,5 @@ refused refuses-finish-alone "--stale-policy finish says what becomes of tokens 
 refused refuses-asap-interval "--async-switch asap with --switch-interval 4" 2 "${partial[@]}" --async-switch asap --switch-interval 4
 refused refuses-stream-alone "--stream-prompts without --partial-rollout" 2 "${base[@]}" -nb 1 --stream-prompts
 refused refuses-stream-imbs "--stream-prompts with -imbs 1" 2 "${partial[@]}" --stream-prompts -imbs 1
+refused refuses-completion-alone "--group-order completion without --stream-prompts" 2 "${partial[@]}" --group-order completion
 exit $failed

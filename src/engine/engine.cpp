@@ -6,6 +6,7 @@
 #include <chrono>
 #include <deque>
 #include <future>
+#include <map>
 #include <optional>
 
 #include "engine/model_runner.h"
@@ -466,13 +467,21 @@ GeneratedSample GenerationLoop::peek(int64_t request, int64_t sample) const {
 
 std::string GenerationLoop::check_blocks() const { return scheduler_.check_blocks(); }
 
-std::vector<GeneratedSample> Engine::generate_first(const std::vector<GenerationRequest>& requests, size_t n_first) {
+std::vector<GeneratedSample> Engine::generate_until(const std::vector<GenerationRequest>& requests, const EarlyStop& stop) {
   GenerationLoop loop(*this);
   for (const auto& r : requests) loop.add(r);  // each checked (a UserError) before any step runs
   int64_t n_sequences = 0;
   for (const auto& r : requests) n_sequences += r.n;
-  n_first = std::min(n_first, requests.size());
-  size_t first_done = 0;  // the first requests, in order, finished
+  RLCPP_CHECK(stop.group_of.size() == requests.size(), "an early stop naming groups of {} requests for {}",
+              stop.group_of.size(), requests.size());
+  // Each group's requests not yet finished, and the groups finished so far.
+  std::map<int64_t, int64_t> open;
+  for (const int64_t g : stop.group_of) {
+    if (g >= 0) ++open[g];
+  }
+  const int64_t enough = std::min(stop.groups, static_cast<int64_t>(open.size()));  // 0: every request whole
+  std::vector<bool> counted(requests.size(), false);
+  int64_t groups_done = 0;
   cut_ = last_cut_ = false;
   while (!loop.idle()) {
     loop.step();
@@ -482,9 +491,14 @@ std::vector<GeneratedSample> Engine::generate_first(const std::vector<Generation
       last_cut_ = true;
       break;
     }
-    while (first_done < n_first && loop.finished(static_cast<int64_t>(first_done))) ++first_done;
-    if (first_done == n_first && n_first < requests.size()) {  // the streamed ones stop with the first
-      for (size_t r = n_first; r < requests.size(); ++r) loop.cancel(static_cast<int64_t>(r));
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const int64_t g = stop.group_of[r];
+      if (g < 0 || counted[r] || !loop.finished(static_cast<int64_t>(r))) continue;
+      counted[r] = true;
+      if (--open[g] == 0) ++groups_done;
+    }
+    if (enough > 0 && groups_done >= enough) {  // the others end here, with their tokens
+      for (size_t r = 0; r < requests.size(); ++r) loop.cancel(static_cast<int64_t>(r));
       break;
     }
     progress::phase("generate", n_sequences - loop.n_unfinished(), n_sequences,

@@ -75,10 +75,11 @@ class Engine : public RolloutBackend {
   // Generates every request's n samples; results ordered by (request, sample). Under tensor
   // parallelism on the group's first rank only, while the others serve.
   std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests) override {
-    return generate_first(requests, requests.size());
+    return generate_until(requests, EarlyStop::first(requests.size(), requests.size()));
   }
-  // The others are admitted as free slots allow (after the first, which came before them).
-  std::vector<GeneratedSample> generate_first(const std::vector<GenerationRequest>& requests, size_t n_first) override;
+  // Requests are admitted in order as free slots allow; the call ends at the engine step in which
+  // the groups `stop` asks for have finished.
+  std::vector<GeneratedSample> generate_until(const std::vector<GenerationRequest>& requests, const EarlyStop& stop) override;
   // Multi-turn: a sequence whose turn ended is paused with its KV blocks and, once its handler
   // answers, goes on from them (only the inserted tokens and the turn's last token are prefilled)
   // while the others keep decoding. Turns that ended in step k resume before step k + `lag`

@@ -1,5 +1,5 @@
 // RolloutBackend's default multi-turn generation: each turn a whole-sequence generate() call, for
-// backends that cannot continue a sequence (remote servers); the engine overrides it.
+// backends that cannot continue a sequence (remote servers); the engine overrides it. And EarlyStop.
 #include "engine/rollout_backend.h"
 
 #include <algorithm>
@@ -8,6 +8,13 @@
 #include "engine/sampling.h"
 
 namespace rlcpp {
+
+EarlyStop EarlyStop::first(size_t n_first, size_t n_requests) {
+  EarlyStop stop;
+  for (size_t r = 0; r < n_requests; ++r) stop.group_of.push_back(r < n_first ? static_cast<int64_t>(r) : -1);
+  stop.groups = static_cast<int64_t>(std::min(n_first, n_requests));
+  return stop;
+}
 
 std::shared_future<TurnOutcome> ready_outcome(TurnOutcome outcome) {
   std::promise<TurnOutcome> promise;

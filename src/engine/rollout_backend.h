@@ -47,17 +47,27 @@ class TurnHandler {
   virtual std::shared_future<TurnOutcome> turn_ended(const TurnEnd& end) = 0;
 };
 
+// Where a generate call may end before every request has: `group_of[r]` is request r's group
+// (-1: in none, so it never ends the call), and the call ends once `groups` groups have finished.
+// The first n requests of a call, each a group of its own, is "the first n" (--stream-prompts).
+struct EarlyStop {
+  std::vector<int64_t> group_of;
+  int64_t groups = 0;
+  static EarlyStop first(size_t n_first, size_t n_requests);
+};
+
 class RolloutBackend {
  public:
   virtual ~RolloutBackend() = default;
   // Every request's n samples, ordered by (request, sample); each sample's policy_version is that
   // of the weights that produced it.
   virtual std::vector<GeneratedSample> generate(const std::vector<GenerationRequest>& requests) = 0;
-  // Prompts streamed into free sequence slots (--stream-prompts): the first `n_first` requests are
-  // generated whole, the others only while those run; when the first end, the others end too, with
-  // the tokens they have (FinishReason::kAbort, to be continued). A backend that cannot generates
-  // them all whole.
-  virtual std::vector<GeneratedSample> generate_first(const std::vector<GenerationRequest>& requests, size_t /*n_first*/) {
+  // A call that ends early (--stream-prompts, --group-order completion): once `stop.groups` of the
+  // groups `stop.group_of` names have every request finished, the other requests end too, with the
+  // tokens they have (FinishReason::kAbort, to be continued). A backend that cannot generates them
+  // all whole.
+  virtual std::vector<GeneratedSample> generate_until(const std::vector<GenerationRequest>& requests,
+                                                      const EarlyStop& /*stop*/) {
     return generate(requests);
   }
   // Multi-turn: every request's n trajectories, ordered as generate's. A trajectory's token_ids

@@ -86,6 +86,11 @@ struct StalenessOptions {
   // Partial rollouts over rollout workers: each round is sent with the next one's prompts, which
   // the engine decodes in the slots the round leaves free; the next round goes on from them.
   bool stream_prompts = false;
+  // With stream_prompts ("completion"): a worker's round ends once -ibs of the groups it holds (its
+  // own and those streamed) are complete, and delivers those (the oldest prompts first); the others
+  // go on in the next round, so the trainers never wait for a round's slowest group. Else ("pick")
+  // a round delivers its own prompts' groups.
+  bool completion_order = false;
 };
 
 // model: the model trained.

@@ -185,6 +185,9 @@ std::vector<Setting> make_settings() {
                            "partial rollouts over rollout workers: the next round's prompts start in the sequence slots "
                            "(--max-num-seqs) a round leaves free, and go on when their round is sent",
                            [](C& c) -> bool& { return c.staleness.stream_prompts; }, {}, true));
+  s.push_back(enum_setting("staleness.group_order", "--group-order",
+                           "with --stream-prompts: which groups a round delivers to the trainers",
+                           group_orders(), [](C& c) -> bool& { return c.staleness.completion_order; }, true));
   s.push_back(enum_setting("staleness.checkpoint_round", "--checkpoint-round",
                            "partial rollouts over rollout workers (or servers, single-turn): the round generating ahead at a checkpoint",
                            checkpoint_round_modes(), [](C& c) -> bool& { return c.staleness.cut_at_checkpoint; }, true));

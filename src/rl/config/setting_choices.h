@@ -49,6 +49,15 @@ inline const EnumTable<bool>& checkpoint_round_modes() {
   return table;
 }
 
+inline const EnumTable<bool>& group_orders() {
+  static const EnumTable<bool> table(
+      "group order", {{false, "pick", "a round delivers the groups of its own prompts, in the order they were picked"},
+                      {true, "completion", "a round delivers the first -ibs groups to complete among its prompts and "
+                                           "those streamed beside it (--stream-prompts); the others go on in the next "
+                                           "round"}});
+  return table;
+}
+
 inline const EnumTable<bool>& stale_policies() {
   static const EnumTable<bool> table(
       "stale policy", {{false, "drop", "groups over the bound are dropped; a partial rollout's round ahead starts at "

@@ -49,6 +49,11 @@ void check_staleness_settings(const RunConfig& c) {
                        c.rollout.inference_microbatch_size);
     }
   }
+  if (c.staleness.completion_order && !c.staleness.stream_prompts) {
+    throw_user_error("--group-order completion without --stream-prompts: a round delivers the first groups to "
+                     "complete among its prompts and the next round's streamed beside it; add --stream-prompts (with "
+                     "--partial-rollout -nb 1)");
+  }
   if (c.staleness.partial_rollout) {
     if (!c.parallel.distributed() && !c.remote.enabled()) {
       throw_user_error("--partial-rollout: the colocated mode (no -i) generates between steps; partial rollouts need "

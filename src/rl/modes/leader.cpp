@@ -271,6 +271,7 @@ CheckpointState Leader::checkpoint_state(CheckpointState state) const {
   if (run_.critic_trainer) state.critic_optimizer_steps = run_.critic_trainer->n_steps();
   state.in_flight_prompts = in_flight_;
   state.next_prompts = next_;
+  state.round.pool = source_.pool();
   state.round.generated_groups = pending_.generated;
   state.round.kept_groups = pending_.kept;
   state.round.discarded = pending_.discarded;

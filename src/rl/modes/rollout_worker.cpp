@@ -166,6 +166,10 @@ class RoundRun {
       : c_(c), topo_(topo), engine_(engine), generator_(generator), inbox_(inbox), grading_(std::move(grading)) {
     if (message.op == ControlMessage::Op::kRound) {
       switches_ = message.switches;
+      if (c_.staleness.completion_order) {
+        start_pool(message, std::move(streamed));
+        return;
+      }
       picks_ = message.picks;
       if (streamed && switches_.during_round && same_prompts(streamed->picks, picks_)) streamed_ = std::move(streamed->progress);
       generator_.set_streamed(message.next.empty() ? std::nullopt : std::optional(StreamedPrompts{message.next, {}}));
@@ -178,6 +182,7 @@ class RoundRun {
     switches_ = std::move(r.switches);
     picks_ = std::move(r.picks);
     taken_ = r.taken;
+    restarted_ = r.restarted;
     step_ = r.step;
     progress_ = std::move(r.progress);
     graded_ = std::move(r.graded);
@@ -202,11 +207,18 @@ class RoundRun {
         });
         generator_.set_cut_hook([&](const RoundProgress& progress) { send_cut(&progress); });
       }
-      round = generator_.generate(picks_, progress_ ? std::move(*progress_) : streamed_ ? std::move(*streamed_) : RoundProgress{});
+      if (c_.staleness.completion_order) {
+        StreamedPrompts pool{picks_, progress_ ? std::move(*progress_) : RoundProgress{}};
+        round = generator_.generate_pool(pool, c_.round_prompts());
+        generator_.set_streamed(std::move(pool));  // what is left goes on in the next round
+      } else {
+        round = generator_.generate(picks_, progress_ ? std::move(*progress_) : streamed_ ? std::move(*streamed_) : RoundProgress{});
+      }
       generator_.set_grading_hook(nullptr);
       generator_.set_cut_hook(nullptr);
       engine_.set_step_hook(nullptr);
     }
+    round.restarted += restarted_;
     const int64_t version = engine_.version();
     // The versions the trainers send while this round is collected: taken now (they come before
     // the trainers collect), so the trainers never wait on a worker stuck delivering.
@@ -239,6 +251,50 @@ class RoundRun {
     }
     ++step_;
   }
+  // --group-order completion: the round's pool is what the worker held from the round before (as
+  // far as it got, when this round goes on from it; else anew), or on a worker that holds none the
+  // round's prompts (trainer 0 sends a resumed run's pool so), then the next round's prompts.
+  void start_pool(const ControlMessage& message, std::optional<StreamedPrompts> held) {
+    StreamedPrompts pool;
+    if (held) {
+      pool.picks = std::move(held->picks);
+      if (switches_.during_round) {
+        pool.progress = std::move(held->progress);
+        restarted_ = restart_stale(pool.progress);
+      }
+    } else {
+      pool.picks = message.picks;
+    }
+    const auto G = static_cast<size_t>(c_.rollout.num_generations);
+    for (const auto& pick : message.next) {
+      pool.picks.push_back(pick);
+      if (!pool.progress.samples.empty()) pool.progress.samples.resize(pool.picks.size() * G);  // begun with the call
+    }
+    RLCPP_CHECK(std::is_sorted(pool.picks.begin(), pool.picks.end(), [](const PromptPick& a, const PromptPick& b) { return a.id < b.id; }),
+                "a rollout worker's pool of prompts out of the order they were picked");
+    picks_ = std::move(pool.picks);
+    if (!pool.progress.samples.empty()) progress_ = std::move(pool.progress);
+  }
+  // --max-staleness with --stale-policy drop: a group held from the rounds before whose oldest
+  // token the bound would no longer allow when the steps after this round train it (the round ends
+  // on the versions it takes) is begun anew rather than trained and dropped. Returns how many.
+  int64_t restart_stale(RoundProgress& progress) const {
+    if (c_.staleness.max_staleness < 0 || c_.staleness.stale_finish) return 0;
+    const int64_t oldest_allowed =
+        engine_.version() + switches_.versions() + c_.steps_per_round() - 1 - c_.staleness.max_staleness;
+    const auto G = static_cast<size_t>(c_.rollout.num_generations);
+    int64_t restarted = 0;
+    for (size_t first = 0; first + G <= progress.samples.size(); first += G) {
+      const auto begin = progress.samples.begin() + static_cast<std::ptrdiff_t>(first);
+      const bool stale = std::any_of(begin, begin + static_cast<std::ptrdiff_t>(G), [&](const RoundProgress::Piece& p) {
+        return !p.sample.out.token_ids.empty() && p.sample.out.policy_version < oldest_allowed;
+      });
+      if (!stale) continue;
+      std::fill(begin, begin + static_cast<std::ptrdiff_t>(G), RoundProgress::Piece{});
+      ++restarted;
+    }
+    return restarted;
+  }
   static bool same_prompts(const std::vector<PromptPick>& a, const std::vector<PromptPick>& b) {
     return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const PromptPick& x, const PromptPick& y) { return x.id == y.id; });
   }
@@ -253,6 +309,7 @@ class RoundRun {
     record.taken = taken_;
     record.step = step_;
     record.version = engine_.version();
+    record.restarted = restarted_;
     if (progress != nullptr) record.progress = *progress;
     if (graded != nullptr) record.graded = *graded;
     topo_.world->send_bytes(to_json(record).dump(), 0, kInFlightTag);
@@ -266,6 +323,7 @@ class RoundRun {
   std::function<void()> grading_;
   WeightSwitches switches_;
   std::vector<PromptPick> picks_;
+  int64_t restarted_ = 0;  // --group-order completion: held groups begun anew (restart_stale)
   int64_t taken_ = 0;  // versions taken since the round started
   int64_t step_ = 0;   // engine steps of the round (its generate calls') so far
   std::optional<RoundProgress> progress_;  // resumed: where generation goes on

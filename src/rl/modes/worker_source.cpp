@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <set>
 
 #include "rl/modes/control.h"
 #include "util/error.h"
@@ -13,6 +14,12 @@
 namespace rlcpp {
 
 namespace {
+
+// Engine e's share of prompts dealt over `engines`.
+std::vector<PromptPick> part_of(const std::vector<PromptPick>& all, size_t e, size_t engines) {
+  const size_t n = all.size();
+  return {all.begin() + static_cast<long>(n * e / engines), all.begin() + static_cast<long>(n * (e + 1) / engines)};
+}
 
 // ZeRO-3's optimizer when the parameters are sharded, else nullptr.
 ZeroOptimizer* sharded_parameters(RunState& run) {
@@ -59,21 +66,41 @@ WorkerSource::WorkerSource(const RunConfig& c, const Topology& topo, RunState& r
     weight_sync_ = std::make_unique<WeightSync>(topo.sync_group, static_cast<uint64_t>(c.parallel.sync_bucket_mb) << 20,
                                                 c.parallel.param_sync_comm_type);
   }
+  if (leader() && c.staleness.completion_order) {
+    const size_t engines = static_cast<size_t>(topo.num_engines());
+    const auto& saved = run.plan.saved.round.pool;
+    pools_restored_ = !saved.empty();
+    if (saved.size() == engines) {
+      pool_ = saved;
+    } else {  // another number of engines: the prompts are dealt anew
+      std::vector<PromptPick> all;
+      for (const auto& picks : saved) all.insert(all.end(), picks.begin(), picks.end());
+      std::stable_sort(all.begin(), all.end(), [](const PromptPick& a, const PromptPick& b) { return a.id < b.id; });
+      for (size_t e = 0; e < engines; ++e) pool_.push_back(part_of(all, e, engines));
+    }
+  }
 }
 
 void WorkerSource::submit(std::vector<PromptPick> picks, const WeightSwitches& switches) {
   if (!leader()) return;
   const size_t engines = static_cast<size_t>(topo_.num_engines());
-  auto part_of = [&](const std::vector<PromptPick>& all, size_t e) {  // engine e's share
-    const size_t n = all.size();
-    return std::vector<PromptPick>(all.begin() + static_cast<long>(n * e / engines), all.begin() + static_cast<long>(n * (e + 1) / engines));
-  };
   for (size_t e = 0; e < engines; ++e) {
+    std::vector<PromptPick> own = part_of(picks, e, engines);
+    const std::vector<PromptPick> next = part_of(next_, e, engines);
+    if (c_.staleness.completion_order) {
+      // The workers hold their pools from round to round: only the first round (a resumed run's
+      // with the pools its checkpoint saved) sends one, and each round adds the next round's prompts.
+      if (pools_sent_) own.clear();
+      else if (pools_restored_) own = pool_[e];
+      else pool_[e] = own;
+      pool_[e].insert(pool_[e].end(), next.begin(), next.end());
+    }
     const int first = topo_.engine_leader(static_cast<int>(e));
-    send_control(*topo_.world, ControlMessage::round(part_of(picks, e), switches, part_of(next_, e)), first);
+    send_control(*topo_.world, ControlMessage::round(std::move(own), switches, next), first);
     for (int r = 1; r < topo_.rollout_tp; ++r) send_control(*topo_.world, ControlMessage::round({}), first + r);  // they serve
   }
   next_.clear();
+  pools_sent_ = true;
 }
 
 bool WorkerSource::cuts_rounds() const {
@@ -109,6 +136,7 @@ bool WorkerSource::resume_cut(const std::vector<nlohmann::json>& in_flight) {
     return false;
   }
   if (!leader()) return true;
+  pools_sent_ = true;  // each worker's pool is in its round's record
   for (int e = 0; e < topo_.num_engines(); ++e) {
     const int first = topo_.engine_leader(e);
     send_control(*topo_.world, ControlMessage::resume(in_flight[static_cast<size_t>(e)]), first);
@@ -121,6 +149,12 @@ RoundReceipt WorkerSource::collect(std::deque<SampleGroup>& buffer) {
   RoundReceipt receipt;
   const size_t before = buffer.size();
   if (topo_.replica_first()) receipt = channel_.collect(buffer);
+  if (leader() && c_.staleness.completion_order) {  // what the round delivered leaves the pools
+    std::set<int64_t> delivered(receipt.delivered.begin(), receipt.delivered.end());
+    for (const auto& g : receipt.discarded) delivered.insert(g.id);
+    for (auto& picks : pool_) std::erase_if(picks, [&](const PromptPick& p) { return delivered.count(p.id) != 0; });
+    restarted_ += receipt.restarted;
+  }
   if (topo_.replica_size() > 1) {  // the replica's other ranks get the same groups
     std::string bytes;
     if (topo_.replica_first()) bytes = encode_groups(std::vector<SampleGroup>(buffer.begin() + static_cast<long>(before), buffer.end()));
@@ -203,6 +237,9 @@ double WorkerSource::sync_weights(int64_t version, bool resend) {
 
 void WorkerSource::add_figures(nlohmann::ordered_json& extra) {
   extra["weight_sync"] = {{"syncs", syncs_}, {"bytes", sync_bytes_}, {"verified_workers", verified_}};
+  if (c_.staleness.completion_order && c_.staleness.max_staleness >= 0 && !c_.staleness.stale_finish) {
+    extra["staleness"]["restarted_groups"] = std::exchange(restarted_, 0);
+  }
   syncs_ = verified_ = 0;
   sync_bytes_ = 0;
 }

@@ -27,6 +27,7 @@ class WorkerSource : public RolloutSource {
   bool cuts_rounds() const override;
   std::vector<nlohmann::json> take_cut() override;
   bool resume_cut(const std::vector<nlohmann::json>& in_flight) override;
+  std::vector<std::vector<PromptPick>> pool() const override { return pool_; }
   int64_t round_prompts() const override { return topo_.num_engines() * c_.round_prompts(); }
   void add_figures(nlohmann::ordered_json& extra) override;
   void finish() override;
@@ -46,6 +47,11 @@ class WorkerSource : public RolloutSource {
   int64_t syncs_ = 0, verified_ = 0;  // since the last metrics line
   uint64_t sync_bytes_ = 0;
   std::vector<PromptPick> next_;  // trainer 0, --stream-prompts: sent with the next round
+  // Trainer 0, --group-order completion: each engine's prompts sent and not yet delivered; whether
+  // a checkpoint gave them, and whether the workers hold them (after the first round sent).
+  std::vector<std::vector<PromptPick>> pool_;
+  bool pools_restored_ = false, pools_sent_ = false;
+  int64_t restarted_ = 0;  // groups the workers began anew over --max-staleness, since the last metrics line
 };
 
 }  // namespace rlcpp

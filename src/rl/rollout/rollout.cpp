@@ -141,7 +141,7 @@ nlohmann::json to_json(const RoundInFlight& r) {
   return {{"source", r.source}, {"switches", to_json(r.switches)}, {"picks", std::move(picks)}, {"taken", r.taken},
           {"step", r.step}, {"call_end", r.call_end}, {"version", r.version},
           {"progress", r.progress ? to_json(*r.progress) : nlohmann::json(nullptr)}, {"graded", std::move(graded)},
-          {"streamed", std::move(streamed)}};
+          {"streamed", std::move(streamed)}, {"restarted", r.restarted}};
 }
 
 RoundInFlight round_in_flight_from_json(const nlohmann::json& j, const std::string& where) {
@@ -154,6 +154,7 @@ RoundInFlight round_in_flight_from_json(const nlohmann::json& j, const std::stri
     r.taken = j.at("taken").get<int64_t>();
     r.step = j.at("step").get<int64_t>();
     r.call_end = j.value("call_end", int64_t{0});
+    r.restarted = j.value("restarted", int64_t{0});
     r.version = j.at("version").get<int64_t>();
     if (!j.at("progress").is_null()) r.progress = round_progress_from_json(j.at("progress"), where);
     const auto& g = j.at("graded");
@@ -244,21 +245,31 @@ std::vector<PromptPick> RolloutGenerator::pick(int64_t n_prompts) {
   return picks;
 }
 
-namespace {
-
 // One sample of a round before grading: what the backend or the agent loop gave.
-struct Rolled {
+struct RolloutGenerator::Rolled {
   GeneratedSample generated;
   std::vector<int32_t> prompt_ids;  // the sample's prompt (an environment's first message may extend the group's)
   std::string graded;               // the text the -rt reward grades (multi-turn: the last assistant turn)
   nlohmann::json episode;           // multi-turn: the episode's summary
   double env_reward = 0;
   bool truncated = false;
+
+  // A single-turn sample as the backend gave it (taken from `s`).
+  static Rolled of(const GenerationRequest& request, GeneratedSample& s) {
+    Rolled r;
+    r.prompt_ids = request.prompt_ids;
+    r.graded = s.text;
+    r.truncated = s.finish_reason == FinishReason::kLength;
+    r.generated = std::move(s);
+    return r;
+  }
 };
+
+namespace {
 
 // A sample of the model's runs and the inserted ones, each run with the policy version of its
 // tokens (a partial rollout's change of weights starts a new run).
-Sample trajectory_sample(const Rolled& r, double advantage) {
+Sample trajectory_sample(const RolloutGenerator::Rolled& r, double advantage) {
   const GeneratedSample& g = r.generated;
   if (g.inserted.empty() && g.version_changes.empty()) {
     return model_sample(r.prompt_ids, g.token_ids, advantage, g.logprobs, g.policy_version, r.truncated);
@@ -384,7 +395,7 @@ void RolloutGenerator::generate_samples(const std::vector<GenerationRequest>& re
     }
     const size_t own = call.size();
     if (streamed_) continue_samples(streamed, streamed_all, streamed_->progress, G, call, entries);
-    auto results = own < call.size() ? backend_->generate_first(call, own) : backend_->generate(call);
+    auto results = own < call.size() ? backend_->generate_until(call, EarlyStop::first(own, call.size())) : backend_->generate(call);
     const bool cut = backend_->cut();
     for (auto& result : results) {
       const CallEntry& entry = entries[static_cast<size_t>(result.request)];
@@ -403,20 +414,74 @@ void RolloutGenerator::generate_samples(const std::vector<GenerationRequest>& re
   }
 }
 
+RolloutRound RolloutGenerator::generate_pool(StreamedPrompts& pool, int64_t n) {
+  RLCPP_CHECK(backend_ != nullptr && reward_ != nullptr && agent_ == nullptr, "a pool of prompts without a single-turn backend");
+  const auto G = static_cast<size_t>(c_.rollout.num_generations);
+  std::vector<GenerationRequest> requests;
+  for (const auto& pick : pool.picks) requests.push_back(request_of(pick));
+  RoundProgress& progress = pool.progress;
+  std::vector<size_t> all(requests.size());
+  std::iota(all.begin(), all.end(), 0);
+  auto complete = [&](size_t r) {
+    return std::all_of(progress.samples.begin() + static_cast<std::ptrdiff_t>(r * G),
+                       progress.samples.begin() + static_cast<std::ptrdiff_t>((r + 1) * G),
+                       [](const RoundProgress::Piece& p) { return p.done; });
+  };
+  auto n_complete = [&] {
+    int64_t done = 0;
+    for (size_t r = 0; r < requests.size(); ++r) done += complete(r) ? 1 : 0;
+    return done;
+  };
+  n = std::min(n, static_cast<int64_t>(requests.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<trace::Span> span(std::in_place, "generate");
+  progress.calls_started = 1;  // one call, gone on from where a cut left it
+  for (;;) {
+    std::vector<GenerationRequest> call;
+    std::vector<CallEntry> entries;
+    continue_samples(requests, all, progress, c_.rollout.num_generations, call, entries);
+    const int64_t done = n_complete();
+    if (done >= n || call.empty()) break;
+    EarlyStop stop;  // the call ends once enough groups are complete
+    for (const auto& entry : entries) stop.group_of.push_back(static_cast<int64_t>(entry.first / G));
+    stop.groups = n - done;
+    auto results = backend_->generate_until(call, stop);
+    for (auto& result : results) {
+      const CallEntry& entry = entries[static_cast<size_t>(result.request)];
+      const size_t k = entry.first + static_cast<size_t>(result.sample);
+      auto& piece = progress.samples[k];
+      piece.done = result.finish_reason != FinishReason::kAbort;  // else ended early or cut: it goes on
+      piece.sample.append(std::move(result));
+      if (piece.sample.pieces > 1 && settle_stop_strings(piece.sample.out, tokenizer_, requests[k / G].params.stop_strings)) {
+        piece.done = true;
+      }
+    }
+    if (backend_->cut() && cut_hook_) cut_hook_(progress);
+  }
+  // The first n complete groups in the pool's order (the oldest prompts) are the round's.
+  std::vector<PromptPick> picks;
+  std::vector<std::vector<Rolled>> by_request;
+  StreamedPrompts rest;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (static_cast<int64_t>(picks.size()) < n && complete(r)) {
+      picks.push_back(std::move(pool.picks[r]));
+      auto& rolled = by_request.emplace_back();
+      for (size_t k = r * G; k < (r + 1) * G; ++k) rolled.push_back(Rolled::of(requests[r], progress.samples[k].sample.out));
+      continue;
+    }
+    rest.picks.push_back(std::move(pool.picks[r]));
+    for (size_t k = r * G; k < (r + 1) * G; ++k) rest.progress.samples.push_back(std::move(progress.samples[k]));
+  }
+  rest.progress.calls_started = rest.picks.empty() ? 0 : 1;
+  pool = std::move(rest);
+  span.reset();
+  return graded_round(picks, by_request, seconds_since(t0));
+}
+
 RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks, RoundProgress progress) {
   RLCPP_CHECK(backend_ != nullptr && reward_ != nullptr, "generating without a rollout backend");
-  RolloutRound round;
   std::vector<GenerationRequest> requests;
-  std::vector<SampleGroup> groups;
-  for (const auto& pick : picks) {
-    requests.push_back(request_of(pick));
-    SampleGroup group;
-    group.id = pick.id;
-    group.prompt = pick.text;
-    group.gt_answer = pick.gt_answer;
-    group.line = pick.line;
-    groups.push_back(std::move(group));
-  }
+  for (const auto& pick : picks) requests.push_back(request_of(pick));
   // Generation, in calls of inference_microbatch_size prompts; ranking sorts them by length first.
   std::vector<size_t> order(requests.size());
   std::iota(order.begin(), order.end(), 0);
@@ -427,7 +492,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks, Ro
   const size_t per_call = c_.rollout.inference_microbatch_size > 0 ? static_cast<size_t>(c_.rollout.inference_microbatch_size) : order.size();
   const int64_t G = c_.rollout.num_generations;
   std::vector<std::vector<Rolled>> by_request(requests.size(), std::vector<Rolled>(static_cast<size_t>(G)));
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   std::optional<trace::Span> span(std::in_place, "generate");
   if (agent_ != nullptr) {
     // Episodes, in calls of -imbs prompts, from `progress` on (a round cut at a checkpoint).
@@ -466,20 +531,32 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks, Ro
     generate_samples(requests, order, progress);
     for (size_t k = 0; k < progress.samples.size(); ++k) {
       const size_t r = k / static_cast<size_t>(G);
-      Rolled& rolled = by_request[r][k % static_cast<size_t>(G)];
-      GeneratedSample& s = progress.samples[k].sample.out;
-      rolled.prompt_ids = requests[r].prompt_ids;
-      rolled.graded = s.text;
-      rolled.truncated = s.finish_reason == FinishReason::kLength;
-      rolled.generated = std::move(s);
+      by_request[r][k % static_cast<size_t>(G)] = Rolled::of(requests[r], progress.samples[k].sample.out);
     }
   }
-  round.generate_seconds = seconds_since(t0);
-  span.emplace("reward");
+  span.reset();
+  return graded_round(picks, by_request, seconds_since(t0));
+}
+
+RolloutRound RolloutGenerator::graded_round(const std::vector<PromptPick>& picks, std::vector<std::vector<Rolled>>& by_request,
+                                            double generate_seconds) {
+  RolloutRound round;
+  round.generate_seconds = generate_seconds;
+  const int64_t G = c_.rollout.num_generations;
+  std::vector<SampleGroup> groups;
+  for (const auto& pick : picks) {
+    SampleGroup group;
+    group.id = pick.id;
+    group.prompt = pick.text;
+    group.gt_answer = pick.gt_answer;
+    group.line = pick.line;
+    groups.push_back(std::move(group));
+  }
+  trace::Span span("reward");
   // Rewards (with DAPO's over-length shaping), advantages over the round, the group filter.
-  t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<RewardInput> inputs;
-  for (size_t r = 0; r < requests.size(); ++r) {
+  for (size_t r = 0; r < picks.size(); ++r) {
     for (const auto& s : by_request[r]) {
       inputs.push_back({groups[r].prompt, s.graded, groups[r].gt_answer, picks[r].metadata, s.truncated, picks[r].messages});
     }
@@ -491,7 +568,6 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks, Ro
     return scoring.get();
   }();
   round.reward_seconds = seconds_since(t0);
-  span.reset();
   const bool env_only = c_.reward.type == RewardType::kEnv;
   const bool env_rewards = env_only || c_.episode.env_reward_add;
   std::vector<double> rewards(graded.size());
@@ -513,7 +589,7 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks, Ro
     keep = filter_groups_by_accuracy(torch::tensor(correct).to(torch::kBool), G, c_.algo.filter_range->first,
                                      c_.algo.filter_range->second);
   }
-  for (size_t r = 0; r < requests.size(); ++r) {
+  for (size_t r = 0; r < picks.size(); ++r) {
     SampleGroup& g = groups[r];
     for (int64_t s = 0; s < G; ++s) {
       const size_t k = r * static_cast<size_t>(G) + static_cast<size_t>(s);

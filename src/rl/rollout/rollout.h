@@ -134,6 +134,7 @@ struct StreamedPrompts {
 struct RolloutRound {
   std::vector<SampleGroup> kept, discarded;  // by the group filter (all kept without one)
   double generate_seconds = 0, reward_seconds = 0;
+  int64_t restarted = 0;  // --group-order completion: groups held over --max-staleness, begun anew
 };
 
 // A round ahead as a checkpoint cut it at the checkpoint's version (partial rollouts,
@@ -153,6 +154,9 @@ struct RoundInFlight {
   std::optional<RoundProgress> progress;
   std::optional<RolloutRound> graded;
   std::optional<StreamedPrompts> streamed;  // --stream-prompts: the next round's, as far as they got
+  // (--group-order completion: its picks and progress are the worker's pool; once graded, streamed
+  // holds what is left of it)
+  int64_t restarted = 0;  // --group-order completion: held groups it began anew (RolloutRound::restarted)
 };
 
 nlohmann::json to_json(const RoundInFlight& round);
@@ -167,6 +171,7 @@ EngineConfig run_engine_config(const RunConfig& c);
 
 class RolloutGenerator {
  public:
+  struct Rolled;  // one sample before grading
   // `backend`, `dataset`, `cursor` and `reward` must outlive the generator. A generator that only
   // picks prompts (trainer rank 0) has no backend and no reward; one that only generates (a
   // rollout worker) has no dataset and no cursor.
@@ -183,6 +188,11 @@ class RolloutGenerator {
   RolloutRound generate(const std::vector<PromptPick>& picks) { return generate(picks, RoundProgress{}); }
   // A round going on from `progress` (a single-turn round cut at a checkpoint).
   RolloutRound generate(const std::vector<PromptPick>& picks, RoundProgress progress);
+
+  // --group-order completion: a round over `pool` (in id order, its samples as far as they got),
+  // in one generate call that ends once `n` of its groups are complete (going on after a cut). The
+  // round is the first n complete groups, in the pool's order; the others stay in `pool`.
+  RolloutRound generate_pool(StreamedPrompts& pool, int64_t n);
 
   int64_t skipped_long() const { return skipped_long_; }
   int64_t skipped_short() const { return skipped_short_; }
@@ -201,7 +211,7 @@ class RolloutGenerator {
   const Agent* agent() const { return agent_.get(); }
 
   // --stream-prompts: the next round's prompts, decoded in the slots this round's sequences leave
-  // free while they run (Engine::generate_first), their samples so far carried from round to round
+  // free while they run (Engine::generate_until), their samples so far carried from round to round
   // (the next round goes on from them). Set before a round, taken after it; none: nothing streamed.
   void set_streamed(std::optional<StreamedPrompts> next) { streamed_ = std::move(next); }
   const std::optional<StreamedPrompts>& streamed() const { return streamed_; }
@@ -209,6 +219,10 @@ class RolloutGenerator {
 
  private:
   GenerationRequest request_of(const PromptPick& pick) const;
+  // A round of `picks` graded: rewards, advantages over the round, the group filter. `by_request`:
+  // each pick's samples (taken).
+  RolloutRound graded_round(const std::vector<PromptPick>& picks, std::vector<std::vector<Rolled>>& by_request,
+                            double generate_seconds);
   // The single-turn samples of a round, in calls of -imbs prompts, from `progress` on.
   void generate_samples(const std::vector<GenerationRequest>& requests, const std::vector<size_t>& order,
                         RoundProgress& progress);

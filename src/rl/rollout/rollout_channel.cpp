@@ -67,11 +67,16 @@ RolloutChannel::RolloutChannel(const Topology& topology)
 
 void RolloutChannel::deliver(RolloutRound& round, int64_t policy_version) {
   Communicator& world = *topo_.world;
-  nlohmann::json tokens = nlohmann::json::array();
-  for (const auto& g : round.kept) tokens.push_back(g.response_tokens());
+  nlohmann::json tokens = nlohmann::json::array(), ids = nlohmann::json::array();
+  for (const auto& g : round.kept) {
+    tokens.push_back(g.response_tokens());
+    ids.push_back(g.id);
+  }
   nlohmann::json discarded = nlohmann::json::array();
   for (const auto& g : round.discarded) discarded.push_back(to_json(g));
   world.send_bytes(pack_message({{"tokens", tokens},
+                                 {"ids", ids},
+                                 {"restarted", round.restarted},
                                  {"discarded", discarded},
                                  {"generate_seconds", round.generate_seconds},
                                  {"reward_seconds", round.reward_seconds},
@@ -105,6 +110,8 @@ RoundReceipt RolloutChannel::collect(std::deque<SampleGroup>& buffer) {
       const auto m = unpack_message(world.recv_bytes(topo_.engine_leader(w), kManifest), "manifest");
       tokens[static_cast<size_t>(w)] = m.at("tokens").get<std::vector<int64_t>>();
       for (const auto& g : m.at("discarded")) receipt.discarded.push_back(group_from_json(g));
+      for (const auto& id : m.at("ids")) receipt.delivered.push_back(id.get<int64_t>());
+      receipt.restarted += m.at("restarted").get<int64_t>();
       receipt.generate_seconds = std::max(receipt.generate_seconds, m.at("generate_seconds").get<double>());
       receipt.reward_seconds = std::max(receipt.reward_seconds, m.at("reward_seconds").get<double>());
       receipt.kept_all += static_cast<int64_t>(tokens[static_cast<size_t>(w)].size());

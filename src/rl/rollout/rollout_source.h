@@ -31,6 +31,8 @@ struct RoundReceipt {
   // On the leader only, over every engine:
   std::vector<SampleGroup> discarded;    // by the group filter
   int64_t generated = 0, kept_all = 0;   // groups
+  std::vector<int64_t> delivered;        // rollout workers: the kept groups' ids (SampleGroup::id)
+  int64_t restarted = 0;                 // and the groups begun anew (RolloutRound::restarted)
   double generate_seconds = 0, reward_seconds = 0;  // the slowest engine's
 };
 
@@ -63,6 +65,9 @@ class RolloutSource {
   // False when this source cannot (another source, another number of engines): the caller then
   // submits the round's prompts anew.
   virtual bool resume_cut(const std::vector<nlohmann::json>& in_flight) { return false; }
+  // --group-order completion: each generator's prompts sent and not yet delivered, which a
+  // checkpoint saves (they go on in later rounds); none elsewhere.
+  virtual std::vector<std::vector<PromptPick>> pool() const { return {}; }
   // Prompts the leader picks for one round (-ibs per engine).
   virtual int64_t round_prompts() const = 0;
   // The source's own figures on the step's metrics line (rollout_servers, weight_sync).

@@ -62,6 +62,11 @@ nlohmann::json to_json(const CheckpointState& s) {
   for (const auto& p : s.in_flight_prompts) in_flight.push_back(to_json(p));
   nlohmann::json next = nlohmann::json::array();
   for (const auto& p : s.next_prompts) next.push_back(to_json(p));
+  nlohmann::json pool = nlohmann::json::array();
+  for (const auto& engine : s.round.pool) {
+    auto& picks = pool.emplace_back(nlohmann::json::array());
+    for (const auto& p : engine) picks.push_back(to_json(p));
+  }
   const RoundState& r = s.round;
   return {{"step", s.step},
           {"policy_version", s.policy_version},
@@ -76,6 +81,7 @@ nlohmann::json to_json(const CheckpointState& s) {
                      {"collected", r.collected ? to_json(*r.collected) : nlohmann::json(nullptr)},
                      {"in_flight", r.in_flight},
                      {"rounds_ahead", r.rounds_ahead},
+                     {"pool", pool},
                      {"generated_groups", r.generated_groups},
                      {"kept_groups", r.kept_groups},
                      {"discarded", groups_json(r.discarded)}}},
@@ -102,6 +108,10 @@ CheckpointState checkpoint_state_from_json(const nlohmann::json& j, const std::s
       s.round.end_step = json_get_or<int64_t>(r, "end_step", 0, where);
       if (r.contains("collected") && !r.at("collected").is_null()) s.round.collected = trainer_groups_from(r.at("collected"), where);
       s.round.rounds_ahead = json_get_or<int64_t>(r, "rounds_ahead", 0, where);
+      for (const auto& engine : r.value("pool", nlohmann::json::array())) {
+        auto& picks = s.round.pool.emplace_back();
+        for (const auto& p : engine) picks.push_back(pick_from_json(p));
+      }
       for (const auto& e : r.value("in_flight", nlohmann::json::array())) {
         // Checked here, so a damaged record stops the resume naming the file, not a worker later.
         try {

@@ -42,6 +42,9 @@ struct RoundState {
   // checkpoint's version, to go on from (its prompts are also in_flight_prompts).
   std::vector<nlohmann::json> in_flight;
   int64_t rounds_ahead = 0;                // rounds sent ahead of training (the --sync-frequency cadence)
+  // --group-order completion: each rollout engine's prompts sent and not yet delivered (a worker
+  // holds them from round to round; a resumed run sends them again).
+  std::vector<std::vector<PromptPick>> pool;
   // Figures of collected rounds not yet on a metrics line (they go on the next step's):
   int64_t generated_groups = 0, kept_groups = 0;
   std::vector<SampleGroup> discarded;
