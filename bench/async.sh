@@ -6,7 +6,9 @@
 # checkpoint's version (--checkpoint-round cut) or collected whole first (collect); the same three
 # with generation the slower role (--max-num-seqs 4: an engine with room for 4 sequences at once);
 # and streamed prompts (--stream-prompts: the next round's prompts in the slots a round leaves free,
-# up to 160 sequences at once, 1.25 rounds, or the default 256, two rounds). The workload has a tail
+# up to 160 sequences at once, 1.25 rounds, or the default 256, two rounds), and the same two taking
+# groups in completion order (--group-order completion: a round delivers the first 16 groups to
+# complete among its own and the next round's prompts). The workload has a tail
 # of response lengths: sampled hot (-temp 1.6) on the demo's
 # arithmetic model, most answers end in about 20 tokens and a few run to -mnt 48.
 # Prints per mode: samples trained per second, each role's idle fraction (from the ranks' traces:
@@ -37,7 +39,9 @@ modes=("sync|-nb 0" "nb1|-nb 1" "partial|-nb 1 --partial-rollout" "partial-i8|-n
        "slowgen-ckpt-cut|-nb 1 --partial-rollout --max-num-seqs 4 --switch-interval 100 --si 1"
        "slowgen-ckpt-collect|-nb 1 --partial-rollout --max-num-seqs 4 --switch-interval 100 --si 1 --checkpoint-round collect"
        "stream|-nb 1 --partial-rollout --stream-prompts --max-num-seqs 160"
-       "stream-all|-nb 1 --partial-rollout --stream-prompts")
+       "stream-all|-nb 1 --partial-rollout --stream-prompts"
+       "complete|-nb 1 --partial-rollout --stream-prompts --group-order completion --max-num-seqs 160"
+       "complete-all|-nb 1 --partial-rollout --stream-prompts --group-order completion")
 
 report() {  # NAME: figures from metrics.jsonl and the two ranks' traces
   python3 - "$1" "$work/runs/$1/metrics.jsonl" "$work/prof/$1" <<'PY'

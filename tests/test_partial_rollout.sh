@@ -18,6 +18,12 @@
 #   - --stream-prompts: the next round's prompts decoded in the slots a round leaves free,
 #     reproducible, held in a checkpoint's cut, resumed exactly after kill -9 of the worker; with
 #     LoRA over two workers, a tensor-parallel engine, and ZeRO-3 (killed and resumed exactly);
+#   - --group-order completion (on the arithmetic model sampled hot, a tail of response lengths):
+#     groups trained out of pick order, every picked prompt trained, filtered out or still held
+#     (nothing lost, nothing twice), reproducible, the bound K = 1, 2 kept (held groups begun anew
+#     under drop), kill -9 and resume exact, a run continued from its last checkpoint trains the
+#     pool it held; with LoRA and dynamic batching over two workers, a tensor-parallel engine, and
+#     ZeRO-3 (killed and resumed exactly);
 #   - the combinations partial rollouts cannot take are refused, naming the flags.
 # Usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC
 set -uo pipefail
@@ -213,35 +219,39 @@ grep -q "resuming from runs/stream-zero3-killed/step-" stream-zero3-resume.log &
 # step-6, then --resume auto, ends as the run never killed; a run continued from the last checkpoint
 # (no round in flight: the pool is the checkpoint's) trains the prompts that pool held.
 arith=(-m "$here/../models/arith-tiny" -d "$here/../examples/arith/train.jsonl" -g 4 -tbs 2 -ibs 2 -tMbs 2 -tmbs 8
-       -temp 1.6 --mnt 32 -lr 5e-5 --si 3 -sd runs -t 1 -i 1)
-complete=("${arith[@]}" -nb 1 --partial-rollout --verify-sync true --stream-prompts --group-order completion)
+       -temp 1.6 --mnt 32 -lr 5e-5 --si 3 -sd runs)
+completion=(-nb 1 --partial-rollout --verify-sync true --stream-prompts --group-order completion)
+complete=("${arith[@]}" -t 1 -i 1 "${completion[@]}")
 run_mpi 2 "${complete[@]}" --max-steps 12 --rsd rollouts -p complete > complete.log 2>&1 || { bad complete-run; tail -3 complete.log; }
-run_mpi 2 "${arith[@]}" -nb 1 --partial-rollout --stream-prompts --max-steps 12 -p complete-pick > complete-pick.log 2>&1
-check_pool() {  # RUN ROLLOUTS LAST-STEP [FIRST-STEP]: what a completion-order run trained
-  python3 - "runs/$1" "$2" "$3" "${4:-1}" <<'PY'
+run_mpi 2 "${arith[@]}" -t 1 -i 1 -nb 1 --partial-rollout --stream-prompts --max-steps 12 -p complete-pick > complete-pick.log 2>&1
+check_pool() {  # RUN LAST-STEP [FIRST-STEP [GROUPS-A-STEP [REORDERED]]]: what a completion-order run trained (rollouts/RUN)
+  python3 - "runs/$1" "rollouts/$1" "$2" "${3:-1}" "${4:-2}" "${5:-1}" <<'PY'
 import glob, json, sys
-run, rollouts, last, first = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-trained = {}  # group id: step
+run, rollouts, last, first, per_step, reordered = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
+trained, discarded = {}, set()  # group id: step; the group filter's
 for path in glob.glob(rollouts + "/step-*.jsonl"):
     for line in map(json.loads, open(path)):
-        if line["trained"] and first <= line["step"]:
+        if not line["trained"]:
+            discarded.add(line["group"])
+        elif first <= line["step"]:
             assert trained.get(line["group"], line["step"]) == line["step"], f"group {line['group']} trained twice"
             trained[line["group"]] = line["step"]
 state = json.load(open(f"{run}/step-{last}/trainer_state/state.json"))
 held = {p["id"] for engine in state["round"]["pool"] for p in engine}
-assert not held & set(trained), f"groups trained and still held: {held & set(trained)}"
+assert not held & (set(trained) | discarded), f"groups delivered and still held: {held & (set(trained) | discarded)}"
 out_of_order = sum(1 for a in trained for b in trained if a < b and trained[a] > trained[b])
-print(f"     {len(trained)} groups trained in steps {first}-{last}, {len(held)} held at the end; "
-      f"pairs trained out of pick order {out_of_order}")
-assert len(trained) == 2 * (last - first + 1), len(trained)
+print(f"     {len(trained)} groups trained in steps {first}-{last}, {len(discarded)} filtered out, {len(held)} held at "
+      f"the end; pairs trained out of pick order {out_of_order}")
+assert len(trained) == per_step * (last - first + 1), len(trained)
 if first == 1:
-    ids = sorted(held | set(trained))  # the dataset cursor's positions, every one picked
-    assert out_of_order > 0 and ids == list(range(ids[0], ids[0] + len(ids))), ids
+    ids = sorted(held | set(trained) | discarded)  # the dataset cursor's positions, every one picked
+    assert ids == list(range(ids[0], ids[0] + len(ids))), ids
+    assert out_of_order > 0 or not reordered
 json.dump(sorted(held), open(f"{run}.held", "w"))
 json.dump(sorted(trained), open(f"{run}.trained", "w"))
 PY
 }
-check_pool complete rollouts/complete 12 && ok completion-order-nothing-lost || bad completion-order-nothing-lost
+check_pool complete 12 && ok completion-order-nothing-lost || bad completion-order-nothing-lost
 python3 - runs/complete runs/complete-pick <<'PY'
 import json, sys  # the figures beside pick order's (for the log)
 for run in sys.argv[1:]:
@@ -270,11 +280,27 @@ grep -q "resuming from runs/complete-killed/step-" complete-killed-resume.log &&
   && ok completion-order-kill-then-resume-exact || { bad completion-order-kill-then-resume-exact; tail -3 complete-killed-resume.log; }
 cp -r runs/complete runs/complete-more
 run_mpi 2 "${complete[@]}" --max-steps 18 --rsd rollouts -p complete-more --resume auto > complete-more.log 2>&1 \
-  && check_pool complete-more rollouts/complete-more 18 13 \
+  && check_pool complete-more 18 13 \
   && python3 -c 'import json, sys; held, trained, still = (set(json.load(open(f))) for f in sys.argv[1:])
 print(f"     of the {len(held)} prompts step-12 held, {len(held & trained)} trained in steps 13-18, {len(held & still)} still held")
 assert held and held <= trained | still' runs/complete.held runs/complete-more.trained runs/complete-more.held \
   && ok completion-order-pool-resumed || { bad completion-order-pool-resumed; tail -3 complete-more.log; }
+# With the others: two workers with LoRA and DAPO's dynamic batching (filtered groups leave the
+# pools too), a tensor-parallel engine, ZeRO-3 over two trainers fed by two workers (a worker killed
+# after step-6, resumed exactly).
+run_mpi 3 "${arith[@]}" -t 1 -i 2 "${completion[@]}" --max-steps 12 --lora-rank 4 --filter-range 0,1 \
+  --dynamic-batching --rsd rollouts -p complete-lora > complete-lora.log 2>&1 && check_pool complete-lora 12 1 2 0 \
+  && ok completion-order-lora-dynamic-batching || { bad completion-order-lora-dynamic-batching; tail -3 complete-lora.log; }
+run_mpi 3 "${arith[@]}" -t 1 -i 2 --rollout-tp 2 "${completion[@]}" --max-steps 12 --rsd rollouts \
+  -p complete-rollout-tp > complete-rollout-tp.log 2>&1 && check_pool complete-rollout-tp 12 \
+  && ok completion-order-rollout-tp || { bad completion-order-rollout-tp; tail -3 complete-rollout-tp.log; }
+zero3=("${arith[@]}" -t 2 -i 2 -zero 3 "${completion[@]}" --max-steps 12)
+run_mpi 4 "${zero3[@]}" --rsd rollouts -p complete-zero3 > complete-zero3.log 2>&1 && check_pool complete-zero3 12 1 4 \
+  && ok completion-order-zero3 || { bad completion-order-zero3; tail -3 complete-zero3.log; }
+kill_rank_after complete-zero3-killed 4 3 6 "${zero3[@]}"
+run_mpi 4 "${zero3[@]}" -p complete-zero3-killed --resume auto > complete-zero3-resume.log 2>&1
+grep -q "resuming from runs/complete-zero3-killed/step-" complete-zero3-resume.log && same_run complete-zero3 complete-zero3-killed \
+  && ok completion-order-zero3-kill-then-resume-exact || { bad completion-order-zero3-kill-then-resume-exact; tail -3 complete-zero3-resume.log; }
 
 # Refused combinations.
 refused() {  # NAME EXPECTED-TEXT NP ARGS...

@@ -120,6 +120,13 @@ Leader::Leader(const RunConfig& c, const Topology* topo, RunState& run, RolloutS
   picker_->restore_skipped(saved.skipped_long_prompts, saved.skipped_short_prompts);
   in_flight_ = saved.in_flight_prompts;
   next_ = saved.next_prompts;
+  size_t pooled = 0;
+  for (const auto& picks : saved.round.pool) pooled += picks.size();
+  if (pooled > 0 && source_.pool().empty()) {
+    spdlog::warn("the checkpoint's rollout workers held {} prompt(s) picked and not yet delivered (--group-order "
+                 "completion); this run does not take groups in completion order on rollout workers, so they are not "
+                 "generated (the run goes on from the prompts after them)", pooled);
+  }
   pending_.generated = saved.round.generated_groups;
   pending_.kept = saved.round.kept_groups;
   pending_.discarded = saved.round.discarded;
