@@ -17,8 +17,10 @@
 # Two placements: both roles free on every core with 2 threads each (they share the cores), and
 # each pinned to its own core with 1 thread (what separate machines would give). Last, a model of
 # the speed-up at 1 trainer : N workers from the pinned run's phase times.
-#   bench/async.sh [RLCPP_BINARY]      Env: STEPS (12), MNT (48), PLACEMENTS ("shared pinned"),
-#                                      MODES (names of the modes to run; all by default)
+# WORKLOAD=tail: generation the slower role instead (small LoRA steps, -temp 2.0 -mnt 256), where
+# a round waits for its slowest group: what --group-order completion is for.
+#   bench/async.sh [RLCPP_BINARY]      Env: STEPS (12; tail 24), MNT (48; tail 256), WORKLOAD (demo, tail),
+#                                      PLACEMENTS ("shared pinned"), MODES (names of the modes to run; all by default)
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}")
@@ -27,9 +29,18 @@ mnt=${MNT:-48}
 placements=${PLACEMENTS:-shared pinned}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Rounds of 2 steps (-ibs 16 = 2 x -tbs 8), so a round ahead overlaps two steps and takes two versions.
-args=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -a GRPO -g 8 -tbs 8 -ibs 16 -tMbs 8 -tmbs 64
-      -temp 1.6 --mnt "$mnt" -lr 5e-5 --max-steps "$steps" -sd "$work/runs" -t 1 -i 1)
+if [ "${WORKLOAD:-demo}" = tail ]; then
+  # Generation the slower role: small LoRA steps (2 prompts x 4 samples, one step a round) and a
+  # long tail of lengths (-temp 2.0 -mnt 256), so a round's slowest group decides when it ends.
+  group=4 spr=1
+  args=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -a GRPO -g 4 -tbs 2 -ibs 2 -tMbs 2 -tmbs 8
+        -temp 2.0 --mnt "${MNT:-256}" -lr 5e-5 --lora-rank 8 --max-steps "${STEPS:-24}" -sd "$work/runs" -t 1 -i 1)
+else
+  # Rounds of 2 steps (-ibs 16 = 2 x -tbs 8), so a round ahead overlaps two steps and takes two versions.
+  group=8 spr=2
+  args=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -a GRPO -g 8 -tbs 8 -ibs 16 -tMbs 8 -tmbs 64
+        -temp 1.6 --mnt "$mnt" -lr 5e-5 --max-steps "$steps" -sd "$work/runs" -t 1 -i 1)
+fi
 modes=("sync|-nb 0" "nb1|-nb 1" "partial|-nb 1 --partial-rollout" "partial-i8|-nb 1 --partial-rollout --switch-interval 8"
        "partial-asap|-nb 1 --partial-rollout --async-switch asap"
        "partial-recompute|-nb 1 --partial-rollout --switch-interval 8 --partial-kv recompute"
@@ -44,9 +55,10 @@ modes=("sync|-nb 0" "nb1|-nb 1" "partial|-nb 1 --partial-rollout" "partial-i8|-n
        "complete-all|-nb 1 --partial-rollout --stream-prompts --group-order completion")
 
 report() {  # NAME: figures from metrics.jsonl and the two ranks' traces
-  python3 - "$1" "$work/runs/$1/metrics.jsonl" "$work/prof/$1" <<'PY'
+  python3 - "$1" "$work/runs/$1/metrics.jsonl" "$work/prof/$1" "$group" "$spr" <<'PY'
 import json, sys
 name, metrics, prof = sys.argv[1:4]
+group, spr = int(sys.argv[4]), int(sys.argv[5])
 rows = [r for r in map(json.loads, open(metrics)) if "step" in r]
 def spans(rank):
     events = json.load(open(f"{prof}/trace.rank-{rank}.json"))["traceEvents"]
@@ -59,7 +71,7 @@ wall = (max(e["ts"] + e["dur"] for e in trainer + worker) - t0) / 1e6
 first_step_end = min(e["ts"] + e["dur"] for e in trainer if e["name"] == "step")
 after = lambda evs: [e for e in evs if e["ts"] >= first_step_end]
 span_after = (max(e["ts"] + e["dur"] for e in trainer + worker) - first_step_end) / 1e6
-samples = sum(r.get("kept_samples", r["kept_groups"] * 8) for r in rows[1:])
+samples = sum(r["kept_groups"] * group for r in rows[1:])
 # (a checkpoint's wait for the round ahead: collected whole, or cut at its version)
 trainer_idle = (total(after(trainer), "collect_rollouts") + total(after(trainer), "wait_cut")) / span_after
 # The rounds that start after the first step, and the waits inside them.
@@ -80,8 +92,8 @@ print(f"{name:26s} {rate:7.2f} samples/s {ratio:12s} idle: trainer {trainer_idle
       f"   switch waits {total(worker, 'switch_wait'):5.2f} s   versions behind/token {tok:4.2f}"
       f"   length mean {sum(lens) / len(lens):5.1f} (truncated {trunc:4.1%})   reward {rows[-1]['reward_mean']:.3f}")
 phases = {"gen": (total(after(worker), "generate")) / max(1, len([e for e in after(worker) if e["name"] == "round"])),
-          "train": sum(r["time"]["logprobs"] + r["time"]["train"] for r in rows[1:]) / len(rows[1:]) * 2,
-          "sync": sum(r["time"]["sync"] for r in rows[1:]) / len(rows[1:]) * 2}
+          "train": sum(r["time"]["logprobs"] + r["time"]["train"] for r in rows[1:]) / len(rows[1:]) * spr,
+          "sync": sum(r["time"]["sync"] for r in rows[1:]) / len(rows[1:]) * spr}
 json.dump(phases, open(f"{prof}/../{name}.phases.json", "w"))
 PY
 }
@@ -94,7 +106,7 @@ run_mode() {  # PLACEMENT NAME FLAGS...
     > "$work/$name.log" 2>&1 && report "$name" || { echo "$name failed:"; tail -3 "$work/$name.log"; }
 }
 
-echo "rlcpp train -t 1 -i 1 on the arith task: $steps steps of 8 prompts x 8 samples, -temp 1.6 -mnt $mnt, $(nproc) cores"
+echo "rlcpp train -t 1 -i 1 on the arith task (${WORKLOAD:-demo}): ${args[*]:4:14}, $(nproc) cores"
 for placement in $placements; do
   echo "-- $placement: $([ $placement = shared ] && echo 'both ranks on every core, 2 threads each' || echo 'one core each, 1 thread')"
   for mode in "${modes[@]}"; do
