@@ -5,8 +5,10 @@
 # --max-staleness 2 both ways (--stale-policy drop: the round ahead starts a version later;
 # finish: tokens over the bound kept as context only): the training reward at equal samples
 # trained, the held-out accuracy after, the versions behind per token (and the share of tokens
-# kept as context only), and the wall time.
-#   bench/async_learning.sh [RLCPP_BINARY]      Env: STEPS (40), EVAL_LIMIT (200), MODES (all: "sync nb1 partial k2-drop k2-finish")
+# kept as context only), and the wall time; also streamed prompts (--stream-prompts) and groups
+# taken in completion order (--group-order completion).
+#   bench/async_learning.sh [RLCPP_BINARY]      Env: STEPS (40), EVAL_LIMIT (200),
+#                                               MODES (default "sync nb1 partial k2-drop k2-finish stream complete")
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}")
@@ -21,8 +23,10 @@ args=(-m "$src/models/arith-tiny" -d "$src/examples/arith/train.jsonl" -a GRPO -
 echo "GRPO on the arith task, $steps steps of 16 prompts x 8 samples (-t 1 -i 1, $(nproc) cores); reward mean by step"
 declare -A flags_of=([sync]="-nb 0" [nb1]="-nb 1" [partial]="-nb 1 --partial-rollout"
                      [k2-drop]="-nb 1 --partial-rollout --max-staleness 2 --stale-policy drop"
-                     [k2-finish]="-nb 1 --partial-rollout --max-staleness 2 --stale-policy finish")
-for name in ${MODES:-sync nb1 partial k2-drop k2-finish}; do
+                     [k2-finish]="-nb 1 --partial-rollout --max-staleness 2 --stale-policy finish"
+                     [stream]="-nb 1 --partial-rollout --stream-prompts"
+                     [complete]="-nb 1 --partial-rollout --stream-prompts --group-order completion")
+for name in ${MODES:-sync nb1 partial k2-drop k2-finish stream complete}; do
   flags=${flags_of[$name]:?"unknown mode $name (MODES: ${!flags_of[*]})"}
   start=$(date +%s.%N)
   # shellcheck disable=SC2086
