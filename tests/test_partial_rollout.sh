@@ -218,10 +218,12 @@ grep -q "resuming from runs/stream-zero3-killed/step-" stream-zero3-resume.log &
 # the end (nothing lost, nothing twice); reproducible bit for bit; kill -9 of the worker after
 # step-6, then --resume auto, ends as the run never killed; a run continued from the last checkpoint
 # (no round in flight: the pool is the checkpoint's) trains the prompts that pool held.
-arith=(-m "$here/../models/arith-tiny" -d "$here/../examples/arith/train.jsonl" -g 4 -tbs 2 -ibs 2 -tMbs 2 -tmbs 8
-       -temp 1.6 --mnt 32 -lr 5e-5 --si 3 -sd runs)
+arith_task=(-m "$here/../models/arith-tiny" -d "$here/../examples/arith/train.jsonl" -g 4 -tbs 2 -ibs 2 -tMbs 2 -tmbs 8
+            -lr 5e-5 --si 3 -sd runs)
+arith=("${arith_task[@]}" -temp 1.6 --mnt 32)
 completion=(-nb 1 --partial-rollout --verify-sync true --stream-prompts --group-order completion)
 complete=("${arith[@]}" -t 1 -i 1 "${completion[@]}")
+longer=("${arith_task[@]}" -temp 2.0 --mnt 96 -t 1 -i 1 "${completion[@]}")  # sampled hotter, a longer tail
 run_mpi 2 "${complete[@]}" --max-steps 12 --rsd rollouts -p complete > complete.log 2>&1 || { bad complete-run; tail -3 complete.log; }
 run_mpi 2 "${arith[@]}" -t 1 -i 1 -nb 1 --partial-rollout --stream-prompts --max-steps 12 -p complete-pick > complete-pick.log 2>&1
 check_pool() {  # RUN LAST-STEP [FIRST-STEP [GROUPS-A-STEP [REORDERED]]]: what a completion-order run trained (rollouts/RUN)
@@ -278,12 +280,20 @@ kill_rank_after complete-killed 2 1 6 "${complete[@]}" --max-steps 12
 run_mpi 2 "${complete[@]}" --max-steps 12 -p complete-killed --resume auto > complete-killed-resume.log 2>&1
 grep -q "resuming from runs/complete-killed/step-" complete-killed-resume.log && same_run complete complete-killed \
   && ok completion-order-kill-then-resume-exact || { bad completion-order-kill-then-resume-exact; tail -3 complete-killed-resume.log; }
-cp -r runs/complete runs/complete-more
-run_mpi 2 "${complete[@]}" --max-steps 18 --rsd rollouts -p complete-more --resume auto > complete-more.log 2>&1 \
-  && check_pool complete-more 18 13 \
-  && python3 -c 'import json, sys; held, trained, still = (set(json.load(open(f))) for f in sys.argv[1:])
-print(f"     of the {len(held)} prompts step-12 held, {len(held & trained)} trained in steps 13-18, {len(held & still)} still held")
-assert held and held <= trained | still' runs/complete.held runs/complete-more.trained runs/complete-more.held \
+# Continued from the last checkpoint of a 10-step run (sampled hotter: one prompt it holds is older
+# than the next round's, so only the saved pool has it), to 16 steps.
+run_mpi 2 "${longer[@]}" --max-steps 10 --rsd rollouts -p complete-ten > complete-ten.log 2>&1 \
+  && check_pool complete-ten 10 || bad complete-ten-run
+cp -r runs/complete-ten runs/complete-more
+run_mpi 2 "${longer[@]}" --max-steps 16 --rsd rollouts -p complete-more --resume auto > complete-more.log 2>&1 \
+  && check_pool complete-more 16 11 \
+  && python3 -c 'import json, sys; held, trained, still = (set(json.load(open(f))) for f in sys.argv[1:4])
+state = json.load(open(sys.argv[4]))
+older = held - {p["id"] for p in state["next_prompts"]}
+print(f"     of the {len(held)} prompts step-10 held ({len(older)} older than the next round), {len(held & trained)} "
+      f"trained in steps 11-16, {len(held & still)} still held")
+assert older and held <= trained | still' runs/complete-ten.held runs/complete-more.trained runs/complete-more.held \
+      runs/complete-ten/step-10/trainer_state/state.json \
   && ok completion-order-pool-resumed || { bad completion-order-pool-resumed; tail -3 complete-more.log; }
 # With the others: two workers with LoRA and DAPO's dynamic batching (filtered groups leave the
 # pools too), a tensor-parallel engine, ZeRO-3 over two trainers fed by two workers (a worker killed
