@@ -22,8 +22,8 @@
 #     groups trained out of pick order, every picked prompt trained, filtered out or still held
 #     (nothing lost, nothing twice), reproducible, the bound K = 1, 2 kept (held groups begun anew
 #     under drop), kill -9 and resume exact, a run continued from its last checkpoint trains the
-#     pool it held; with LoRA and dynamic batching over two workers, a tensor-parallel engine, and
-#     ZeRO-3 (killed and resumed exactly);
+#     pool it held (and one resumed in pick order says it leaves them out); with LoRA and dynamic
+#     batching over two workers, a tensor-parallel engine, and ZeRO-3 (killed and resumed exactly);
 #   - the combinations partial rollouts cannot take are refused, naming the flags.
 # Usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC
 set -uo pipefail
@@ -295,6 +295,12 @@ print(f"     of the {len(held)} prompts step-10 held ({len(older)} older than th
 assert older and held <= trained | still' runs/complete-ten.held runs/complete-more.trained runs/complete-more.held \
       runs/complete-ten/step-10/trainer_state/state.json \
   && ok completion-order-pool-resumed || { bad completion-order-pool-resumed; tail -3 complete-more.log; }
+# Resumed in pick order, the held prompts are said to be left out (not silently lost).
+cp -r runs/complete-ten runs/complete-pick-resumed
+run_mpi 2 "${arith_task[@]}" -temp 2.0 --mnt 96 -t 1 -i 1 -nb 1 --partial-rollout --stream-prompts --max-steps 12 \
+  -p complete-pick-resumed --resume auto > complete-pick-resumed.log 2>&1 \
+  && grep -q "held 2 prompt(s) picked and not yet delivered" complete-pick-resumed.log \
+  && ok completion-order-pools-left-out-said || { bad completion-order-pools-left-out-said; tail -3 complete-pick-resumed.log; }
 # With the others: two workers with LoRA and DAPO's dynamic batching (filtered groups leave the
 # pools too), a tensor-parallel engine, ZeRO-3 over two trainers fed by two workers (a worker killed
 # after step-6, resumed exactly).
