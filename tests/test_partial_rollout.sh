@@ -21,9 +21,10 @@
 #   - --group-order completion (on the arithmetic model sampled hot, a tail of response lengths):
 #     groups trained out of pick order, every picked prompt trained, filtered out or still held
 #     (nothing lost, nothing twice), reproducible, the bound K = 1, 2 kept (held groups begun anew
-#     under drop), kill -9 and resume exact, a run continued from its last checkpoint trains the
-#     pool it held (and one resumed in pick order says it leaves them out); with LoRA and dynamic
-#     batching over two workers, a tensor-parallel engine, and ZeRO-3 (killed and resumed exactly);
+#     under drop), kill -9 of the worker or the trainer and resume exact, a run continued from its
+#     last checkpoint trains the pool it held (and one resumed in pick order says it leaves them
+#     out); with LoRA and dynamic batching over two workers, a tensor-parallel engine or trainer,
+#     and ZeRO-3 (killed and resumed exactly);
 #   - the combinations partial rollouts cannot take are refused, naming the flags.
 # Usage: test_partial_rollout.sh RLCPP_BINARY MPIEXEC
 set -uo pipefail
@@ -280,6 +281,11 @@ kill_rank_after complete-killed 2 1 6 "${complete[@]}" --max-steps 12
 run_mpi 2 "${complete[@]}" --max-steps 12 -p complete-killed --resume auto > complete-killed-resume.log 2>&1
 grep -q "resuming from runs/complete-killed/step-" complete-killed-resume.log && same_run complete complete-killed \
   && ok completion-order-kill-then-resume-exact || { bad completion-order-kill-then-resume-exact; tail -3 complete-killed-resume.log; }
+# (and the trainer killed after step-9)
+kill_rank_after complete-trainer-killed 2 0 9 "${complete[@]}" --max-steps 12
+run_mpi 2 "${complete[@]}" --max-steps 12 -p complete-trainer-killed --resume auto > complete-trainer-killed-resume.log 2>&1
+grep -q "resuming from runs/complete-trainer-killed/step-" complete-trainer-killed-resume.log && same_run complete complete-trainer-killed \
+  && ok completion-order-trainer-kill-then-resume-exact || { bad completion-order-trainer-kill-then-resume-exact; tail -3 complete-trainer-killed-resume.log; }
 # Continued from the last checkpoint of a 10-step run (sampled hotter: one prompt it holds is older
 # than the next round's, so only the saved pool has it), to 16 steps.
 run_mpi 2 "${longer[@]}" --max-steps 10 --rsd rollouts -p complete-ten > complete-ten.log 2>&1 \
@@ -302,14 +308,17 @@ run_mpi 2 "${arith_task[@]}" -temp 2.0 --mnt 96 -t 1 -i 1 -nb 1 --partial-rollou
   && grep -q "held 2 prompt(s) picked and not yet delivered" complete-pick-resumed.log \
   && ok completion-order-pools-left-out-said || { bad completion-order-pools-left-out-said; tail -3 complete-pick-resumed.log; }
 # With the others: two workers with LoRA and DAPO's dynamic batching (filtered groups leave the
-# pools too), a tensor-parallel engine, ZeRO-3 over two trainers fed by two workers (a worker killed
-# after step-6, resumed exactly).
+# pools too), a tensor-parallel engine, a tensor-parallel trainer, ZeRO-3 over two trainers fed by
+# two workers (a worker killed after step-6, resumed exactly).
 run_mpi 3 "${arith[@]}" -t 1 -i 2 "${completion[@]}" --max-steps 12 --lora-rank 4 --filter-range 0,1 \
   --dynamic-batching --rsd rollouts -p complete-lora > complete-lora.log 2>&1 && check_pool complete-lora 12 1 2 0 \
   && ok completion-order-lora-dynamic-batching || { bad completion-order-lora-dynamic-batching; tail -3 complete-lora.log; }
 run_mpi 3 "${arith[@]}" -t 1 -i 2 --rollout-tp 2 "${completion[@]}" --max-steps 12 --rsd rollouts \
   -p complete-rollout-tp > complete-rollout-tp.log 2>&1 && check_pool complete-rollout-tp 12 \
   && ok completion-order-rollout-tp || { bad completion-order-rollout-tp; tail -3 complete-rollout-tp.log; }
+run_mpi 3 "${arith[@]}" -t 2 --train-tp 2 -i 1 "${completion[@]}" --max-steps 12 --rsd rollouts -p complete-train-tp \
+  > complete-train-tp.log 2>&1 && check_pool complete-train-tp 12 \
+  && ok completion-order-train-tp || { bad completion-order-train-tp; tail -3 complete-train-tp.log; }
 zero3=("${arith[@]}" -t 2 -i 2 -zero 3 "${completion[@]}" --max-steps 12)
 run_mpi 4 "${zero3[@]}" --rsd rollouts -p complete-zero3 > complete-zero3.log 2>&1 && check_pool complete-zero3 12 1 4 \
   && ok completion-order-zero3 || { bad completion-order-zero3; tail -3 complete-zero3.log; }
