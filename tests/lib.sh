@@ -207,3 +207,35 @@ two_host_mpi() {  # NP ARGS...
       --mca oob_tcp_if_include 10.77.0.0/24 -x OMP_NUM_THREADS=1 ${RLCPP_FAILPOINT:+-x RLCPP_FAILPOINT} --wdir $tmp \
       $rlcpp train $args"
 }
+
+# What a --group-order completion run (runs/RUN, its rollouts saved to rollouts/RUN) trained in
+# steps FIRST-STEP..LAST-STEP: each group once, GROUPS-A-STEP a step, none also held in the pool at
+# the end, and (from step 1) every picked prompt trained, filtered out or held, with some pairs
+# trained out of pick order unless REORDERED is 0. Writes RUN.held and RUN.trained.
+check_pool() {  # RUN LAST-STEP [FIRST-STEP [GROUPS-A-STEP [REORDERED]]]
+  python3 - "runs/$1" "rollouts/$1" "$2" "${3:-1}" "${4:-2}" "${5:-1}" <<'PY'
+import glob, json, sys
+run, rollouts, last, first, per_step, reordered = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
+trained, discarded = {}, set()  # group id: step; the group filter's
+for path in glob.glob(rollouts + "/step-*.jsonl"):
+    for line in map(json.loads, open(path)):
+        if not line["trained"]:
+            discarded.add(line["group"])
+        elif first <= line["step"]:
+            assert trained.get(line["group"], line["step"]) == line["step"], f"group {line['group']} trained twice"
+            trained[line["group"]] = line["step"]
+state = json.load(open(f"{run}/step-{last}/trainer_state/state.json"))
+held = {p["id"] for engine in state["round"]["pool"] for p in engine}
+assert not held & (set(trained) | discarded), f"groups delivered and still held: {held & (set(trained) | discarded)}"
+out_of_order = sum(1 for a in trained for b in trained if a < b and trained[a] > trained[b])
+print(f"     {len(trained)} groups trained in steps {first}-{last}, {len(discarded)} filtered out, {len(held)} held at "
+      f"the end; pairs trained out of pick order {out_of_order}")
+assert len(trained) == per_step * (last - first + 1), len(trained)
+if first == 1:
+    ids = sorted(held | set(trained) | discarded)  # the dataset cursor's positions, every one picked
+    assert ids == list(range(ids[0], ids[0] + len(ids))), ids
+    assert out_of_order > 0 or not reordered
+json.dump(sorted(held), open(f"{run}.held", "w"))
+json.dump(sorted(trained), open(f"{run}.trained", "w"))
+PY
+}

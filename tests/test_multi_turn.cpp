@@ -200,6 +200,57 @@ TEST(MultiTurnEngine, SameTokensUnderPressureChunksLagsAndSlowHandlers) {
   }
 }
 
+// --stream-prompts and --group-order completion over episodes: a call ends at the step in which
+// enough groups have every trajectory ended. Those are as in the whole call; each other trajectory
+// is the start of its whole one (a turn that had ended gets its answer first), ending with kAbort.
+TEST(MultiTurnEngine, EarlyStopEndsOnceGroupsHaveEveryTrajectoryEnded) {
+  auto model = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"));
+  const int64_t vocab = model->config().vocab_size;
+  auto requests = turn_requests(vocab, 1.0, 7);
+  // Request 0's trajectories end with their first turn (its limit is their response budget), in the
+  // step where the others' first turns end: those get their answers, then stop.
+  requests[0].params.max_new_tokens = 6;
+  Engine engine(model, engine_config());
+  ScriptedTurns whole_turns(3, vocab, 6);
+  const auto whole = engine.generate_turns(requests, whole_turns);
+  EarlyStop stop;
+  stop.group_of = {0, 1, 1, 2};  // requests 1 and 2 are one group
+  stop.groups = 1;
+  ScriptedTurns turns(3, vocab, 6);
+  const auto got = engine.generate_turns(requests, turns, stop);
+  EXPECT_FALSE(engine.cut());  // ending early is not a checkpoint's cut
+  ASSERT_EQ(got.size(), whole.size());
+  std::map<int64_t, bool> ended;  // request: every trajectory ended
+  int64_t stopped = 0, answered = 0;
+  for (size_t k = 0; k < got.size(); ++k) {
+    const GeneratedSample& a = got[k];
+    const GeneratedSample& b = whole[k];
+    ASSERT_EQ(a.request, b.request);
+    ASSERT_LE(a.token_ids.size(), b.token_ids.size());
+    EXPECT_TRUE(std::equal(a.token_ids.begin(), a.token_ids.end(), b.token_ids.begin())) << "trajectory " << k;
+    ASSERT_LE(a.inserted.size(), b.inserted.size());
+    EXPECT_TRUE(std::equal(a.inserted.begin(), a.inserted.end(), b.inserted.begin())) << "trajectory " << k;
+    auto [it, fresh] = ended.try_emplace(a.request, true);
+    it->second = it->second && a.finish_reason != FinishReason::kAbort;
+    if (a.finish_reason != FinishReason::kAbort) {
+      EXPECT_EQ(a.token_ids, b.token_ids) << "trajectory " << k;
+      continue;
+    }
+    ++stopped;
+    // Ended right after an answer was added: the run inserted last closes the trajectory.
+    if (!a.inserted.empty() && a.inserted.back().start + a.inserted.back().length == static_cast<int64_t>(a.token_ids.size())) ++answered;
+  }
+  EXPECT_GT(stopped, 0);
+  EXPECT_GT(answered, 0);
+  const bool group0 = ended[0], group1 = ended[1] && ended[2], group2 = ended[3];
+  EXPECT_GE(int{group0} + int{group1} + int{group2}, 1) << "no group ended";
+  std::printf("     %lld of %zu trajectories stopped early, %lld right after an answer\n", static_cast<long long>(stopped),
+              got.size(), static_cast<long long>(answered));
+  stop.groups = 3;  // every group: nothing ends early
+  ScriptedTurns all_turns(3, vocab, 6);
+  expect_same_trajectories(engine.generate_turns(requests, all_turns, stop), whole, "every group");
+}
+
 TEST(MultiTurnEngine, SampledLogprobsOfEveryTurnEqualTheTrainers) {
   for (const auto& dir : rlcpp::testing::fixture_dirs()) {
     SCOPED_TRACE(dir.string());

@@ -227,33 +227,6 @@ complete=("${arith[@]}" -t 1 -i 1 "${completion[@]}")
 longer=("${arith_task[@]}" -temp 2.0 --mnt 96 -t 1 -i 1 "${completion[@]}")  # sampled hotter, a longer tail
 run_mpi 2 "${complete[@]}" --max-steps 12 --rsd rollouts -p complete > complete.log 2>&1 || { bad complete-run; tail -3 complete.log; }
 run_mpi 2 "${arith[@]}" -t 1 -i 1 -nb 1 --partial-rollout --stream-prompts --max-steps 12 -p complete-pick > complete-pick.log 2>&1
-check_pool() {  # RUN LAST-STEP [FIRST-STEP [GROUPS-A-STEP [REORDERED]]]: what a completion-order run trained (rollouts/RUN)
-  python3 - "runs/$1" "rollouts/$1" "$2" "${3:-1}" "${4:-2}" "${5:-1}" <<'PY'
-import glob, json, sys
-run, rollouts, last, first, per_step, reordered = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
-trained, discarded = {}, set()  # group id: step; the group filter's
-for path in glob.glob(rollouts + "/step-*.jsonl"):
-    for line in map(json.loads, open(path)):
-        if not line["trained"]:
-            discarded.add(line["group"])
-        elif first <= line["step"]:
-            assert trained.get(line["group"], line["step"]) == line["step"], f"group {line['group']} trained twice"
-            trained[line["group"]] = line["step"]
-state = json.load(open(f"{run}/step-{last}/trainer_state/state.json"))
-held = {p["id"] for engine in state["round"]["pool"] for p in engine}
-assert not held & (set(trained) | discarded), f"groups delivered and still held: {held & (set(trained) | discarded)}"
-out_of_order = sum(1 for a in trained for b in trained if a < b and trained[a] > trained[b])
-print(f"     {len(trained)} groups trained in steps {first}-{last}, {len(discarded)} filtered out, {len(held)} held at "
-      f"the end; pairs trained out of pick order {out_of_order}")
-assert len(trained) == per_step * (last - first + 1), len(trained)
-if first == 1:
-    ids = sorted(held | set(trained) | discarded)  # the dataset cursor's positions, every one picked
-    assert ids == list(range(ids[0], ids[0] + len(ids))), ids
-    assert out_of_order > 0 or not reordered
-json.dump(sorted(held), open(f"{run}.held", "w"))
-json.dump(sorted(trained), open(f"{run}.trained", "w"))
-PY
-}
 check_pool complete 12 && ok completion-order-nothing-lost || bad completion-order-nothing-lost
 python3 - runs/complete runs/complete-pick <<'PY'
 import json, sys  # the figures beside pick order's (for the log)

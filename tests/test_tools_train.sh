@@ -6,8 +6,9 @@
 #   - the same with LoRA, with MPI rollout workers (-t 1 -i 1: the colocated run's steps exactly),
 #     with ZeRO-1 over two trainers, with tensor-parallel rollout workers and -nb 1, with partial
 #     rollouts (versions changing mid-episode; a checkpoint cuts the episodes in flight, saves them
-#     and they go on, exactly after a kill -9), and with the remote backend (rlcpp serve; each turn a
-#     request of the whole sequence so far);
+#     and they go on, exactly after a kill -9), with --stream-prompts and --group-order completion
+#     (episodes held between rounds; reproducible, exact after a kill -9), and with the remote
+#     backend (rlcpp serve; each turn a request of the whole sequence so far);
 #   - exact resume after kill -9 (the round in flight is regenerated from the checkpoint);
 #   - an external environment (-rt env, --env-cmd): its rewards, a first observation, a second
 #     try; a crashing environment ends the run naming the command;
@@ -133,6 +134,52 @@ run_mpi 3 "${base[@]}" --max-steps 6 -t 1 -i 2 --rollout-tp 2 -ibs 8 -nb 1 --par
   && python3 -c 'import json,sys; l=[r for r in map(json.loads, open(sys.argv[1])) if "step" in r]; sys.exit(0 if len(l)==6 and all(d["tito_mismatch"]==0 for d in l) else 1)' runs/partial-tp-lora/metrics.jsonl \
   && [ -n "$(python3 -c 'import json,glob,sys; print("".join("x" for p in glob.glob("runs/partial-tp-lora/step-*/trainer_state/state.json") for c in json.load(open(p))["round"]["in_flight"] if c["progress"] and any(not s["done"] for s in c["progress"]["samples"])))')" ] \
   && ok partial-episodes-cut-lora-rollout-tp || { bad partial-episodes-cut-lora-rollout-tp; tail -5 partial-tp-lora.log; }
+
+# --stream-prompts over episodes: each round's worker also runs the next round's episodes in the
+# slots the round leaves free; the round's call ends with its own episodes, and the next round's are
+# held as far as they got (their tokens and the episode's state, as at a cut). --group-order
+# completion: a round delivers the first -ibs prompts whose episodes have all ended among those the
+# worker holds; the others go on in the next round. Token-exact throughout; nothing lost or trained
+# twice; reproducible bit for bit (the CPU disturbed); kill -9 of the worker after step-3, then
+# --resume auto, ends as the run never killed.
+streamed=("${base[@]}" --max-steps 6 -t 1 -i 1 -ibs 4 -nb 1 --partial-rollout --stream-prompts --verify-sync true --si 1)
+completion=("${streamed[@]}" --group-order completion)
+held_episodes() {  # RUN: checkpoints hold episodes in flight, each with its episode's state
+  python3 - "runs/$1" <<'PY'
+import glob, json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if "step" in r]
+held = []
+for path in sorted(glob.glob(sys.argv[1] + "/step-*/trainer_state/state.json")):
+    for cut in json.load(open(path))["round"]["in_flight"]:
+        for part in (cut.get("streamed") or {}).get("progress"), cut.get("progress"):
+            going_on = [s for s in (part or {}).get("samples", []) if not s["done"] and s["tokens"]]
+            assert all(s["episode"]["state"]["messages"] for s in going_on), path
+            held.append(len(going_on))
+print(f"     episodes held in flight at the checkpoints {held}; tool calls a step {[round(r['tool_calls'], 2) for r in rows]}")
+assert len(rows) == 6 and all(r["tito_mismatch"] == 0 and "turns_mean" in r for r in rows)
+assert any(held), "no checkpoint holds an episode begun"
+PY
+}
+same_episodes() {  # A B: metrics, staleness and the last weights equal
+  cmp -s <(metrics_of "runs/$1/metrics.jsonl") <(metrics_of "runs/$2/metrics.jsonl") \
+    && cmp -s <(staleness_of "runs/$1/metrics.jsonl") <(staleness_of "runs/$2/metrics.jsonl") \
+    && cmp -s "runs/$1/step-6/model.safetensors" "runs/$2/step-6/model.safetensors"
+}
+run_mpi 2 "${streamed[@]}" -p stream > stream.log 2>&1 && held_episodes stream \
+  && ok stream-prompts-episodes || { bad stream-prompts-episodes; tail -3 stream.log; }
+run_mpi 2 "${completion[@]}" --rsd rollouts -p complete > complete.log 2>&1 && held_episodes complete && check_pool complete 6 1 4 \
+  && ok completion-order-episodes || { bad completion-order-episodes; tail -3 complete.log; }
+yes > /dev/null & busy=$!
+run_mpi 2 "${completion[@]}" -p complete-again > complete-again.log 2>&1
+kill "$busy"
+same_episodes complete complete-again && ok completion-order-episodes-reproducible || bad completion-order-episodes-reproducible
+kill_rank_after complete-killed 2 1 3 "${completion[@]}"
+run_mpi 2 "${completion[@]}" -p complete-killed --resume auto > complete-killed-resume.log 2>&1
+grep -q "resuming from runs/complete-killed/step-" complete-killed-resume.log && same_episodes complete complete-killed \
+  && ok completion-order-episodes-kill-then-resume-exact || { bad completion-order-episodes-kill-then-resume-exact; tail -3 complete-killed-resume.log; }
+run_mpi 2 "${streamed[@]}" --env-reward add --env-cmd "python3 x.py" -p refused-stream-env > refused-stream-env.log 2>&1
+grep -q -- "--stream-prompts with --env-cmd" refused-stream-env.log && ok refuses-stream-prompts-env-cmd \
+  || { bad refuses-stream-prompts-env-cmd; tail -3 refused-stream-env.log; }
 
 # 4. Exact resume after kill -9 mid-run. The killed process writes no status line: the resumed
 #    run's file ends with its only one, and metrics.discarded.jsonl (if any) holds steps alone.

@@ -467,38 +467,59 @@ GeneratedSample GenerationLoop::peek(int64_t request, int64_t sample) const {
 
 std::string GenerationLoop::check_blocks() const { return scheduler_.check_blocks(); }
 
+namespace {
+
+// The groups an EarlyStop names, counted as their requests (the loop's `ids`) finish.
+class FinishedGroups {
+ public:
+  FinishedGroups(const EarlyStop& stop, std::vector<int64_t> ids) : stop_(stop), ids_(std::move(ids)), counted_(ids_.size(), false) {
+    RLCPP_CHECK(stop.group_of.empty() || stop.group_of.size() == ids_.size(),
+                "an early stop naming groups of {} requests for {}", stop.group_of.size(), ids_.size());
+    for (const int64_t g : stop.group_of) {
+      if (g >= 0) ++open_[g];
+    }
+    enough_ = std::min(stop.groups, static_cast<int64_t>(open_.size()));  // 0: every request whole
+  }
+  // Whether the groups asked for have finished (never, when none are).
+  bool reached(const GenerationLoop& loop) {
+    if (enough_ <= 0) return false;
+    for (size_t r = 0; r < ids_.size(); ++r) {
+      const int64_t g = stop_.group_of[r];
+      if (g < 0 || counted_[r] || !loop.finished(ids_[r])) continue;
+      counted_[r] = true;
+      if (--open_[g] == 0) ++done_;
+    }
+    return done_ >= enough_;
+  }
+
+ private:
+  const EarlyStop& stop_;
+  std::vector<int64_t> ids_;
+  std::vector<bool> counted_;
+  std::map<int64_t, int64_t> open_;  // each group's requests not yet finished
+  int64_t enough_ = 0, done_ = 0;
+};
+
+}  // namespace
+
 std::vector<GeneratedSample> Engine::generate_until(const std::vector<GenerationRequest>& requests, const EarlyStop& stop) {
   GenerationLoop loop(*this);
-  for (const auto& r : requests) loop.add(r);  // each checked (a UserError) before any step runs
+  std::vector<int64_t> ids;
+  for (const auto& r : requests) ids.push_back(loop.add(r));  // each checked (a UserError) before any step runs
   int64_t n_sequences = 0;
   for (const auto& r : requests) n_sequences += r.n;
-  RLCPP_CHECK(stop.group_of.size() == requests.size(), "an early stop naming groups of {} requests for {}",
-              stop.group_of.size(), requests.size());
-  // Each group's requests not yet finished, and the groups finished so far.
-  std::map<int64_t, int64_t> open;
-  for (const int64_t g : stop.group_of) {
-    if (g >= 0) ++open[g];
-  }
-  const int64_t enough = std::min(stop.groups, static_cast<int64_t>(open.size()));  // 0: every request whole
-  std::vector<bool> counted(requests.size(), false);
-  int64_t groups_done = 0;
+  FinishedGroups groups(stop, ids);
   cut_ = last_cut_ = false;
   while (!loop.idle()) {
     loop.step();
     if (cut_) {  // the step hook cut the call: what is unfinished ends here, with its tokens
-      for (size_t r = 0; r < requests.size(); ++r) loop.cancel(static_cast<int64_t>(r));
+      for (int64_t id : ids) loop.cancel(id);
       cut_ = false;
       last_cut_ = true;
       break;
     }
-    for (size_t r = 0; r < requests.size(); ++r) {
-      const int64_t g = stop.group_of[r];
-      if (g < 0 || counted[r] || !loop.finished(static_cast<int64_t>(r))) continue;
-      counted[r] = true;
-      if (--open[g] == 0) ++groups_done;
-    }
-    if (enough > 0 && groups_done >= enough) {  // the others end here, with their tokens
-      for (size_t r = 0; r < requests.size(); ++r) loop.cancel(static_cast<int64_t>(r));
+    if (groups.reached(loop)) {  // the others end here, with their tokens
+      for (int64_t id : ids) loop.cancel(id);
       break;
     }
     progress::phase("generate", n_sequences - loop.n_unfinished(), n_sequences,
@@ -508,14 +529,15 @@ std::vector<GeneratedSample> Engine::generate_until(const std::vector<Generation
   progress::end_phase();
   RLCPP_CHECK(loop.check_blocks().empty(), "block accounting after generate: {}", loop.check_blocks());
   std::vector<GeneratedSample> out;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    for (auto& s : loop.take(static_cast<int64_t>(r))) out.push_back(std::move(s));
+  for (int64_t id : ids) {
+    for (auto& s : loop.take(id)) out.push_back(std::move(s));
   }
   stats_ = loop.stats();
   return out;
 }
 
-std::vector<GeneratedSample> Engine::generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler) {
+std::vector<GeneratedSample> Engine::generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler,
+                                                    const EarlyStop& stop) {
   GenerationLoop loop(*this);
   std::vector<int64_t> ids;
   std::vector<SamplingParams> params;  // as the loop runs them: a response capped to the model's positions
@@ -548,16 +570,19 @@ std::vector<GeneratedSample> Engine::generate_turns(const std::vector<Generation
       loop.release(w.request, w.sample);
     }
   };
+  FinishedGroups groups(stop, ids);
   int64_t steps = 0;
   cut_ = last_cut_ = false;
   for (;;) {
-    if (cut_) {
-      // The step hook cut the call: every turn's answer is awaited and added now (as if due), and
-      // what is unfinished ends here with its tokens (FinishReason::kAbort), to be continued.
+    const bool cut = cut_;
+    if (cut || groups.reached(loop)) {
+      // The step hook cut the call, or the groups asked for have ended: every turn's answer is
+      // awaited and added now (as if due), and what is unfinished ends here with its tokens
+      // (FinishReason::kAbort), to be continued.
       while (!waiting.empty()) answer_one();
       for (int64_t id : ids) loop.cancel(id);
       cut_ = false;
-      last_cut_ = true;
+      last_cut_ = cut;
       break;
     }
     if (loop.idle()) {

@@ -85,7 +85,11 @@ class Engine : public RolloutBackend {
   // while the others keep decoding. Turns that ended in step k resume before step k + `lag`
   // (TurnHandler::resume_lag), waiting there for an answer still being computed: where sequences
   // resume never depends on how long a tool took, so a run is reproducible.
-  std::vector<GeneratedSample> generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler) override;
+  // An early stop ends the call as a cut does (every ended turn answered first), at the engine
+  // step in which the groups it asks for have every trajectory ended.
+  using RolloutBackend::generate_turns;
+  std::vector<GeneratedSample> generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler,
+                                              const EarlyStop& stop) override;
   // Tensor parallelism: whether this rank generates (the group's first, or no group); on the
   // others, serve runs the first rank's steps, through any number of its generate calls, until it
   // calls release_followers (both collectives over the group, at points the caller agrees on).

@@ -23,7 +23,7 @@ std::shared_future<TurnOutcome> ready_outcome(TurnOutcome outcome) {
 }
 
 std::vector<GeneratedSample> RolloutBackend::generate_turns(const std::vector<GenerationRequest>& requests,
-                                                            TurnHandler& handler) {
+                                                            TurnHandler& handler, const EarlyStop& /*stop*/) {
   struct Trajectory {
     size_t request = 0;
     int64_t sample = 0, turn = 0, turn_limit = 0;

@@ -50,6 +50,7 @@ class TurnHandler {
 // Where a generate call may end before every request has: `group_of[r]` is request r's group
 // (-1: in none, so it never ends the call), and the call ends once `groups` groups have finished.
 // The first n requests of a call, each a group of its own, is "the first n" (--stream-prompts).
+// None named (the default): the call generates every request whole.
 struct EarlyStop {
   std::vector<int64_t> group_of;
   int64_t groups = 0;
@@ -73,10 +74,18 @@ class RolloutBackend {
   // Multi-turn: every request's n trajectories, ordered as generate's. A trajectory's token_ids
   // are every token after the prompt, its `inserted` runs those the handler gave, and its
   // finish_reason that of its last turn (kLength when the response budget, max_new_tokens, ended
-  // it). This default sends each turn as a request of the whole sequence so far, all trajectories
-  // waiting for a turn in one generate call, turn k of sample s seeded from (seed, s, k); the
-  // engine overrides it to continue sequences in place.
-  virtual std::vector<GeneratedSample> generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler);
+  // it).
+  std::vector<GeneratedSample> generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler) {
+    return generate_turns(requests, handler, EarlyStop{});
+  }
+  // The same, ending early as generate_until does once `stop.groups` groups have every trajectory
+  // ended (no stop named: every one whole). The turns that ended get their answers first; a
+  // trajectory that goes on then ends there, with its tokens and inserted runs (kAbort). This
+  // default sends each turn as a request of the whole sequence so far, all trajectories waiting
+  // for a turn in one generate call, turn k of sample s seeded from (seed, s, k), and generates
+  // every trajectory whole; the engine overrides it to continue sequences in place.
+  virtual std::vector<GeneratedSample> generate_turns(const std::vector<GenerationRequest>& requests, TurnHandler& handler,
+                                                      const EarlyStop& stop);
   // Whether the last generate call was cut short (Engine::cut_generation): its samples that end
   // with FinishReason::kAbort are to be continued (PiecedSample::continuation).
   virtual bool cut() const { return false; }

@@ -34,10 +34,14 @@ void check_staleness_settings(const RunConfig& c) {
                        "the round before it and go on with its versions, as partial rollouts' tokens do; add "
                        "--partial-rollout (with -nb 1)");
     }
-    if (c.remote.enabled() || c.episode.multi_turn()) {
-      throw_user_error("--stream-prompts with {}: not supported yet; use single-turn rollouts on rollout workers "
-                       "(-t T -i I), or drop --stream-prompts",
-                       c.remote.enabled() ? "rollout servers (-b)" : "multi-turn rollouts (--tools/--env-cmd)");
+    if (c.remote.enabled()) {
+      throw_user_error("--stream-prompts with rollout servers (-b): not supported yet; use rollout workers (-t T -i I), "
+                       "or drop --stream-prompts");
+    }
+    if (!c.episode.env_cmd.empty()) {
+      throw_user_error("--stream-prompts with --env-cmd: streamed episodes are held between rounds and saved by the "
+                       "checkpoints, but an external environment's processes hold its episodes' state, which a "
+                       "checkpoint cannot save; drop --stream-prompts (tool episodes, --tools alone, stream)");
     }
     if (!c.staleness.cut_at_checkpoint) {
       throw_user_error("--stream-prompts with --checkpoint-round collect: a checkpoint would save the round ahead "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <future>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -87,21 +88,25 @@ EpisodeResult episode_result(RoundProgress::Piece& piece) {
 
 void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::vector<EpisodePrompt>& prompts,
                         const SamplingParams& sampling, int64_t G, const std::vector<RoundProgress::Piece*>& pieces,
-                        const std::function<void()>& on_cut) {
+                        const std::function<void()>& on_cut, const EarlyStop& until) {
   const Tokenizer& tokenizer = agent.tokenizer();
   const auto n = static_cast<size_t>(G);
   RLCPP_CHECK(pieces.size() == prompts.size() * n, "{} episode pieces for {} prompts of {} samples", pieces.size(),
               prompts.size(), G);
+  RLCPP_CHECK(until.group_of.empty() || until.group_of.size() == prompts.size(), "an early stop naming groups of {} prompts for {}",
+              until.group_of.size(), prompts.size());
   std::vector<std::unique_ptr<Episode>> episodes(pieces.size());
   std::vector<std::vector<int32_t>> prompt_ids(pieces.size());
   std::vector<int64_t> reported(pieces.size(), 0), turn_limits(pieces.size(), agent.options().max_tokens_per_turn);
+  std::vector<bool> fresh(prompts.size(), true);  // prompts none of whose episodes has begun
   const std::string where = "a round's episodes in flight";
-  bool fresh = true;
   for (size_t k = 0; k < pieces.size(); ++k) {
     RoundProgress::Piece& piece = *pieces[k];
     piece.sample.out.request = static_cast<int64_t>(k / n);  // (a continuation's seed takes the sample)
     piece.sample.out.sample = static_cast<int64_t>(k % n);
-    fresh = fresh && !piece.done && !piece.episode.is_object();
+    const bool begun = piece.done || piece.episode.is_object();
+    if (k % n == 0) fresh[k / n] = !begun;
+    RLCPP_CHECK(fresh[k / n] == !begun, "prompt {} of a round has some episodes begun and some not", k / n);
     if (piece.done) continue;
     const EpisodePrompt& p = prompts[k / n];
     episodes[k] = std::make_unique<Episode>(agent, p.id * G + static_cast<int64_t>(k % n), p.messages, p.record);
@@ -111,6 +116,23 @@ void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::
     reported[k] = piece.episode.at("reported").get<int64_t>();
     turn_limits[k] = piece.episode.at("turn_limit").get<int64_t>();
   }
+  auto complete = [&](size_t p) {
+    return std::all_of(pieces.begin() + static_cast<std::ptrdiff_t>(p * n), pieces.begin() + static_cast<std::ptrdiff_t>((p + 1) * n),
+                       [](const RoundProgress::Piece* piece) { return piece->done; });
+  };
+  // With `until`: the groups still to end before the episodes stop (0: none).
+  auto groups_wanted = [&]() -> int64_t {
+    std::map<int64_t, bool> ended;  // the named groups, whether each has every episode ended
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      const int64_t g = until.group_of[p];
+      if (g < 0) continue;
+      auto [it, added] = ended.try_emplace(g, true);
+      it->second = it->second && complete(p);
+    }
+    const auto done = std::count_if(ended.begin(), ended.end(), [](const auto& e) { return e.second; });
+    return std::max<int64_t>(0, std::min<int64_t>(until.groups, static_cast<int64_t>(ended.size())) - done);
+  };
+  if (!until.group_of.empty() && groups_wanted() == 0) return;
   std::vector<TurnRequest> turns;
   std::vector<GenerationRequest> requests;
   auto add_request = [&](const std::vector<int32_t>& ids, int64_t samples, uint64_t seed, size_t first) {
@@ -125,39 +147,73 @@ void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::
     turn.first_limit = agent.options().max_tokens_per_turn;
     turns.push_back(std::move(turn));
   };
-  if (fresh) {
-    // The episodes' starts (an environment's first observation, on its workers at once), then one
-    // request per prompt (its G samples share the prefill), or one per sample where the
-    // environment's first messages differ within the group.
-    std::vector<std::optional<std::string>> observations(pieces.size());
-    if (agent.environment() != nullptr) {
-      std::vector<std::future<std::optional<std::string>>> starts;
-      for (auto& e : episodes) starts.push_back(std::async(std::launch::async, [&e] { return e->start(); }));
-      for (size_t k = 0; k < starts.size(); ++k) observations[k] = starts[k].get();
+  // The fresh episodes' starts: an environment's first observation, on its workers at once.
+  std::vector<std::optional<std::string>> observations(pieces.size());
+  if (agent.environment() != nullptr) {
+    std::vector<std::future<std::optional<std::string>>> starts(pieces.size());
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      if (fresh[k / n]) starts[k] = std::async(std::launch::async, [e = episodes[k].get()] { return e->start(); });
     }
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      const size_t first = p * n;
-      bool same = true;
-      for (size_t s = 1; s < n; ++s) same = same && observations[first + s] == observations[first];
-      for (size_t s = 0; s < (same ? 1 : n); ++s) {
-        const size_t k = first + s;
-        std::vector<int32_t> ids = prompts[p].ids;
-        std::string text = prompts[p].text;
-        bool truncated = prompts[p].truncated;
-        if (observations[k]) {  // the prompt with the environment's first message
-          text = agent.chat().render(episodes[k]->prompt_messages(), true, agent.template_variables());
-          ids = tokenizer.encode(text);
-          truncated = false;
-        }
-        for (size_t j = 0; j < (same ? n : 1); ++j) {
-          episodes[k + j]->set_prompt_text(truncated ? "" : text);
-          prompt_ids[k + j] = ids;
-        }
-        if (same) add_request(ids, G, prompts[p].seed, first);
-        else add_request(ids, 1, sample_seed(prompts[p].seed, static_cast<int64_t>(s)), k);
-      }
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      if (fresh[k / n]) observations[k] = starts[k].get();
     }
   }
+  // A fresh prompt's episodes: one request (its G samples share the prefill), or one per sample
+  // where the environment's first messages differ within the group.
+  auto begin_prompt = [&](size_t p) {
+    const size_t first = p * n;
+    bool same = true;
+    for (size_t s = 1; s < n; ++s) same = same && observations[first + s] == observations[first];
+    for (size_t s = 0; s < (same ? 1 : n); ++s) {
+      const size_t k = first + s;
+      std::vector<int32_t> ids = prompts[p].ids;
+      std::string text = prompts[p].text;
+      bool truncated = prompts[p].truncated;
+      if (observations[k]) {  // the prompt with the environment's first message
+        text = agent.chat().render(episodes[k]->prompt_messages(), true, agent.template_variables());
+        ids = tokenizer.encode(text);
+        truncated = false;
+      }
+      for (size_t j = 0; j < (same ? n : 1); ++j) {
+        episodes[k + j]->set_prompt_text(truncated ? "" : text);
+        prompt_ids[k + j] = ids;
+      }
+      if (same) add_request(ids, G, prompts[p].seed, first);
+      else add_request(ids, 1, sample_seed(prompts[p].seed, static_cast<int64_t>(s)), k);
+    }
+  };
+  // A begun prompt's unfinished episodes go on: all anew where none holds a token, else each from
+  // its own sequence and turn.
+  auto go_on = [&](size_t p) {
+    const size_t first = p * n;
+    bool untouched = true;
+    for (size_t s = 0; s < n; ++s) {
+      const RoundProgress::Piece& piece = *pieces[first + s];
+      untouched = untouched && !piece.done && piece.sample.out.token_ids.empty() && prompt_ids[first + s] == prompt_ids[first];
+    }
+    if (untouched && agent.environment() == nullptr) {
+      add_request(prompt_ids[first], G, prompts[p].seed, first);
+      return;
+    }
+    for (size_t s = 0; s < n; ++s) {
+      const size_t k = first + s;
+      const RoundProgress::Piece& piece = *pieces[k];
+      if (piece.done) continue;
+      const GeneratedSample& g = piece.sample.out;
+      GenerationRequest original;
+      original.prompt_ids = prompt_ids[k];
+      original.params = sampling;
+      original.seed = prompts[p].seed;
+      requests.push_back(piece.sample.continuation(original, sampling.max_new_tokens));
+      TurnRequest turn;
+      turn.members = {k};
+      turn.offset = static_cast<int64_t>(g.token_ids.size());
+      turn.turn_prefix.assign(g.token_ids.begin() + turn_start(g), g.token_ids.end());
+      const auto so_far = static_cast<int64_t>(turn.turn_prefix.size());
+      turn.first_limit = turn_limits[k] > 0 ? std::max<int64_t>(1, turn_limits[k] - so_far) : 0;
+      turns.push_back(std::move(turn));
+    }
+  };
   // A piece whose trajectory ended: its episode's end (the token-exactness check) and its result.
   auto finish = [&](size_t k) {
     RoundProgress::Piece& piece = *pieces[k];
@@ -182,47 +238,23 @@ void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::
                      {"env_reward", episode.env_reward()},
                      {"truncated", episode.ended_by() == EpisodeEnd::kLength || episode.ended_by() == EpisodeEnd::kTurnLength}};
   };
-  for (;;) {
-    if (!fresh) {
-      // Unfinished trajectories go on: a prompt none of whose samples holds a token anew, whole;
-      // the others each from its own sequence and turn.
-      for (size_t p = 0; p < prompts.size(); ++p) {
-        const size_t first = p * n;
-        bool untouched = true;
-        for (size_t s = 0; s < n; ++s) {
-          const RoundProgress::Piece& piece = *pieces[first + s];
-          untouched = untouched && !piece.done && piece.sample.out.token_ids.empty() && prompt_ids[first + s] == prompt_ids[first];
-        }
-        if (untouched && agent.environment() == nullptr) {
-          add_request(prompt_ids[first], G, prompts[p].seed, first);
-          continue;
-        }
-        for (size_t s = 0; s < n; ++s) {
-          const size_t k = first + s;
-          const RoundProgress::Piece& piece = *pieces[k];
-          if (piece.done) continue;
-          const GeneratedSample& g = piece.sample.out;
-          GenerationRequest original;
-          original.prompt_ids = prompt_ids[k];
-          original.params = sampling;
-          original.seed = prompts[p].seed;
-          requests.push_back(piece.sample.continuation(original, sampling.max_new_tokens));
-          TurnRequest turn;
-          turn.members = {k};
-          turn.offset = static_cast<int64_t>(g.token_ids.size());
-          turn.turn_prefix.assign(g.token_ids.begin() + turn_start(g), g.token_ids.end());
-          const auto so_far = static_cast<int64_t>(turn.turn_prefix.size());
-          turn.first_limit = turn_limits[k] > 0 ? std::max<int64_t>(1, turn_limits[k] - so_far) : 0;
-          turns.push_back(std::move(turn));
-        }
-      }
+  const bool stops_early = !until.group_of.empty();
+  for (bool first = true;; first = false) {
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      if (complete(p)) continue;
+      if (first && fresh[p]) begin_prompt(p);
+      else go_on(p);
     }
-    fresh = false;
     if (requests.empty()) break;
+    EarlyStop stop;  // `until` over the call's requests
+    if (stops_early) {
+      for (const auto& turn : turns) stop.group_of.push_back(until.group_of[turn.members.front() / n]);
+      stop.groups = groups_wanted();
+    }
     std::vector<Episode*> by_piece;
     for (auto& e : episodes) by_piece.push_back(e.get());
     EpisodeTurns handler(agent, turns, by_piece, reported, turn_limits, sampling.max_new_tokens);
-    auto generated = backend.generate_turns(requests, handler);
+    auto generated = backend.generate_turns(requests, handler, stop);
     const bool cut = backend.cut();
     std::vector<bool> seen(pieces.size(), false);
     for (auto& g : generated) {
@@ -230,7 +262,8 @@ void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::
       RoundProgress::Piece& piece = *pieces[k];
       RLCPP_CHECK(!piece.done && !seen[k], "the backend gave request {} sample {} twice", g.request, g.sample);
       seen[k] = true;
-      piece.done = !(cut && g.finish_reason == FinishReason::kAbort);
+      // Unfinished: cut at a checkpoint, or ended with the groups `until` asked for.
+      piece.done = !((cut || stops_early) && g.finish_reason == FinishReason::kAbort);
       piece.sample.append(std::move(g));
       if (piece.done) finish(k);
     }
@@ -239,14 +272,15 @@ void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::
     }
     requests.clear();
     turns.clear();
-    if (!cut) break;
-    for (size_t k = 0; k < pieces.size(); ++k) {
+    for (size_t k = 0; k < pieces.size(); ++k) {  // the episodes in flight, as far as they got
       RoundProgress::Piece& piece = *pieces[k];
       if (piece.done) continue;
       piece.episode = {{"state", episodes[k]->state()}, {"prompt_ids", prompt_ids[k]}, {"reported", reported[k]},
                        {"turn_limit", turn_limits[k]}};
     }
+    if (!cut) break;
     if (on_cut) on_cut();
+    if (stops_early && groups_wanted() == 0) break;
   }
 }
 

@@ -49,9 +49,12 @@ std::vector<EpisodeResult> run_episodes(RolloutBackend& backend, const Agent& ag
 // leaves every piece as far as it got, calls `on_cut` and goes on. Each piece ends done, its
 // `episode` holding its result (episode_result); an unfinished one's holds its episode's state
 // (the tokens of its prompt, the turn limit it runs under, the response tokens it reported).
+// `until` (its group_of over prompts) ends the episodes early, once that many of its groups have
+// every episode ended (--stream-prompts, --group-order completion): the others are left in
+// flight, as at a cut. None named: every episode ends.
 void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::vector<EpisodePrompt>& prompts,
                         const SamplingParams& sampling, int64_t G, const std::vector<RoundProgress::Piece*>& pieces,
-                        const std::function<void()>& on_cut);
+                        const std::function<void()>& on_cut, const EarlyStop& until = {});
 // A done piece's episode result (its sample moved out).
 EpisodeResult episode_result(RoundProgress::Piece& piece);
 

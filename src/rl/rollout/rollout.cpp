@@ -263,6 +263,18 @@ struct RolloutGenerator::Rolled {
     r.generated = std::move(s);
     return r;
   }
+  // A multi-turn sample whose episode ended (taken from `piece`).
+  static Rolled of(RoundProgress::Piece& piece) {
+    EpisodeResult e = episode_result(piece);
+    Rolled r;
+    r.prompt_ids = std::move(e.prompt_ids);
+    r.graded = std::move(e.final_text);
+    r.episode = std::move(e.summary);
+    r.env_reward = e.env_reward;
+    r.truncated = e.truncated;
+    r.generated = std::move(e.sample);
+    return r;
+  }
 };
 
 namespace {
@@ -414,8 +426,59 @@ void RolloutGenerator::generate_samples(const std::vector<GenerationRequest>& re
   }
 }
 
+namespace {
+
+// A pick as its episodes' prompt.
+EpisodePrompt episode_prompt(const PromptPick& pick) {
+  nlohmann::json record = pick.metadata.is_object() ? pick.metadata : nlohmann::json::object();
+  record["messages"] = pick.messages;
+  record["gt_answer"] = pick.gt_answer;
+  return {nlohmann::ordered_json(pick.messages), pick.text, pick.ids, pick.truncated, record, pick.id, pick.seed};
+}
+
+}  // namespace
+
+RolloutGenerator::Rolled RolloutGenerator::rolled_of(const GenerationRequest& request, RoundProgress::Piece& piece) const {
+  return agent_ != nullptr ? Rolled::of(piece) : Rolled::of(request, piece.sample.out);
+}
+
+void RolloutGenerator::generate_episodes(const std::vector<PromptPick>& picks, const std::vector<size_t>& order,
+                                         RoundProgress& progress) {
+  const size_t per_call = c_.rollout.inference_microbatch_size > 0 ? static_cast<size_t>(c_.rollout.inference_microbatch_size) : order.size();
+  const auto G = static_cast<size_t>(c_.rollout.num_generations);
+  if (progress.samples.empty()) progress.samples.resize(picks.size() * G);
+  RLCPP_CHECK(progress.samples.size() == picks.size() * G, "a round's progress holds {} episodes, its prompts {}",
+              progress.samples.size(), picks.size() * G);
+  RLCPP_CHECK(!streamed_ || per_call >= order.size(), "the next round's prompts streamed beside a round of several calls");
+  for (size_t begin = 0, call = 0; begin < order.size(); begin += per_call, ++call) {
+    const size_t end = std::min(order.size(), begin + per_call);
+    std::vector<EpisodePrompt> prompts;
+    std::vector<RoundProgress::Piece*> pieces;
+    for (size_t k = begin; k < end; ++k) {
+      prompts.push_back(episode_prompt(picks[order[k]]));
+      for (size_t s = 0; s < G; ++s) pieces.push_back(&progress.samples[order[k] * G + s]);
+    }
+    if (std::all_of(pieces.begin(), pieces.end(), [](const RoundProgress::Piece* p) { return p->done; })) continue;
+    progress.calls_started = std::max(progress.calls_started, static_cast<int64_t>(call) + 1);
+    EarlyStop until;
+    if (streamed_) {  // the next round's prompts, begun beside this round's: the call ends with this round's
+      until = EarlyStop::first(prompts.size(), prompts.size() + streamed_->picks.size());
+      StreamedPrompts& next = *streamed_;
+      if (next.progress.samples.empty()) next.progress.samples.resize(next.picks.size() * G);
+      next.progress.calls_started = 1;
+      for (size_t r = 0; r < next.picks.size(); ++r) {
+        prompts.push_back(episode_prompt(next.picks[r]));
+        for (size_t s = 0; s < G; ++s) pieces.push_back(&next.progress.samples.at(r * G + s));
+      }
+    }
+    run_episode_pieces(*backend_, *agent_, prompts, sampling_, c_.rollout.num_generations, pieces, [&] {
+      if (cut_hook_) cut_hook_(progress);
+    }, until);
+  }
+}
+
 RolloutRound RolloutGenerator::generate_pool(StreamedPrompts& pool, int64_t n) {
-  RLCPP_CHECK(backend_ != nullptr && reward_ != nullptr && agent_ == nullptr, "a pool of prompts without a single-turn backend");
+  RLCPP_CHECK(backend_ != nullptr && reward_ != nullptr, "a pool of prompts without a rollout backend");
   const auto G = static_cast<size_t>(c_.rollout.num_generations);
   std::vector<GenerationRequest> requests;
   for (const auto& pick : pool.picks) requests.push_back(request_of(pick));
@@ -436,7 +499,22 @@ RolloutRound RolloutGenerator::generate_pool(StreamedPrompts& pool, int64_t n) {
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<trace::Span> span(std::in_place, "generate");
   progress.calls_started = 1;  // one call, gone on from where a cut left it
-  for (;;) {
+  if (agent_ != nullptr) {
+    if (progress.samples.empty()) progress.samples.resize(requests.size() * G);
+    std::vector<EpisodePrompt> prompts;
+    std::vector<RoundProgress::Piece*> pieces;
+    EarlyStop until;  // once n of the pool's groups have every episode ended
+    for (size_t r = 0; r < requests.size(); ++r) {
+      prompts.push_back(episode_prompt(pool.picks[r]));
+      for (size_t s = 0; s < G; ++s) pieces.push_back(&progress.samples.at(r * G + s));
+      until.group_of.push_back(static_cast<int64_t>(r));
+    }
+    until.groups = n;
+    run_episode_pieces(*backend_, *agent_, prompts, sampling_, c_.rollout.num_generations, pieces, [&] {
+      if (cut_hook_) cut_hook_(progress);
+    }, until);
+  }
+  while (agent_ == nullptr) {
     std::vector<GenerationRequest> call;
     std::vector<CallEntry> entries;
     continue_samples(requests, all, progress, c_.rollout.num_generations, call, entries);
@@ -466,7 +544,7 @@ RolloutRound RolloutGenerator::generate_pool(StreamedPrompts& pool, int64_t n) {
     if (static_cast<int64_t>(picks.size()) < n && complete(r)) {
       picks.push_back(std::move(pool.picks[r]));
       auto& rolled = by_request.emplace_back();
-      for (size_t k = r * G; k < (r + 1) * G; ++k) rolled.push_back(Rolled::of(requests[r], progress.samples[k].sample.out));
+      for (size_t k = r * G; k < (r + 1) * G; ++k) rolled.push_back(rolled_of(requests[r], progress.samples[k]));
       continue;
     }
     rest.picks.push_back(std::move(pool.picks[r]));
@@ -489,51 +567,16 @@ RolloutRound RolloutGenerator::generate(const std::vector<PromptPick>& picks, Ro
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return requests[a].prompt_ids.size() < requests[b].prompt_ids.size(); });
   }
-  const size_t per_call = c_.rollout.inference_microbatch_size > 0 ? static_cast<size_t>(c_.rollout.inference_microbatch_size) : order.size();
-  const int64_t G = c_.rollout.num_generations;
-  std::vector<std::vector<Rolled>> by_request(requests.size(), std::vector<Rolled>(static_cast<size_t>(G)));
+  const auto G = static_cast<size_t>(c_.rollout.num_generations);
+  std::vector<std::vector<Rolled>> by_request(requests.size(), std::vector<Rolled>(G));
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<trace::Span> span(std::in_place, "generate");
   if (agent_ != nullptr) {
-    // Episodes, in calls of -imbs prompts, from `progress` on (a round cut at a checkpoint).
-    if (progress.samples.empty()) progress.samples.resize(requests.size() * static_cast<size_t>(G));
-    RLCPP_CHECK(progress.samples.size() == requests.size() * static_cast<size_t>(G),
-                "a round's progress holds {} episodes, its prompts {}", progress.samples.size(), requests.size() * G);
-    for (size_t begin = 0, call = 0; begin < order.size(); begin += per_call, ++call) {
-      const size_t end = std::min(order.size(), begin + per_call);
-      std::vector<EpisodePrompt> prompts;
-      std::vector<RoundProgress::Piece*> pieces;
-      for (size_t k = begin; k < end; ++k) {
-        const PromptPick& pick = picks[order[k]];
-        nlohmann::json record = pick.metadata.is_object() ? pick.metadata : nlohmann::json::object();
-        record["messages"] = pick.messages;
-        record["gt_answer"] = pick.gt_answer;
-        prompts.push_back({nlohmann::ordered_json(pick.messages), pick.text, pick.ids, pick.truncated, record, pick.id, pick.seed});
-        for (int64_t s = 0; s < G; ++s) pieces.push_back(&progress.samples[order[k] * static_cast<size_t>(G) + static_cast<size_t>(s)]);
-      }
-      if (std::all_of(pieces.begin(), pieces.end(), [](const RoundProgress::Piece* p) { return p->done; })) continue;
-      progress.calls_started = std::max(progress.calls_started, static_cast<int64_t>(call) + 1);
-      run_episode_pieces(*backend_, *agent_, prompts, sampling_, G, pieces, [&] {
-        if (cut_hook_) cut_hook_(progress);
-      });
-    }
-    for (size_t k = 0; k < progress.samples.size(); ++k) {
-      EpisodeResult e = episode_result(progress.samples[k]);
-      Rolled& r = by_request[k / static_cast<size_t>(G)][k % static_cast<size_t>(G)];
-      r.prompt_ids = std::move(e.prompt_ids);
-      r.graded = std::move(e.final_text);
-      r.episode = std::move(e.summary);
-      r.env_reward = e.env_reward;
-      r.truncated = e.truncated;
-      r.generated = std::move(e.sample);
-    }
+    generate_episodes(picks, order, progress);
   } else {
     generate_samples(requests, order, progress);
-    for (size_t k = 0; k < progress.samples.size(); ++k) {
-      const size_t r = k / static_cast<size_t>(G);
-      by_request[r][k % static_cast<size_t>(G)] = Rolled::of(requests[r], progress.samples[k].sample.out);
-    }
   }
+  for (size_t k = 0; k < progress.samples.size(); ++k) by_request[k / G][k % G] = rolled_of(requests[k / G], progress.samples[k]);
   span.reset();
   return graded_round(picks, by_request, seconds_since(t0));
 }

@@ -226,6 +226,10 @@ class RolloutGenerator {
   // The single-turn samples of a round, in calls of -imbs prompts, from `progress` on.
   void generate_samples(const std::vector<GenerationRequest>& requests, const std::vector<size_t>& order,
                         RoundProgress& progress);
+  // The same for multi-turn episodes (the agent loop's run_episode_pieces).
+  void generate_episodes(const std::vector<PromptPick>& picks, const std::vector<size_t>& order, RoundProgress& progress);
+  // A sample once it ended, single-turn or an episode (taken from `piece`).
+  Rolled rolled_of(const GenerationRequest& request, RoundProgress::Piece& piece) const;
 
   const RunConfig& c_;
   RolloutBackend* backend_;
