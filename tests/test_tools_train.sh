@@ -177,6 +177,18 @@ kill_rank_after complete-killed 2 1 3 "${completion[@]}"
 run_mpi 2 "${completion[@]}" -p complete-killed --resume auto > complete-killed-resume.log 2>&1
 grep -q "resuming from runs/complete-killed/step-" complete-killed-resume.log && same_episodes complete complete-killed \
   && ok completion-order-episodes-kill-then-resume-exact || { bad completion-order-episodes-kill-then-resume-exact; tail -3 complete-killed-resume.log; }
+# With the others: LoRA on a tensor-parallel engine; ZeRO-3 over two trainers fed by two workers,
+# the second worker killed after step-3 and the run resumed exactly.
+in_order=(-nb 1 --partial-rollout --stream-prompts --group-order completion --verify-sync true --si 1 --max-steps 6)
+run_mpi 3 "${base[@]}" -t 1 -i 2 --rollout-tp 2 -ibs 4 "${in_order[@]}" --lora-rank 4 -p complete-tp-lora > complete-tp-lora.log 2>&1 \
+  && held_episodes complete-tp-lora && ok completion-order-episodes-lora-rollout-tp || { bad completion-order-episodes-lora-rollout-tp; tail -3 complete-tp-lora.log; }
+zero3=("${common[@]}" -d "$data" -lr 5e-5 -tbs 2 -tMbs 2 -tmbs 8 -t 2 -i 2 -zero 3 -ibs 2 "${in_order[@]}")
+run_mpi 4 "${zero3[@]}" -p complete-zero3 > complete-zero3.log 2>&1 && held_episodes complete-zero3 \
+  && ok completion-order-episodes-zero3 || { bad completion-order-episodes-zero3; tail -3 complete-zero3.log; }
+kill_rank_after complete-zero3-killed 4 3 3 "${zero3[@]}"
+run_mpi 4 "${zero3[@]}" -p complete-zero3-killed --resume auto > complete-zero3-resume.log 2>&1
+grep -q "resuming from runs/complete-zero3-killed/step-" complete-zero3-resume.log && same_episodes complete-zero3 complete-zero3-killed \
+  && ok completion-order-episodes-zero3-kill-then-resume-exact || { bad completion-order-episodes-zero3-kill-then-resume-exact; tail -3 complete-zero3-resume.log; }
 run_mpi 2 "${streamed[@]}" --env-reward add --env-cmd "python3 x.py" -p refused-stream-env > refused-stream-env.log 2>&1
 grep -q -- "--stream-prompts with --env-cmd" refused-stream-env.log && ok refuses-stream-prompts-env-cmd \
   || { bad refuses-stream-prompts-env-cmd; tail -3 refused-stream-env.log; }
