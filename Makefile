@@ -43,7 +43,8 @@ demo-tools: deps
 
 # Fault injection: the matrix (tests/faults/matrix.sh: CASES seeded draws of a mode combination,
 # a victim, a moment and a fault, each ended cleanly and resumed equal to the run never faulted);
-# asynchronous runs (partial rollouts) killed with kill -9 at KILLS random moments; the round a
+# asynchronous runs (partial rollouts; groups in completion order; multi-turn episodes in
+# completion order) killed with kill -9 at KILLS random moments; the round a
 # checkpoint cuts, killed and resumed under a tensor-parallel engine, LoRA and ZeRO-3.
 KILLS ?= 20
 CASES ?= 24
@@ -52,6 +53,8 @@ faults: deps
 	$(MAKE) build
 	CASES=$(CASES) SEED=$(SEED) bash tests/faults/matrix.sh $(BUILD_DIR)/rlcpp
 	KILLS=$(KILLS) bash tests/faults_async.sh $(BUILD_DIR)/rlcpp
+	MODE=completion KILLS=$(KILLS) bash tests/faults_async.sh $(BUILD_DIR)/rlcpp
+	MODE=episodes KILLS=$(KILLS) bash tests/faults_async.sh $(BUILD_DIR)/rlcpp
 	bash tests/faults_cut.sh $(BUILD_DIR)/rlcpp
 
 # Every side-by-side benchmark against its anchor (llama.cpp, PyTorch eager) and one table of

@@ -207,7 +207,7 @@ void print_fast_vs_plain(const std::string& exe, const Args& args, const char* k
 }  // namespace
 
 int main(int argc, char** argv) {
-  rlcpp::choose_blas_core(argv);  // OpenBLAS on the CPU's own core (util/threads.h)
+  rlcpp::prepare_process(argv);  // OpenBLAS on the CPU's own core, OpenMP's wait policy (util/threads.h)
   Args args;
   CLI::App app{"bench/forward: transformer throughput and token_logprobs memory"};
   app.add_option("--batch", args.batch, "sequences per forward")->capture_default_str();

@@ -29,6 +29,21 @@ expect user-blas-core-kept 0 'blas +OpenBLAS core Sandybridge,' -- env OPENBLAS_
 # A generic core the user names is kept, with a warning naming the core for this CPU.
 expect generic-blas-warned 0 'warning: OpenBLAS runs its Prescott kernels, without the vector instructions this CPU has.*set it to (Haswell|SkylakeX|Sandybridge)' -- \
   env OPENBLAS_CORETYPE=Prescott "$rlcpp" info --system
+# MPI ranks on one machine running more intra-op threads than it has cores (the launcher's local
+# rank count stood in for by Open MPI's variable): rlcpp runs itself again with OMP_WAIT_POLICY=PASSIVE;
+# one thread a rank, or a policy of the user's, is left alone. Also with the BLAS core's restart.
+threads=$(( $(nproc) > 1 ? $(nproc) : 2 ))
+expect omp-passive-when-oversubscribed 0 "openmp waits +PASSIVE \\(set by rlcpp: 2 ranks x $threads threads on $(nproc) cores\\)" -- \
+  env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=$threads "$rlcpp" info --system
+both=$(env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=$threads RLCPP_BLAS_CORENAME=Prescott "$rlcpp" info --system 2>&1)
+if grep -q "openmp waits .*PASSIVE (set by rlcpp" <<<"$both" && grep -q "rlcpp set OPENBLAS_CORETYPE=" <<<"$both"; then
+  echo "ok   omp-passive-with-blas-core"
+else
+  echo "FAIL omp-passive-with-blas-core"; echo "$both" | tail -4; fail=1
+fi
+expect omp-one-thread-a-rank 0 "openmp waits +the library's default" -- env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=1 "$rlcpp" info --system
+expect omp-user-policy-kept 0 "openmp waits +ACTIVE" -- \
+  env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=ACTIVE "$rlcpp" info --system
 expect info-nothing 2 'error: info: give a model directory' -- "$rlcpp" info
 expect info-untied 0 'tied embeddings +no' -- "$rlcpp" info "$fixtures/llama-tiny"
 expect parity 0 'max \|logits - reference\| += [0-9.e-]+' -- "$rlcpp" parity "$fixtures/qwen2-tiny"

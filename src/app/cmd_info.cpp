@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -169,6 +170,11 @@ void system_info() {
   std::cout << fmt::format("kernel threads   {} ($RLCPP_KERNEL_THREADS)\n", ThreadPool::global().size());
   std::cout << fmt::format("libtorch         {}, {} intra-op thread(s), CUDA {}\n", TORCH_VERSION, at::get_num_threads(),
                            torch::cuda::is_available() ? fmt::format("{} device(s)", torch::cuda::device_count()) : "no");
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  const char* chosen = std::getenv("RLCPP_OMP_WAIT_CHOSEN");
+  std::cout << fmt::format("openmp waits     {}\n", wait == nullptr ? "the library's default (threads spin a while)"
+                                                   : chosen != nullptr ? fmt::format("{} (set by rlcpp: {})", wait, chosen)
+                                                                       : std::string(wait));
   std::cout << blas_description() << "\n";
   std::cout << sandbox_isolation().describe() << "\n";  // what -rt code's programs run under here
 }

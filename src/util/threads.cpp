@@ -19,6 +19,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -307,21 +308,65 @@ std::string better_blas_core_here(const std::string& detected) {
 #endif
 }
 
-void choose_blas_core(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's, or ours after the execv below
+namespace {
+
+// OpenBLAS's kernels: OPENBLAS_CORETYPE set where OpenBLAS would run its generic ones on this CPU
+// (RLCPP_BLAS_DETECTED saying which). Whether it set them.
+bool set_blas_core() {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return false;  // the user's, or ours after the restart
   const std::string detected = openblas_corename();
-  if (detected.empty()) return;
+  if (detected.empty()) return false;
   const std::string core = better_blas_core_here(detected);
-  if (core.empty()) return;
+  if (core.empty()) return false;
   setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
   setenv("RLCPP_BLAS_DETECTED", detected.c_str(), 1);
   unsetenv("RLCPP_BLAS_CORENAME");
+  return true;
+}
+
+// A positive count from the environment variable `name`, or 0.
+int env_count(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::max(0, std::atoi(value)) : 0;
+}
+
+// OpenMP's wait policy: PASSIVE (waiting threads sleep) where the MPI ranks on this machine run more
+// threads than it has cores, so that one rank's idle threads do not spin on the cores the others
+// compute on (RLCPP_OMP_WAIT_CHOSEN saying why). Whether it set it.
+bool set_omp_wait_policy() {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return false;  // the user's, or ours after the restart
+  const int ranks = std::max(env_count("OMPI_COMM_WORLD_LOCAL_SIZE"), env_count("MPI_LOCALNRANKS"));  // Open MPI, Hydra
+  if (ranks < 2) return false;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int threads = at::get_num_threads();  // LibTorch's intra-op threads (OMP_NUM_THREADS, else its default)
+  if (cores <= 0 || threads < 2 || ranks * threads <= cores) return false;  // one thread a rank: none waits
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  setenv("RLCPP_OMP_WAIT_CHOSEN", fmt::format("{} ranks x {} threads on {} cores", ranks, threads, cores).c_str(), 1);
+  return true;
+}
+
+}  // namespace
+
+void prepare_process(char** argv) {
+  const bool blas = set_blas_core();
+  const bool omp = set_omp_wait_policy();
+  if (!blas && !omp) return;
   execv("/proc/self/exe", argv);
-  // The execv failed: go on with the generic kernels, saying so (rlcpp info --system shows them too).
-  std::fprintf(stderr, "warning: OpenBLAS runs its generic %s kernels on this CPU and rlcpp could not restart with "
-                       "OPENBLAS_CORETYPE=%s; set it yourself for 6-9x faster training products\n", detected.c_str(),
-               core.c_str());
-  unsetenv("OPENBLAS_CORETYPE");
+  // The execv failed: go on as things are, saying so (rlcpp info --system shows them too).
+  if (blas) {
+    std::fprintf(stderr, "warning: OpenBLAS runs its generic %s kernels on this CPU and rlcpp could not restart with "
+                         "OPENBLAS_CORETYPE=%s; set it yourself for 6-9x faster training products\n",
+                 std::getenv("RLCPP_BLAS_DETECTED"), std::getenv("OPENBLAS_CORETYPE"));
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("RLCPP_BLAS_DETECTED");
+  }
+  if (omp) {
+    std::fprintf(stderr, "warning: this machine's MPI ranks run more threads than it has cores (%s) and rlcpp could "
+                         "not restart with OMP_WAIT_POLICY=PASSIVE; set it yourself (mpirun -x OMP_WAIT_POLICY=PASSIVE)\n",
+                 std::getenv("RLCPP_OMP_WAIT_CHOSEN"));
+    unsetenv("OMP_WAIT_POLICY");
+    unsetenv("RLCPP_OMP_WAIT_CHOSEN");
+  }
 }
 
 BlasCore blas_core() {

@@ -31,8 +31,12 @@ struct BlasCore {
 std::string better_blas_core(const std::string& detected, bool avx, bool avx2_fma, bool avx512);
 // The same for this CPU's features.
 std::string better_blas_core_here(const std::string& detected);
-// Called first thing in main: may replace the process (execv of itself) with OPENBLAS_CORETYPE set.
-void choose_blas_core(char** argv);
+// Called first thing in main, before any library reads its settings: may replace the process
+// (execv of itself) with settings that only take effect when a library loads, each kept where the
+// user gave it: OPENBLAS_CORETYPE where OpenBLAS would run its generic kernels on this CPU, and
+// OMP_WAIT_POLICY=PASSIVE where this machine's MPI ranks run more threads than it has cores
+// (OpenMP threads spinning while they wait take the cores the other ranks compute on).
+void prepare_process(char** argv);
 BlasCore blas_core();
 
 // Sets LibTorch's intra-op threads when asked to and returns the count in effect. `requested` <= 0:
