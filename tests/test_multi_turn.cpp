@@ -207,9 +207,10 @@ TEST(MultiTurnEngine, EarlyStopEndsOnceGroupsHaveEveryTrajectoryEnded) {
   auto model = Transformer::from_pretrained(rlcpp::testing::fixture("qwen2-tiny"));
   const int64_t vocab = model->config().vocab_size;
   auto requests = turn_requests(vocab, 1.0, 7);
-  // Request 0's trajectories end with their first turn (its limit is their response budget), in the
-  // step where the others' first turns end: those get their answers, then stop.
-  requests[0].params.max_new_tokens = 6;
+  // Request 0's trajectories end when their first turn's answer comes (due the step after the turn
+  // ended) and leaves no room in their response budget. The others' first turns ended in the same
+  // step: the call ends right there, with their answers added and nothing sampled after them.
+  requests[0].params.max_new_tokens = 9;
   Engine engine(model, engine_config());
   ScriptedTurns whole_turns(3, vocab, 6);
   const auto whole = engine.generate_turns(requests, whole_turns);
@@ -241,7 +242,7 @@ TEST(MultiTurnEngine, EarlyStopEndsOnceGroupsHaveEveryTrajectoryEnded) {
     if (!a.inserted.empty() && a.inserted.back().start + a.inserted.back().length == static_cast<int64_t>(a.token_ids.size())) ++answered;
   }
   EXPECT_GT(stopped, 0);
-  EXPECT_GT(answered, 0);
+  EXPECT_EQ(answered, stopped);
   const bool group0 = ended[0], group1 = ended[1] && ended[2], group2 = ended[3];
   EXPECT_GE(int{group0} + int{group1} + int{group2}, 1) << "no group ended";
   std::printf("     %lld of %zu trajectories stopped early, %lld right after an answer\n", static_cast<long long>(stopped),

@@ -141,7 +141,7 @@ run_mpi 3 "${base[@]}" --max-steps 6 -t 1 -i 2 --rollout-tp 2 -ibs 8 -nb 1 --par
 # completion: a round delivers the first -ibs prompts whose episodes have all ended among those the
 # worker holds; the others go on in the next round. Token-exact throughout; nothing lost or trained
 # twice; reproducible bit for bit (the CPU disturbed); kill -9 of the worker after step-3, then
-# --resume auto, ends as the run never killed.
+# --resume auto, ends as the run never killed (in both orders).
 streamed=("${base[@]}" --max-steps 6 -t 1 -i 1 -ibs 4 -nb 1 --partial-rollout --stream-prompts --verify-sync true --si 1)
 completion=("${streamed[@]}" --group-order completion)
 held_episodes() {  # RUN: checkpoints hold episodes in flight, each with its episode's state
@@ -167,6 +167,10 @@ same_episodes() {  # A B: metrics, staleness and the last weights equal
 }
 run_mpi 2 "${streamed[@]}" -p stream > stream.log 2>&1 && held_episodes stream \
   && ok stream-prompts-episodes || { bad stream-prompts-episodes; tail -3 stream.log; }
+kill_rank_after stream-killed 2 1 3 "${streamed[@]}"
+run_mpi 2 "${streamed[@]}" -p stream-killed --resume auto > stream-killed-resume.log 2>&1
+grep -q "resuming from runs/stream-killed/step-" stream-killed-resume.log && same_episodes stream stream-killed \
+  && ok stream-prompts-episodes-kill-then-resume-exact || { bad stream-prompts-episodes-kill-then-resume-exact; tail -3 stream-killed-resume.log; }
 run_mpi 2 "${completion[@]}" --rsd rollouts -p complete > complete.log 2>&1 && held_episodes complete && check_pool complete 6 1 4 \
   && ok completion-order-episodes || { bad completion-order-episodes; tail -3 complete.log; }
 yes > /dev/null & busy=$!

@@ -573,16 +573,18 @@ std::vector<GeneratedSample> Engine::generate_turns(const std::vector<Generation
   FinishedGroups groups(stop, ids);
   int64_t steps = 0;
   cut_ = last_cut_ = false;
+  // The step hook cut the call, or the groups asked for have ended: every turn's answer is awaited
+  // and added now (as if due), and what is unfinished ends here with its tokens
+  // (FinishReason::kAbort), to be continued.
+  auto end_call = [&](bool cut) {
+    while (!waiting.empty()) answer_one();
+    for (int64_t id : ids) loop.cancel(id);
+    cut_ = false;
+    last_cut_ = cut;
+  };
   for (;;) {
-    const bool cut = cut_;
-    if (cut || groups.reached(loop)) {
-      // The step hook cut the call, or the groups asked for have ended: every turn's answer is
-      // awaited and added now (as if due), and what is unfinished ends here with its tokens
-      // (FinishReason::kAbort), to be continued.
-      while (!waiting.empty()) answer_one();
-      for (int64_t id : ids) loop.cancel(id);
-      cut_ = false;
-      last_cut_ = cut;
+    if (cut_) {
+      end_call(true);
       break;
     }
     if (loop.idle()) {
@@ -590,6 +592,10 @@ std::vector<GeneratedSample> Engine::generate_turns(const std::vector<Generation
       steps = std::max(steps, waiting.front().due);  // nothing else to run until the next answer is due
     }
     while (!waiting.empty() && waiting.front().due <= steps) answer_one();
+    if (groups.reached(loop)) {  // (an answer may end a group's last trajectory)
+      end_call(false);
+      break;
+    }
     if (loop.idle()) continue;  // every trajectory paused: the next answer is due later
     for (const StepToken& token : loop.step()) {
       if (!token.turn_ended) continue;

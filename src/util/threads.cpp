@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <dlfcn.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -337,7 +338,10 @@ bool set_omp_wait_policy() {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return false;  // the user's, or ours after the restart
   const int ranks = std::max(env_count("OMPI_COMM_WORLD_LOCAL_SIZE"), env_count("MPI_LOCALNRANKS"));  // Open MPI, Hydra
   if (ranks < 2) return false;
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t allowed;  // the cores this rank may run on (a container's or the launcher's binding)
+  CPU_ZERO(&allowed);
+  const int cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                         : static_cast<int>(std::thread::hardware_concurrency());
   const int threads = at::get_num_threads();  // LibTorch's intra-op threads (OMP_NUM_THREADS, else its default)
   if (cores <= 0 || threads < 2 || ranks * threads <= cores) return false;  // one thread a rank: none waits
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);

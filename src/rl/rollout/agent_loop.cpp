@@ -278,7 +278,11 @@ void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::
       piece.episode = {{"state", episodes[k]->state()}, {"prompt_ids", prompt_ids[k]}, {"reported", reported[k]},
                        {"turn_limit", turn_limits[k]}};
     }
-    if (!cut) break;
+    if (!cut) {
+      RLCPP_CHECK(!stops_early || groups_wanted() == 0, "the backend ended a multi-turn call before the {} groups "
+                  "asked for had every episode ended", stop.groups);
+      break;
+    }
     if (on_cut) on_cut();
     if (stops_early && groups_wanted() == 0) break;
   }

@@ -46,12 +46,12 @@ std::vector<EpisodeResult> run_episodes(RolloutBackend& backend, const Agent& ag
 // The same episodes from where `pieces` (G per prompt, in prompt order) say they got: fresh where
 // none of a prompt's holds anything, else each unfinished one going on from its tokens and its
 // episode's state. A generate_turns call the backend cut (a checkpoint among a round's switches)
-// leaves every piece as far as it got, calls `on_cut` and goes on. Each piece ends done, its
-// `episode` holding its result (episode_result); an unfinished one's holds its episode's state
-// (the tokens of its prompt, the turn limit it runs under, the response tokens it reported).
-// `until` (its group_of over prompts) ends the episodes early, once that many of its groups have
-// every episode ended (--stream-prompts, --group-order completion): the others are left in
-// flight, as at a cut. None named: every episode ends.
+// leaves every piece as far as it got, calls `on_cut` and goes on. `until` (its group_of over
+// prompts) ends the episodes early, once that many of its groups have every episode ended
+// (--stream-prompts, --group-order completion); none named: every episode ends. A piece that
+// ended is done, its `episode` holding its result (episode_result); an unfinished one's holds its
+// episode's state (the tokens of its prompt, the turn limit it runs under, the response tokens it
+// reported).
 void run_episode_pieces(RolloutBackend& backend, const Agent& agent, const std::vector<EpisodePrompt>& prompts,
                         const SamplingParams& sampling, int64_t G, const std::vector<RoundProgress::Piece*>& pieces,
                         const std::function<void()>& on_cut, const EarlyStop& until = {});

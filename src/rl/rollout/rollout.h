@@ -186,7 +186,7 @@ class RolloutGenerator {
   // generate may run on another meanwhile).
   std::vector<PromptPick> pick(int64_t n_prompts);
   RolloutRound generate(const std::vector<PromptPick>& picks) { return generate(picks, RoundProgress{}); }
-  // A round going on from `progress` (a single-turn round cut at a checkpoint).
+  // A round going on from `progress` (a round cut at a checkpoint, or streamed the round before).
   RolloutRound generate(const std::vector<PromptPick>& picks, RoundProgress progress);
 
   // --group-order completion: a round over `pool` (in id order, its samples as far as they got),
@@ -211,8 +211,9 @@ class RolloutGenerator {
   const Agent* agent() const { return agent_.get(); }
 
   // --stream-prompts: the next round's prompts, decoded in the slots this round's sequences leave
-  // free while they run (Engine::generate_until), their samples so far carried from round to round
-  // (the next round goes on from them). Set before a round, taken after it; none: nothing streamed.
+  // free while they run (Engine::generate_until, generate_turns' early stop), their samples or
+  // episodes so far carried from round to round (the next round goes on from them). Set before a
+  // round, taken after it; none: nothing streamed.
   void set_streamed(std::optional<StreamedPrompts> next) { streamed_ = std::move(next); }
   const std::optional<StreamedPrompts>& streamed() const { return streamed_; }
   std::optional<StreamedPrompts> take_streamed() { return std::exchange(streamed_, std::nullopt); }
