@@ -21,7 +21,7 @@ using namespace rlcpp;
 using namespace rlcpp::bench;
 
 int main(int argc, char** argv) {
-  rlcpp::prepare_process(argv);  // OpenBLAS on the CPU's own core, OpenMP's wait policy (util/threads.h)
+  rlcpp::prepare_process(argv);  // OpenMP's wait policy (util/threads.h)
   std::string dtype = "bfloat16";
   int repeat = 3;
   int64_t layers = 24;

@@ -2,7 +2,7 @@
 // with random weights, and the peak memory of token_logprobs (chunked head vs the plain one) for
 // T = 512, 2048, 8192, and of one layer's causal attention (blocked vs T x T scores) for the same T.
 // Each memory figure is measured in a fresh child process.
-#include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -47,31 +47,50 @@ struct Args {
 template <class F>
 void print_op_profile(F&& run, double total_s, bool by_shape) {
   namespace prof = torch::autograd::profiler;
-  prof::enableProfilerLegacy(
-      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU, /*report_input_shapes=*/by_shape));
+  using torch::profiler::impl::ActivityType;
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
+                                                     /*report_input_shapes=*/by_shape);
+  prof::prepareProfiler(config, {ActivityType::CPU});
+  prof::enableProfiler(config, {ActivityType::CPU});
   run();
-  const auto lists = prof::disableProfilerLegacy();
+  const auto result = prof::disableProfiler();
+  // Each thread's ops nest by time: an op's self time is its duration less its children's.
+  std::map<uint64_t, std::vector<const prof::KinetoEvent*>> by_thread;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() == c10::DeviceType::CPU) by_thread[e.startThreadId()].push_back(&e);
+  }
   std::map<std::string, std::pair<double, int64_t>> self;  // name -> (us, calls)
-  for (const auto& events : lists) {
+  for (auto& [thread, events] : by_thread) {
+    std::sort(events.begin(), events.end(), [](const auto* a, const auto* b) {
+      return a->startNs() != b->startNs() ? a->startNs() < b->startNs() : a->durationNs() > b->durationNs();
+    });
     struct Open {
-      const prof::LegacyEvent* event;
+      const prof::KinetoEvent* event;
       double children_us;
     };
     std::vector<Open> stack;
-    for (const auto& e : events) {
-      if (e.kind() == prof::EventKind::PushRange) {
-        stack.push_back({&e, 0.0});
-      } else if (e.kind() == prof::EventKind::PopRange && !stack.empty()) {
+    auto close = [&](const Open& open) {
+      const double us = open.event->durationNs() / 1e3;
+      std::string key = open.event->name();
+      if (by_shape) key += " " + fmt::format("{}", std::vector<std::vector<int64_t>>(open.event->shapes().begin(),
+                                                                                     open.event->shapes().end()));
+      auto& entry = self[key];
+      entry.first += us - open.children_us;
+      entry.second += 1;
+      if (!stack.empty()) stack.back().children_us += us;
+    };
+    for (const auto* e : events) {
+      while (!stack.empty() && stack.back().event->endNs() <= e->startNs()) {
         const Open open = stack.back();
         stack.pop_back();
-        const double us = open.event->cpuElapsedUs(e);
-        std::string key = open.event->name();
-        if (by_shape) key += " " + fmt::format("{}", open.event->shapes());
-        auto& entry = self[key];
-        entry.first += us - open.children_us;
-        entry.second += 1;
-        if (!stack.empty()) stack.back().children_us += us;
+        close(open);
       }
+      stack.push_back({e, 0.0});
+    }
+    while (!stack.empty()) {
+      const Open open = stack.back();
+      stack.pop_back();
+      close(open);
     }
   }
   std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(self.begin(), self.end());
@@ -207,7 +226,7 @@ void print_fast_vs_plain(const std::string& exe, const Args& args, const char* k
 }  // namespace
 
 int main(int argc, char** argv) {
-  rlcpp::prepare_process(argv);  // OpenBLAS on the CPU's own core, OpenMP's wait policy (util/threads.h)
+  rlcpp::prepare_process(argv);  // OpenMP's wait policy (util/threads.h)
   Args args;
   CLI::App app{"bench/forward: transformer throughput and token_logprobs memory"};
   app.add_option("--batch", args.batch, "sequences per forward")->capture_default_str();

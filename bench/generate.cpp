@@ -72,7 +72,7 @@ Run run(Engine& engine, const std::vector<GenerationRequest>& requests) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  rlcpp::prepare_process(argv);  // OpenBLAS on the CPU's own core, OpenMP's wait policy (util/threads.h)
+  rlcpp::prepare_process(argv);  // OpenMP's wait policy (util/threads.h)
   std::string shape = "tiny";
   int64_t layers = 24, prompt_len = 32, new_tokens = 32, group_prompt = 256, group_new = 16, groups = 4, group_size = 8;
   std::vector<int64_t> concurrency = {1, 8, 32, 64};

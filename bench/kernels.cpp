@@ -108,7 +108,7 @@ double fma_peak(int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  rlcpp::prepare_process(argv);  // OpenBLAS on the CPU's own core, OpenMP's wait policy (util/threads.h)
+  rlcpp::prepare_process(argv);  // OpenMP's wait policy (util/threads.h)
   std::vector<int64_t> rows = {1, 2, 4, 8, 16, 32, 64};
   int reps = 5, threads = 0;
   bool peak_only = false;

@@ -88,7 +88,7 @@ int64_t sampled_tokens(const std::vector<GeneratedSample>& samples) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  rlcpp::prepare_process(argv);  // OpenBLAS on the CPU's own core, OpenMP's wait policy (util/threads.h)
+  rlcpp::prepare_process(argv);  // OpenMP's wait policy (util/threads.h)
   int64_t layers = 4, prompts = 4, group = 8, prompt_len = 64, turns = 3, turn_len = 32, insert = 16;
   int threads = 0;
   CLI::App app{"bench/multi_turn: multi-turn generation against single-turn on the same sampled tokens"};

@@ -20,7 +20,7 @@ using namespace rlcpp;
 using namespace rlcpp::bench;
 
 int main(int argc, char** argv) {
-  rlcpp::prepare_process(argv);  // OpenBLAS on the CPU's own core, OpenMP's wait policy (util/threads.h)
+  rlcpp::prepare_process(argv);  // OpenMP's wait policy (util/threads.h)
   int64_t layers = 24, micros = 8, tokens = 64, steps = 2;
   std::string balance_name = "work";
   CLI::App app{"bench/pp: the trainer's step over pipeline stages (one per MPI rank)"};

@@ -20,27 +20,13 @@ expect version 0 '^rlcpp [0-9]+\.[0-9]+\.[0-9]+' -- "$rlcpp" --version
 expect info 0 'head_dim 24' -- "$rlcpp" info "$fixtures/qwen3-tiny"
 expect info-params 0 'parameters +[0-9]+ on disk' -- "$rlcpp" info "$fixtures/llama-tiny"
 expect info-system 0 'kernels +[A-Z0-9_]+ \(dispatched at run time' -- "$rlcpp" info --system
-expect info-system-blas 0 'blas +OpenBLAS core [A-Za-z]+, fp32 GEMM 1024\^3 [0-9]+ GFLOP/s \(rlcpp.s kernels [0-9]+\)' -- "$rlcpp" info --system
-# A CPU OpenBLAS does not know (its generic Prescott kernels, stood in for by $RLCPP_BLAS_CORENAME):
-# rlcpp runs itself again with OPENBLAS_CORETYPE naming the core for the CPU's vector instructions.
-expect info-system-generic-blas 0 'OpenBLAS chose its generic Prescott kernels for this CPU, rlcpp set OPENBLAS_CORETYPE=(Haswell|SkylakeX|Sandybridge)' -- \
-  env RLCPP_BLAS_CORENAME=Prescott "$rlcpp" info --system
-expect user-blas-core-kept 0 'blas +OpenBLAS core Sandybridge,' -- env OPENBLAS_CORETYPE=Sandybridge "$rlcpp" info --system
-# A generic core the user names is kept, with a warning naming the core for this CPU.
-expect generic-blas-warned 0 'warning: OpenBLAS runs its Prescott kernels, without the vector instructions this CPU has.*set it to (Haswell|SkylakeX|Sandybridge)' -- \
-  env OPENBLAS_CORETYPE=Prescott "$rlcpp" info --system
+expect info-system-blas 0 'blas +(MKL|LibTorch.s own) \(LibTorch.s\), fp32 GEMM 1024\^3 [0-9]+ GFLOP/s \(rlcpp.s kernels [0-9]+\)' -- "$rlcpp" info --system
 # MPI ranks on one machine running more intra-op threads than it has cores (the launcher's local
 # rank count stood in for by Open MPI's variable): rlcpp runs itself again with OMP_WAIT_POLICY=PASSIVE;
-# one thread a rank, or a policy of the user's, is left alone. Also with the BLAS core's restart.
+# one thread a rank, or a policy of the user's, is left alone.
 threads=$(( $(nproc) > 1 ? $(nproc) : 2 ))
 expect omp-passive-when-oversubscribed 0 "openmp waits +PASSIVE \\(set by rlcpp: 2 ranks x $threads threads on $(nproc) cores\\)" -- \
   env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=$threads "$rlcpp" info --system
-both=$(env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=$threads RLCPP_BLAS_CORENAME=Prescott "$rlcpp" info --system 2>&1)
-if grep -q "openmp waits .*PASSIVE (set by rlcpp" <<<"$both" && grep -q "rlcpp set OPENBLAS_CORETYPE=" <<<"$both"; then
-  echo "ok   omp-passive-with-blas-core"
-else
-  echo "FAIL omp-passive-with-blas-core"; echo "$both" | tail -4; fail=1
-fi
 expect omp-one-thread-a-rank 0 "openmp waits +the library's default" -- env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=1 "$rlcpp" info --system
 expect omp-user-policy-kept 0 "openmp waits +ACTIVE" -- \
   env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=ACTIVE "$rlcpp" info --system

@@ -62,20 +62,6 @@ TEST(Kernels, DispatchNamesATargetThisCpuSupports) {
   EXPECT_NE(kernels::supported_targets().find(kernels::dispatch_target()), std::string::npos);
 }
 
-// OpenBLAS's generic fallback is replaced by the core for the CPU's vector instructions; a core it
-// knows (Zen, Haswell on an AVX-512 CPU) is kept, and so is everything on a CPU without AVX.
-TEST(BlasCore, AGenericCoreGivesWayToTheCpusFeatures) {
-  EXPECT_EQ(better_blas_core("Prescott", true, true, true), "SkylakeX");
-  EXPECT_EQ(better_blas_core("Prescott", true, true, false), "Haswell");
-  EXPECT_EQ(better_blas_core("Core2", true, false, false), "Sandybridge");
-  EXPECT_EQ(better_blas_core("Sandybridge", true, true, false), "Haswell");
-  EXPECT_EQ(better_blas_core("Haswell", true, true, true), "");
-  EXPECT_EQ(better_blas_core("Zen", true, true, true), "");
-  EXPECT_EQ(better_blas_core("SKYLAKEX", true, true, true), "");
-  EXPECT_EQ(better_blas_core("Prescott", false, false, false), "");
-  EXPECT_EQ(better_blas_core("Sandybridge", true, false, false), "");
-}
-
 TEST(Kernels, MatmulMatchesLibTorchOnOddShapesOnEveryTarget) {
   RestoreTargets restore;
   DotInstructions widened(false);  // x in fp32 throughout (the dot-product instructions: below)

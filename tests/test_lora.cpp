@@ -127,7 +127,9 @@ TEST(Lora, MergedWeightsGiveTheAdaptedModel) {
     const auto in = inputs(*model, 4);
     torch::NoGradGuard no_grad;
     const auto a = model->forward(in.ids, in.mask), b = merged->forward(in.ids, in.mask);
-    EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
+    // fp32: (W + sBA)x and Wx + s B(Ax) round differently, and MKL's blocked products more so than
+    // a plain loop (1.2e-5 measured with the torch 2.15 wheel); a wrong merge is off by far more.
+    EXPECT_LT((a - b).abs().max().item<double>(), 3e-5);
   }
 }
 

@@ -134,9 +134,8 @@ double gemm_rate(const std::function<void()>& product) {
 }
 
 // The BLAS LibTorch's products run on and the fp32 GEMM rate it reaches, beside rlcpp's own
-// (decode-shaped) kernels on the same product; a warning when its core lacks the CPU's vectors.
+// (decode-shaped) kernels on the same product.
 std::string blas_description() {
-  const BlasCore blas = blas_core();
   const auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
   torch::Tensor c = torch::empty({1024, 1024});
   const double blas_rate = gemm_rate([&] { torch::mm_out(c, a, b); });
@@ -144,19 +143,8 @@ std::string blas_description() {
     kernels::matmul_nt(a.data_ptr<float>(), 1024, 1024, {b.data_ptr<float>(), kernels::WeightType::f32}, 1024, nullptr,
                        c.data_ptr<float>(), &ThreadPool::global());
   });
-  std::string line = fmt::format("blas             {}, fp32 GEMM 1024^3 {:.0f} GFLOP/s (rlcpp's kernels {:.0f})",
-                                 blas.library.empty() ? "not OpenBLAS" : fmt::format("OpenBLAS core {}", blas.core),
-                                 blas_rate, own_rate);
-  if (!blas.detected.empty()) {
-    line += fmt::format("; OpenBLAS chose its generic {} kernels for this CPU, rlcpp set OPENBLAS_CORETYPE={}",
-                        blas.detected, blas.core);
-  }
-  if (const std::string better = blas.library.empty() ? "" : better_blas_core_here(blas.core); !better.empty()) {
-    line += fmt::format("\nwarning: OpenBLAS runs its {} kernels, without the vector instructions this CPU has: its "
-                        "products, and training with them, run several times slower. Unset OPENBLAS_CORETYPE (rlcpp "
-                        "then picks the core) or set it to {}", blas.core, better);
-  }
-  return line;
+  return fmt::format("blas             {} (LibTorch's), fp32 GEMM 1024^3 {:.0f} GFLOP/s (rlcpp's kernels {:.0f})",
+                     at::hasMKL() ? "MKL" : "LibTorch's own", blas_rate, own_rate);
 }
 
 void system_info() {

@@ -206,7 +206,7 @@ std::map<int64_t, fs::path> rollout_files(const fs::path& run_dir) {
   const std::string dir = logging.value("rollout_save_dir", std::string());
   const std::string project = logging.value("project", std::string());
   if (dir.empty() || dir == "null") return files;
-  for (const fs::path base : {fs::path(dir) / project, run_dir.parent_path().parent_path() / dir / project}) {
+  for (const fs::path& base : {fs::path(dir) / project, run_dir.parent_path().parent_path() / dir / project}) {
     if (!fs::is_directory(base)) continue;
     for (const auto& entry : fs::directory_iterator(base)) {
       const std::string name = entry.path().filename().string();

@@ -36,7 +36,7 @@ std::vector<std::string> rewrite_single_dash_long_options(int argc, char** argv)
 }  // namespace
 
 int main(int argc, char** argv) {
-  rlcpp::prepare_process(argv);  // may run this program again (OpenBLAS's core, OpenMP's wait policy)
+  rlcpp::prepare_process(argv);  // may run this program again (OpenMP's wait policy)
   rlcpp::init_logging();
   rlcpp::configure_threads();
   CLI::App app{"rlcpp: RL fine-tuning (GRPO, DAPO) of Hugging Face language models in C++", "rlcpp"};

@@ -149,8 +149,7 @@ void adamw_step(torch::optim::AdamW& optimizer) {
     const auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
-      auto& slot = optimizer.state()[key];
+      auto& slot = optimizer.state()[p.unsafeGetTensorImpl()];  // the optimizer's own key: the TensorImpl
       if (slot == nullptr) {
         auto fresh = std::make_unique<torch::optim::AdamWParamState>();
         fresh->step(0);

@@ -16,8 +16,8 @@ namespace rlcpp {
 
 namespace {
 
-// The key torch::optim::Optimizer keeps a parameter's state under.
-std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// The key torch::optim::Optimizer keeps a parameter's state under: its TensorImpl.
+void* state_key(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 std::vector<int64_t> flat_offsets(const std::vector<torch::Tensor>& params) {
   std::vector<int64_t> offsets{0};

@@ -37,7 +37,7 @@ class BlockCache final : public c10::Allocator {
  public:
   BlockCache(c10::Allocator* small, std::size_t limit) : small_(small), limit_(limit) {}
 
-  c10::DataPtr allocate(std::size_t n) const override {
+  c10::DataPtr allocate(std::size_t n) override {
     allocations.fetch_add(1, std::memory_order_relaxed);
     if (n < kMinBlock) {
       if (step_scopes > 0) return allocate_small(n);
@@ -55,6 +55,9 @@ class BlockCache final : public c10::Allocator {
     return {p, new Block{p, size, this}, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
+  // Tensors copied on the CPU (clone, to) copy their bytes as any CPU tensor's.
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+
   std::size_t cached() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return cached_ + small_cached_;
@@ -66,7 +69,7 @@ class BlockCache final : public c10::Allocator {
   struct Block {
     void* p;
     std::size_t size;
-    const BlockCache* cache;
+    BlockCache* cache;
   };
   struct Unused {
     void* p;
@@ -92,7 +95,7 @@ class BlockCache final : public c10::Allocator {
   // nullptr, and the caller maps a new block after unmapping `evicted`: the longest unused
   // blocks, until what stays unused is within a quarter of the most ever live, so the cache holds
   // at most that above the program's own peak.
-  void* take(std::size_t* size, std::vector<std::pair<void*, std::size_t>>* evicted) const {
+  void* take(std::size_t* size, std::vector<std::pair<void*, std::size_t>>* evicted) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = by_size_.lower_bound(*size);
     if (it != by_size_.end()) {
@@ -114,13 +117,13 @@ class BlockCache final : public c10::Allocator {
   }
 
   // An unused block into the lists (the most recently used), and out of them.
-  void add_unused(void* p, std::size_t size) const {
+  void add_unused(void* p, std::size_t size) {
     lru_.push_back({p, size});
     by_size_.emplace(size, std::prev(lru_.end()));
     by_address_.emplace(static_cast<char*>(p), std::prev(lru_.end()));
     cached_ += size;
   }
-  Unused remove_unused(Lru::iterator at) const {
+  Unused remove_unused(Lru::iterator at) {
     const Unused block = *at;
     for (auto e = by_size_.lower_bound(block.size); e != by_size_.end(); ++e) {
       if (e->second == at) {
@@ -134,7 +137,7 @@ class BlockCache final : public c10::Allocator {
     return block;
   }
 
-  void add_live(std::size_t size) const {
+  void add_live(std::size_t size) {
     live_ += size;
     peak_live_ = std::max(peak_live_, live_);
   }
@@ -147,7 +150,7 @@ class BlockCache final : public c10::Allocator {
 
   // A freed block joins the unused ones, merged with an unused neighbour on either side (a tail
   // carved off, or a mapping the kernel placed beside it): a later, larger tensor finds it whole.
-  void keep(void* p, std::size_t size) const {
+  void keep(void* p, std::size_t size) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       live_ -= size;
@@ -177,10 +180,10 @@ class BlockCache final : public c10::Allocator {
   static constexpr std::size_t kHeader = 64, kSmallLimit = std::size_t{256} << 20;
   struct SmallHeader {
     std::size_t size;
-    const BlockCache* cache;
+    BlockCache* cache;
   };
 
-  c10::DataPtr allocate_small(std::size_t n) const {
+  c10::DataPtr allocate_small(std::size_t n) {
     const std::size_t size = std::max<std::size_t>((n + 63) / 64 * 64, 64);
     void* base = nullptr;
     {
@@ -217,13 +220,13 @@ class BlockCache final : public c10::Allocator {
 
   c10::Allocator* small_;
   std::size_t limit_;
-  mutable std::unordered_map<std::size_t, std::vector<void*>> small_unused_;
-  mutable std::size_t small_cached_ = 0;
+  std::unordered_map<std::size_t, std::vector<void*>> small_unused_;
+  std::size_t small_cached_ = 0;
   mutable std::mutex mutex_;
-  mutable Lru lru_;
-  mutable std::multimap<std::size_t, Lru::iterator> by_size_;  // the same blocks by size
-  mutable std::map<char*, Lru::iterator> by_address_;          // and by address
-  mutable std::size_t cached_ = 0, live_ = 0, peak_live_ = 0;
+  Lru lru_;
+  std::multimap<std::size_t, Lru::iterator> by_size_;  // the same blocks by size
+  std::map<char*, Lru::iterator> by_address_;          // and by address
+  std::size_t cached_ = 0, live_ = 0, peak_live_ = 0;
 };
 
 BlockCache* installed = nullptr;
@@ -262,69 +265,6 @@ CpuAllocationCounts cpu_allocation_counts() {
 
 namespace {
 
-// OpenBLAS's name for the kernels it runs, or "" when the BLAS is another library. $RLCPP_BLAS_CORENAME
-// stands in for the answer (tests: a CPU the library does not know).
-std::string openblas_corename() {
-  if (const char* stand_in = std::getenv("RLCPP_BLAS_CORENAME")) return stand_in;
-  using Corename = char* (*)();
-  auto corename = reinterpret_cast<Corename>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  const char* name = corename != nullptr ? corename() : nullptr;
-  return name != nullptr ? std::string(name) : std::string();
-}
-
-// 0: no AVX, 1: AVX, 2: AVX2 and FMA, 3: AVX-512, as OpenBLAS names its x86 cores.
-int blas_core_level(std::string core) {
-  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* name : {"skylakex", "cooperlake", "sapphirerapids"}) {
-    if (core == name) return 3;
-  }
-  for (const char* name : {"haswell", "zen", "excavator"}) {
-    if (core == name) return 2;
-  }
-  for (const char* name : {"sandybridge", "bulldozer", "piledriver", "steamroller"}) {
-    if (core == name) return 1;
-  }
-  return 0;
-}
-
-}  // namespace
-
-std::string better_blas_core(const std::string& detected, bool avx, bool avx2_fma, bool avx512) {
-  const int cpu = avx512 ? 3 : avx2_fma ? 2 : avx ? 1 : 0;
-  // Only a core without the CPU's wide vectors is replaced (a generic fallback); a core OpenBLAS
-  // knows is kept even where another might do a little better.
-  if (blas_core_level(detected) >= std::min(cpu, 2) || cpu == 0) return "";
-  return cpu == 3 ? "SkylakeX" : cpu == 2 ? "Haswell" : "Sandybridge";
-}
-
-std::string better_blas_core_here(const std::string& detected) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return better_blas_core(detected, __builtin_cpu_supports("avx"),
-                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), avx512);
-#else
-  return "";
-#endif
-}
-
-namespace {
-
-// OpenBLAS's kernels: OPENBLAS_CORETYPE set where OpenBLAS would run its generic ones on this CPU
-// (RLCPP_BLAS_DETECTED saying which). Whether it set them.
-bool set_blas_core() {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return false;  // the user's, or ours after the restart
-  const std::string detected = openblas_corename();
-  if (detected.empty()) return false;
-  const std::string core = better_blas_core_here(detected);
-  if (core.empty()) return false;
-  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  setenv("RLCPP_BLAS_DETECTED", detected.c_str(), 1);
-  unsetenv("RLCPP_BLAS_CORENAME");
-  return true;
-}
-
 // A positive count from the environment variable `name`, or 0.
 int env_count(const char* name) {
   const char* value = std::getenv(name);
@@ -352,34 +292,14 @@ bool set_omp_wait_policy() {
 }  // namespace
 
 void prepare_process(char** argv) {
-  const bool blas = set_blas_core();
-  const bool omp = set_omp_wait_policy();
-  if (!blas && !omp) return;
+  if (!set_omp_wait_policy()) return;
   execv("/proc/self/exe", argv);
-  // The execv failed: go on as things are, saying so (rlcpp info --system shows them too).
-  if (blas) {
-    std::fprintf(stderr, "warning: OpenBLAS runs its generic %s kernels on this CPU and rlcpp could not restart with "
-                         "OPENBLAS_CORETYPE=%s; set it yourself for 6-9x faster training products\n",
-                 std::getenv("RLCPP_BLAS_DETECTED"), std::getenv("OPENBLAS_CORETYPE"));
-    unsetenv("OPENBLAS_CORETYPE");
-    unsetenv("RLCPP_BLAS_DETECTED");
-  }
-  if (omp) {
-    std::fprintf(stderr, "warning: this machine's MPI ranks run more threads than it has cores (%s) and rlcpp could "
-                         "not restart with OMP_WAIT_POLICY=PASSIVE; set it yourself (mpirun -x OMP_WAIT_POLICY=PASSIVE)\n",
-                 std::getenv("RLCPP_OMP_WAIT_CHOSEN"));
-    unsetenv("OMP_WAIT_POLICY");
-    unsetenv("RLCPP_OMP_WAIT_CHOSEN");
-  }
-}
-
-BlasCore blas_core() {
-  BlasCore out;
-  out.core = openblas_corename();
-  if (out.core.empty()) return out;
-  out.library = "OpenBLAS";
-  if (const char* detected = std::getenv("RLCPP_BLAS_DETECTED")) out.detected = detected;
-  return out;
+  // The execv failed: go on as things are, saying so (rlcpp info --system shows it too).
+  std::fprintf(stderr, "warning: this machine's MPI ranks run more threads than it has cores (%s) and rlcpp could "
+                       "not restart with OMP_WAIT_POLICY=PASSIVE; set it yourself (mpirun -x OMP_WAIT_POLICY=PASSIVE)\n",
+               std::getenv("RLCPP_OMP_WAIT_CHOSEN"));
+  unsetenv("OMP_WAIT_POLICY");
+  unsetenv("RLCPP_OMP_WAIT_CHOSEN");
 }
 
 int configure_threads(int requested) {

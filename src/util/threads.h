@@ -1,11 +1,9 @@
 // Process-wide compute settings for LibTorch on the CPU: its intra-op threads, and a cache of the
 // large blocks its tensors are allocated in.
 //
-// Intra-op threads: an explicit request, else $OMP_NUM_THREADS, else LibTorch's own default. On
-// Debian's CPU LibTorch that default is 1 intra-op thread while OpenBLAS threads every matmul over
-// all cores, and that split measured fastest (bench/forward, 2 cores, 6 layers: forward 315
-// tokens/s at 1 thread vs 244 at 2, since two thread pools then fight over two cores). The fused
-// element-wise kernels (model/kernel_linear.h) run on the kernels' own pool over every core.
+// Intra-op threads: an explicit request, else $OMP_NUM_THREADS, else LibTorch's own default (the
+// torch wheel's: one OpenMP thread per physical core, which its BLAS, MKL, computes products on).
+// The fused element-wise kernels (model/kernel_linear.h) run on the kernels' own pool over every core.
 #pragma once
 
 #include <cstddef>
@@ -14,30 +12,11 @@
 
 namespace rlcpp {
 
-// LibTorch's products on the CPU run on the system BLAS, and Debian's OpenBLAS picks its kernels
-// from the CPU's model number, once, as it loads: on a CPU newer than it knows it falls back to
-// generic kernels (Prescott, without AVX) 6-9x slower, and every training product with them. So
-// at start-up rlcpp asks OpenBLAS which core it chose (openblas_get_corename, if the BLAS is
-// OpenBLAS) and, when that core lacks the vector instructions the CPU has, runs itself again with
-// OPENBLAS_CORETYPE naming the core for the CPU's features (Haswell for AVX2+FMA, SkylakeX for
-// AVX-512). A core named by the user (OPENBLAS_CORETYPE already set) is kept.
-struct BlasCore {
-  std::string library;   // "OpenBLAS", or "" when the BLAS is not OpenBLAS
-  std::string core;      // the kernels it runs
-  std::string detected;  // when rlcpp chose `core`: the generic one OpenBLAS had chosen
-};
-// The core for a CPU with these features that OpenBLAS reported as `detected`, when it is better
-// than `detected`; "" to keep it.
-std::string better_blas_core(const std::string& detected, bool avx, bool avx2_fma, bool avx512);
-// The same for this CPU's features.
-std::string better_blas_core_here(const std::string& detected);
 // Called first thing in main, before any library reads its settings: may replace the process
-// (execv of itself) with settings that only take effect when a library loads, each kept where the
-// user gave it: OPENBLAS_CORETYPE where OpenBLAS would run its generic kernels on this CPU, and
-// OMP_WAIT_POLICY=PASSIVE where this machine's MPI ranks run more threads than it has cores
-// (OpenMP threads spinning while they wait take the cores the other ranks compute on).
+// (execv of itself) with a setting that only takes effect when a library loads, kept where the user
+// gave it: OMP_WAIT_POLICY=PASSIVE where this machine's MPI ranks run more threads than it has
+// cores (OpenMP threads spinning while they wait take the cores the other ranks compute on).
 void prepare_process(char** argv);
-BlasCore blas_core();
 
 // Sets LibTorch's intra-op threads when asked to and returns the count in effect. `requested` <= 0:
 // automatic. Also installs the block cache below (once).
