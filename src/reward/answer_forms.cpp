@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <utility>
 
 namespace rlcpp::answer_forms {
 
@@ -12,8 +13,26 @@ namespace {
 bool is_letter(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }
 bool is_upper(char c) { return std::isupper(static_cast<unsigned char>(c)) != 0; }
 
-bool is_var(const std::string& p) { return p.size() == 1 && is_letter(p[0]); }
 bool is_negated_var(const std::string& p) { return p.size() == 2 && p[0] == '-' && is_letter(p[1]); }
+
+// The variable an operand of an inequality bounds: the operand when it names a value ("x", "x_1",
+// "f(x)"), the name inside an absolute value ("|z|" → "z"); "" for anything else.
+std::string bounded_name(const std::string& p) {
+  if (names_a_value(p)) return p;
+  if (p.size() > 2 && p.front() == '|' && p.back() == '|' && names_a_value(p.substr(1, p.size() - 2))) {
+    return p.substr(1, p.size() - 2);
+  }
+  return "";
+}
+
+std::string joined(const std::vector<std::string>& items, char sep) {
+  std::string out;
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (k > 0) out += sep;
+    out += items[k];
+  }
+  return out;
+}
 
 // -p as text: "-1" → "1", "2" → "-2", "\frac{1}{2}" → "-\frac{1}{2}", "a+b" → "-(a+b)". A plain
 // term keeps its plain form, so a rounded bound "-0.33" still reads as a decimal.
@@ -149,8 +168,9 @@ std::vector<std::string> expand_pm(const std::string& s) {
   return {left + "+" + right, left + "-(" + right + ")"};
 }
 
-std::optional<std::string> interval_of(const std::string& s) {
+std::optional<std::string> interval_of(const std::string& s, std::string* variable) {
   if (s.size() > 3 && is_letter(s[0]) && s.compare(1, 3, "\\in") == 0 && (s.size() == 4 || !is_letter(s[4]))) {
+    if (variable) *variable = s.substr(0, 1);
     return s.substr(4);
   }
   // Tokens: operands and the operators <, <=, >, >=.
@@ -179,21 +199,83 @@ std::optional<std::string> interval_of(const std::string& s) {
   auto less = [](const std::string& op) { return op[0] == '<'; };
   auto closed = [](const std::string& op) { return op.size() == 2; };
   if (ops.size() == 2) {  // a < x < b, or b > x > a
-    if (!is_var(parts[1]) || less(ops[0]) != less(ops[1]) || parts[0].empty() || parts[2].empty()) return std::nullopt;
+    const std::string name = bounded_name(parts[1]);
+    if (name.empty() || less(ops[0]) != less(ops[1]) || parts[0].empty() || parts[2].empty()) return std::nullopt;
     const bool up = less(ops[0]);
     const std::string& low = up ? parts[0] : parts[2];
     const std::string& high = up ? parts[2] : parts[0];
     const bool low_closed = closed(up ? ops[0] : ops[1]), high_closed = closed(up ? ops[1] : ops[0]);
-    return std::string(low_closed ? "[" : "(") + low + "," + high + (high_closed ? "]" : ")");
+    if (variable) *variable = name;
+    const std::string inside = std::string(low_closed ? "[" : "(") + low + "," + high + (high_closed ? "]" : ")");
+    if (name == parts[1]) return inside;
+    // low <= |z| <= high: z in [-high, -low] or in [low, high]
+    return std::string(high_closed ? "[" : "(") + negated(high) + "," + negated(low) + (low_closed ? "]" : ")") +
+           "\\cup" + inside;
   }
   // x < b, x > a, b > x, a < x
-  const bool var_left = is_var(parts[0]);
-  if (var_left == is_var(parts[1])) return std::nullopt;
+  const std::string left = bounded_name(parts[0]), right = bounded_name(parts[1]);
+  if (left.empty() == right.empty()) return std::nullopt;
+  const bool var_left = !left.empty();
   const std::string& bound = var_left ? parts[1] : parts[0];
   if (bound.empty()) return std::nullopt;
   const bool upper = var_left == less(ops[0]);  // the bound is above the variable
   const bool c = closed(ops[0]);
-  return upper ? "(-\\infty," + bound + (c ? "]" : ")") : std::string(c ? "[" : "(") + bound + ",\\infty)";
+  if (variable) *variable = var_left ? left : right;
+  if ((var_left ? left : right) == (var_left ? parts[0] : parts[1])) {
+    return upper ? "(-\\infty," + bound + (c ? "]" : ")") : std::string(c ? "[" : "(") + bound + ",\\infty)";
+  }
+  // |z| < b: z in (-b, b); |z| > a: z below -a or above a
+  if (upper) return std::string(c ? "[" : "(") + negated(bound) + "," + bound + (c ? "]" : ")");
+  return "(-\\infty," + negated(bound) + (c ? "]" : ")") + "\\cup" + (c ? "[" : "(") + bound + ",\\infty)";
+}
+
+std::vector<std::string> union_parts(const std::string& s) {
+  std::vector<std::string> parts;
+  std::string cur;
+  int depth = 0;
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (depth == 0 && s.compare(k, 4, "\\cup") == 0 && (k + 4 >= s.size() || !is_letter(s[k + 4]))) {
+      parts.push_back(cur);
+      cur.clear();
+      k += 3;
+      continue;
+    }
+    if (s[k] == '(' || s[k] == '[' || s[k] == '{') ++depth;
+    if (s[k] == ')' || s[k] == ']' || s[k] == '}') --depth;
+    cur += s[k];
+  }
+  parts.push_back(cur);
+  return parts;
+}
+
+std::optional<std::string> labelled_tuple(const std::string& s) {
+  const auto items = split_top(s);
+  if (items.size() < 2) return std::nullopt;
+  std::vector<std::string> names, values;
+  for (const auto& item : items) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq + 1 == item.size() || item.find('=', eq + 1) != std::string::npos) return std::nullopt;
+    std::string name = item.substr(0, eq);
+    if (!names_a_value(name) || std::find(names.begin(), names.end(), name) != names.end()) return std::nullopt;
+    names.push_back(std::move(name));
+    values.push_back(item.substr(eq + 1));
+  }
+  return "(" + joined(names, ',') + ")=(" + joined(values, ',') + ")";
+}
+
+std::optional<std::string> labelled_tuples(const std::string& s) {
+  const auto groups = split_top(s, ';');
+  if (groups.size() < 2) return std::nullopt;
+  std::vector<std::string> tuples;
+  for (const auto& group : groups) {
+    auto tuple = labelled_tuple(group);
+    // The names end at the tuple's '=' (a name holds none).
+    if (!tuple || (!tuples.empty() && tuple->substr(0, tuple->find('=')) != tuples[0].substr(0, tuples[0].find('=')))) {
+      return std::nullopt;
+    }
+    tuples.push_back(std::move(*tuple));
+  }
+  return joined(tuples, ',');
 }
 
 bool names_a_value(const std::string& s) {

@@ -59,8 +59,24 @@ std::vector<std::string> expand_pm(const std::string& s);
 
 // The interval an inequality or a membership describes, in interval notation: "1<=y<=4" → "[1,4]",
 // "7>=y" and "y<=7" → "(-\infty,7]", "y\in[1,4]" → "[1,4]", and in the negated variable
-// "-x>-1" → "(-\infty,1)", "-3<-x<1" → "(-1,3)". The variable is one letter; nullopt otherwise.
-std::optional<std::string> interval_of(const std::string& s);
+// "-x>-1" → "(-\infty,1)", "-3<-x<1" → "(-1,3)". The variable is a name (names_a_value: "y", "x_1",
+// "f(x)"; the negated variable one letter) or a name's absolute value, whose bounds describe a
+// union: "1<=|z|<=2" → "[-2,-1]\cup[1,2]", "|z|<2" → "(-2,2)", "|z|>1" → "(-\infty,-1)\cup(1,\infty)".
+// `variable`, when given, receives the name ("z" for |z|, "y" for y\in...). nullopt otherwise.
+std::optional<std::string> interval_of(const std::string& s, std::string* variable = nullptr);
+
+// The parts of a union split at top-level "\cup": "[0,1)\cup(2,3]" → {"[0,1)", "(2,3]"}; one part
+// when there is no union.
+std::vector<std::string> union_parts(const std::string& s);
+
+// Equations of different names as one labelled tuple: "p=5,q=2" → "(p,q)=(5,2)"; nullopt unless
+// every top-level item is name=value (names_a_value) and there are two or more names, all different.
+std::optional<std::string> labelled_tuple(const std::string& s);
+
+// Groups of those separated by ';', each naming the same unknowns in the same order (the solutions
+// of a system), as a list of labelled tuples: "p=5,q=2;p=7,q=2" → "(p,q)=(5,2),(p,q)=(7,2)";
+// nullopt otherwise.
+std::optional<std::string> labelled_tuples(const std::string& s);
 
 // A name for a value: a letter with an optional subscript or primes ("y", "x_1", "a_{n}", "f'") or
 // a function of letters ("f(x)", "g(x,y)").

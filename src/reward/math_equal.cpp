@@ -182,8 +182,9 @@ bool all_equations(const std::vector<std::string>& items) {
 
 // Labelled values against bare ones (`equations` from the answer when `answer_labelled`). One name's
 // values ("x=2, x=3" for "2, 3") match in any order; the parts of a figure ("AB=4, CD=5" for "4, 5")
-// each in its place. Other different names ("x=2, y=3") are unknowns of a system, and a bare list
-// ("2, 3") lists the solutions of one unknown, so they do not answer it.
+// each in its place. Other different names ("x=2, y=3") are unknowns of a system: the truth's names
+// give the order its values are answered in ("-5, 14/3" answers "x=-5, p=14/3", "14/3, -5" does not),
+// but an answer's names do not answer a bare list ("2, 3" may list the solutions of one unknown).
 bool labelled_list_equal(const std::vector<std::string>& equations, const std::vector<std::string>& values,
                          bool answer_labelled, int depth) {
   std::vector<std::string> names, rights;
@@ -193,7 +194,9 @@ bool labelled_list_equal(const std::vector<std::string>& equations, const std::v
   }
   bool ordered = false;
   if (std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n != names[0]; })) {
-    if (!std::all_of(names.begin(), names.end(), answer_forms::names_a_figure_part)) return false;
+    const bool figure = std::all_of(names.begin(), names.end(), answer_forms::names_a_figure_part);
+    const bool unknowns = !answer_labelled && std::set<std::string>(names.begin(), names.end()).size() == names.size();
+    if (!figure && !unknowns) return false;
     ordered = true;
   }
   return answer_labelled ? lists_equal(rights, values, ordered, depth) : lists_equal(values, rights, ordered, depth);
@@ -210,9 +213,22 @@ bool chain_agrees(const std::vector<std::string>& members, int depth) {
 
 bool equal_rec(const std::string& answer, const std::string& truth, int depth) {
   if (depth > kMaxDepth) return false;
-  const std::string a = normalize_math_answer(answer), b = normalize_math_answer(truth);
+  std::string a = normalize_math_answer(answer), b = normalize_math_answer(truth);
   if (a.empty() || b.empty()) return false;
   if (a == b) return true;
+  // Equations of different names are the labelled tuple of a system's solution: groups of them
+  // ("p=5,q=2;p=7,q=2" is "(p,q)=(5,2),(p,q)=(7,2)") always, one group ("x=2,y=3") against a tuple.
+  if (auto tuples = answer_forms::labelled_tuples(a)) a = *tuples;
+  if (auto tuples = answer_forms::labelled_tuples(b)) b = *tuples;
+  auto is_tuple = [](const std::string& s) {
+    const auto st = answer_forms::structure_of(s);
+    return st && st->open == '(';
+  };
+  if (is_tuple(a)) {
+    if (auto tuple = answer_forms::labelled_tuple(b)) b = *tuple;
+  } else if (is_tuple(b)) {
+    if (auto tuple = answer_forms::labelled_tuple(a)) a = *tuple;
+  }
   // Words compare case-insensitively ("Yes" vs "yes"); single letters do not (they may be variables).
   auto is_word = [](const std::string& s) {
     return s.size() > 1 && std::all_of(s.begin(), s.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
@@ -235,9 +251,16 @@ bool equal_rec(const std::string& answer, const std::string& truth, int depth) {
     }
     return true;
   }
-  // Inequalities and memberships as intervals ("1<=y<=4" is "y\in[1,4]" is "[1,4]", "-x>-1" is "x<1").
-  auto va = answer_forms::interval_of(a), vb = answer_forms::interval_of(b);
+  // Inequalities and memberships as intervals ("1<=y<=4" is "y\in[1,4]" is "[1,4]", "-x>-1" is "x<1",
+  // "1<=|z|<=2" is "[-2,-1]\cup[1,2]"); two of them bound the same variable ("x<1" is not "y<1", nor
+  // "0<f(x)<1" "0<x<1").
+  std::string var_a, var_b;
+  auto va = answer_forms::interval_of(a, &var_a), vb = answer_forms::interval_of(b, &var_b);
+  if (va && vb && var_a != var_b) return false;
   if (va || vb) return equal_rec(va ? *va : a, vb ? *vb : b, depth + 1);
+  // Unions: the same intervals or sets, in any order.
+  const auto ua = answer_forms::union_parts(a), ub = answer_forms::union_parts(b);
+  if (ua.size() > 1 || ub.size() > 1) return lists_equal(ua, ub, false, depth);
   // Several equations ("b=2, c=3"): the same names with the same values, in any order; against bare
   // values, as labelled_list_equal says.
   const auto la = list_items(a), lb = list_items(b);

@@ -1,9 +1,10 @@
 // Whether an extracted answer equals the ground truth the way a careful human grader would decide:
 // Hendrycks-MATH normalisation (math_normalize.cpp), then value equality (integers with separators,
 // decimals, fractions and their rounded decimals, mixed numbers, percentages, roots, pi, scientific
-// notation), structures (tuples and intervals element-wise with their brackets, sets and lists in
-// any order whatever their braces or separators, \pm as two values, inequalities as intervals,
-// equations by the right-hand side of a label or the last member of a chain), and expressions in
+// notation), structures (tuples and intervals element-wise with their brackets, sets, lists and
+// unions in any order whatever their braces or separators, \pm as two values, inequalities as
+// intervals or unions, equations by the right-hand side of a label or the last member of a chain,
+// a system's unknowns as labelled tuples, lines and surfaces by their zero sets), and expressions in
 // variables compared at random points. The forms are read by answer_forms.h. Everything is bounded:
 // inputs over 2,000 bytes are unequal, recursion is depth-limited.
 #pragma once

@@ -1,6 +1,7 @@
 // Normalisation of a math answer before comparison (math_equal.h): MATH's strip_string (\frac12,
 // \sqrt3, a/b, \left, units, dollars, degrees) plus \text{} unwrapping, thousands separators, mixed
-// numbers, percentages in words, matrices as \matrix{a,b;c,d} and inequalities as <, <=, >, >=.
+// numbers, percentages in words, "or" and "and" between answers as commas, matrices as
+// \matrix{a,b;c,d} and inequalities as <, <=, >, >=.
 #include <algorithm>
 #include <cctype>
 #include <utility>
@@ -193,6 +194,35 @@ std::string strip_unit_words(const std::string& s) {
   return trimmed;
 }
 
+// "or" and "and" glued between two values, as "\text{or}" leaves them: "(11,7)or(7,11)", "2or3" →
+// "(11,7),(7,11)", "2,3". A letter on either side keeps the word ("for", "x=1orx=2").
+void split_glued_words(std::string* s) {
+  for (std::string_view word : {"or", "and"}) {
+    for (size_t at = s->find(word); at != std::string::npos; at = s->find(word, at + 1)) {
+      const size_t end = at + word.size();
+      if (at == 0 || end >= s->size()) continue;
+      const char before = (*s)[at - 1], after = (*s)[end];
+      const bool value_before = std::isdigit(static_cast<unsigned char>(before)) || before == ')' || before == ']' ||
+                                before == '}';
+      const bool value_after = std::isdigit(static_cast<unsigned char>(after)) ||
+                               std::string_view("([{\\-+").find(after) != std::string_view::npos;
+      if (value_before && value_after) s->replace(at, word.size(), ",");
+    }
+  }
+}
+
+// Letters outside LaTeX command names: "\frac{1}{2}x" has one, "\frac{\pi}{2}" and "\sqrt{3}" none.
+bool has_variable_letters(std::string_view s) {
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (s[k] == '\\') {
+      while (k + 1 < s.size() && std::isalpha(static_cast<unsigned char>(s[k + 1]))) ++k;
+    } else if (std::isalpha(static_cast<unsigned char>(s[k]))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string normalize_math_answer(std::string_view answer) {
@@ -234,9 +264,12 @@ std::string normalize_math_answer(std::string_view answer) {
   replace_all(&s, "\\;", " ");
   replace_all(&s, "\\quad", " ");
   replace_all(&s, "\\ ", " ");
-  // Several answers joined by a word: "b = 2 and c = 3" → "b = 2, c = 3".
+  // Several answers joined by a word: "b = 2 and c = 3" → "b = 2, c = 3", "19, 46, and 82" → "19, 46, 82".
+  replace_all(&s, ", and ", ", ");
+  replace_all(&s, ", or ", ", ");
   replace_all(&s, " and ", ", ");
   replace_all(&s, " or ", ", ");
+  split_glued_words(&s);
   // Units after a number: "12 meters" → "12".
   if (std::string number = strip_unit_words(s); !number.empty()) s = number;
   replace_all(&s, "%", "");
@@ -251,22 +284,20 @@ std::string normalize_math_answer(std::string_view answer) {
   if (s.empty()) return s;
   if (s[0] == '.') s = "0" + s;
   // "x = 5" → "5" when the left side is a short name and the right side a value (an equation in
-  // variables, "y = 3x - 2", stays an equation).
+  // variables, "y = 3x - 2" or "y = \frac{1}{2}x", stays an equation).
   if (const size_t eq = s.find('='); eq != std::string::npos && s.find('=', eq + 1) == std::string::npos &&
                                      s.find_first_of("<>,", 0) == std::string::npos) {
     std::string left = s.substr(0, eq);
     left.erase(std::remove(left.begin(), left.end(), ' '), left.end());
     const std::string right = s.substr(eq + 1);
-    const bool right_has_letters = std::any_of(right.begin(), right.end(), [](char c) {
-      return std::isalpha(static_cast<unsigned char>(c));
-    }) && right.find("\\pi") == std::string::npos && right.find("\\sqrt") == std::string::npos &&
-                                   right.find("\\frac") == std::string::npos;
-    if (left.size() <= 2 && !right_has_letters) s = right;
+    if (left.size() <= 2 && !has_variable_letters(right)) s = right;
   }
   s = fix_sqrt(s);
   // "41, 250" is a list of two numbers; "41,250" one number with a thousands separator.
   const bool spaced_commas = s.find(", ") != std::string::npos;
   s.erase(std::remove(s.begin(), s.end(), ' '), s.end());
+  // An empty item left by a joining word after a comma ("19, 46, \text{ and } 82").
+  for (size_t at = s.find(",,"); at != std::string::npos; at = s.find(",,", at)) s.erase(at, 1);
   s = fix_fracs(s);
   if (!spaced_commas && is_thousands(s)) s.erase(std::remove(s.begin(), s.end(), ','), s.end());
   // Mixed numbers written as 1\frac{1}{2}.
