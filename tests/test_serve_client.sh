@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# `rlcpp serve` through the official OpenAI client for Node (npm `openai`): the model list,
-# completions and chat, both streamed, with log-probs, and a refused parameter; each sample's token
-# ids and log-probs equal `rlcpp generate`'s with the same seed (a prompt as raw text for completions,
-# the chat template for chat). Also: SIGTERM stops the server cleanly. Skipped (77) without npm.
+# `rlcpp serve` through the official OpenAI client for Python (PyPI `openai`, in rlcpp's Python
+# environment): the model list, completions and chat, both streamed, with log-probs, tools refused by
+# name, and a refused parameter; each sample's token ids and log-probs equal `rlcpp generate`'s with
+# the same seed (a prompt as raw text for completions, the chat template for chat). Also: SIGTERM
+# stops the server cleanly.
 # Usage: test_serve_client.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_serve_client.sh RLCPP_BINARY SOURCE_DIR}")
 src=$(realpath "${2:?usage: test_serve_client.sh RLCPP_BINARY SOURCE_DIR}")
-source "$src/tests/npm_oracles.sh"
 source "$(dirname "$0")/lib.sh"
 model="$src/models/arith-tiny"
 cleanup_extra() { [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null; }
@@ -17,7 +17,7 @@ seed=17
 
 start_server server.log --model "$model" --api-key sesame || { bad server-starts; cat server.log; exit 1; }
 ok "server-starts ($server_url)"
-node "$cache/openai_client.mjs" "$server_url/v1" sesame "$prompt" "$message" $seed > client.jsonl 2> client.err \
+$py "$src/tests/py/openai_client.py" "$server_url/v1" sesame "$prompt" "$message" $seed > client.jsonl 2> client.err \
   || { bad openai-client-runs; cat client.err; }
 "$rlcpp" generate --model "$model" --prompt "$prompt" --raw -n 2 --seed $seed --mnt 24 --temperature 1.0 \
   -o completion.jsonl 2> /dev/null || bad generate-completion
@@ -53,6 +53,8 @@ check("chat-top-logprobs", c.get("top_logprobs") == [2] * len(chat["response_ids
 s = got.get("chat_stream", {})
 check("chat-stream-equals-generate", s.get("token_ids") == chat["response_ids"] and s.get("text") == chat["response"]
       and s.get("role") == "assistant", json.dumps(s)[:300])
+t = got.get("tools", {})
+check("tools-refused-by-name", t.get("status") == 400 and t.get("param") == "tools", t)
 r = got.get("refused", {})
 check("bad-parameter-is-400", r.get("status") == 400 and r.get("param") == "temperature", r)
 sys.exit(status)

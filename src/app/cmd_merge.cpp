@@ -15,8 +15,30 @@ namespace {
 
 struct MergeArgs {
   std::string base, adapter, out, dtype = "float32";
+  std::string max_shard_size = "0";  // 0: one model.safetensors
   bool force = false;
 };
+
+// A size as transformers' max_shard_size writes it: bytes, or a number with KB/MB/GB (powers of 1000)
+// or KiB/MiB/GiB (powers of 1024).
+uint64_t parse_byte_size(const std::string& text, const std::string& flag) {
+  std::size_t end = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+  }
+  std::string unit = text.substr(std::min(end, text.size()));
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::toupper(c); });
+  static const std::map<std::string, double> units = {{"", 1},        {"B", 1},          {"KB", 1e3},
+                                                      {"MB", 1e6},    {"GB", 1e9},       {"KIB", 1024.0},
+                                                      {"MIB", 1048576.0}, {"GIB", 1073741824.0}};
+  const auto it = units.find(unit);
+  if (end == 0 || value < 0 || it == units.end()) {
+    throw_user_error("{} {}: not a size; give bytes or a number with KB, MB, GB, KiB, MiB or GiB (e.g. 5GB)", flag, text);
+  }
+  return static_cast<uint64_t>(value * it->second);
+}
 
 void run_merge(const MergeArgs& a) {
   if (!fs::exists(fs::path(a.base) / "config.json")) throw_user_error("BASE {}: no config.json there; give the base model directory", a.base);
@@ -31,7 +53,7 @@ void run_merge(const MergeArgs& a) {
   options.dtype = dtypes().parse(a.dtype, "--dtype");
   auto model = Transformer::from_pretrained(a.base, options);
   model->load_adapter(a.adapter);
-  model->save_pretrained(a.out);
+  model->save_pretrained(a.out, parse_byte_size(a.max_shard_size, "--max-shard-size"));
   copy_tokenizer_files(a.base, a.out);
   fmt::print("{}: {} merged into {} ({} adapted layers, rank {}, scaling {})\n", a.out, a.adapter, a.base,
              model->trained_weights().size() / 2, model->lora().rank, model->lora().scaling());
@@ -46,6 +68,9 @@ void add_merge_command(CLI::App& app) {
   cmd->add_option("ADAPTER", a->adapter, "the adapter directory (adapter_config.json, adapter_model.safetensors)")->required();
   cmd->add_option("OUT", a->out, "output model directory")->required();
   cmd->add_option("--dtype", a->dtype, "dtype of the merged weights: " + dtypes().names())->capture_default_str();
+  cmd->add_option("--max-shard-size", a->max_shard_size,
+                  "write the weights in shards of at most this size with an index, as transformers' max_shard_size "
+                  "(bytes, or 200KB, 5GB, 2GiB); 0: one model.safetensors")->capture_default_str();
   cmd->add_flag("--force", a->force, "overwrite a model already in OUT");
   cmd->callback([a] { run_merge(*a); });
 }

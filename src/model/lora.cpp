@@ -132,10 +132,12 @@ PeftAdapter read_peft_adapter(const fs::path& dir) {
                      "loaded)", where, j["modules_to_save"].dump());
   }
   // Which modules carry an adapter is read from the weights file's keys; target_modules is checked
-  // only when it is a list.
+  // only when it is a list. PEFT matches an entry against a module name's end, and writes
+  // all-linear out as every module's full name ("model.layers.1.mlp.gate_proj"): the kind is the
+  // name's last part.
   if (j.contains("target_modules") && j["target_modules"].is_array()) {
     std::string list;
-    for (const auto& t : j["target_modules"]) list += (list.empty() ? "" : ",") + t.get<std::string>();
+    for (const auto& t : j["target_modules"]) list += (list.empty() ? "" : ",") + leaf(t.get<std::string>());
     out.config.targets = parse_lora_targets(list, where + ": target_modules");
   }
   return out;
