@@ -69,4 +69,8 @@ file(GLOB _rlcpp_wheel_libs LIST_DIRECTORIES true "${TORCH_INSTALL_PREFIX}/../nv
 foreach(dir ${_rlcpp_wheel_libs})
   add_link_options("LINKER:-rpath-link,${dir}")
 endforeach()
+# A run on the CPU maps LibTorch's CPU part alone: the libraries no symbol of rlcpp's needs (the CUDA
+# part and its NVIDIA libraries) are left out of the programs' dependencies, and util/cuda_backend.h
+# loads them when a run asks for a CUDA device.
+add_link_options("LINKER:--as-needed")
 message(STATUS "LibTorch ${Torch_VERSION} at ${Torch_DIR}")

@@ -22,6 +22,7 @@
 #include "model/lora.h"
 #include "model/model_config.h"
 #include "model/rope.h"
+#include "util/cuda_backend.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 #include "util/threads.h"
@@ -156,8 +157,10 @@ void system_info() {
                            kernels::int8_dot_products() ? "AVX512-VNNI, x quantized to int16"
                                                         : "widened to fp32");
   std::cout << fmt::format("kernel threads   {} ($RLCPP_KERNEL_THREADS)\n", ThreadPool::global().size());
+  const std::string no_cuda = load_cuda_backend();
   std::cout << fmt::format("libtorch         {}, {} intra-op thread(s), CUDA {}\n", TORCH_VERSION, at::get_num_threads(),
-                           torch::cuda::is_available() ? fmt::format("{} device(s)", torch::cuda::device_count()) : "no");
+                           no_cuda.empty() ? fmt::format("{} device(s)", torch::cuda::device_count())
+                                           : fmt::format("no: {}", no_cuda));
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   const char* chosen = std::getenv("RLCPP_OMP_WAIT_CHOSEN");
   std::cout << fmt::format("openmp waits     {}\n", wait == nullptr ? "the library's default (threads spin a while)"

@@ -1,7 +1,6 @@
 #include "model/model_options.h"
 
-#include <torch/cuda.h>
-
+#include "util/cuda_backend.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -46,8 +45,10 @@ ModelOptions model_options_from_flags(const std::string& dtype, const std::strin
   } catch (const c10::Error&) {
     throw_user_error("--device: unknown device \"{}\" (use cpu, cuda or cuda:N)", device);
   }
-  if (options.device.is_cuda() && !torch::cuda::is_available()) {
-    throw_user_error("--device {}: this LibTorch build or machine has no CUDA device; use --device cpu", device);
+  if (options.device.is_cuda()) {
+    if (const std::string why = load_cuda_backend(); !why.empty()) {
+      throw_user_error("--device {}: {}; use --device cpu", device, why);
+    }
   }
   return options;
 }

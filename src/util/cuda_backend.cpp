@@ -1,0 +1,25 @@
+#include "util/cuda_backend.h"
+
+#include <dlfcn.h>
+#include <torch/cuda.h>
+
+#include <mutex>
+
+namespace rlcpp {
+
+std::string load_cuda_backend() {
+  static std::once_flag once;
+  static std::string why;
+  std::call_once(once, [] {
+    if (torch::cuda::is_available()) return;  // linked in after all (a LibTorch of the user's)
+    if (dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      const char* error = dlerror();
+      why = std::string("this LibTorch has no CUDA part that loads (") + (error != nullptr ? error : "dlopen failed") + ")";
+      return;
+    }
+    if (!torch::cuda::is_available()) why = "LibTorch's CUDA part loaded, but this machine has no CUDA device";
+  });
+  return why;
+}
+
+}  // namespace rlcpp
