@@ -72,5 +72,26 @@ endforeach()
 # A run on the CPU maps LibTorch's CPU part alone: the libraries no symbol of rlcpp's needs (the CUDA
 # part and its NVIDIA libraries) are left out of the programs' dependencies, and util/cuda_backend.h
 # loads them when a run asks for a CUDA device.
+# The wheel's config wraps libtorch_cuda.so and libtorch.so (which only depends on the CPU and CUDA
+# parts) in --no-as-needed to force them in; those wrappers go, the compile settings they carry stay.
 add_link_options("LINKER:--as-needed")
+# libtorch.so itself is a shim that depends on both parts and defines a few libstdc++ symbols, which
+# would make the linker keep it (and, through it, the CUDA part): the `torch` target names the CPU
+# part instead.
+get_target_property(_rlcpp_configs torch IMPORTED_CONFIGURATIONS)
+foreach(config IN ITEMS "" ${_rlcpp_configs})
+  set(_rlcpp_suffix "")
+  if(config)
+    set(_rlcpp_suffix "_${config}")
+  endif()
+  set_target_properties(torch PROPERTIES IMPORTED_LOCATION${_rlcpp_suffix} "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so"
+                                         IMPORTED_SONAME${_rlcpp_suffix} "libtorch_cpu.so")
+endforeach()
+foreach(wrapper torch_cuda_library torch_library)
+  if(TARGET ${wrapper})
+    get_target_property(_rlcpp_libs ${wrapper} INTERFACE_LINK_LIBRARIES)
+    list(FILTER _rlcpp_libs EXCLUDE REGEX "^-Wl,--no-as-needed")
+    set_target_properties(${wrapper} PROPERTIES INTERFACE_LINK_LIBRARIES "${_rlcpp_libs}")
+  endif()
+endforeach()
 message(STATUS "LibTorch ${Torch_VERSION} at ${Torch_DIR}")
