@@ -290,8 +290,8 @@ assert older and held <= trained | still' runs/complete-ten.held runs/complete-m
 # Resumed in pick order, the held prompts are said to be left out (not silently lost).
 cp -r runs/complete-ten runs/complete-pick-resumed
 run_mpi 2 "${arith_task[@]}" -temp 2.0 --mnt 96 -t 1 -i 1 -nb 1 --partial-rollout --stream-prompts --max-steps 12 \
-  -p complete-pick-resumed --resume auto > complete-pick-resumed.log 2>&1 \
-  && grep -q "held 2 prompt(s) picked and not yet delivered" complete-pick-resumed.log \
+  --seed "${ten_seed:-1}" -p complete-pick-resumed --resume auto > complete-pick-resumed.log 2>&1 \
+  && grep -q "held $(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))))' runs/complete-ten.held) prompt(s) picked and not yet delivered" complete-pick-resumed.log \
   && ok completion-order-pools-left-out-said || { bad completion-order-pools-left-out-said; tail -3 complete-pick-resumed.log; }
 # With the others: two workers with LoRA and DAPO's dynamic batching (filtered groups leave the
 # pools too), a tensor-parallel engine, a tensor-parallel trainer, ZeRO-3 over two trainers fed by
