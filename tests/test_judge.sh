@@ -14,14 +14,16 @@ source "$src/tests/lib.sh"
 model="$src/models/arith-tiny" data="$src/examples/arith/train.jsonl"
 pids=()
 cleanup_extra() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
-start_judge() {  # start_judge NAME [--fail]: prints the judge's URL
+# start_judge NAME [--fail]: starts a judge and sets $NAME to its URL. Not run in $(...): the pid must
+# reach this shell's $pids, or cleanup_extra leaves the judge running.
+start_judge() {
   python3 "$src/tests/data/fake_judge.py" "$1.port" "$1.log" "${@:2}" > "$1.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do [ -s "$1.port" ] && break; sleep 0.1; done
-  echo "http://127.0.0.1:$(cat "$1.port")"
+  printf -v "$1" 'http://127.0.0.1:%s' "$(cat "$1.port")"
 }
-good=$(start_judge good)
-broken=$(start_judge broken --fail)
+start_judge good
+start_judge broken --fail
 printf '%s\n' 'Question: {prompt}' 'Reference: {answer}' 'End with "Score: N", N from 0 to 10.' 'Response: {response}' > template.txt
 
 # 1. grade -rt judge: what the judge is sent and what its replies are worth.
