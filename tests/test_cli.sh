@@ -24,8 +24,11 @@ expect info-system-blas 0 'blas +(MKL|LibTorch.s own) \(LibTorch.s\), fp32 GEMM 
 # MPI ranks on one machine running more intra-op threads than it has cores (the launcher's local
 # rank count stood in for by Open MPI's variable): rlcpp runs itself again with OMP_WAIT_POLICY=PASSIVE;
 # one thread a rank, or a policy of the user's, is left alone.
-threads=$(( $(nproc) > 1 ? $(nproc) : 2 ))
-expect omp-passive-when-oversubscribed 0 "openmp waits +PASSIVE \\(set by rlcpp: 2 ranks x $threads threads on $(nproc) cores\\)" -- \
+# (nproc itself answers $OMP_NUM_THREADS when it is set, as under CTest: the cores rlcpp sees are its
+# answer without it.)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+threads=$(( cores > 1 ? cores : 2 ))
+expect omp-passive-when-oversubscribed 0 "openmp waits +PASSIVE \\(set by rlcpp: 2 ranks x $threads threads on $cores cores\\)" -- \
   env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=$threads "$rlcpp" info --system
 expect omp-one-thread-a-rank 0 "openmp waits +the library's default" -- env OMPI_COMM_WORLD_LOCAL_SIZE=2 OMP_NUM_THREADS=1 "$rlcpp" info --system
 expect omp-user-policy-kept 0 "openmp waits +ACTIVE" -- \
