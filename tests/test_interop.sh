@@ -9,7 +9,9 @@
 #   3. what rlcpp writes loads with from_pretrained and gives rlcpp's logits: a model merged from an
 #      adapter (untied and tied heads; fp32, bf16, and sharded with an index), a full-weight GRPO
 #      checkpoint, and a LoRA GRPO checkpoint (an adapter PeftModel.from_pretrained loads, and the
-#      merged model beside it).
+#      merged model beside it);
+#   4. a reward model from train-rm and a PPO critic load as AutoModelForSequenceClassification (their
+#      own Qwen2ForSequenceClassification) and score as rlcpp scores, each row at its last token.
 # Each check prints the largest difference it saw.
 # Usage: test_interop.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
@@ -108,4 +110,14 @@ same_as grpo-lora-adapter-rlcpp-equals-peft runs/lora/step-2 lora.safetensors
 hf grpo-lora-merged-loads-in-transformers runs/lora/step-2/merged lora-merged.safetensors --random-input 2,20 \
   --arch Qwen2ForCausalLM --compare lora.safetensors --tol $tol
 same_as grpo-lora-merged-rlcpp-equals-transformers runs/lora/step-2/merged lora-merged.safetensors
+
+# 4. The sequence classifiers rlcpp trains: a reward model (train-rm) and a PPO critic (step-N/critic).
+"$rlcpp" train-rm -m "$model" -d "$src/examples/arith/pairs.jsonl" -ed "$src/examples/arith/pairs_test.jsonl" -tbs 8 \
+  -lr 1e-3 --max-steps 2 --si 2 -sd runs -p rm > rm.log 2>&1 || { bad train-rm-run; tail -5 rm.log; }
+"$rlcpp" train "${base[@]}" -a PPO -lr 1e-4 --critic-lr 1e-3 -p ppo > ppo.log 2>&1 || { bad ppo-run; tail -5 ppo.log; }
+for c in rm:runs/rm/step-2 critic:runs/ppo/step-2/critic; do
+  name=${c%%:*} dir=${c#*:}
+  hf "$name-loads-as-sequence-classifier" "$dir" "$name.safetensors" --random-input 3,20 --arch Qwen2ForSequenceClassification
+  same_as "$name-rlcpp-scores-equal-transformers" "$dir" "$name.safetensors"
+done
 exit $failed

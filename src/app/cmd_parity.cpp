@@ -1,5 +1,6 @@
 // `rlcpp parity MODEL_DIR`: forward pass against a reference (`reference.safetensors` with
-// input_ids, logits, token_logprobs), printing the largest differences.
+// input_ids, logits, token_logprobs; for a sequence classifier, a reward model or a PPO critic:
+// input_ids and scores [B, num_labels], each row's last token scored), printing the largest differences.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -31,25 +32,40 @@ void run_parity(const ParityArgs& args) {
   if (!fs::exists(reference)) throw_user_error("--reference: '{}' does not exist", reference.string());
   const ModelOptions options = model_options_from_flags(args.dtype, args.device);
   auto start = std::chrono::steady_clock::now();
-  auto model = Transformer::from_pretrained(args.model_dir, options);
+  // A sequence classifier (its config.json says so) loads as one; anything else as a causal LM.
+  const fs::path config_file = fs::path(args.model_dir) / "config.json";
+  const int64_t labels = fs::exists(config_file) ? ModelConfig::load(args.model_dir).num_labels : 0;
+  auto model = labels > 0 ? Transformer::classifier_from_pretrained(args.model_dir, options, labels, /*seed=*/0)
+                          : Transformer::from_pretrained(args.model_dir, options);
   model->eval();
   auto ref = SafetensorsFile::open(reference);
   auto ids = ref->tensor("input_ids");
   torch::NoGradGuard no_grad;
-  auto logits = model->forward(ids).to(torch::kCPU).to(torch::kFloat32);
-  auto targets = torch::full_like(ids, -1);
-  targets.narrow(1, 0, ids.size(1) - 1).copy_(ids.narrow(1, 1, ids.size(1) - 1));
-  auto logprobs = model->token_logprobs(ids, targets).to(torch::kCPU).to(torch::kFloat32);
-  logprobs = logprobs.narrow(1, 0, ids.size(1) - 1);
+  // (name, largest difference from the reference) for each output compared.
+  std::vector<std::pair<std::string, double>> diffs;
+  auto compare = [&](const std::string& name, const torch::Tensor& ours) {
+    if (ref->find(name) == nullptr) {
+      throw_user_error("--reference '{}' has no \"{}\" for {} ({}): write it for this kind of model", reference.string(),
+                       name, args.model_dir, model->config().architecture);
+    }
+    diffs.emplace_back(name, (ours.to(torch::kCPU).to(torch::kFloat32) - ref->tensor(name)).abs().max().item<double>());
+  };
+  if (model->config().classifier()) {
+    compare("scores", model->scores(ids));
+  } else {
+    compare("logits", model->forward(ids));
+    auto targets = torch::full_like(ids, -1);
+    targets.narrow(1, 0, ids.size(1) - 1).copy_(ids.narrow(1, 1, ids.size(1) - 1));
+    compare("token_logprobs", model->token_logprobs(ids, targets).narrow(1, 0, ids.size(1) - 1));
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double logit_diff = (logits - ref->tensor("logits")).abs().max().item<double>();
-  const double logprob_diff = (logprobs - ref->tensor("token_logprobs")).abs().max().item<double>();
   std::cout << fmt::format("{}: {} ({} layers, vocab {}), {} on {}, input {}\n", args.model_dir,
                            model->config().architecture, model->config().num_hidden_layers,
                            model->config().vocab_size, dtypes().name(options.dtype), args.device,
                            fmt::format("{}", ids.sizes()));
-  std::cout << fmt::format("  max |logits - reference|         = {:.3e}\n", logit_diff);
-  std::cout << fmt::format("  max |token_logprobs - reference| = {:.3e}\n", logprob_diff);
+  for (const auto& [name, diff] : diffs) {
+    std::cout << fmt::format("  max |{} - reference|{} = {:.3e}\n", name, std::string(name.size() < 15 ? 15 - name.size() : 1, ' '), diff);
+  }
   std::cout << fmt::format("  load + forward: {:.2f} s\n", seconds);
 }
 

@@ -5,7 +5,9 @@ reference.safetensors, for `rlcpp parity --reference` to compare with (tests/tes
                         [--arch Qwen2ForCausalLM] [--adapter PEFT_DIR] [--compare REF.safetensors --tol 1e-5]
 
 OUT holds input_ids int64 [B, T], logits float32 [B, T, V] and token_logprobs float32 [B, T-1],
-computed in float32 (weights stored in bf16 are widened as loaded). --arch: the class transformers
+computed in float32 (weights stored in bf16 are widened as loaded); for a sequence classifier (a
+reward model or a PPO critic, config.json's architectures ...ForSequenceClassification) it holds
+input_ids and scores float32 [B, num_labels], AutoModelForSequenceClassification's outputs. --arch: the class transformers
 must pick for the directory (from config.json's architectures), else exit 1. --compare: prints the
 largest differences from REF and exits 1 past --tol. Prints one JSON line of what it measured."""
 import argparse
@@ -14,7 +16,7 @@ import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 p = argparse.ArgumentParser()
 p.add_argument("model_dir")
@@ -35,7 +37,10 @@ else:
     vocab = AutoConfig.from_pretrained(a.model_dir).vocab_size
     ids = torch.randint(0, vocab, (b, t), generator=torch.Generator().manual_seed(1234))
 
-model = AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=torch.float32)
+config = AutoConfig.from_pretrained(a.model_dir)
+classifier = any(name.endswith("ForSequenceClassification") for name in config.architectures or [])
+auto = AutoModelForSequenceClassification if classifier else AutoModelForCausalLM
+model = auto.from_pretrained(a.model_dir, dtype=torch.float32)
 arch = type(model).__name__
 if a.adapter:
     from peft import PeftModel
@@ -43,8 +48,12 @@ if a.adapter:
 model.eval()
 with torch.no_grad():
     logits = model(input_ids=ids).logits.float()
-logprobs = torch.log_softmax(logits[:, :-1].double(), dim=-1).gather(-1, ids[:, 1:, None])[..., 0].float()
-save_file({"input_ids": ids.contiguous(), "logits": logits.contiguous(), "token_logprobs": logprobs.contiguous()}, a.out)
+if classifier:  # the score head at each row's last token (no padding here)
+    outputs = {"input_ids": ids.contiguous(), "scores": logits.contiguous()}
+else:
+    logprobs = torch.log_softmax(logits[:, :-1].double(), dim=-1).gather(-1, ids[:, 1:, None])[..., 0].float()
+    outputs = {"input_ids": ids.contiguous(), "logits": logits.contiguous(), "token_logprobs": logprobs.contiguous()}
+save_file(outputs, a.out)
 
 report = {"model": a.model_dir, "class": arch, "adapter": a.adapter, "input": list(ids.shape)}
 status = 0
@@ -53,9 +62,10 @@ if a.arch and arch != a.arch:
     status = 1
 if a.compare:
     ref = load_file(a.compare)
-    report["logits_diff"] = (logits - ref["logits"].float()).abs().max().item()
-    report["logprobs_diff"] = (logprobs - ref["token_logprobs"].float()).abs().max().item()
-    if max(report["logits_diff"], report["logprobs_diff"]) > a.tol:
+    diffs = {f"{key}_diff": (value.float() - ref[key].float()).abs().max().item()
+             for key, value in outputs.items() if key != "input_ids"}
+    report.update(diffs)
+    if max(diffs.values()) > a.tol:
         report["error"] = f"differs from {a.compare} by more than {a.tol}"
         status = 1
 print(json.dumps(report))
