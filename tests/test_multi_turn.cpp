@@ -16,6 +16,7 @@
 #include "env/tools.h"
 #include "rl/rollout/agent_loop.h"
 #include "sandbox/sandbox_pool.h"
+#include "real_tokenizer.h"
 #include "test_util.h"
 #include "trainer_logprobs.h"
 #include "text/tool_calls.h"
@@ -25,6 +26,7 @@
 #include "util/file.h"
 
 using namespace rlcpp;
+using rlcpp::testing::real_tokenizer;
 namespace fs = std::filesystem;
 using OJson = nlohmann::ordered_json;
 
@@ -381,20 +383,6 @@ TEST(Tools, PythonRunsInTheSandboxWithinTheToolTimeout) {
 }
 
 namespace {
-
-// A real tokenizer of tests/data/tokenizers (qwen3, llama3_1, deepseek_v3), with its chat template
-// replaced by `template_file` (under tests/data/templates) when given, or removed when
-// `template_file` is "chatml".
-std::shared_ptr<Tokenizer> real_tokenizer(const std::string& name, const std::string& template_file = "") {
-  const fs::path dir = fs::path(RLCPP_SOURCE_DIR) / "tests/data/tokenizers" / name;
-  auto config = nlohmann::json::parse(read_file(dir / "tokenizer_config.json"));
-  if (template_file == "chatml") {
-    config.erase("chat_template");
-  } else if (!template_file.empty()) {
-    config["chat_template"] = read_file(fs::path(RLCPP_SOURCE_DIR) / "tests/data/templates" / template_file);
-  }
-  return std::make_shared<Tokenizer>(read_file(dir / "tokenizer.json"), config.dump(), dir.string());
-}
 
 struct TemplateCase {
   std::string name, package, template_file;

@@ -18,8 +18,11 @@
 #include "openai/remote_rollout.h"
 #include "openai/protocol.h"
 #include "openai/server.h"
+#include "text/chat_template.h"
 #include "text/prompt_builder.h"
+#include "text/tool_calls.h"
 #include "text/tokenizer.h"
+#include "real_tokenizer.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -217,6 +220,99 @@ TEST(ServeApi, BadRequestsAreFourHundredsNamingTheParameter) {
   }
 }
 
+// Tool calling on real chat templates (Qwen3's Hermes calls, Llama 3.1's JSON ones): the tools and
+// a finished call round are rendered as the template renders them; an answer's call comes back as
+// tool_calls, whole and streamed; tool_choice "none" leaves it text; what cannot be served is a 400.
+TEST(ServeApi, ToolsAreRenderedAndAnswersCallsComeBackAsToolCalls) {
+  using OJson = nlohmann::ordered_json;
+  const OJson tools = OJson::parse(R"([{"type": "function", "function": {"name": "calculator", "description": "Evaluates arithmetic.",
+      "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}])");
+  const std::string messages = R"([{"role": "user", "content": "What is 1234 * 5678?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "calculator", "arguments": "{\"expression\": \"1234 * 5678\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "7006652"}])";
+  for (const std::string name : {"qwen3", "llama3_1"}) {
+    SCOPED_TRACE(name);
+    auto tok = rlcpp::testing::real_tokenizer(name, name == "llama3_1" ? "llama3.1.jinja" : "");
+    PromptBuilder prompts(*tok, PromptOptions{});
+    ApiLimits limits;
+    limits.models = {"m"};
+    limits.tool_format = template_tool_format(*tok);
+    EXPECT_EQ(limits.tool_format, name == "qwen3" ? ToolFormat::kHermes : ToolFormat::kLlama3);
+    const std::string body = R"({"messages": )" + messages + R"(, "tools": )" + tools.dump() + "}";
+    const auto r = parse_api_request(ApiEndpoint::kChat, body, limits, *tok, prompts);
+    EXPECT_TRUE(r.tool_calls);
+    // The prompt: the template given the tools and the call with its arguments as an object.
+    OJson expected_messages = OJson::parse(messages);
+    expected_messages[1]["content"] = "";
+    expected_messages[1]["tool_calls"][0]["function"]["arguments"] = OJson{{"expression", "1234 * 5678"}};
+    const std::string text = ChatTemplate(*tok).render(expected_messages, true, OJson{{"tools", tools}});
+    EXPECT_EQ(r.prompts.front(), tok->encode(text, false));
+    for (const char* shown : {"Evaluates arithmetic.", "1234 * 5678", "7006652"}) EXPECT_NE(text.find(shown), std::string::npos) << shown;
+
+    // An answer that calls the tool.
+    const std::string said = name == "qwen3" ? "Let me compute it.\n" : "";
+    ApiChoice choice;
+    choice.sample.text = said + format_tool_call("calculator", OJson{{"expression", "2 * 3"}}, limits.tool_format);
+    choice.sample.token_ids = tok->encode(choice.sample.text, false);
+    choice.sample.finish_reason = FinishReason::kStop;
+    const Json whole = api_response(r, {choice}, "chatcmpl-7", 0, 0, *tok);
+    const Json& message = whole["choices"][0]["message"];
+    EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+    EXPECT_EQ(message["content"], name == "qwen3" ? Json("Let me compute it.") : Json(nullptr));
+    ASSERT_EQ(message["tool_calls"].size(), 1u);
+    EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(message["tool_calls"][0]["id"], "call_7_0_0");
+    EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "calculator");
+    EXPECT_EQ(Json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>()), Json({{"expression", "2 * 3"}}));
+    // Streamed: the text waits for the last chunk, which carries the calls.
+    ApiStreamState state;
+    Json last;
+    const auto& ids = choice.sample.token_ids;
+    for (size_t k = 0; k < ids.size(); ++k) {
+      StepToken token;
+      token.token = ids[k];
+      token.finished = k + 1 == ids.size();
+      token.reason = FinishReason::kStop;
+      const std::string event = api_stream_event(r, state, 0, 0, token, token.finished ? &choice.sample : nullptr, "chatcmpl-7",
+                                                 0, 0, *tok);
+      const Json chunk = Json::parse(event.substr(6));
+      if (!token.finished) EXPECT_EQ(chunk["choices"][0]["delta"]["content"], "") << k;
+      last = chunk["choices"][0];
+    }
+    EXPECT_EQ(last["finish_reason"], "tool_calls");
+    EXPECT_EQ(last["delta"]["tool_calls"][0]["index"], 0);
+    EXPECT_EQ(last["delta"]["tool_calls"][0]["function"], message["tool_calls"][0]["function"]);
+    // tool_choice "none": the same answer is text.
+    const auto plain = parse_api_request(ApiEndpoint::kChat, body.substr(0, body.size() - 1) + R"(, "tool_choice": "none"})",
+                                         limits, *tok, prompts);
+    const Json text_answer = api_response(plain, {choice}, "chatcmpl-7", 0, 0, *tok)["choices"][0];
+    EXPECT_EQ(text_answer["message"]["content"], choice.sample.text);
+    EXPECT_FALSE(text_answer["message"].contains("tool_calls"));
+    EXPECT_EQ(text_answer["finish_reason"], "stop");
+    // Requests that cannot be served, by the parameter at fault.
+    const std::vector<std::pair<std::string, std::string>> refused = {
+        {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0]"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "tools": )" + tools.dump() + R"(, "tool_choice": "required"})", "tool_choice"},
+        {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+            "function": {"name": "calculator", "arguments": "1 +"}}]}]})", "messages[1].tool_calls[0].function.arguments"},
+    };
+    for (const auto& [bad_body, param] : refused) {
+      try {
+        parse_api_request(ApiEndpoint::kChat, bad_body, limits, *tok, prompts);
+        ADD_FAILURE() << "accepted " << bad_body;
+      } catch (const ApiError& e) {
+        EXPECT_EQ(e.status, 400) << e.message;
+        EXPECT_EQ(e.param, param) << e.message;
+      }
+    }
+    EXPECT_THROW(parse_api_request(ApiEndpoint::kCompletions, R"({"prompt": "x", "tools": )" + tools.dump() + "}", limits, *tok,
+                                   prompts),
+                 ApiError);
+  }
+}
+
 // Random request bodies: JSON objects of the API's field names (and some others) with values of
 // random types and sizes, and every tenth body random bytes.
 class RandomBodies {
@@ -243,7 +339,7 @@ class RandomBodies {
         "model", "prompt", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
         "min_p", "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "stream", "stream_options", "best_of",
         "echo", "suffix", "logit_bias", "presence_penalty", "role", "content", "include_usage", "tools",
-        "response_format", "return_token_ids", "ignore_eos", "x"};
+        "tool_choice", "tool_calls", "tool_call_id", "function", "arguments", "type", "name", "response_format", "return_token_ids", "ignore_eos", "x"};
     return keys[rng_() % keys.size()];
   }
   Json value(int depth) {

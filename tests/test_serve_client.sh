@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `rlcpp serve` through the official OpenAI client for Python (PyPI `openai`, in rlcpp's Python
-# environment): the model list, completions and chat, both streamed, with log-probs, tools refused by
-# name, and a refused parameter; each sample's token ids and log-probs equal `rlcpp generate`'s with
-# the same seed (a prompt as raw text for completions, the chat template for chat). Also: SIGTERM
-# stops the server cleanly.
+# environment): the model list, completions and chat, both streamed, with log-probs, tools offered
+# and a tool call round taken back (tool_choice "required" refused by name), and a refused
+# parameter; each sample's token ids and log-probs equal `rlcpp generate`'s with the same seed (a
+# prompt as raw text for completions, the chat template for chat). Also: SIGTERM stops the server
+# cleanly.
 # Usage: test_serve_client.sh RLCPP_BINARY SOURCE_DIR
 set -uo pipefail
 rlcpp=$(realpath "${1:?usage: test_serve_client.sh RLCPP_BINARY SOURCE_DIR}")
@@ -54,7 +55,12 @@ s = got.get("chat_stream", {})
 check("chat-stream-equals-generate", s.get("token_ids") == chat["response_ids"] and s.get("text") == chat["response"]
       and s.get("role") == "assistant", json.dumps(s)[:300])
 t = got.get("tools", {})
-check("tools-refused-by-name", t.get("status") == 400 and t.get("param") == "tools", t)
+check("tools-offered-answer-is-the-chats", t.get("text") == chat["response"] and t.get("tool_calls") is None
+      and t.get("finish_reason") in ("stop", "length") and t.get("prompt_tokens") == len(chat["prompt_ids"]), t)
+check("tool-call-round-taken-back", t.get("round_prompt_tokens", 0) > t.get("prompt_tokens", 1)
+      and t.get("round_finish_reason") in ("stop", "length"), t)
+t = got.get("tools_required", {})
+check("tool-choice-required-refused-by-name", t.get("status") == 400 and t.get("param") == "tool_choice", t)
 r = got.get("refused", {})
 check("bad-parameter-is-400", r.get("status") == 400 and r.get("param") == "temperature", r)
 sys.exit(status)

@@ -38,9 +38,7 @@ Agent::Agent(const Tokenizer& tokenizer, EpisodeOptions options, nlohmann::order
     env_ = std::make_unique<ExternalEnvironment>(
         EnvironmentConfig{options_.env_cmd, options_.env_workers, options_.tool_timeout, 3});
   }
-  format_ = options_.tool_format.empty() ? detect_tool_format(tokenizer.config().chat_template.empty()
-                                                                  ? std::string(kChatMlTemplate)
-                                                                  : tokenizer.config().chat_template)
+  format_ = options_.tool_format.empty() ? template_tool_format(tokenizer)
                                          : tool_formats().parse(options_.tool_format, "--tool-format");
   renderer_ = std::make_unique<TurnRenderer>(tokenizer_, chat_, variables_);
 }

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <limits>
 
-#include "io/prompt_dataset.h"
 #include "text/prompt_builder.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -114,9 +113,6 @@ void refuse_unsupported(const nlohmann::json& body) {
     throw bad("suffix", "suffixes are not supported");
   }
   if (boolean(body, "echo", false)) throw bad("echo", "echoing the prompt is not supported");
-  if (const auto* v = field(body, "tools"); v != nullptr && !(v->is_array() && v->empty())) {
-    throw bad("tools", "tool calling is not supported");
-  }
   if (const auto* v = field(body, "response_format"); v != nullptr && !(v->is_object() && text_type(*v, "text"))) {
     throw bad("response_format", "only text responses are supported");
   }
@@ -135,6 +131,53 @@ std::string message_text(const nlohmann::json& content, const std::string& param
     text += part["text"].get<std::string>();
   }
   return text;
+}
+
+// A chat's tools: function schemas [{"type": "function", "function": {"name": ..., ...}}], in the
+// order and key order the client wrote them (`text` parsed again keeping it: the template prints
+// them with tojson). Null when there are none.
+Json chat_tools(const nlohmann::json& body, const std::string& text) {
+  const auto* t = field(body, "tools");
+  if (t == nullptr || (t->is_array() && t->empty())) return nullptr;
+  if (!t->is_array()) throw bad("tools", fmt::format("expected an array of tools, got {}", type_name(*t)));
+  for (size_t k = 0; k < t->size(); ++k) {
+    const auto& tool = (*t)[k];
+    const bool function = tool.is_object() && tool.value("type", std::string("function")) == "function" &&
+                          tool.contains("function") && tool["function"].is_object() &&
+                          tool["function"].contains("name") && tool["function"]["name"].is_string();
+    if (!function) throw bad(fmt::format("tools[{}]", k), "expected {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  return Json::parse(text)["tools"];
+}
+
+// An assistant turn's tool_calls as templates read them: each {"type": "function", "function":
+// {"name", "arguments"}} with the arguments an object (the API sends them as a JSON string).
+Json template_tool_calls(const nlohmann::json& calls, const std::string& at) {
+  if (!calls.is_array()) throw bad(at, fmt::format("expected an array of tool calls, got {}", type_name(calls)));
+  Json out = Json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const auto& call = calls[k];
+    const std::string here = fmt::format("{}[{}]", at, k);
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+        !call["function"].contains("name") || !call["function"]["name"].is_string()) {
+      throw bad(here, "expected {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    }
+    Json arguments = Json::object();
+    if (const auto it = call["function"].find("arguments"); it != call["function"].end() && !it->is_null()) {
+      if (it->is_string()) {
+        arguments = Json::parse(it->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (!arguments.is_object()) throw bad(here + ".function.arguments", "expected a JSON object in a string");
+      } else if (it->is_object()) {
+        arguments = Json::parse(it->dump());
+      } else {
+        throw bad(here + ".function.arguments", fmt::format("expected a JSON object in a string, got {}", type_name(*it)));
+      }
+    }
+    Json entry = {{"type", "function"}, {"function", {{"name", call["function"]["name"]}, {"arguments", arguments}}}};
+    if (call.contains("id") && call["id"].is_string()) entry["id"] = call["id"];
+    out.push_back(entry);
+  }
+  return out;
 }
 
 }  // namespace
@@ -161,6 +204,9 @@ ApiRequest parse_api_request(ApiEndpoint endpoint, const std::string& text, cons
   refuse_unsupported(body);
   // Prompts: completions take text or token ids, one or a batch; chats take messages.
   if (!chat) {
+    if (const auto* v = field(body, "tools"); v != nullptr && !(v->is_array() && v->empty())) {
+      throw bad("tools", "tools are offered in chats (/v1/chat/completions)");
+    }
     const auto* p = field(body, "prompt");
     if (p == nullptr) throw bad("prompt", "required");
     auto one = [&](const nlohmann::json& item) {
@@ -176,6 +222,16 @@ ApiRequest parse_api_request(ApiEndpoint endpoint, const std::string& text, cons
       throw bad("prompt", "expected a string, an array of strings, token ids or arrays of token ids");
     }
   } else {
+    r.tools = chat_tools(body, text);
+    std::string choice = "auto";
+    if (const auto* c = field(body, "tool_choice")) {
+      if (!c->is_string() || (c->get<std::string>() != "auto" && c->get<std::string>() != "none")) {
+        throw bad("tool_choice", "only \"auto\" and \"none\" are supported (a required or named tool is not)");
+      }
+      choice = c->get<std::string>();
+    }
+    r.tool_calls = !r.tools.is_null() && choice == "auto";
+    r.tool_format = limits.tool_format;
     const auto* m = field(body, "messages");
     if (m == nullptr || !m->is_array() || m->empty()) throw bad("messages", "required: a non-empty array of messages");
     Json messages = Json::array();
@@ -184,15 +240,25 @@ ApiRequest parse_api_request(ApiEndpoint endpoint, const std::string& text, cons
       const std::string at = fmt::format("messages[{}]", k);
       if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string()) throw bad(at, "expected {\"role\", \"content\"}");
       const std::string role = msg["role"].get<std::string>();
-      if (role != "system" && role != "user" && role != "assistant" && role != "developer") {
-        throw bad(at + ".role", fmt::format("\"{}\": expected system, user or assistant", role));
+      if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool") {
+        throw bad(at + ".role", fmt::format("\"{}\": expected system, user, assistant or tool", role));
       }
-      messages.push_back({{"role", role == "developer" ? "system" : role},
-                          {"content", message_text(msg.contains("content") ? msg["content"] : nlohmann::json(), at + ".content")}});
+      Json message = {{"role", role == "developer" ? "system" : role},
+                      {"content", message_text(msg.contains("content") ? msg["content"] : nlohmann::json(), at + ".content")}};
+      if (role == "assistant" && msg.contains("tool_calls") && !msg["tool_calls"].is_null()) {
+        message["tool_calls"] = template_tool_calls(msg["tool_calls"], at + ".tool_calls");
+      }
+      if (role == "tool" && msg.contains("tool_call_id") && msg["tool_call_id"].is_string()) {
+        message["tool_call_id"] = msg["tool_call_id"];
+      }
+      messages.push_back(message);
     }
-    PromptRecord record;
-    record.messages = messages;
-    auto built = prompts.build(record);
+    std::optional<BuiltPrompt> built;
+    try {  // a template may refuse a conversation (raise_exception): the client's to fix
+      built = prompts.build(messages, 0, r.tools.is_null() ? Json::object() : Json({{"tools", r.tools}}));
+    } catch (const UserError& e) {
+      throw bad("messages", e.what());
+    }
     if (!built) throw ApiError(413, "the chat does not fit the model's positions", "messages");
     r.prompts.push_back(built->ids);
   }
@@ -349,6 +415,42 @@ size_t whole_utf8(const std::string& s) {
   return end;
 }
 
+// A chat answer as the API gives it: its text as the content; under tool calling, when the text
+// holds calls that all parse, the text before them as the content (null when there is none) and
+// the calls as tool_calls (ids `call_id`_k, arguments as a JSON string). A call that does not parse
+// leaves the whole text the content, for the client to read.
+struct ChatTurn {
+  Json content;
+  Json tool_calls;  // null: none
+};
+
+ChatTurn chat_turn(const ApiRequest& r, const std::string& text, const std::string& call_id) {
+  ChatTurn turn{text, nullptr};
+  if (!r.tool_calls) return turn;
+  const auto calls = parse_tool_calls(text, r.tool_format);
+  if (calls.empty() || std::any_of(calls.begin(), calls.end(), [](const ToolCall& c) { return !c.error.empty(); })) return turn;
+  std::string before = r.tool_format == ToolFormat::kHermes ? text.substr(0, text.find("<tool_call>")) : std::string();
+  before.erase(before.find_last_not_of(" \t\r\n") + 1);
+  turn.content = before.empty() ? Json(nullptr) : Json(before);
+  turn.tool_calls = Json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    turn.tool_calls.push_back({{"id", fmt::format("{}_{}", call_id, k)}, {"type", "function"},
+                               {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments.dump()}}}});
+  }
+  return turn;
+}
+
+// The finish reason of a sample ended for `reason` whose turn is `turn`.
+const char* chat_finish(FinishReason reason, const ChatTurn& turn) {
+  return reason == FinishReason::kStop && !turn.tool_calls.is_null() ? "tool_calls" : finish_text(reason);
+}
+
+// Tool call ids of choice `index` of response `id`: "call_" and the response's own part.
+std::string call_id(const std::string& id, int64_t index) {
+  const size_t dash = id.rfind('-');
+  return fmt::format("call_{}_{}", dash == std::string::npos ? id : id.substr(dash + 1), index);
+}
+
 }  // namespace
 
 Json api_response(const ApiRequest& r, const std::vector<ApiChoice>& choices, const std::string& id, int64_t created,
@@ -361,8 +463,10 @@ Json api_response(const ApiRequest& r, const std::vector<ApiChoice>& choices, co
     const auto& s = c.sample;
     completion_tokens += static_cast<int64_t>(s.token_ids.size());
     Json choice = {{"index", c.index}};
+    const ChatTurn turn = chat ? chat_turn(r, s.text, call_id(id, c.index)) : ChatTurn{};
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", s.text}};
+      choice["message"] = {{"role", "assistant"}, {"content", turn.content}};
+      if (!turn.tool_calls.is_null()) choice["message"]["tool_calls"] = turn.tool_calls;
       if (r.logprobs) {
         Json content = Json::array();
         for (size_t k = 0; k < s.token_ids.size(); ++k) {
@@ -379,7 +483,7 @@ Json api_response(const ApiRequest& r, const std::vector<ApiChoice>& choices, co
                                                             s.token_ids.size(), 0, r.params.logprobs > 0)
                                       : Json(nullptr);
     }
-    choice["finish_reason"] = finish_text(s.finish_reason);
+    choice["finish_reason"] = chat ? chat_finish(s.finish_reason, turn) : finish_text(s.finish_reason);
     choice["token_ids"] = s.token_ids;
     if (!chat) choice["prompt_token_ids"] = r.prompts[static_cast<size_t>(c.prompt)];
     out["choices"].push_back(choice);
@@ -406,11 +510,25 @@ std::string api_stream_event(const ApiRequest& r, ApiStreamState& state, int64_t
     for (const auto& stop : r.params.stop_strings) hold = std::max(hold, stop.empty() ? 0 : stop.size() - 1);
     text.resize(whole_utf8(text.substr(0, text.size() - std::min(hold, text.size()))));
   }
+  // Under tool calling a chat's text waits for its last chunk, which says whether it called tools.
+  if (chat && r.tool_calls && final_sample == nullptr) text.clear();
   std::string delta = text.size() > state.sent_bytes ? text.substr(state.sent_bytes) : std::string();
   state.sent_bytes = std::max(state.sent_bytes, text.size());
   Json choice = {{"index", index}};
+  const char* finish = token.finished ? finish_text(token.reason) : nullptr;
   if (chat) {
-    choice["delta"] = state.started ? Json({{"content", delta}}) : Json({{"role", "assistant"}, {"content", delta}});
+    Json message = state.started ? Json::object() : Json({{"role", "assistant"}});
+    message["content"] = delta;
+    if (r.tool_calls && final_sample != nullptr) {
+      const ChatTurn turn = chat_turn(r, final_sample->text, call_id(id, index));
+      if (!turn.tool_calls.is_null()) {
+        message["content"] = turn.content;
+        message["tool_calls"] = turn.tool_calls;
+        for (size_t k = 0; k < message["tool_calls"].size(); ++k) message["tool_calls"][k]["index"] = k;
+      }
+      if (finish != nullptr) finish = chat_finish(token.reason, turn);
+    }
+    choice["delta"] = message;
     choice["logprobs"] = r.logprobs ? Json({{"content", Json::array({chat_logprob(tokenizer, token.token, token.logprob,
                                                                                    r.params.logprobs > 0 ? &token.top : nullptr)})}})
                                     : Json(nullptr);
@@ -424,7 +542,7 @@ std::string api_stream_event(const ApiRequest& r, ApiStreamState& state, int64_t
       choice["logprobs"] = nullptr;
     }
   }
-  choice["finish_reason"] = token.finished ? Json(finish_text(token.reason)) : Json(nullptr);
+  choice["finish_reason"] = finish != nullptr ? Json(finish) : Json(nullptr);
   choice["token_ids"] = std::vector<int32_t>{token.token};
   Json chunk = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
                 {"model", r.model}, {"choices", Json::array({choice})}};

@@ -10,6 +10,11 @@
 // `ignore_eos`, `return_token_ids`, prompts as token ids; every choice carries `token_ids` (the completion's)
 // and completions' choices `prompt_token_ids` (chat responses carry it at the top level), and every
 // response `policy_version`, the weights' version that produced it.
+//
+// Tool calling (chat): `tools` (function schemas) are rendered by the model's chat template as
+// transformers renders them; assistant turns with `tool_calls` and `tool` turns are taken back; an
+// answer's calls, written in the template's format (Hermes' <tool_call> or Llama 3.1's JSON), are
+// returned as `tool_calls` with finish_reason "tool_calls" (streamed: in the choice's last chunk).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,6 +27,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampling.h"
+#include "text/tool_calls.h"
 
 namespace rlcpp {
 
@@ -54,6 +60,9 @@ struct ApiRequest {
   bool include_usage = false;                 // stream_options.include_usage
   bool logprobs = false;                      // report each token's log-prob (params.logprobs alternatives)
   bool return_token_ids = false;              // vLLM's switch (rlcpp always sends them)
+  nlohmann::ordered_json tools;               // chat: the tools offered, as given (null: none)
+  bool tool_calls = false;                    // answers' calls come back as tool_calls (tools, tool_choice auto)
+  ToolFormat tool_format = ToolFormat::kHermes;  // how the model writes a call (ApiLimits')
 };
 
 // What the parser checks requests against.
@@ -67,6 +76,7 @@ struct ApiLimits {
   int64_t max_logprobs = 20;
   int64_t vocab_size = 0;
   std::vector<int32_t> stop_token_ids;  // the model's end-of-turn tokens, always stops
+  ToolFormat tool_format = ToolFormat::kHermes;  // the chat template's way of writing tool calls
 };
 
 // A request body of `endpoint`: text prompts tokenized as `rlcpp generate --raw` does, chats

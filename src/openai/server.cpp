@@ -124,6 +124,7 @@ struct Server::State {
     limits.default_max_tokens = options.default_max_tokens;
     limits.vocab_size = model->config().vocab_size;
     limits.stop_token_ids = default_stop_tokens(model->config(), *tokenizer);
+    limits.tool_format = template_tool_format(*tokenizer);
     limits.max_request_tokens = options.max_request_tokens > 0 ? options.max_request_tokens : GenerationLoop(*engine).kv_blocks() * e.block_size;
     start_version = options.policy_version;
   }

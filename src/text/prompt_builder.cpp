@@ -19,14 +19,17 @@ PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, PromptOptions options)
 
 std::optional<BuiltPrompt> PromptBuilder::build(const PromptRecord& record) { return build(record.messages, record.line); }
 
-std::optional<BuiltPrompt> PromptBuilder::build(const nlohmann::ordered_json& given, int64_t line) {
+std::optional<BuiltPrompt> PromptBuilder::build(const nlohmann::ordered_json& given, int64_t line,
+                                                const nlohmann::ordered_json& variables) {
   nlohmann::ordered_json messages = given;
   const bool has_system = !messages.empty() && messages[0].value("role", "") == "system";
   if (!options_.system_prompt.empty() && !has_system) {
     messages.insert(messages.begin(), nlohmann::ordered_json{{"role", "system"}, {"content", options_.system_prompt}});
   }
   BuiltPrompt prompt;
-  prompt.text = template_.render(messages, true, options_.template_variables);
+  nlohmann::ordered_json all_variables = options_.template_variables;
+  for (const auto& [name, value] : variables.items()) all_variables[name] = value;
+  prompt.text = template_.render(messages, true, all_variables);
   prompt.ids = tokenizer_.encode(prompt.text, false);  // the template already holds BOS where the model wants it
   prompt.messages = messages;
   int64_t limit = options_.max_prompt_tokens;

@@ -42,8 +42,10 @@ class PromptBuilder {
   // is a warning; the rest are counted.
   std::optional<BuiltPrompt> build(const PromptRecord& record);
   // The same for messages that come from no dataset record (a server's chat, an episode's first
-  // turn); `line` names them in messages (0: none).
-  std::optional<BuiltPrompt> build(const nlohmann::ordered_json& messages, int64_t line = 0);
+  // turn); `line` names them in messages (0: none). `variables` join the template's for this
+  // prompt alone (a served chat's tools).
+  std::optional<BuiltPrompt> build(const nlohmann::ordered_json& messages, int64_t line = 0,
+                                   const nlohmann::ordered_json& variables = nlohmann::ordered_json::object());
   int64_t n_truncated() const { return n_truncated_; }
   int64_t n_dropped() const { return n_dropped_; }
 

@@ -1,5 +1,7 @@
 #include "text/tool_calls.h"
 
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -16,6 +18,11 @@ ToolFormat detect_tool_format(const std::string& source) {
     return ToolFormat::kLlama3;
   }
   return ToolFormat::kHermes;
+}
+
+ToolFormat template_tool_format(const Tokenizer& tokenizer) {
+  const std::string& source = tokenizer.config().chat_template;
+  return detect_tool_format(source.empty() ? std::string(kChatMlTemplate) : source);
 }
 
 namespace {

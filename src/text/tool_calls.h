@@ -12,6 +12,8 @@
 
 namespace rlcpp {
 
+class Tokenizer;
+
 enum class ToolFormat {
   kHermes,  // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Qwen2.5, Qwen3, ChatML models)
   kLlama3,  // the turn is {"name": ..., "parameters": {...}}; <|python_tag|>code is a python call
@@ -22,6 +24,8 @@ const EnumTable<ToolFormat>& tool_formats();
 // The format a template's source writes tool calls in: Llama 3.1's when it knows <|python_tag|> or
 // the ipython role, else Hermes'.
 ToolFormat detect_tool_format(const std::string& template_source);
+// The format of `tokenizer`'s chat template (ChatML's, Hermes', when it has none).
+ToolFormat template_tool_format(const Tokenizer& tokenizer);
 
 struct ToolCall {
   std::string name;

@@ -2,7 +2,7 @@
 `rlcpp serve` (tests/test_serve_client.sh):
     python openai_client.py BASE_URL API_KEY PROMPT CHAT_MESSAGE SEED
 prints one JSON line per call: the model list, completions and chat, both streamed, with log-probs,
-tool calls, and a refused request; each sample's token ids (vLLM's return_token_ids extension, which
+tools offered and a tool call round, and refused requests; each sample's token ids (vLLM's return_token_ids extension, which
 the client keeps as an extra field), log-probs and text, as the client handed them over."""
 import json
 import sys
@@ -77,7 +77,10 @@ for chunk in client.chat.completions.create(model=model, messages=[{"role": "use
     ids += extra(c, "token_ids") or []
 out("chat_stream", {"text": text, "role": role, "token_ids": ids})
 
-# Tools: rlcpp serve does not offer tool calling yet; the client must get a 400 naming `tools`.
+# Tools: offered through the model's chat template, and a finished call round (the assistant's
+# tool_calls, the tool's answer) taken back. The bundled model's template shows no tools and its
+# answers call none, so the answer is the plain chat's text (the calls' parsing on real templates is
+# tests/test_serve.cpp's); tool_choice "required" is refused by name.
 tools = [{"type": "function", "function": {
     "name": "calculator", "description": "Evaluates an arithmetic expression.",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
@@ -94,8 +97,21 @@ def refusal(call):
         return {"status": e.status_code, "param": body.get("param"), "message": str(e)}
 
 
-out("tools", refusal(lambda: client.chat.completions.create(
-    model=model, messages=[{"role": "user", "content": message}], tools=tools, max_tokens=24, seed=seed)))
+user = {"role": "user", "content": message}
+offered = client.chat.completions.create(model=model, messages=[user], tools=tools, max_tokens=24, temperature=1.0,
+                                         seed=seed)
+call_round = [user, {"role": "assistant", "content": None, "tool_calls": [{
+    "id": "call_1", "type": "function",
+    "function": {"name": "calculator", "arguments": json.dumps({"expression": "35 + 19"})}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "54"}]
+answered = client.chat.completions.create(model=model, messages=call_round, tools=tools, max_tokens=24, seed=seed)
+out("tools", {
+    "text": offered.choices[0].message.content, "tool_calls": [c.model_dump() for c in offered.choices[0].message.tool_calls or []] or None,
+    "finish_reason": offered.choices[0].finish_reason, "prompt_tokens": offered.usage.prompt_tokens,
+    "round_prompt_tokens": answered.usage.prompt_tokens, "round_finish_reason": answered.choices[0].finish_reason,
+})
+out("tools_required", refusal(lambda: client.chat.completions.create(
+    model=model, messages=[user], tools=tools, tool_choice="required", max_tokens=24, seed=seed)))
 
 # A bad parameter: the client's APIStatusError with the status and the parameter named.
 out("refused", refusal(lambda: client.completions.create(model=model, prompt=prompt, temperature=-3)))
