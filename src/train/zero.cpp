@@ -41,8 +41,16 @@ torch::Tensor flat_view(const torch::Tensor& t) { return t.view({-1}); }
 
 // Σ g² over `grads` and the trainers, in double, a million elements at a time (a whole double copy
 // of the embedding's gradient would be the step's largest allocation).
+// A sum of squares in fp64 on the gradients' device (the CPU when there are none): each piece's
+// sum stays there, one copy to the host at the end.
+torch::Tensor squares_on(const std::vector<torch::Tensor>& grads) {
+  const auto given = std::find_if(grads.begin(), grads.end(), [](const torch::Tensor& g) { return g.defined(); });
+  const auto device = given == grads.end() ? torch::Device(torch::kCPU) : given->device();
+  return torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+}
+
 double summed_squares(Communicator& group, const std::vector<torch::Tensor>& grads) {
-  auto squares = torch::zeros({1}, torch::kFloat64);
+  auto squares = squares_on(grads);
   constexpr int64_t kChunk = 1 << 20;
   for (const auto& g : grads) {
     for (int64_t at = 0; at < g.numel(); at += kChunk) {
@@ -435,7 +443,7 @@ void ZeroOptimizer::set_model_parallel(Communicator& group, std::vector<torch::T
 double ZeroOptimizer::gradient_squares(const std::vector<torch::Tensor>& grads) const {
   if (model_groups_.empty()) return summed_squares(group_, grads);
   // The shard's pieces, each weighted by the elements of it this rank owns.
-  auto squares = torch::zeros({1}, torch::kFloat64);
+  auto squares = squares_on(stage_ == 1 ? grads : std::vector<torch::Tensor>{shard_grad_});
   size_t k = 0;
   for_each_piece(state_.begin, state_.end, [&](size_t i, int64_t in_param, int64_t at, int64_t len) {
     const auto g = (stage_ == 1 ? grads[k++] : shard_grad_.narrow(0, at, len)).to(torch::kFloat64).square();
