@@ -35,7 +35,7 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
   try {
     config = resolve_run_config(raw);
     if (memory_check && world->rank() == 0) {
-      check_run_memory(config, estimate_run_memory(config), available_memory_bytes());
+      check_run_memory(config, estimate_run_memory(config), available_memory_bytes(config.runtime.device));
     }
     if (config.parallel.distributed()) {
       topology = Topology::create(world, static_cast<int>(config.parallel.trainers()), static_cast<int>(config.parallel.inferencers()),
@@ -114,10 +114,10 @@ void add_train_command(CLI::App& app) {
     if (*dry_run) {
       const RunConfig config = resolve_run_config(raw);
       const auto estimate = estimate_run_memory(config);
-      const double available = available_memory_bytes();
-      std::cout << fmt::format("estimated peak memory of {} (one {} process):\n{}available now: {:.2f} GiB\n",
+      const double available = available_memory_bytes(config.runtime.device);
+      std::cout << fmt::format("estimated peak memory of {} (one {} process):\n{}available now: {:.2f} GiB ({})\n",
                                config.model.path, config.parallel.distributed() ? "trainer" : "training", estimate.table(),
-                               available / (1024.0 * 1024.0 * 1024.0));
+                               available / (1024.0 * 1024.0 * 1024.0), config.runtime.device);
       return;
     }
     auto world = mpi_world();  // a world of one process without mpirun

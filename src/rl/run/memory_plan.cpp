@@ -1,5 +1,6 @@
 #include "rl/run/memory_plan.h"
 
+#include <ATen/DeviceAccelerator.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "rl/rollout/rollout.h"
 #include "text/prompt_builder.h"
 #include "train/pipeline.h"
+#include "util/cuda_backend.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -298,7 +300,12 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   return estimate_run_memory(c, model, c.rollout.max_prompt_tokens > 0 ? 0 : longest_prompt_tokens(c, model));
 }
 
-double available_memory_bytes() {
+double available_memory_bytes(const std::string& device) {
+  if (!device.empty() && device != "cpu") {
+    const torch::Device d(device);
+    if (!d.is_cuda() || !load_cuda_backend().empty()) return 0;  // no device here: loading the model says why
+    return static_cast<double>(at::accelerator::getMemoryInfo(d.has_index() ? d.index() : 0).first);
+  }
   std::ifstream in("/proc/meminfo");
   std::string key;
   double value = 0;

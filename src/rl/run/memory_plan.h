@@ -40,8 +40,9 @@ MemoryEstimate estimate_run_memory(const RunConfig& config, const ModelConfig& m
 // chat template, tokenizer).
 MemoryEstimate estimate_run_memory(const RunConfig& config);
 
-// The memory this machine has for a run now (MemAvailable; 0 when unknown).
-double available_memory_bytes();
+// The memory a run on `device` has now: the machine's MemAvailable for the CPU, the device's free
+// memory for a CUDA device (--device cuda[:N]); 0 when unknown.
+double available_memory_bytes(const std::string& device = "cpu");
 
 // Refuses (UserError) a run whose estimate exceeds `available` bytes, with the table and what would
 // make it fit; does nothing when `available` is 0.
