@@ -374,6 +374,18 @@ void save_gathered(const fs::path& dir, const Transformer& model, const NamedTen
   save_checkpoint(dir, weights);
 }
 
+// The generators a step draws from, with their files in trainer_state/: the CPU's (rng.pt) and, on
+// an accelerator, the device's too (rng-cuda.pt: LoRA dropout and the replays of recomputed layers
+// there), so a resumed run draws what the run never stopped would have.
+std::vector<std::pair<std::string, at::Generator>> run_generators(const torch::Device& device) {
+  std::vector<std::pair<std::string, at::Generator>> generators = {{"rng.pt", at::detail::getDefaultCPUGenerator()}};
+  if (!device.is_cpu()) {
+    generators.emplace_back(fmt::format("rng-{}.pt", c10::DeviceTypeName(device.type(), /*lower_case=*/true)),
+                            at::globalContext().defaultGenerator(device));
+  }
+  return generators;
+}
+
 }  // namespace
 
 void save_policy_dir(const fs::path& dir, const Transformer& policy, const fs::path& tokenizer_from,
@@ -495,10 +507,9 @@ fs::path save_run_checkpoint(const fs::path& run_dir, int64_t step, const Checkp
       writing = state_dir / "optimizer.pt";  // inside the temporary directory: no rename of its own
       save_archive(writing, [&](torch::serialize::OutputArchive& archive) { c.optimizer->save(archive); });
     }
-    {
-      auto generator = at::detail::getDefaultCPUGenerator();
+    for (auto& [file, generator] : run_generators(c.policy->options().device)) {
       std::lock_guard<std::mutex> lock(generator.mutex());
-      writing = state_dir / "rng.pt";
+      writing = state_dir / file;
       std::ostringstream rng_bytes;
       torch::save(generator.get_state(), rng_bytes);
       write_file_atomic(writing, rng_bytes.str());
@@ -637,10 +648,10 @@ void load_checkpoint_optimizer(const fs::path& step_dir, Trainer& trainer, const
     const int64_t total = flat_numel(params);
     set_adamw_state(optimizer, params, read_optimizer_shards(state_dir, 0, total, total, part));
   }
-  if (fs::exists(state_dir / "rng.pt")) {
+  for (auto& [file, generator] : run_generators(params.empty() ? torch::Device(torch::kCPU) : params.front().device())) {
+    if (!fs::exists(state_dir / file)) continue;  // (a run on the CPU saved no device's)
     torch::Tensor state;
-    torch::load(state, (state_dir / "rng.pt").string());
-    auto generator = at::detail::getDefaultCPUGenerator();
+    torch::load(state, (state_dir / file).string());
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(state);
   }
