@@ -11,6 +11,7 @@
 #include "app/setting_flags.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "util/cuda_backend.h"
 #include "util/error.h"
 #include "util/torch_format.h"
 
@@ -31,6 +32,7 @@ void run_parity(const ParityArgs& args) {
                                                      : fs::path(args.reference);
   if (!fs::exists(reference)) throw_user_error("--reference: '{}' does not exist", reference.string());
   const ModelOptions options = model_options_from_flags(args.dtype, args.device);
+  set_cuda_fp32_matmul_tf32(false);  // the reference is IEEE fp32 (or float64): compare in it
   auto start = std::chrono::steady_clock::now();
   // A sequence classifier (its config.json says so) loads as one; anything else as a causal LM.
   const fs::path config_file = fs::path(args.model_dir) / "config.json";

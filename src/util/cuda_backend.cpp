@@ -1,5 +1,6 @@
 #include "util/cuda_backend.h"
 
+#include <ATen/Context.h>
 #include <dlfcn.h>
 #include <torch/cuda.h>
 
@@ -20,6 +21,11 @@ std::string load_cuda_backend() {
     if (!torch::cuda::is_available()) why = "LibTorch's CUDA part loaded, but this machine has no CUDA device";
   });
   return why;
+}
+
+void set_cuda_fp32_matmul_tf32(bool tf32) {
+  at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL,
+                                          tf32 ? at::Float32Precision::TF32 : at::Float32Precision::IEEE);
 }
 
 }  // namespace rlcpp

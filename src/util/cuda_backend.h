@@ -15,4 +15,8 @@ namespace rlcpp {
 // Loads LibTorch's CUDA part (once) and returns "" when a CUDA device can be used, else why not.
 std::string load_cuda_backend();
 
+// fp32 matrix products on CUDA in TF32 (true) or IEEE fp32 (false): PyTorch's
+// torch.backends.cuda.matmul.fp32_precision. No effect on the CPU.
+void set_cuda_fp32_matmul_tf32(bool tf32);
+
 }  // namespace rlcpp
