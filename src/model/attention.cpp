@@ -3,7 +3,9 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "kernels/softmax.h"
 #include "model/kernel_linear.h"
@@ -192,6 +194,19 @@ class BlockedAttention : public torch::autograd::Function<BlockedAttention> {
   }
 };
 
+// Which keys each query reads, [B, 1, 1, T, T]: its earlier tokens that are not padding (itself
+// always), and in a packed row those of its own sequence only.
+torch::Tensor allowed_mask(const AttentionMask& mask, int64_t length) {
+  auto allowed = allowed_keys(mask.keys, 0, length);
+  if (mask.packed()) {  // and of the query's own sequence
+    auto sequence = torch::zeros({length}, torch::kInt64);
+    for (size_t s = 1; s + 1 < mask.sequences.size(); ++s) sequence.narrow(0, mask.sequences[s], length - mask.sequences[s]).add_(1);
+    sequence = sequence.to(mask.keys.device());
+    allowed = allowed.logical_and(sequence.unsqueeze(1).eq(sequence.unsqueeze(0)));
+  }
+  return allowed;
+}
+
 void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const AttentionMask& mask) {
   RLCPP_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
                   q.size(2) == k.size(2) && q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
@@ -217,10 +232,25 @@ int64_t attention_block_rows(int64_t batch, int64_t heads, int64_t length) {
   return std::clamp<int64_t>(rows, 16, std::max<int64_t>(length, 1));
 }
 
+// Which implementation runs: PyTorch's scaled_dot_product_attention on CUDA (its fused kernels,
+// the mask given as a boolean tensor), the blocked one above on the CPU. $RLCPP_ATTENTION (sdpa or
+// blocked) chooses otherwise: the tests compare the two on the CPU.
+bool use_sdpa(const torch::Tensor& q) {
+  const char* chosen = std::getenv("RLCPP_ATTENTION");
+  if (chosen == nullptr || *chosen == '\0') return q.is_cuda();
+  const std::string name = chosen;
+  if (name != "sdpa" && name != "blocked") throw_user_error("RLCPP_ATTENTION={}: use sdpa or blocked", name);
+  return name == "sdpa";
+}
+
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const AttentionMask& mask, double scale, int64_t block_rows) {
   check_shapes(q, k, v, mask);
   RLCPP_CHECK(block_rows >= 0, "attention: block_rows must be >= 0, got {}", block_rows);
+  if (use_sdpa(q)) {  // the mask as the reference builds it, [B, 1, T, T]; the kv heads shared by enable_gqa
+    return at::scaled_dot_product_attention(q, k, v, allowed_mask(mask, q.size(2)).squeeze(1), 0.0, /*is_causal=*/false,
+                                            scale, /*enable_gqa=*/true);
+  }
   if (block_rows == 0) block_rows = attention_block_rows(q.size(0), q.size(1), q.size(2));
   return BlockedAttention::apply(q, k.contiguous(), v.contiguous(), mask.keys.contiguous(), mask.sequences, scale,
                                  block_rows);
@@ -233,14 +263,7 @@ torch::Tensor causal_attention_reference(const torch::Tensor& q, const torch::Te
   const int64_t group = heads / kv_heads;
   auto qg = q.reshape({batch, kv_heads, group * length, dim});
   auto scores = (torch::matmul(qg, k.transpose(-1, -2)) * scale).view({batch, kv_heads, group, length, length});
-  auto allowed = allowed_keys(mask.keys, 0, length);
-  if (mask.packed()) {  // and of the query's own sequence
-    auto sequence = torch::zeros({length}, torch::kInt64);
-    for (size_t s = 1; s + 1 < mask.sequences.size(); ++s) sequence.narrow(0, mask.sequences[s], length - mask.sequences[s]).add_(1);
-    sequence = sequence.to(q.device());
-    allowed = allowed.logical_and(sequence.unsqueeze(1).eq(sequence.unsqueeze(0)));
-  }
-  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  scores = scores.masked_fill(allowed_mask(mask, length).logical_not(), -std::numeric_limits<double>::infinity());
   auto probs = torch::softmax(scores, -1, logprob_dtype(q.scalar_type())).to(q.scalar_type());
   auto out = torch::matmul(probs.view({batch, kv_heads, group * length, length}), v);
   return out.view({batch, heads, length, dim});
