@@ -197,6 +197,21 @@ torch::Tensor run_eight_bit(const torch::Tensor& x, const Quantized& q, kernels:
 
 }  // namespace
 
+// An 8-bit weight read on a device (CUDA: LibTorch's operations there, fp8 codes as
+// float8_e4m3fn) stands for the same fp32 weight as the kernels' widening on the CPU: every int8
+// and fp8 code (the NaN codes excepted, never written), rows of their own scales, bit for bit.
+TEST(Kernels, EightBitWeightsDequantizeAlikeOnTheKernelsAndInLibTorch) {
+  auto codes = torch::arange(256, torch::kInt32).repeat({3, 1});
+  auto scale = torch::tensor({0.5f, 0.0123f, 3.75f});
+  for (auto dtype : {torch::kChar, torch::kByte}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    auto q = codes.to(dtype == torch::kChar ? torch::kInt8 : torch::kUInt8);
+    if (dtype == torch::kByte) q.masked_fill_(q.bitwise_and(0x7f).eq(0x7f), 0);
+    const auto kernels = dequantize_weight(q, scale), torch_ops = dequantize_weight_torch(q, scale);
+    EXPECT_TRUE(torch::equal(kernels, torch_ops)) << (kernels - torch_ops).abs().max().item<float>();
+  }
+}
+
 // Every e4m3 code decodes to its value and encodes back to itself; any float encodes to the
 // nearest code (the largest finite, 448, past it). The NaN codes 0x7f/0xff are never written.
 TEST(Kernels, Fp8E4m3CodesRoundTripAndFloatsRoundToTheNearest) {

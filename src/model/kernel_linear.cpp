@@ -61,7 +61,15 @@ void quantize_weight(const torch::Tensor& w, torch::Tensor& q, torch::Tensor& sc
   }
 }
 
+torch::Tensor dequantize_weight_torch(const torch::Tensor& q, const torch::Tensor& scale) {
+  RLCPP_CHECK(q.dim() >= 1 && scale.sizes() == q.sizes().slice(0, q.dim() - 1), "codes {} with scales {}", q.sizes(),
+              scale.sizes());
+  const auto values = eight_bit_type(q.scalar_type()) == kernels::WeightType::fp8 ? q.view(torch::kFloat8_e4m3fn) : q;
+  return values.to(torch::kFloat32) * scale.to(q.device(), torch::kFloat32).unsqueeze(-1);
+}
+
 torch::Tensor dequantize_weight(const torch::Tensor& q, const torch::Tensor& scale) {
+  if (!q.is_cpu()) return dequantize_weight_torch(q, scale);  // no round trip through the host
   RLCPP_CHECK(q.dim() >= 1 && scale.sizes() == q.sizes().slice(0, q.dim() - 1), "codes {} with scales {}", q.sizes(),
               scale.sizes());
   const auto codes = q.to(torch::kCPU).contiguous();

@@ -39,13 +39,17 @@ bool kernels_active();
 bool kernels_enabled();
 
 // 8-bit weights (the rollout engine's copy under --rollout-dtype int8|fp8, kernels/quantize.h): a
-// weight [out, in] of codes, int8 (kChar) or fp8 e4m3 bits (kByte: LibTorch 1.13 has no fp8), and
+// weight [out, in] of codes, int8 (kChar) or fp8 e4m3 bits (kByte, read as float8_e4m3fn on a device), and
 // its scales [out] in fp32. Such a weight is only ever read through these functions.
 bool eight_bit(torch::ScalarType dtype);
 // Writes w's codes into q (kChar or kByte, w's shape) and its row scales into scale ([out], fp32).
 void quantize_weight(const torch::Tensor& w, torch::Tensor& q, torch::Tensor& scale);
-// The fp32 weight [out, in] (or rows [..., in] with their scales [...]) an 8-bit one stands for.
+// The fp32 weight [out, in] (or rows [..., in] with their scales [...]) an 8-bit one stands for:
+// widened by the kernels on the CPU, where the codes are on another device (CUDA) by
+// dequantize_weight_torch there.
 torch::Tensor dequantize_weight(const torch::Tensor& q, const torch::Tensor& scale);
+// The same with LibTorch's operations on the codes' device (fp8 codes are float8_e4m3fn's bits).
+torch::Tensor dequantize_weight_torch(const torch::Tensor& q, const torch::Tensor& scale);
 
 // x [..., in] · weightᵀ (+ bias) through the kernels when they apply: inside a KernelScope, no autograd, CPU, fp32 x of at most
 // kKernelMaxRows rows (kDotMaxRows on the dot-product instructions), weight [out, in] in fp32,
