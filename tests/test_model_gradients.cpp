@@ -171,6 +171,8 @@ TEST(SdpaAttention, ValuesAndGradientsMatchReference) {
       auto slow = causal_attention_reference(q, k, v, mask, scale);
       auto g = torch::autograd::grad({slow}, {q, k, v}, {upstream});
       auto fast = causal_attention(q, k, v, mask, scale);
+      // The graph is PyTorch's, not the blocked implementation's own node.
+      EXPECT_EQ(fast.grad_fn()->name().find("BlockedAttention"), std::string::npos) << fast.grad_fn()->name();
       auto gf = torch::autograd::grad({fast}, {q, k, v}, {upstream});
       const double tol = dtype == torch::kFloat64 ? 1e-12 : dtype == torch::kFloat32 ? 1e-5 : 3e-2;
       auto close = [&](const torch::Tensor& a, const torch::Tensor& b) {
@@ -180,9 +182,11 @@ TEST(SdpaAttention, ValuesAndGradientsMatchReference) {
       for (int i = 0; i < 3; ++i) EXPECT_TRUE(close(gf[i], g[i])) << "input " << i << ": " << (gf[i] - g[i]).abs().max().item<double>();
     }
   }
-  ::setenv("RLCPP_ATTENTION", "flash", 1);
-  auto q = torch::randn({2, heads, length, dim});
+  auto q = torch::randn({2, heads, length, dim}).requires_grad_();
   auto k = torch::randn({2, kv_heads, length, dim});
+  ::setenv("RLCPP_ATTENTION", "blocked", 1);  // (and the check above tells the two apart)
+  EXPECT_NE(causal_attention(q, k, k, AttentionMask(padded), scale).grad_fn()->name().find("BlockedAttention"), std::string::npos);
+  ::setenv("RLCPP_ATTENTION", "flash", 1);
   EXPECT_THROW_MSG(causal_attention(q, k, k, AttentionMask(padded), scale), UserError, "RLCPP_ATTENTION=flash");
   ::unsetenv("RLCPP_ATTENTION");
 }
