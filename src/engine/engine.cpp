@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "engine/model_runner.h"
+#include "engine/requests.h"
 #include "model/kernel_linear.h"  // eight_bit
 #include "model/logprobs.h"
 #include "engine/sampler.h"
@@ -20,117 +21,6 @@
 #include "util/threads.h"
 
 namespace rlcpp {
-
-namespace {
-
-// Stop checks after a token was appended: stop token, stop string in the decoded text of the turn,
-// length (the response budget, or the turn's limit). Returns true when the turn is done; a stop
-// string also sets `cut` (the turn's text up to it).
-bool check_stop(const Sequence& s, const Tokenizer* tokenizer, std::optional<std::string>* cut, FinishReason* reason) {
-  const SamplingParams& p = *s.params;
-  const int32_t last = s.tokens.back();
-  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end()) {
-    *reason = FinishReason::kStop;
-    return true;
-  }
-  if (tokenizer != nullptr && !p.stop_strings.empty()) {
-    // A stop string that just appeared ends in the last token, and every token is at least one
-    // byte: decoding the last (longest stop + 4) tokens finds it without re-decoding the response.
-    size_t longest = 0;
-    for (const auto& stop : p.stop_strings) longest = std::max(longest, stop.size());
-    const int64_t turn = static_cast<int64_t>(s.tokens.size()) - s.turn_start;
-    const int64_t tail = std::min<int64_t>(turn, static_cast<int64_t>(longest) + 4);
-    const std::string tail_text = tokenizer->decode(std::vector<int32_t>(s.tokens.end() - tail, s.tokens.end()));
-    bool seen = false;
-    for (const auto& stop : p.stop_strings) seen = seen || (!stop.empty() && tail_text.find(stop) != std::string::npos);
-    if (seen) {
-      std::string text = tokenizer->decode(std::vector<int32_t>(s.tokens.begin() + s.turn_start, s.tokens.end()));
-      size_t first = std::string::npos;
-      for (const auto& stop : p.stop_strings) {
-        if (!stop.empty()) first = std::min(first, text.find(stop));
-      }
-      if (first != std::string::npos) {
-        text.resize(first);
-        *cut = std::move(text);
-        *reason = FinishReason::kStop;
-        return true;
-      }
-    }
-  }
-  const bool turn_full = s.turn_limit > 0 && static_cast<int64_t>(s.tokens.size()) - s.turn_start >= s.turn_limit;
-  if (s.n_response() >= p.max_new_tokens || turn_full) {
-    *reason = FinishReason::kLength;
-    return true;
-  }
-  return false;
-}
-
-// `cut_text`: the response text cut before a stop string, when one stopped it.
-GeneratedSample to_sample(const Sequence& s, const Tokenizer* tokenizer, int64_t version,
-                          const std::optional<std::string>& cut_text) {
-  GeneratedSample out;
-  out.request = s.request;
-  out.sample = s.sample;
-  out.token_ids.assign(s.tokens.begin() + s.n_prompt, s.tokens.end());
-  out.logprobs = s.logprobs;
-  out.top_logprobs = s.top_logprobs;
-  out.finish_reason = s.finish_reason;
-  out.policy_version = s.versions.empty() ? version : s.versions.front().version;
-  if (s.versions.size() > 1) out.version_changes.assign(s.versions.begin() + 1, s.versions.end());
-  out.inserted = s.inserted;
-  if (tokenizer != nullptr) out.text = cut_text ? *cut_text : tokenizer->decode(out.token_ids, true);
-  return out;
-}
-
-// A request's sampling settings and prompt ids, checked; `r` names it in the error.
-void validate_request(const GenerationRequest& request, size_t r, int64_t vocab) {
-  const auto& p = request.params;
-  if (p.temperature < 0) throw_user_error("request {}: temperature {} must be >= 0", r, p.temperature);
-  if (p.top_p <= 0 || p.top_p > 1) throw_user_error("request {}: top_p {} must be in (0, 1]", r, p.top_p);
-  if (p.min_p < 0 || p.min_p >= 1) throw_user_error("request {}: min_p {} must be in [0, 1)", r, p.min_p);
-  if (p.top_k < 0) throw_user_error("request {}: top_k {} must be >= 0", r, p.top_k);
-  if (p.max_new_tokens < 1) throw_user_error("request {}: max_new_tokens {} must be >= 1", r, p.max_new_tokens);
-  if (p.logprobs < 0) throw_user_error("request {}: logprobs {} must be >= 0", r, p.logprobs);
-  for (int32_t id : request.prompt_ids) {
-    if (id < 0 || id >= vocab) throw_user_error("request {}: prompt token {} is outside the vocabulary (0..{})", r, id, vocab - 1);
-  }
-}
-
-void validate(const std::vector<GenerationRequest>& requests, int64_t vocab) {
-  for (size_t r = 0; r < requests.size(); ++r) validate_request(requests[r], r, vocab);
-}
-
-// A request within the model's positions (max_position_embeddings): a prompt that leaves no room
-// for one new token is an error; a response that would run past the last position is capped
-// there, and the first capped request of the process says so.
-GenerationRequest fit_request(GenerationRequest request, size_t r, int64_t max_positions) {
-  if (max_positions <= 0) return request;
-  static std::atomic<bool> said{false};
-  const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
-  const int64_t room = max_positions - prompt;
-  if (room < 1) {
-    throw_user_error("request {}: its prompt of {} tokens fills the model's {} positions (max_position_embeddings); "
-                     "shorten it, or limit prompts with -mpt/--max-prompt-tokens (--overflow truncate_left or drop)",
-                     r, prompt, max_positions);
-  }
-  auto& p = request.params;
-  if (p.max_new_tokens > room) {
-    if (!said.exchange(true)) {
-      spdlog::warn("a prompt of {} tokens leaves room for {} new tokens in the model's {} positions: its response is "
-                   "capped there (-mnt {})", prompt, room, max_positions, p.max_new_tokens);
-    }
-    p.max_new_tokens = room;
-  }
-  return request;
-}
-
-std::vector<GenerationRequest> fit_to_positions(const std::vector<GenerationRequest>& requests, int64_t max_positions) {
-  std::vector<GenerationRequest> out;
-  for (size_t r = 0; r < requests.size(); ++r) out.push_back(fit_request(requests[r], r, max_positions));
-  return out;
-}
-
-}  // namespace
 
 namespace {
 
@@ -638,77 +528,6 @@ void Engine::load_weights(const NamedTensors& weights, int64_t version) {
 
 void Engine::update_weights(const NamedTensors& bucket) {
   model_->update_weights(bucket, fmt::format("weight update after version {}", version_));
-}
-
-namespace {
-
-// The eager reference of one sequence: `handler` (may be null) continues it after each turn.
-GeneratedSample eager_sequence(Transformer& model, const GenerationRequest& request, int64_t r, int64_t s,
-                               const Tokenizer* tokenizer, TurnHandler* handler, int64_t version) {
-  Sequence seq;
-  seq.request = r;
-  seq.sample = s;
-  seq.tokens = request.prompt_ids;
-  seq.n_prompt = static_cast<int64_t>(request.prompt_ids.size());
-  seq.turn_start = seq.n_prompt;
-  seq.turn_limit = handler != nullptr ? handler->first_turn_limit(r) : 0;
-  seq.params = &request.params;
-  seq.rng.seed(sample_seed(request.seed, s));
-  std::optional<std::string> cut;
-  while (true) {
-    auto ids = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end()), torch::kInt64).unsqueeze(0);
-    auto hidden = model.hidden_states(ids).select(0, 0);
-    auto last = hidden.narrow(0, hidden.size(0) - 1, 1);
-    auto logits = torch::matmul(last, model.output_weight().t()).to(logprob_dtype(last.scalar_type()));
-    const SampleResult sampled = sample_tokens(logits, {seq.params}, {&seq.rng}, model.vocab_shard());
-    seq.tokens.push_back(sampled.tokens[0]);
-    seq.logprobs.push_back(sampled.logprobs[0]);
-    FinishReason reason;
-    if (!check_stop(seq, tokenizer, &cut, &reason)) continue;
-    seq.finish_reason = reason;
-    if (handler == nullptr || seq.n_response() >= request.params.max_new_tokens) break;
-    const TurnOutcome outcome =
-        handler->turn_ended({r, s, {seq.tokens.begin() + seq.turn_start, seq.tokens.end()}, reason, seq.n_response()})
-            .get();
-    if (!outcome.go_on) break;
-    if (!room_for(seq.n_response(), outcome.inserted, request.params)) {
-      seq.finish_reason = FinishReason::kLength;
-      break;
-    }
-    seq.inserted.push_back({seq.n_response(), static_cast<int64_t>(outcome.inserted.size())});
-    seq.tokens.insert(seq.tokens.end(), outcome.inserted.begin(), outcome.inserted.end());
-    seq.logprobs.resize(seq.logprobs.size() + outcome.inserted.size(), 0.0F);
-    seq.turn_start = static_cast<int64_t>(seq.tokens.size());
-    seq.turn_limit = outcome.turn_limit;
-    cut.reset();
-  }
-  return to_sample(seq, tokenizer, version, cut);
-}
-
-std::vector<GeneratedSample> eager(Transformer& model, const std::vector<GenerationRequest>& given,
-                                   const Tokenizer* tokenizer, TurnHandler* handler, int64_t version) {
-  validate(given, model.config().vocab_size);
-  const std::vector<GenerationRequest> requests = fit_to_positions(given, model.config().max_position_embeddings);
-  torch::NoGradGuard no_grad;
-  std::vector<GeneratedSample> out;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    for (int64_t s = 0; s < requests[r].n; ++s) {
-      out.push_back(eager_sequence(model, requests[r], static_cast<int64_t>(r), s, tokenizer, handler, version));
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<GeneratedSample> generate_eager(Transformer& model, const std::vector<GenerationRequest>& requests,
-                                            const Tokenizer* tokenizer, int64_t version) {
-  return eager(model, requests, tokenizer, nullptr, version);
-}
-
-std::vector<GeneratedSample> generate_eager_turns(Transformer& model, const std::vector<GenerationRequest>& requests,
-                                                  const Tokenizer* tokenizer, TurnHandler& handler, int64_t version) {
-  return eager(model, requests, tokenizer, &handler, version);
 }
 
 }  // namespace rlcpp
