@@ -20,6 +20,9 @@ expect version 0 '^rlcpp [0-9]+\.[0-9]+\.[0-9]+' -- "$rlcpp" --version
 expect info 0 'head_dim 24' -- "$rlcpp" info "$fixtures/qwen3-tiny"
 expect info-params 0 'parameters +[0-9]+ on disk' -- "$rlcpp" info "$fixtures/llama-tiny"
 expect info-system 0 'kernels +[A-Z0-9_]+ \(dispatched at run time' -- "$rlcpp" info --system
+# One binary for CPU and GPU: LibTorch's CUDA part loads at run time (the machine may have no device).
+expect info-system-cuda 0 'libtorch +[0-9.]+, [0-9]+ intra-op thread\(s\), CUDA ([0-9]+ device|no: LibTorch.s CUDA part loaded, but this machine has no CUDA device)' -- "$rlcpp" info --system
+expect info-system-mpi 0 'mpi +built with MPI' -- "$rlcpp" info --system
 expect info-system-blas 0 'blas +(MKL|LibTorch.s own) \(LibTorch.s\), fp32 GEMM 1024\^3 [0-9]+ GFLOP/s \(rlcpp.s kernels [0-9]+\)' -- "$rlcpp" info --system
 # MPI ranks on one machine running more intra-op threads than it has cores (the launcher's local
 # rank count stood in for by Open MPI's variable): rlcpp runs itself again with OMP_WAIT_POLICY=PASSIVE;

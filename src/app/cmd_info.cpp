@@ -22,6 +22,7 @@
 #include "model/lora.h"
 #include "model/model_config.h"
 #include "model/rope.h"
+#include "comm/mpi.h"
 #include "util/cuda_backend.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -161,6 +162,8 @@ void system_info() {
   std::cout << fmt::format("libtorch         {}, {} intra-op thread(s), CUDA {}\n", TORCH_VERSION, at::get_num_threads(),
                            no_cuda.empty() ? fmt::format("{} device(s)", torch::cuda::device_count())
                                            : fmt::format("no: {}", no_cuda));
+  std::cout << fmt::format("mpi              {}\n", built_with_mpi() ? "built with MPI: mpirun starts runs of several processes"
+                                                                 : "built without MPI: every run is one process");
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   const char* chosen = std::getenv("RLCPP_OMP_WAIT_CHOSEN");
   std::cout << fmt::format("openmp waits     {}\n", wait == nullptr ? "the library's default (threads spin a while)"

@@ -38,10 +38,12 @@ std::pair<RunConfig, std::optional<Topology>> prepare(const RawSettings& raw, co
       check_run_memory(config, estimate_run_memory(config), available_memory_bytes(config.runtime.device));
     }
     if (config.parallel.distributed()) {
+      require_mpi(fmt::format("-t {} -i {}", config.parallel.trainers(), config.parallel.inferencers()));
       topology = Topology::create(world, static_cast<int>(config.parallel.trainers()), static_cast<int>(config.parallel.inferencers()),
                                   static_cast<int>(config.parallel.tp), static_cast<int>(config.parallel.ptp),
                                   static_cast<int>(config.parallel.pp), static_cast<int>(config.parallel.reward_ranks));
     } else if (const int64_t ranks = config.parallel.tp * config.parallel.pp; world->size() == 1 && ranks > 1) {
+      require_mpi(fmt::format("--train-tp {} --pp {}", config.parallel.tp, config.parallel.pp));
       throw_user_error("--train-tp {} --pp {} without -i: the colocated mode's tensor-parallel ranks and pipeline stages "
                        "are processes; run `mpirun -np {} rlcpp train --train-tp {} --pp {} ...`", config.parallel.tp,
                        config.parallel.pp, ranks, config.parallel.tp, config.parallel.pp);

@@ -20,6 +20,7 @@
 #include <optional>
 #include <mutex>
 
+#include "comm/self_world.h"
 #include "util/error.h"
 #include "util/trace.h"
 
@@ -392,59 +393,11 @@ class MpiCommunicator final : public Communicator {
   std::vector<int> world_ranks_;
 };
 
-// The world of a process started without a launcher: one rank, every collective is the identity.
-class SelfCommunicator final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void barrier() override {}
-  void all_reduce_sum(torch::Tensor&) override {}
-  void reduce_sum(torch::Tensor&, int) override {}
-  void reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) override { output.copy_(input.view_as(output)); }
-  void all_gather(const torch::Tensor& input, torch::Tensor& output) override { output.copy_(input.view_as(output)); }
-  void broadcast(torch::Tensor&, int) override {}
-  void broadcast_bytes(std::string&, int) override {}
-  void send_bytes(const std::string&, int dest, int) override {
-    throw InternalError(fmt::format("send to rank {} in a world of one process", dest));
-  }
-  std::string recv_bytes(int source, int) override {
-    throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
-  }
-  bool probe(int, int) override { return false; }  // nobody else can send
-  void send(const torch::Tensor&, int dest, int) override {
-    throw InternalError(fmt::format("send to rank {} in a world of one process", dest));
-  }
-  void recv(torch::Tensor&, int source, int) override {
-    throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
-  }
-  std::unique_ptr<CommRequest> isend(const torch::Tensor&, int dest, int) override {
-    throw InternalError(fmt::format("send to rank {} in a world of one process", dest));
-  }
-  std::unique_ptr<CommRequest> irecv(torch::Tensor&, int source, int) override {
-    throw InternalError(fmt::format("receive from rank {} in a world of one process", source));
-  }
-  std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<SelfCommunicator>(); }
-  CommunicationBytes bytes() const override { return {}; }
-  [[noreturn]] void abort(int code) override { std::_Exit(code); }
-};
-
 }  // namespace
 
 CommunicationBytes communication_bytes() { return mpi_world()->bytes(); }
 
-bool launched_by_mpi() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
-    if (std::getenv(name) != nullptr) return true;
-  }
-  return false;
-}
-
-int local_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"}) {
-    if (const char* value = std::getenv(name); value != nullptr) return std::atoi(value);
-  }
-  return 0;
-}
+bool built_with_mpi() { return true; }
 
 // Which processes this one can see by pid: its machine's boot (gethostid is the same on cloned
 // images and on Debian's 127.0.1.1 hostnames) and its pid namespace (a container's).
@@ -511,7 +464,7 @@ std::shared_ptr<Communicator> mpi_world() {
   static std::shared_ptr<Communicator> world;
   std::call_once(once, [] {
     if (!launched_by_mpi()) {
-      world = std::make_shared<SelfCommunicator>();
+      world = self_world();
       return;
     }
     int provided = 0;

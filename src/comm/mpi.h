@@ -1,14 +1,24 @@
 // MPI as rlcpp's process launcher and CPU transport: the runtime (initialised only when the
 // process was started by mpirun/srun, so a plain `rlcpp train` never touches MPI) and the
-// Communicator over MPI communicators.
+// Communicator over MPI communicators. MPI is optional: built without it (CMake found none,
+// comm/mpi_absent.cpp), every run is one process and a launcher's start is refused by name.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 
 namespace rlcpp {
+
+// Whether this rlcpp was built with MPI. Without it, modes that need several processes are refused
+// by name (require_mpi).
+bool built_with_mpi();
+
+// Throws a UserError when built without MPI: `what` (the flags asking for several processes) needs
+// an MPI job, and how to get one.
+void require_mpi(const std::string& what);
 
 // True when this process was started by an MPI launcher (mpirun, mpiexec, srun --mpi=pmix).
 bool launched_by_mpi();

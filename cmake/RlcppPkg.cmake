@@ -1,0 +1,60 @@
+# rlcpp_pkg(<PREFIX> <module>): the pkg-config module <module> as the imported target PkgConfig::<PREFIX>,
+# as pkg_check_modules(<PREFIX> REQUIRED IMPORTED_TARGET <module>) makes it. A machine without the
+# pkg-config program (a GPU machine given only the folder of scripts/gpu_deps.sh) gets the same target
+# from the module's .pc file, read here: its variables, its Cflags (-I, -D) and its Libs (-L, -l), found
+# under CMAKE_PREFIX_PATH like any other package.
+find_package(PkgConfig QUIET)
+
+function(rlcpp_pkg prefix module)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(${prefix} REQUIRED IMPORTED_TARGET ${module})
+    return()
+  endif()
+  find_file(_rlcpp_pc_${prefix} ${module}.pc
+            PATH_SUFFIXES lib/${CMAKE_LIBRARY_ARCHITECTURE}/pkgconfig lib/pkgconfig share/pkgconfig)
+  set(pc "${_rlcpp_pc_${prefix}}")
+  if(NOT pc)
+    message(FATAL_ERROR "${module}: neither the pkg-config program nor ${module}.pc under CMAKE_PREFIX_PATH "
+                        "(${CMAKE_PREFIX_PATH}) was found: run `bash scripts/deps.sh`, or give the folder of "
+                        "scripts/gpu_deps.sh with -DCMAKE_PREFIX_PATH=<folder>.")
+  endif()
+  get_filename_component(_pc_pcfiledir "${pc}" DIRECTORY)  # the .pc's variables, kept apart from ours
+  set(vars pcfiledir)
+  file(STRINGS "${pc}" lines)
+  set(cflags "")
+  set(libs "")
+  foreach(line IN LISTS lines)
+    foreach(var IN LISTS vars)  # ${name} of an earlier line, as pkg-config expands it
+      string(REPLACE "\${${var}}" "${_pc_${var}}" line "${line}")
+    endforeach()
+    if(line MATCHES "^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+      set(_pc_${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
+      list(APPEND vars ${CMAKE_MATCH_1})
+    elseif(line MATCHES "^Cflags: *(.*)$")
+      separate_arguments(cflags UNIX_COMMAND "${CMAKE_MATCH_1}")
+    elseif(line MATCHES "^Libs: *(.*)$")
+      separate_arguments(libs UNIX_COMMAND "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  add_library(PkgConfig::${prefix} INTERFACE IMPORTED GLOBAL)
+  set(dirs "")
+  foreach(flag IN LISTS cflags)
+    if(flag MATCHES "^-I(.*)$")
+      target_include_directories(PkgConfig::${prefix} INTERFACE "${CMAKE_MATCH_1}")
+    elseif(flag MATCHES "^-D(.*)$")
+      target_compile_definitions(PkgConfig::${prefix} INTERFACE "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  foreach(flag IN LISTS libs)
+    if(flag MATCHES "^-L(.*)$")
+      list(APPEND dirs "${CMAKE_MATCH_1}")
+    elseif(flag MATCHES "^-l(.*)$")
+      set(name ${CMAKE_MATCH_1})
+      find_library(_rlcpp_lib_${prefix}_${name} ${name} HINTS ${dirs} REQUIRED)
+      target_link_libraries(PkgConfig::${prefix} INTERFACE "${_rlcpp_lib_${prefix}_${name}}")
+    elseif(flag MATCHES "^-pthread$")
+      target_link_libraries(PkgConfig::${prefix} INTERFACE Threads::Threads)
+    endif()
+  endforeach()
+  message(STATUS "${module}: ${pc} (read without pkg-config)")
+endfunction()
