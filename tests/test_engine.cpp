@@ -444,6 +444,48 @@ TEST(Sampler, DrawsTheSameTokensAsTheSortingSampler) {
   }
 }
 
+// The batched sampler (what runs on a GPU), run here on the CPU, against the row sampler: rows of
+// every setting in one batch, top log-probs included.
+TEST(Sampler, BatchedSamplerDrawsWhatTheRowSamplerDraws) {
+  torch::manual_seed(6);
+  const int64_t vocab = 20011, rows = 280;
+  std::vector<SamplingParams> settings(8);
+  settings[1].temperature = 0.7;
+  settings[1].top_k = 50;
+  settings[2].top_p = 0.9;
+  settings[3].min_p = 0.05;
+  settings[4].top_k = 20;
+  settings[4].top_p = 0.8;
+  settings[4].min_p = 0.02;
+  settings[5].temperature = 0;
+  settings[6].top_p = 0.999;
+  settings[7].temperature = 1.3;
+  settings[7].logprobs = 5;
+  auto logits = torch::randn({rows, vocab}) * torch::linspace(1, 8, rows).unsqueeze(1);
+  std::vector<const SamplingParams*> params;
+  std::vector<double> u;
+  std::mt19937_64 rng(7);
+  for (int64_t i = 0; i < rows; ++i) {
+    params.push_back(&settings[static_cast<size_t>(i) % settings.size()]);
+    u.push_back(std::uniform_real_distribution<double>(0.0, 1.0)(rng));
+  }
+  const SampleResult want = sample_tokens(logits, params, u);
+  const SampleResult got = sample_tokens_batched(logits.to(torch::kBFloat16), params, u);
+  const SampleResult got_fp32 = sample_tokens_batched(logits, params, u);
+  const SampleResult want_bf16 = sample_tokens(logits.to(torch::kBFloat16), params, u);
+  for (int64_t i = 0; i < rows; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    EXPECT_EQ(got_fp32.tokens[k], want.tokens[k]) << "row " << i;
+    EXPECT_NEAR(got_fp32.logprobs[k], want.logprobs[k], 1e-5 + 1e-6 * std::abs(want.logprobs[k])) << "row " << i;
+    EXPECT_EQ(got.tokens[k], want_bf16.tokens[k]) << "bf16 row " << i;  // logits of another dtype
+    ASSERT_EQ(got_fp32.top[k].size(), want.top[k].size()) << "row " << i;
+    for (size_t t = 0; t < want.top[k].size(); ++t) {
+      EXPECT_EQ(got_fp32.top[k][t].token, want.top[k][t].token) << "row " << i << " top " << t;
+      EXPECT_NEAR(got_fp32.top[k][t].logprob, want.top[k][t].logprob, 1e-5) << "row " << i << " top " << t;
+    }
+  }
+}
+
 namespace {
 
 // A model holding `source`'s merged weights stored in `dtype` and computed in fp32: what the

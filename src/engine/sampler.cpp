@@ -341,6 +341,85 @@ SampleResult sample_sharded(const torch::Tensor& rows, const std::vector<const S
 
 }  // namespace
 
+SampleResult sample_tokens_batched(const torch::Tensor& logits, const std::vector<const SamplingParams*>& params,
+                                   const std::vector<double>& u) {
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  const auto device = logits.device();
+  std::vector<float> scale(static_cast<size_t>(n));
+  std::vector<double> top_p(static_cast<size_t>(n)), min_p(static_cast<size_t>(n));
+  std::vector<int64_t> top_k(static_cast<size_t>(n)), how(static_cast<size_t>(n));  // how: 0 greedy, 1 plain, 2 truncated
+  int64_t top_wanted = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& p = *params[static_cast<size_t>(i)];
+    const size_t k = static_cast<size_t>(i);
+    scale[k] = p.temperature <= 0 ? 1.0f : static_cast<float>(1.0 / p.temperature);
+    top_k[k] = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
+    top_p[k] = p.top_p;
+    min_p[k] = p.min_p;
+    how[k] = p.temperature <= 0 ? 0 : truncates(p) ? 2 : 1;
+    top_wanted = std::max<int64_t>(top_wanted, p.logprobs);
+  }
+  auto column = [&](const auto& values, torch::ScalarType type) {
+    return torch::tensor(values, torch::TensorOptions().dtype(type)).to(device).unsqueeze(1);
+  };
+  // z = logits / T; probabilities exp(z - max z), the largest exactly 1; their total in fp64.
+  const auto z = logits.to(torch::kFloat32) * column(scale, torch::kFloat32);
+  const auto [max, argmax] = z.max(1, /*keepdim=*/true);
+  const auto probs = (z - max).exp();
+  const auto total = probs.sum(1, /*keepdim=*/true, torch::kFloat64);
+  const auto target = column(u, torch::kFloat64) * total;
+  const auto index = torch::arange(vocab, torch::TensorOptions().dtype(torch::kLong).device(device)).unsqueeze(0);
+  // A plain draw: the first token whose cumulative mass exceeds u of the total; past the end
+  // (rounding), the last token with mass.
+  const auto cdf = probs.cumsum(1, torch::kFloat64);
+  const auto below = cdf.le(target).sum(1, /*keepdim=*/true);
+  const auto last_nonzero = torch::where(probs.gt(0), index, torch::zeros_like(index)).amax(1, /*keepdim=*/true);
+  auto token = torch::where(below.lt(vocab), below, last_nonzero);
+  const auto kinds = column(how, torch::kLong);
+  if (std::count(how.begin(), how.end(), 2) > 0) {
+    // Truncated: in order of probability (ties by id), the tokens at or above min_p, at most top_k
+    // of them, and for top_p the prefix up to the token whose mass reaches top_p of the total;
+    // then the draw over the kept mass.
+    const auto [sorted, ids] = probs.sort(/*stable=*/true, 1, /*descending=*/true);
+    const auto sorted_cdf = sorted.cumsum(1, torch::kFloat64);
+    auto keep = (sorted.ge(column(min_p, torch::kFloat64)) & sorted.gt(0)).sum(1, /*keepdim=*/true);
+    keep = torch::minimum(keep, column(top_k, torch::kLong));
+    const auto p = column(top_p, torch::kFloat64);
+    const auto reach = sorted_cdf.lt(p * total).sum(1, /*keepdim=*/true) + 1;
+    keep = torch::where(p.lt(1.0), torch::minimum(keep, reach), keep).clamp_min(1);
+    const auto kept_target = column(u, torch::kFloat64) * sorted_cdf.gather(1, keep - 1);
+    const auto j = torch::minimum((sorted_cdf.le(kept_target) & index.lt(keep)).sum(1, /*keepdim=*/true), keep - 1);
+    token = torch::where(kinds.eq(2), ids.gather(1, j), token);
+  }
+  token = torch::where(kinds.eq(0), argmax, token);
+  // log softmax(z) of the chosen token: (z - max) in fp32, less log(total) in fp64.
+  const auto logp = (z.gather(1, token) - max).to(torch::kFloat64) - total.log();
+  torch::Tensor top_values, top_ids;
+  if (top_wanted > 0) {
+    std::tie(top_values, top_ids) = z.topk(std::min(top_wanted, vocab), 1);
+    top_values = ((top_values - max).to(torch::kFloat64) - total.log()).cpu().contiguous();
+    top_ids = top_ids.cpu().contiguous();
+  }
+  const auto tokens_host = token.squeeze(1).cpu().contiguous();
+  const auto logp_host = logp.squeeze(1).cpu().contiguous();
+  SampleResult result;
+  result.tokens.resize(static_cast<size_t>(n));
+  result.logprobs.resize(static_cast<size_t>(n));
+  result.top.resize(static_cast<size_t>(n));
+  const int64_t* tokens_at = tokens_host.data_ptr<int64_t>();
+  const double* logp_at = logp_host.data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    result.tokens[k] = static_cast<int32_t>(tokens_at[i]);
+    result.logprobs[k] = static_cast<float>(logp_at[i]);
+    for (int64_t t = 0; t < std::min<int64_t>(params[k]->logprobs, vocab); ++t) {
+      result.top[k].push_back({static_cast<int32_t>(top_ids.data_ptr<int64_t>()[i * top_ids.size(1) + t]),
+                               static_cast<float>(top_values.data_ptr<double>()[i * top_values.size(1) + t])});
+    }
+  }
+  return result;
+}
+
 SampleResult sample_tokens(const torch::Tensor& logits, const std::vector<const SamplingParams*>& params,
                            const std::vector<std::mt19937_64*>& rngs, const VocabShard& shard) {
   RLCPP_CHECK(params.size() == rngs.size(), "{} params and {} rngs", params.size(), rngs.size());
@@ -357,6 +436,7 @@ SampleResult sample_tokens(const torch::Tensor& logits, const std::vector<const 
               "logits {} for {} params and {} draws", logits.sizes(), params.size(), u.size());
   const int64_t n = logits.size(0), vocab = logits.size(1);
   RLCPP_CHECK(vocab > 0, "sampling from an empty vocabulary");
+  if (!logits.device().is_cpu() && !shard.split()) return sample_tokens_batched(logits, params, u);
   // The logits come over once, then rows are sampled in parallel.
   auto rows = logits.to(torch::kCPU).to(torch::kFloat32).contiguous();
   if (shard.split()) {

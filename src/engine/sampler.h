@@ -36,6 +36,15 @@ SampleResult sample_tokens(const torch::Tensor& logits, const std::vector<const 
 SampleResult sample_tokens(const torch::Tensor& logits, const std::vector<const SamplingParams*>& params,
                            const std::vector<double>& u, const VocabShard& shard = {});
 
+// The same draws in batched tensor operations on the logits' own device, which sample_tokens takes
+// for logits on a GPU (not split over a vocabulary shard): the maxima, the sums and the inverse CDF
+// stay on the device, and only each row's token and log-prob (and the top log-probs asked for) come
+// to the host. The probabilities are the row sampler's; the sums run in another order, so a draw
+// within rounding of a boundary between two tokens may take the other one (tests: on the CPU, the
+// same tokens as the row sampler).
+SampleResult sample_tokens_batched(const torch::Tensor& logits, const std::vector<const SamplingParams*>& params,
+                                   const std::vector<double>& u);
+
 // The truncated, renormalised distribution a row samples from (for tests): [V] fp64 on CPU.
 torch::Tensor sampling_distribution(const torch::Tensor& logits_row, const SamplingParams& params);
 
