@@ -28,4 +28,9 @@ void set_cuda_fp32_matmul_tf32(bool tf32) {
                                           tf32 ? at::Float32Precision::TF32 : at::Float32Precision::IEEE);
 }
 
+void synchronize_device(const std::string& device) {
+  const torch::Device d(device);
+  if (d.is_cuda()) torch::cuda::synchronize(d.has_index() ? d.index() : -1);
+}
+
 }  // namespace rlcpp

@@ -19,4 +19,8 @@ std::string load_cuda_backend();
 // torch.backends.cuda.matmul.fp32_precision. No effect on the CPU.
 void set_cuda_fp32_matmul_tf32(bool tf32);
 
+// Waits for the work queued on `device` to finish (a GPU runs operations after the host queued
+// them): a phase's time then ends with its work, not with its queueing. Nothing on the CPU.
+void synchronize_device(const std::string& device);
+
 }  // namespace rlcpp

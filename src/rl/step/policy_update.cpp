@@ -10,6 +10,7 @@
 #include <random>
 
 #include "rl/step/critic.h"
+#include "util/cuda_backend.h"
 #include "util/error.h"
 
 namespace rlcpp {
@@ -329,6 +330,7 @@ PolicyUpdate update_policy(Trainer& trainer, const RunConfig& c, const std::vect
       ++n_updates;
     }
   }
+  synchronize_device(c.runtime.device);  // the optimizer's last step may still be queued on a GPU
   out.train_seconds = seconds_since(t0);
   for (const auto& [k, v] : sums) {
     const bool counted = std::find(kCounted.begin(), kCounted.end(), k) != kCounted.end();
