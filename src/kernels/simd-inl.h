@@ -63,6 +63,7 @@ HWY_INLINE hn::Vec<DF> load_as_float(DF df, const uint8_t* HWY_RESTRICT p) {
 // Two vectors of fp8 e4m3 codes at once, as load_as_float gives each: the integer steps run on
 // one full vector of 16-bit lanes, a third fewer instructions per weight (batch-1 decode on fp8
 // weights is bound by them, not by memory). Not on the one-lane targets.
+#undef RLCPP_KERNELS_FP8_PAIRS  // set again for each target
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
 #define RLCPP_KERNELS_FP8_PAIRS 1
 template <class DF>
