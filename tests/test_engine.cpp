@@ -412,9 +412,11 @@ std::pair<int64_t, double> sorting_reference(const torch::Tensor& row, const Sam
 
 }  // namespace
 
-TEST(Sampler, DrawsTheSameTokensAsTheSortingSampler) {
-  torch::manual_seed(5);
-  const int64_t vocab = 20011, rows = 96;
+namespace {
+
+// Every kind of truncation, alone and together, greedy, and a top_p prefix far longer than the
+// first partial sort.
+std::vector<SamplingParams> sampling_settings() {
   std::vector<SamplingParams> settings(7);
   settings[1].temperature = 0.7;
   settings[1].top_k = 50;
@@ -424,7 +426,16 @@ TEST(Sampler, DrawsTheSameTokensAsTheSortingSampler) {
   settings[4].top_p = 0.8;
   settings[4].min_p = 0.02;
   settings[5].temperature = 0;
-  settings[6].top_p = 0.999;  // a prefix far longer than the first partial sort
+  settings[6].top_p = 0.999;
+  return settings;
+}
+
+}  // namespace
+
+TEST(Sampler, DrawsTheSameTokensAsTheSortingSampler) {
+  torch::manual_seed(5);
+  const int64_t vocab = 20011, rows = 96;
+  const std::vector<SamplingParams> settings = sampling_settings();
   for (size_t s = 0; s < settings.size(); ++s) {
     // Peaked and flat rows: logits of scale 1 to 8 over a 20k vocabulary.
     auto logits = torch::randn({rows, vocab}) * torch::linspace(1, 8, rows).unsqueeze(1);
@@ -449,18 +460,10 @@ TEST(Sampler, DrawsTheSameTokensAsTheSortingSampler) {
 TEST(Sampler, BatchedSamplerDrawsWhatTheRowSamplerDraws) {
   torch::manual_seed(6);
   const int64_t vocab = 20011, rows = 280;
-  std::vector<SamplingParams> settings(8);
-  settings[1].temperature = 0.7;
-  settings[1].top_k = 50;
-  settings[2].top_p = 0.9;
-  settings[3].min_p = 0.05;
-  settings[4].top_k = 20;
-  settings[4].top_p = 0.8;
-  settings[4].min_p = 0.02;
-  settings[5].temperature = 0;
-  settings[6].top_p = 0.999;
-  settings[7].temperature = 1.3;
-  settings[7].logprobs = 5;
+  std::vector<SamplingParams> settings = sampling_settings();
+  settings.emplace_back();
+  settings.back().temperature = 1.3;
+  settings.back().logprobs = 5;
   auto logits = torch::randn({rows, vocab}) * torch::linspace(1, 8, rows).unsqueeze(1);
   std::vector<const SamplingParams*> params;
   std::vector<double> u;
