@@ -14,6 +14,8 @@ declare -A allowed=(
   [io]="util"
   # Communicator, MPI and the bucketed collectives: below every user of them.
   [comm]="util"
+  # Plugins linked with CUDA libraries rlcpp itself does not link (the NCCL communicator): comm's interfaces.
+  [cuda]="comm"
   # Child processes: spawn, pipes, process groups, deadlines; under rewards, environments and the sandbox.
   [process]="util"
   [text]="util io"

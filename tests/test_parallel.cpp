@@ -9,6 +9,8 @@
 
 #include "comm/gradient_sync.h"
 #include "comm/mpi.h"
+#include "comm/nccl.h"
+#include "comm/self_world.h"
 #include "train/pipeline.h"
 #include "parallel/topology.h"
 #include "parallel/weight_sync.h"
@@ -17,6 +19,7 @@
 #include "test_util.h"
 #include "train/trainer.h"
 #include "train/zero.h"
+#include "util/cuda_backend.h"
 #include "util/error.h"
 
 using namespace rlcpp;
@@ -130,6 +133,36 @@ TEST(Pipeline, OneForwardOneBackwardRunsEveryStageWithoutDeadlockAndItsBubble) {
       EXPECT_NEAR(idle, one_forward_one_backward_bubble(p, m), 1e-12) << p << " stages, " << m << " micro-batches";
     }
   }
+}
+
+// The NCCL plugin: built, loadable (NCCL and LibTorch's CUDA libraries resolve) and its entry point
+// found. Without a GPU it names the missing device; with one, the collectives of a world of one.
+TEST(Nccl, PluginLoadsAndRunsOrNamesTheMissingDevice) {
+  if (mpi_world()->size() > 1) GTEST_SKIP() << "one process";
+  if (std::getenv("RLCPP_NCCL_PLUGIN") == nullptr) GTEST_SKIP() << "no NCCL plugin was built (CMake found no NCCL)";
+  if (!load_cuda_backend().empty()) {
+    try {
+      nccl_communicator(self_world(), 0);
+      FAIL() << "a NCCL communicator on a machine without a CUDA device";
+    } catch (const UserError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("no CUDA device on this machine"), std::string::npos) << what;
+      EXPECT_EQ(what.find("does not load"), std::string::npos) << what;
+    }
+    return;
+  }
+  auto comm = nccl_communicator(self_world(), 0);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA, 0);
+  auto t = torch::arange(6, cuda.dtype(torch::kFloat32));
+  comm->all_reduce_sum(t);
+  EXPECT_TRUE(torch::equal(t.cpu(), torch::arange(6, torch::kFloat32)));
+  auto gathered = torch::empty({6}, cuda.dtype(torch::kFloat32));
+  comm->all_gather(t, gathered);
+  comm->broadcast(gathered, 0);
+  auto part = torch::empty({6}, cuda.dtype(torch::kFloat32));
+  comm->reduce_scatter_sum(gathered, part);
+  EXPECT_TRUE(torch::equal(part.cpu(), torch::arange(6, torch::kFloat32)));
+  EXPECT_EQ(comm->bytes().all_reduce, 24u);
 }
 
 TEST(Dist, BucketsHoldAtMostTheirBytesUnlessATensorIsBigger) {
