@@ -6,7 +6,7 @@ BUILD_TYPE ?= Release
 JOBS       ?= $(shell nproc)
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps configure build test demo demo-code demo-tools bench faults fuzz fixtures clean
+.PHONY: all deps configure build test demo demo-code demo-tools bench faults fuzz fixtures clean gpu-deps gpu-rehearsal
 
 all: build
 
@@ -24,6 +24,17 @@ build: configure
 test: deps
 	$(MAKE) build
 	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS)
+	$(MAKE) gpu-rehearsal
+
+# The GPU check's rehearsal (scripts/gpu_check.sh --rehearse): the dependency folder a GPU machine
+# builds with, a build from it in a clean folder with the system's copies hidden (no MPI, no tests,
+# the fast profile), and each check's CPU part. `make gpu-deps` makes the folder alone, to carry.
+gpu-deps:
+	bash scripts/gpu_deps.sh gpu-deps
+
+gpu-rehearsal:
+	bash scripts/gpu_deps.sh $(BUILD_DIR)/gpu-deps
+	bash scripts/gpu_check.sh --rehearse --deps $(BUILD_DIR)/gpu-deps.tar.xz --out $(BUILD_DIR)/gpu-check
 
 demo: deps
 	$(MAKE) build
