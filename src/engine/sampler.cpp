@@ -367,15 +367,18 @@ SampleResult sample_tokens_batched(const torch::Tensor& logits, const std::vecto
   const auto [max, argmax] = z.max(1, /*keepdim=*/true);
   const auto probs = (z - max).exp();
   const auto total = probs.sum(1, /*keepdim=*/true, torch::kFloat64);
-  const auto target = column(u, torch::kFloat64) * total;
   const auto index = torch::arange(vocab, torch::TensorOptions().dtype(torch::kLong).device(device)).unsqueeze(0);
-  // A plain draw: the first token whose cumulative mass exceeds u of the total; past the end
-  // (rounding), the last token with mass.
-  const auto cdf = probs.cumsum(1, torch::kFloat64);
-  const auto below = cdf.le(target).sum(1, /*keepdim=*/true);
-  const auto last_nonzero = torch::where(probs.gt(0), index, torch::zeros_like(index)).amax(1, /*keepdim=*/true);
-  auto token = torch::where(below.lt(vocab), below, last_nonzero);
   const auto kinds = column(how, torch::kLong);
+  // Each kind's passes over the vocabulary run only when a row needs them (a greedy batch: none).
+  auto token = argmax;
+  if (std::count(how.begin(), how.end(), 1) > 0) {
+    // A plain draw: the first token whose cumulative mass exceeds u of the total; past the end
+    // (rounding), the last token with mass.
+    const auto target = column(u, torch::kFloat64) * total;
+    const auto below = probs.cumsum(1, torch::kFloat64).le(target).sum(1, /*keepdim=*/true);
+    const auto last_nonzero = torch::where(probs.gt(0), index, torch::zeros_like(index)).amax(1, /*keepdim=*/true);
+    token = torch::where(kinds.eq(1), torch::where(below.lt(vocab), below, last_nonzero), token);
+  }
   if (std::count(how.begin(), how.end(), 2) > 0) {
     // Truncated: in order of probability (ties by id), the tokens at or above min_p, at most top_k
     // of them, and for top_p the prefix up to the token whose mass reaches top_p of the total;
@@ -391,7 +394,6 @@ SampleResult sample_tokens_batched(const torch::Tensor& logits, const std::vecto
     const auto j = torch::minimum((sorted_cdf.le(kept_target) & index.lt(keep)).sum(1, /*keepdim=*/true), keep - 1);
     token = torch::where(kinds.eq(2), ids.gather(1, j), token);
   }
-  token = torch::where(kinds.eq(0), argmax, token);
   // log softmax(z) of the chosen token: (z - max) in fp32, less log(total) in fp64.
   const auto logp = (z.gather(1, token) - max).to(torch::kFloat64) - total.log();
   torch::Tensor top_values, top_ids;
