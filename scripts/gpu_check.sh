@@ -198,6 +198,10 @@ if grpo bundled -m models/arith-tiny -g 8 -tbs 16 -tMbs 16 --max-steps 4 --si 4;
     "$(awk -v a="$max" 'BEGIN {print a <= 1e-3 ? "pass" : "FAIL"}')"
 fi
 source bench/qwen_shape.sh
+# param_count MODEL_DIR: the weights of a Qwen2-shaped model with a tied head (its config.json).
+param_count() {
+  "$py" -c "import json; c=json.load(open('$1/config.json')); h,i,l,v=c['hidden_size'],c['intermediate_size'],c['num_hidden_layers'],c['vocab_size']; kvd=h//c['num_attention_heads']*c['num_key_value_heads']; print(l*(2*h*h+2*h*kvd+3*h*i)+v*h)"
+}
 peak=$("$py" - "$gpu" <<'PY'
 import sys
 name = sys.argv[1]  # dense bf16 TFLOP/s and HBM TB/s of the cards this is meant for
@@ -217,7 +221,7 @@ for shape in "${shapes[@]}"; do
   model=$work/qwen-$name
   qwen_shape_model "$rlcpp" "$model" tests/data/tokenizers/qwen3 "$hidden" "$inter" "$layers" "$heads" "$kv" > /dev/null 2>&1 ||
     { row grpo "$name shape" "rlcpp init failed" FAIL; continue; }
-  params=$("$py" -c "import json; c=json.load(open('$model/config.json')); h,i,l,v=c['hidden_size'],c['intermediate_size'],c['num_hidden_layers'],c['vocab_size']; kvd=h//c['num_attention_heads']*c['num_key_value_heads']; print(l*(2*h*h+2*h*kvd+3*h*i)+v*h)")
+  params=$(param_count "$model")
   if grpo "shape-$name" -m "$model" "${shape_run[@]}" --max-steps 3 --si 0; then
     m=$work/runs/shape-$name/metrics.jsonl
     mfu=$(metric "$m" "'{:.1f} %'.format(100 * 6 * $params * median(r['response_length_mean'] * $shape_samples / r['time']['train'] for r in rows[1:]) / ($peak_tflops * 1e12)) if $peak_tflops else 'n/a (CPU)'")
@@ -231,7 +235,7 @@ decode_dtype=$([ $rehearse = 1 ] && echo float32 || echo bfloat16)
 new=$([ $rehearse = 1 ] && echo 8 || echo 128)
 counts=$([ $rehearse = 1 ] && echo "1 4 8" || echo "1 64 256")
 have_hf=$("$py" -c "import transformers; print(1)" 2>/dev/null || echo 0)
-params=$("$py" -c "import json; c=json.load(open('$model/config.json')); h,i,l,v=c['hidden_size'],c['intermediate_size'],c['num_hidden_layers'],c['vocab_size']; kvd=h//c['num_attention_heads']*c['num_key_value_heads']; print(l*(2*h*h+2*h*kvd+3*h*i)+v*h)")
+params=$(param_count "$model")
 for n in $counts; do
   if report=$("$rlcpp" generate -m "$model" --prompt "Count from one to one hundred." -n "$n" --mnt "$new" --temperature 1.0 \
                 --device $device --dtype $decode_dtype 2>&1 > /dev/null); then
